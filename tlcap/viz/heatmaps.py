@@ -1,0 +1,108 @@
+"""Neuron heatmaps (layer × neuron) and activation heatmaps (QL paper, Figure 1 style)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from tlcap.metrics.sets import NeuronSet
+
+
+def neuron_heatmap(
+    scores: Float[Tensor, "layer d_mlp"],
+    highlight: NeuronSet | None = None,
+    title: str = "Neuron attribution",
+    colorscale: str = "RdBu_r",
+    zmid: float | None = 0.0,
+    score_name: str = "score",
+) -> go.Figure:
+    """Layer × neuron heatmap readable at 30 × 1536 and 12 × 3072.
+
+    Each layer is one row; hovering shows layer, neuron and score. Located neurons
+    (``highlight``) are ringed so that isolated neurons stay visible at full width.
+    """
+    z = scores.detach().float().cpu().numpy()
+    n_layers, d = z.shape
+    lim = float(abs(z).max()) or 1.0
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(d)),
+            y=list(range(n_layers)),
+            colorscale=colorscale,
+            zmid=zmid,
+            zmin=-lim if zmid is not None else None,
+            zmax=lim if zmid is not None else None,
+            colorbar=dict(title=score_name),
+            hovertemplate="layer %{y}<br>neuron %{x}<br>" + score_name + " %{z:.4g}<extra></extra>",
+        )
+    )
+    if highlight is not None and len(highlight):
+        ls, js = zip(*highlight.neurons)
+        fig.add_trace(
+            go.Scatter(
+                x=list(js), y=list(ls), mode="markers", name=f"located ({len(highlight)})",
+                marker=dict(symbol="circle-open", size=9, color="black", line=dict(width=1.5)),
+                hovertemplate="located: layer %{y}, neuron %{x}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=title, xaxis_title="neuron", yaxis_title="layer", template="plotly_white",
+        width=1200, height=max(320, 22 * n_layers + 160), legend=dict(orientation="h", y=-0.2),
+    )
+    fig.update_yaxes(autorange="reversed" if False else True, dtick=1 if n_layers <= 32 else None)
+    return fig
+
+
+def located_heatmap(sets: dict[str, NeuronSet], title: str = "Located neurons") -> go.Figure:
+    """Located neurons of several sets (e.g. datasets, CNL Fig. 3): one scatter per set."""
+    fig = go.Figure()
+    shape = next(iter(sets.values())).shape if sets else (1, 1)
+    for name, s in sets.items():
+        if not len(s):
+            continue
+        ls, js = zip(*s.neurons)
+        fig.add_trace(go.Scattergl(x=list(js), y=list(ls), mode="markers", name=f"{name} ({len(s)})", marker=dict(size=5),
+                                   hovertemplate=name + ": layer %{y}, neuron %{x}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="neuron", yaxis_title="layer", template="plotly_white",
+                      width=1200, height=max(320, 18 * shape[0] + 160), xaxis=dict(range=[0, shape[1]]),
+                      yaxis=dict(range=[-0.5, shape[0] - 0.5], dtick=1 if shape[0] <= 32 else None))
+    return fig
+
+
+def activation_heatmap(
+    values: Float[Tensor, "rows cols"],
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str = "Neuron activations",
+    colorscale: str = "Viridis",
+) -> go.Figure:
+    """Rows (queries) × columns (neurons, labelled ``L{layer}.{index}``), QL Figure 1 style."""
+    z = values.detach().float().cpu().numpy()
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=list(col_labels), y=list(row_labels), colorscale=colorscale,
+            hovertemplate="%{y}<br>%{x}<br>activation %{z:.4g}<extra></extra>",
+        )
+    )
+    fig.update_layout(title=title, template="plotly_white", width=max(600, 28 * len(col_labels) + 300),
+                      height=max(300, 40 * len(row_labels) + 160), xaxis=dict(type="category", tickangle=-60),
+                      yaxis=dict(type="category", autorange="reversed"))
+    return fig
+
+
+def neuron_labels(neurons: NeuronSet) -> list[str]:
+    """``L{layer}.{index}`` labels for a set of neurons."""
+    return [f"L{l}.{j}" for l, j in neurons]
+
+
+def activations_for(acts: Float[Tensor, "rows layer d_mlp"], neurons: NeuronSet) -> Tensor:
+    """Pick the set's neurons out of ``[rows, layer, d_mlp]`` activations → ``[rows, |set|]``."""
+    if not len(neurons):
+        return torch.zeros(acts.shape[0], 0)
+    ls, js = zip(*neurons.neurons)
+    return acts[:, list(ls), list(js)]
