@@ -23,6 +23,11 @@ app = typer.Typer(
 _LOADED = False
 
 
+@app.callback()
+def _root() -> None:
+    """tlcap: knowledge neurons, causal tracing / ROME, circuits, CNL and Query Localization."""
+
+
 def _load_commands() -> None:
     global _LOADED
     if _LOADED:

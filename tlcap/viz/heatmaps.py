@@ -54,7 +54,8 @@ def neuron_heatmap(
         title=title, xaxis_title="neuron", yaxis_title="layer", template="plotly_white",
         width=1200, height=max(320, 22 * n_layers + 160), legend=dict(orientation="h", y=-0.2),
     )
-    fig.update_yaxes(autorange="reversed" if False else True, dtick=1 if n_layers <= 32 else None)
+    fig.update_yaxes(range=[-0.5, n_layers - 0.5], dtick=1 if n_layers <= 32 else None)
+    fig.update_xaxes(range=[-0.5, d - 0.5])
     return fig
 
 

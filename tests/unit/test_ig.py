@@ -1,0 +1,123 @@
+"""Knowledge-neuron attribution: equality with the slow reference, completeness, determinism."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.attribution import integrated_gradients, quadrature, reference_ig
+from tlcap.attribution.ig import NeuronAttribution
+from tlcap.locate import refine, sigma_mask, threshold_select, top_k_select
+from tlcap.metrics import NeuronSet
+from tlcap.results import load_result
+
+PROMPT = "The capital of France is"
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("rule", ["midpoint", "left", "linspace", "trapezoid"])
+def test_ig_equals_slow_reference(tiny_gpt2, rule):
+    fast = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
+    slow = reference_ig(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
+    assert _rel(fast.scores, slow) < 1e-5
+
+
+def test_ig_equals_reference_on_llama_gqa(tiny_llama):
+    ids = [5, 17, 300, 42, 7]
+    model = tiny_llama
+    if model.tokenizer is None:
+        pytest.skip("tiny llama without tokenizer")
+    prompt = model.tokenizer.decode(ids)
+    target = " the"
+    fast = integrated_gradients(model, prompt, target, steps=5)
+    slow = reference_ig(model, prompt, target, steps=5)
+    assert _rel(fast.scores, slow) < 1e-5
+
+
+def test_multi_token_target_teacher_forcing(tiny_gpt2):
+    fast = integrated_gradients(tiny_gpt2, PROMPT, " Parisian", steps=5)
+    slow = reference_ig(tiny_gpt2, PROMPT, " Parisian", steps=5)
+    assert fast.target_tokens == (" Paris", "ian")
+    assert fast.layer_sums.shape[0] == 2
+    assert _rel(fast.scores, slow) < 1e-5
+
+
+def test_completeness_holds(tiny_gpt2):
+    # midpoint rule, enough steps: Σ attributions ≈ P(w̄) − P(0) per layer
+    attr = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=32)
+    assert attr.completeness_rel_error < 1e-2
+    coarse = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=1, rule="left")
+    assert coarse.completeness_rel_error > attr.completeness_rel_error  # the check can fail
+
+
+def test_batch_size_and_prefix_reuse_do_not_change_results(tiny_gpt2):
+    ref = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=7)
+    for kw in (dict(batch_rows=1), dict(batch_rows=5), dict(batch_rows=1000), dict(prefix_reuse=False)):
+        other = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=7, **kw)
+        assert _rel(other.scores, ref.scores) < 1e-5, kw
+
+
+def test_same_seed_same_neurons():
+    from tlcap.models import make_gpt2
+
+    a = integrated_gradients(make_gpt2("tiny", seed=3), PROMPT, " Paris", steps=5).select(0.2)
+    b = integrated_gradients(make_gpt2("tiny", seed=3), PROMPT, " Paris", steps=5).select(0.2)
+    c = integrated_gradients(make_gpt2("tiny", seed=4), PROMPT, " Paris", steps=5).select(0.2)
+    assert a == b
+    assert a != c
+
+
+def test_estimators_are_labelled_and_complete(tiny_gpt2):
+    joint = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=32, method="joint")
+    assert joint.method == "joint"
+    assert joint.completeness_rel_error < 1e-2
+    gxa = integrated_gradients(tiny_gpt2, PROMPT, " Paris", method="grad_x_act")
+    exact = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=16)
+    assert torch.corrcoef(torch.stack([gxa.scores.flatten(), exact.scores.flatten()]))[0, 1] > 0.5
+
+
+def test_quadrature_weights_sum_to_one():
+    for rule in ["midpoint", "left", "linspace", "trapezoid"]:
+        a, w = quadrature(10, rule)  # type: ignore[arg-type]
+        assert abs(float(w.sum()) - 1.0) < 1e-12
+        assert float(a.min()) >= 0 and float(a.max()) <= 1
+
+
+def test_save_load_roundtrip(tiny_gpt2, tmp_path):
+    attr = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=4)
+    attr.save(tmp_path / "a")
+    back = NeuronAttribution.load(tmp_path / "a")
+    assert torch.equal(back.scores, attr.scores)
+    assert back.layers == attr.layers and back.target_tokens == attr.target_tokens
+    assert isinstance(load_result(tmp_path / "a"), NeuronAttribution)
+    df = attr.to_frame(top=10)
+    assert list(df.columns) == ["layer", "neuron", "score", "activation"] and len(df) == 10
+
+
+def test_selection_rules():
+    s = torch.zeros(3, 10)
+    s[0, 1], s[1, 2], s[2, 3] = 1.0, 0.5, 0.1
+    assert threshold_select(s, 0.2).neurons == ((0, 1), (1, 2))
+    assert top_k_select(s, 1).neurons == ((0, 1),)
+    a = NeuronSet.from_list([(0, 1), (1, 2)], (3, 10))
+    b = NeuronSet.from_list([(0, 1), (2, 3)], (3, 10))
+    c = NeuronSet.from_list([(0, 1)], (3, 10))
+    assert refine([a, b, c], p=0.5).neurons == ((0, 1),)
+    assert refine([a, b], p=0.3).neurons == ((0, 1), (1, 2), (2, 3))
+    noisy = torch.randn(4, 200, generator=torch.Generator().manual_seed(0))
+    noisy[1, 7] = 50.0
+    assert (1, 7) in sigma_mask(noisy, 6).neurons
+
+
+def test_overlap_and_iou():
+    a = NeuronSet.from_list([(0, 1), (0, 2), (1, 3), (1, 4)], (2, 8))
+    b = NeuronSet.from_list([(0, 1), (1, 3)], (2, 8))
+    assert a.overlap(b) == pytest.approx((2 / 4 + 2 / 2) / 2)
+    assert a.iou(b) == pytest.approx(2 / 4)
+    r = a.random_like(seed=1)
+    assert len(r) == len(a) and r.by_layer().keys() == a.by_layer().keys()
+    assert not set(r.neurons) & set(a.neurons)
+    assert a.random_like(seed=1) == r
