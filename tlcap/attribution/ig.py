@@ -11,6 +11,8 @@ How it is made fast (exact, not approximate):
   (:meth:`Model.prefix_cache`) and each step recomputes only the last token.
 - Steps of *all* layers go into the same batch: row r scales layer ``l(r)`` by ``α(r)``; the
   rows are independent, so one backward pass gives every row's gradient.
+- Rows that scale layer l are identical to the clean run below l: a batch runs as a single row
+  up to its lowest scaled layer and is expanded there (``Model.logits(expand_at=...)``).
 - Parameters are frozen; the only leaf with a gradient is the batch of scaled activations.
 
 Quadrature rules (``rule=``; all use ``steps`` gradient evaluations):
@@ -200,10 +202,14 @@ def _scaled_batch(
     values: Tensor,
     target_id: int,
     need_grad: bool = True,
+    layer_ids: Sequence[int] = (),
+    late_expand: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Run rows where row r's activations at hook ``row_layer[r]`` (last pos) are ``values[r]``.
 
     ``row_layer[r] == -1`` means "set every hook" (joint scaling: values is [rows, n_hooks, d]).
+    ``layer_ids[i]`` is the model layer of ``hook_names[i]``; with ``late_expand`` the rows
+    share one row below the lowest layer they scale (exact, cheaper).
     Returns the target probability per row and, if ``need_grad``, d prob / d values.
     """
     rows = values.shape[0]
@@ -219,8 +225,10 @@ def _scaled_batch(
             fwd.append((name, H.replace_rows(sel, -1, leaf[sel])))
     toks = torch.tensor([context], device=model.device)
     run = toks[:, -1:] if prefix is not None else toks
+    # rows differ only from their lowest scaled layer on: share the layers below it
+    lowest = min(layer_ids) if leaf.ndim == 3 else min(layer_ids[int(i)] for i in row_layer.unique())
     with torch.set_grad_enabled(need_grad):
-        logits = model.logits(run.expand(rows, -1), hooks=fwd, prefix=prefix)[:, -1]
+        logits = model.logits(run, hooks=fwd, prefix=prefix, expand_at=lowest if late_expand else None, batch=rows)[:, -1]
         probs = logits.float().softmax(-1)[:, target_id]
         grad = torch.autograd.grad(probs.sum(), leaf)[0] if need_grad else None
     return probs.detach(), grad
@@ -239,6 +247,7 @@ def integrated_gradients(
     baseline: Float[Tensor, "layer d_mlp"] | None = None,
     batch_rows: int = 256,
     prefix_reuse: bool = True,
+    late_expand: bool = True,
     progress: bool = False,
 ) -> NeuronAttribution:
     """Integrated-gradient attribution of every MLP neuron for ``prompt → target``.
@@ -258,6 +267,8 @@ def integrated_gradients(
             activations of an all-<eos> prompt.
         batch_rows: Most rows (layer × step pairs) per forward pass; results do not depend on it.
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; turn off only to compare).
+        late_expand: Run the rows of a batch as one row below the lowest layer they scale
+            (exact; turn off only to compare).
         progress: Show a progress bar.
 
     Returns:
@@ -307,7 +318,7 @@ def integrated_gradients(
                 ra = row_alpha[start : start + batch_rows].to(w_bar.dtype)
                 vals = base[rl] + ra[:, None] * diff[rl]
                 # group rows by layer within the chunk (row_layer is indices into hook_names)
-                probs, grad = _scaled_batch(model, context, prefix, hook_names, rl, vals, tid)
+                probs, grad = _scaled_batch(model, context, prefix, hook_names, rl, vals, tid, layer_ids=layer_list, late_expand=late_expand)
                 grad_acc.index_add_(0, rl, grad.double() * row_w[start : start + batch_rows, None])
                 is_base = ra == 0
                 is_base &= torch.arange(start, start + len(rl)) % (steps + 1) == steps
@@ -318,16 +329,16 @@ def integrated_gradients(
         elif method == "joint":
             vals = base[None] + alphas.to(w_bar.dtype)[:, None, None] * diff[None]
             vals = torch.cat([vals, base[None]])  # last row: all layers at baseline
-            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((steps + 1,), -1), vals, tid)
+            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((steps + 1,), -1), vals, tid, layer_ids=layer_list, late_expand=late_expand)
             w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
             attr = diff.double() * (grad.double() * w_row[:, None, None]).sum(0)
             p_base[t, layer_list] = float(probs[-1])
             bar.update(1)
         elif method == "grad_x_act":
-            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), w_bar[None], tid)
+            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), w_bar[None], tid, layer_ids=layer_list)
             attr = diff.double() * grad[0].double()
             vals0 = base[None]
-            pb, _ = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), vals0, tid, need_grad=False)
+            pb, _ = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), vals0, tid, need_grad=False, layer_ids=layer_list)
             p_base[t, layer_list] = float(pb[0])
             bar.update(1)
         else:

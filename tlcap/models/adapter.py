@@ -54,6 +54,15 @@ _HF_MLP_LAYOUT: dict[str, dict[str, Any]] = {
 }
 
 
+def transformer_bridge_class() -> Any:
+    """``TransformerBridge`` from TL 4.x (``transformer_lens``) or TL 3.9 (``transformer_lens.model_bridge``)."""
+    try:
+        from transformer_lens import TransformerBridge
+    except ImportError:  # TL 3.9 ships the bridge but does not export it at the top level
+        from transformer_lens.model_bridge import TransformerBridge
+    return TransformerBridge
+
+
 def _getattr_path(obj: Any, path: str) -> Any:
     for part in path.split("."):
         obj = getattr(obj, part)
@@ -230,7 +239,14 @@ class Model:
                 except TypeError:  # older signature
                     reset()
 
-    def logits(self, tokens: Int[Tensor, "batch pos"], hooks: HookList = (), prefix: "PrefixCache | None" = None) -> Float[Tensor, "batch pos d_vocab"]:
+    def logits(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        hooks: HookList = (),
+        prefix: "PrefixCache | None" = None,
+        expand_at: int | None = None,
+        batch: int | None = None,
+    ) -> Float[Tensor, "batch pos d_vocab"]:
         """Run the model (optionally after a cached prefix) and return logits.
 
         Args:
@@ -238,9 +254,23 @@ class Model:
             hooks: Forward hooks applied for this call only.
             prefix: A :class:`PrefixCache` from :meth:`prefix_cache`; the cache is copied and
                 expanded to the batch, so one prefix serves any number of calls.
+            expand_at: With ``prefix`` and ``batch``: run a single row through layers
+                ``< expand_at`` and repeat it ``batch`` times from ``blocks.{expand_at}`` on.
+                Exact when the rows differ only from that layer on (e.g. each row scales a
+                neuron in a layer ≥ ``expand_at``); saves the shared lower layers' compute.
+            batch: Number of rows when ``expand_at`` is used (``tokens`` has one row).
         """
         if tokens.ndim == 1:
             tokens = tokens[None]
+        if expand_at is not None and batch is not None and batch > 1 and expand_at > 0:
+            if prefix is not None and prefix.n_tokens > 0 and self.is_bridge:
+                from tlcap.runtime.hooks import expand_batch
+
+                late = [(f"blocks.{expand_at}.hook_resid_pre", expand_batch(batch))]
+                with self.hooks(fwd=late + list(hooks)):
+                    return self._forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
+        if batch is not None and tokens.shape[0] != batch:
+            tokens = tokens.expand(batch, -1)
         with self.hooks(fwd=hooks):
             if prefix is None or prefix.n_tokens == 0:
                 return self._forward(tokens)
@@ -285,7 +315,10 @@ class Model:
             if self.is_bridge:
                 _, cache = self.backend(tokens, return_type="logits_and_cache")
             else:
-                from transformer_lens.past_key_value_caching import HookedTransformerKeyValueCache
+                try:  # TL 3.9 moved/renamed the cache class; older TL 3.x had this module
+                    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache as HookedTransformerKeyValueCache
+                except ImportError:
+                    from transformer_lens.past_key_value_caching import HookedTransformerKeyValueCache
 
                 cache = HookedTransformerKeyValueCache.init_cache(self.cfg, self.device, 1)
                 self.backend(tokens, past_kv_cache=cache)
@@ -360,12 +393,21 @@ class PrefixCache:
         self.cache = cache
         self.n_tokens = n_tokens
 
-    def expanded(self, batch: int) -> Any:
-        """A fresh copy of the cache repeated ``batch`` times (the original stays intact)."""
+    def expanded(self, batch: int, from_layer: int = 0) -> Any:
+        """A fresh copy of the cache repeated ``batch`` times (the original stays intact).
+
+        With ``from_layer`` > 0 (bridge only) layers below it keep batch 1, for runs that
+        expand the batch at that layer (``Model.logits(expand_at=...)``).
+        """
         c = copy.deepcopy(self.cache)
         if self.model.is_bridge:
             if batch != 1:
-                c.batch_repeat_interleave(batch)
+                if from_layer > 0:
+                    for i, layer in enumerate(c.layers):
+                        if i >= from_layer:
+                            layer.batch_repeat_interleave(batch)
+                else:
+                    c.batch_repeat_interleave(batch)
             return c
         for entry in c.entries:
             entry.past_keys = entry.past_keys.expand(batch, *entry.past_keys.shape[1:]).contiguous()
