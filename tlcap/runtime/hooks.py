@@ -164,3 +164,136 @@ def replace_rows(rows: Tensor | slice, pos: Index, value: Tensor) -> HookFn:
         return out
 
     return hook
+
+
+def leaf(store: MutableMapping[str, Tensor] | None = None, key: str = "leaf") -> HookFn:
+    """Cut the graph here: the activation becomes a fresh leaf that requires grad.
+
+    With frozen parameters, a backward pass from a metric then reaches every hook point
+    downstream of this one (and fires their backward hooks) without touching parameter
+    gradients. The leaf is stored under ``key`` when ``store`` is given.
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        out = act.detach().clone().requires_grad_(True)
+        if store is not None:
+            store[key] = out
+        return out
+
+    return hook
+
+
+def add_computed(delta_fn: Callable[[Tensor], Tensor | None]) -> HookFn:
+    """Add ``delta_fn(act)`` to the activation (``None`` = leave it unchanged).
+
+    The delta is computed when the hook fires, so it can depend on activations recorded
+    earlier in the same forward pass (e.g. circuit-only evaluation rebuilding a reader's
+    input from the upstream outputs of this run). Gradients flow through both terms.
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        delta = delta_fn(act)
+        if delta is None:
+            return act
+        return act + delta.to(act.dtype)
+
+    return hook
+
+
+def scale_where(mask: Tensor, factor: float | Tensor) -> HookFn:
+    """Multiply the entries where ``mask`` is True by ``factor`` (the others stay as they are).
+
+    ``mask`` broadcasts against the activation without its batch axis, e.g. a ``[head, 1, k]``
+    column mask on ``attn.hook_pattern`` (``[batch, head, q, k]``) scales whole key columns of
+    the chosen heads — the knowledge-synapse intervention of the QL paper (no renormalisation).
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        m = mask.to(act.device)
+        f = torch.as_tensor(factor, dtype=act.dtype, device=act.device)
+        return torch.where(m, act * f, act)
+
+    return hook
+
+
+def patch_rows(source: Tensor, rows: Tensor, pos: int | Tensor) -> HookFn:
+    """Per-row patching: ``act[rows[i], pos[i]] = source[rows[i] or 0, pos[i]]``.
+
+    Different batch rows restore different positions from a cached (clean) activation, so one
+    forward pass carries many restorations (batched causal tracing). ``source`` has batch 1
+    (broadcast to every row) or the batch of the activation; ``pos`` is one int for every row
+    or a LongTensor aligned with ``rows``.
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        out = act.clone()
+        r = rows.to(act.device)
+        p = pos.to(act.device) if isinstance(pos, Tensor) else torch.full_like(r, int(pos))
+        src_rows = torch.zeros_like(r) if source.shape[0] == 1 else r
+        out[r, p] = source.to(act.device, act.dtype)[src_rows, p]
+        return out
+
+    return hook
+
+
+def add_rows(rows: Tensor | slice, pos: int | Tensor, value: Tensor) -> HookFn:
+    """Add ``value`` to ``act[rows[i], pos[i]]`` (gradients flow to ``value``).
+
+    ``pos`` is one int for every row or a LongTensor aligned with ``rows``; ``value`` broadcasts
+    to ``[len(rows), ...]`` (e.g. one ``[d_model]`` vector added at each row's own position —
+    ROME's value optimisation on right-padded prompts of different lengths).
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        out = act.clone()
+        r = torch.arange(act.shape[0], device=act.device)[rows] if isinstance(rows, slice) else rows.to(act.device)
+        p = pos.to(act.device) if isinstance(pos, Tensor) else torch.full_like(r, int(pos))
+        out[r, p] = out[r, p] + value.to(act.dtype)
+        return out
+
+    return hook
+
+
+def last_position_only() -> HookFn:
+    """Keep only the last position (``act[:, -1:]``): a *shape-changing* hook.
+
+    Meant for ``unembed.hook_in`` when only the next-token logits are needed: the unembedding
+    (the largest matrix of small models) then runs on one position instead of all.
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        return act[:, -1:]
+
+    return hook
+
+
+class StopForward(Exception):
+    """Raised by :func:`stop_forward` to end a forward pass early (caught by the caller)."""
+
+
+def stop_forward() -> HookFn:
+    """Abort the forward pass at this hook (after earlier hooks recorded what they need).
+
+    Wrap the call in ``try: ... except StopForward: pass``; ``Model.hooks`` removes every hook
+    on the way out. Saves the layers above the last one a method reads (e.g. key statistics).
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        raise StopForward(getattr(hook, "name", ""))
+
+    return hook
+
+
+def expand_batch(batch: int) -> HookFn:
+    """Repeat a batch-1 activation ``batch`` times (start of a late-expanded batched run).
+
+    Rows that differ only from layer ``l`` on can share one row below ``l``: run batch 1 up to
+    ``blocks.{l}.hook_resid_pre`` and expand there (see ``Model.logits(expand_at=...)``).
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        if act.shape[0] == batch:
+            return act
+        return act.expand(batch, *act.shape[1:]).clone()
+
+    return hook

@@ -15,7 +15,14 @@ site                    hook point                                   activation 
 ``head_result``         ``blocks.{l}.attn.hook_result``              batch pos head d_model
 ``q_input/k_input/...`` ``blocks.{l}.hook_q_input`` ...              batch pos head d_model
 ``embed``               ``hook_embed``                               batch pos d_model
+``mlp_input``           ``blocks.{l}.hook_mlp_in`` (MLP branch only) batch pos d_model
+``final_in``            ``ln_final.hook_in`` (logits reader)         batch pos d_model
 ======================  ==========================================  ===================
+
+``q_input``/``k_input``/``v_input``, ``head_result`` and ``mlp_input`` only fire on a
+``TransformerBridge`` after ``set_use_split_qkv_input`` / ``set_use_attn_result`` /
+``set_use_hook_mlp_in`` (see :func:`tlcap.locate.circuits.graph.edge_hooks_enabled`). Under
+grouped-query attention ``k_input``/``v_input`` have ``n_kv_heads`` entries on the head axis.
 
 For gated MLPs (Llama, SmolLM2) ``mlp_post`` is ``act(gate) * up``, the input of the down
 projection; ``mlp_pre`` is the gate pre-activation.
@@ -72,6 +79,8 @@ SITES: dict[str, Site] = {
         Site("k_input", "blocks.{layer}.hook_k_input", "head"),
         Site("v_input", "blocks.{layer}.hook_v_input", "head"),
         Site("embed", "hook_embed", "embed"),
+        Site("mlp_input", "blocks.{layer}.hook_mlp_in", "resid"),
+        Site("final_in", "ln_final.hook_in", "embed"),
     ]
 }
 
