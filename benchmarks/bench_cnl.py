@@ -1,0 +1,97 @@
+"""Benchmark: streamed CNL scoring on SmolLM2 — samples/s and peak memory vs dataset size.
+
+Time should grow linearly with n (constant samples/s) and peak memory stay flat (running sums
+only). Each n runs in a fresh subprocess so that its peak RSS (``ru_maxrss``) is its own; the
+baseline is the smallest n measured in the same run (ratios are relative to it).
+
+Full mode: n = 50, 100, 200 Emotion samples (answer = 1 token), exact IG (S = 20, all 30
+layers) — tens of minutes on a laptop CPU. ``--quick``: n = 10, 20, 40 with ``method="joint"``
+(labelled: the cheaper estimator) so the whole ladder runs in a few minutes.
+
+    python benchmarks/bench_cnl.py --quick
+    python benchmarks/bench_cnl.py --ns 50,100,200 --method ig
+    python benchmarks/bench_cnl.py --ns 2,4 --method ig --tag ig-small   # exact IG cost per sample
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("TLCAP_DATA", ROOT.parent / "shared" / "data"))
+
+
+def worker(n: int, method: str, dataset: str, steps: int, max_answer_tokens: int, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    import tlcap
+    from tlcap.attribution.dataset import score_dataset
+    from tlcap.data.tasks import load_task
+
+    torch.manual_seed(0)
+    model = tlcap.load_model("smollm2-135m")
+    samples = load_task(dataset, DATA, "train", n=n, seed=0)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    res = score_dataset(model, samples, method=method, steps=steps, max_answer_tokens=max_answer_tokens, progress=False,
+                        task=dataset)
+    dt = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"n": n, "seconds": dt, "samples_per_s": res.n_samples / dt, "tokens": res.n_tokens,
+                      "peak_rss_mb": rss, "rss_after_load_mb": rss0, "n_neurons_sigma3": len(res.select(3.0))}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="n = 10, 20, 40 with method=joint (cheaper estimator)")
+    ap.add_argument("--ns", default=None, help="comma-separated sample counts (default 50,100,200; quick 10,20,40)")
+    ap.add_argument("--method", default=None, help="ig (default), joint or grad_x_act (quick: joint)")
+    ap.add_argument("--dataset", default="emotion")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--max-answer-tokens", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: best on a shared 2-core box)")
+    ap.add_argument("--tag", default="", help="suffix of the results file (bench_cnl-TAG.json)")
+    ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    method = a.method or ("joint" if a.quick else "ig")
+    if a.worker is not None:
+        worker(a.worker, method, a.dataset, a.steps, a.max_answer_tokens, a.threads)
+        return
+    ns = [int(x) for x in (a.ns or ("10,20,40" if a.quick else "50,100,200")).split(",")]
+    rows = []
+    for n in ns:
+        cmd = [sys.executable, __file__, "--worker", str(n), "--method", method, "--dataset", a.dataset, "--steps", str(a.steps),
+               "--max-answer-tokens", str(a.max_answer_tokens), "--threads", str(a.threads)]
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"n={n} done: {rows[-1]['seconds']:.1f} s", flush=True)
+    base = rows[0]
+    print(f"\nCNL streamed scoring, SmolLM2-135M, {a.dataset}, method={method}{' (cheaper estimator)' if method != 'ig' else ''}, "
+          f"S={a.steps}, all 30 layers, {a.threads} thread(s){'  [QUICK n ladder]' if a.quick else ''}")
+    print(f"{'n':>6} {'seconds':>9} {'samples/s':>10} {'time ratio':>11} {'n ratio':>8} {'peak RSS MB':>12} {'RSS ratio':>10}")
+    for r in rows:
+        r["time_ratio"] = r["seconds"] / base["seconds"]
+        r["n_ratio"] = r["n"] / base["n"]
+        r["rss_ratio"] = r["peak_rss_mb"] / base["peak_rss_mb"]
+        print(f"{r['n']:>6} {r['seconds']:>9.1f} {r['samples_per_s']:>10.3f} {r['time_ratio']:>11.2f} {r['n_ratio']:>8.1f} "
+              f"{r['peak_rss_mb']:>12.0f} {r['rss_ratio']:>10.3f}")
+    res_dir = ROOT / "benchmarks" / "results"
+    res_dir.mkdir(parents=True, exist_ok=True)
+    path = res_dir / (f"bench_cnl-{a.tag}.json" if a.tag else "bench_cnl.json")
+    path.write_text(json.dumps(
+        {"dataset": a.dataset, "method": method, "steps": a.steps, "quick": a.quick, "threads": a.threads, "cpu_count": os.cpu_count(),
+         "load_average_at_end": os.getloadavg(), "rows": rows},
+        indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

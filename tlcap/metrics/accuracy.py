@@ -1,0 +1,210 @@
+"""Task accuracy for the CNL datasets (documented choices).
+
+- **Math (GSM8K, SVAMP; kind ``number``)**: greedy decoding from the prompt for at most
+  ``task.max_new_tokens`` tokens (GSM8K 96, SVAMP 32), stopped at a blank line, at
+  ``"Question:"`` or at EOS. The predicted number is the one after ``"The answer is"`` (the
+  format of our answer strings) or after ``####``, else the last number in the generation.
+  Exact match with the gold number (as floats, commas removed).
+- **Sentiment (Emotion, IMDB; kind ``choice``)**: the label whose answer string has the
+  highest total log-likelihood after the prompt (one forward pass when every label is a single
+  token, as for SmolLM2 and GPT-2). No generation, no parsing.
+- **Code (MBPP; kind ``code``)**: reference-solution token accuracy — teacher-forced, the share
+  of the reference solution's first ``code_tokens`` (64) tokens that the model predicts as its
+  argmax. Model-written code is never executed.
+
+All functions take ``hooks`` (activation interventions) and see weight edits already applied
+to the model, so the same call measures base, erased and fine-tuned models.
+
+Example:
+    >>> acc = task_accuracy(model, "emotion", load_task("emotion", data_dir, "test", n=100))
+    >>> acc.accuracy
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tlcap.data.tasks import Sample, Task, encode_sample, get_task
+from tlcap.errors import EmptyDatasetError
+from tlcap.models.adapter import HookList, Model
+from tlcap.results import Result
+
+CODE_TOKENS = 64
+_NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class TaskAccuracy(Result):
+    """Accuracy of a model on a list of samples.
+
+    Attributes:
+        accuracy: Mean of ``scores``.
+        scores: Per-sample score (1/0 for math and choice tasks, token accuracy for code).
+        predictions: What the model answered (number, label, or "" for code).
+    """
+
+    task: str
+    metric: str
+    accuracy: float
+    scores: tuple[float, ...] = ()
+    predictions: tuple[str, ...] = ()
+    golds: tuple[str, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.scores)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"score": self.scores, "prediction": self.predictions, "gold": self.golds})
+
+
+@torch.no_grad()
+def greedy_generate(
+    model: Model,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int = 32,
+    hooks: HookList = (),
+    stop_ids: Sequence[int] = (),
+    stop_text: Sequence[str] = (),
+    use_cache: bool = True,
+) -> list[int]:
+    """Greedy continuation of ``prompt_ids`` (new token ids only).
+
+    With ``use_cache`` the prompt is encoded once into a key/value cache (``Model.prefix_cache``)
+    and every step feeds only the newest token; ``use_cache=False`` re-runs the whole sequence
+    each step (the reference the cached path is tested against).
+    """
+    ids = list(prompt_ids)
+    out: list[int] = []
+    stop = set(int(s) for s in stop_ids)
+    cache = None
+    if use_cache and len(ids) > 1:
+        cache = model.prefix_cache(torch.tensor([ids[:-1]], device=model.device)).expanded(1)
+    nxt: Tensor = torch.tensor([ids[-1:] if cache is not None else ids], device=model.device)
+    for _ in range(max_new_tokens):
+        with model.hooks(fwd=hooks):
+            if cache is not None:
+                logits = model._forward(nxt, past=cache)  # the cache grows in place
+            else:
+                logits = model._forward(torch.tensor([ids + out], device=model.device))
+        tok = int(logits[0, -1].argmax())
+        out.append(tok)
+        if tok in stop:
+            break
+        if stop_text and any(s in model.tokenizer.decode(out) for s in stop_text):
+            break
+        nxt = torch.tensor([[tok]], device=model.device)
+    return out
+
+
+def extract_number(text: str) -> str | None:
+    """The answer number in a generation: after "The answer is", after "####", else the last one."""
+    for pat in (r"[Tt]he answer is\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", r"####\s*(-?\d[\d,]*(?:\.\d+)?)"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(1).replace(",", "")
+    nums = _NUM.findall(text)
+    return nums[-1].replace(",", "").rstrip(".") if nums else None
+
+
+def _same_number(a: str | None, b: str) -> bool:
+    if a is None:
+        return False
+    try:
+        return abs(float(a) - float(b.replace(",", ""))) < 1e-6
+    except ValueError:
+        return False
+
+
+def _cut(text: str, stops: Sequence[str]) -> str:
+    for s in stops:
+        if s in text:
+            text = text[: text.index(s)]
+    return text
+
+
+@torch.no_grad()
+def choice_logprobs(model: Model, prompt: str, choices: Sequence[str], hooks: HookList = ()) -> Tensor:
+    """Total log-likelihood of each choice string after ``prompt``: ``[n_choices]``."""
+    p_ids = model.encode(prompt)
+    c_ids = [encode_sample(model, Sample(prompt, c))[1] for c in choices]
+    if all(len(c) == 1 for c in c_ids):
+        logp = model.logits(torch.tensor([p_ids], device=model.device), hooks=hooks)[0, -1].float().log_softmax(-1)
+        return torch.stack([logp[c[0]] for c in c_ids]).cpu()
+    out = []
+    for c in c_ids:
+        toks = torch.tensor([p_ids + c[:-1]], device=model.device)
+        logp = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :].float().log_softmax(-1)
+        out.append(logp[torch.arange(len(c)), torch.tensor(c)].sum())
+    return torch.stack(out).cpu()
+
+
+@torch.no_grad()
+def reference_token_accuracy(model: Model, sample: Sample, max_tokens: int = CODE_TOKENS, hooks: HookList = ()) -> float:
+    """Share of the reference answer's first ``max_tokens`` tokens predicted as argmax (teacher forcing)."""
+    p_ids, t_ids = encode_sample(model, sample, max_tokens)
+    toks: Int[Tensor, "1 pos"] = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
+    pred = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :].argmax(-1).cpu()
+    return float((pred == torch.tensor(t_ids)).float().mean())
+
+
+def task_accuracy(
+    model: Model,
+    task: str | Task,
+    samples: Sequence[Sample],
+    hooks: HookList = (),
+    max_new_tokens: int | None = None,
+    code_tokens: int = CODE_TOKENS,
+    progress: bool = False,
+) -> TaskAccuracy:
+    """Accuracy of ``model`` (with ``hooks``) on ``samples`` of ``task`` (module docstring).
+
+    Args:
+        model: The model (weight edits in effect are measured too).
+        task: Task name or :class:`Task`.
+        samples: Samples from :func:`tlcap.data.tasks.load_task`.
+        hooks: Activation interventions applied during scoring.
+        max_new_tokens: Generation budget for math tasks (default the task's).
+        code_tokens: Reference tokens scored for code tasks.
+        progress: Show a progress bar.
+    """
+    t = get_task(task) if isinstance(task, str) else task
+    if not samples:
+        raise EmptyDatasetError(f"no samples to measure {t.name} accuracy on")
+    scores: list[float] = []
+    preds: list[str] = []
+    golds: list[str] = []
+    eos = [model.tokenizer.eos_token_id] if model.tokenizer.eos_token_id is not None else []
+    stops = ("\n\n", "Question:")
+    for s in tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False):
+        if t.kind == "number":
+            gen = greedy_generate(model, model.encode(s.prompt), max_new_tokens or t.max_new_tokens, hooks, eos, stops)
+            text = _cut(model.tokenizer.decode(gen), stops)
+            num = extract_number(text)
+            scores.append(float(_same_number(num, s.gold)))
+            preds.append(num or "")
+            golds.append(s.gold)
+        elif t.kind == "choice":
+            lp = choice_logprobs(model, s.prompt, t.choices, hooks)
+            pick = t.choices[int(lp.argmax())]
+            scores.append(float(pick.strip() == s.gold.strip()))
+            preds.append(pick.strip())
+            golds.append(s.gold.strip())
+        else:
+            scores.append(reference_token_accuracy(model, s, code_tokens, hooks))
+            preds.append("")
+            golds.append("")
+    metric = {"number": "exact match (final number)", "choice": "label by likelihood", "code": "reference token accuracy"}[t.kind]
+    return TaskAccuracy(t.name, metric, sum(scores) / len(scores), tuple(scores), tuple(preds), tuple(golds))
+
+
+__all__ = ["TaskAccuracy", "task_accuracy", "greedy_generate", "extract_number", "choice_logprobs", "reference_token_accuracy"]
