@@ -72,7 +72,9 @@ def smollm2_float32_dir(rebuild: bool = False) -> Path:
 
 
 def _boot(name: str, hf_model: Any, tokenizer: Any, device: str | None) -> Any:
-    from transformer_lens import TransformerBridge
+    from tlcap.models.adapter import transformer_bridge_class
+
+    TransformerBridge = transformer_bridge_class()
 
     bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
     return bridge

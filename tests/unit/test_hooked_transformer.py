@@ -1,0 +1,169 @@
+"""The runtime on a TransformerLens 3.9 ``HookedTransformer`` (not a TransformerBridge).
+
+Builds a tiny random GPT-2-style ``HookedTransformer`` from a ``HookedTransformerConfig``
+(no hub) with the real GPT-2 tokenizer, wraps it with ``tlcap.load_model`` and checks that
+hooks, prefix KV reuse, integrated gradients and weight edits behave exactly as on the bridge.
+
+Under TransformerLens 4.x ``HookedTransformer`` is gone and the module is skipped; run
+``tests/run_tl39.sh`` to execute it in a TL 3.9 venv.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+try:
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+except ImportError as exc:  # TL 4.x removed HookedTransformer
+    pytest.skip(
+        f"transformer_lens.HookedTransformer is not importable ({exc.__class__.__name__}: {str(exc)[:80]}); "
+        "these tests need TransformerLens 3.9 - run tests/run_tl39.sh",
+        allow_module_level=True,
+    )
+
+import tlcap
+from tlcap.attribution import integrated_gradients, reference_ig
+from tlcap.intervene import erase_neurons
+from tlcap.models import gpt2_tokenizer
+from tlcap.runtime import hooks as H
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def hooked():
+    tok = gpt2_tokenizer()
+    if tok is None:
+        pytest.skip("GPT-2 tokenizer files missing")
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=64, d_head=16, n_heads=4, d_mlp=256, d_vocab=50257, n_ctx=128,
+        act_fn="gelu", normalization_type="LN", seed=0, model_name="tiny-hooked-gpt2",
+    )
+    torch.manual_seed(0)
+    ht = HookedTransformer(cfg, tokenizer=tok)
+    # Default init leaves biases at zero and logits near uniform; give every parameter some
+    # signal so attributions and probabilities are not degenerate.
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for p in ht.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return ht.eval()
+
+
+@pytest.fixture(scope="module")
+def model(hooked):
+    return tlcap.load_model(hooked)
+
+
+def _n_hooks(ht) -> int:
+    return sum(len(hp._forward_hooks) + len(hp._backward_hooks) for hp in ht.hook_dict.values())
+
+
+def test_wraps_hooked_transformer(model, hooked):
+    assert not model.is_bridge and model.hf_model is None
+    assert (model.n_layers, model.d_model, model.d_mlp, model.n_heads, model.d_vocab) == (2, 64, 256, 4, 50257)
+    toks = model.to_tokens(PROMPT)
+    assert toks.shape == (1, 5)  # no BOS by default
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(toks), hooked(toks), rtol=0, atol=0)
+
+
+def test_hooks_removed_after_exception(model, hooked):
+    toks = model.to_tokens(PROMPT)
+    with torch.no_grad():
+        clean = model.logits(toks)
+
+    def boom(act, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with model.hooks(fwd=[("blocks.0.mlp.hook_post", H.scale(0.0)), ("blocks.1.mlp.hook_post", boom)]):
+            model.logits(toks)
+    assert _n_hooks(hooked) == 0
+    with pytest.raises(RuntimeError, match="boom"):
+        model.logits(toks, hooks=[("blocks.1.hook_resid_pre", boom)])
+    assert _n_hooks(hooked) == 0
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(toks), clean, rtol=0, atol=0)
+
+
+def test_hook_changes_output_and_run_with_cache(model):
+    toks = model.to_tokens(PROMPT)
+    with torch.no_grad():
+        clean, cache = model.run_with_cache(toks, ["blocks.0.mlp.hook_post", "blocks.1.hook_resid_post"])
+        ablated = model.logits(toks, hooks=[("blocks.0.mlp.hook_post", H.ablate())])
+    assert cache["blocks.0.mlp.hook_post"].shape == (1, 5, 256)
+    assert cache["blocks.1.hook_resid_post"].shape == (1, 5, 64)
+    assert not torch.allclose(clean, ablated)
+
+
+def test_prefix_cache_matches_full_forward(model):
+    toks = model.to_tokens(PROMPT)
+    pc = model.prefix_cache(toks[:, :-1])
+    with torch.no_grad():
+        full = model.logits(toks)[:, -1]
+        again = model.logits(toks[:, -1:], prefix=pc)[:, -1]
+        batched = model.logits(toks[:, -1:].expand(3, -1), prefix=pc)[:, -1]
+    torch.testing.assert_close(again, full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(batched, full.expand(3, -1), rtol=1e-5, atol=1e-5)
+    # the cache is reusable: a second call sees the same prefix
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(toks[:, -1:], prefix=pc)[:, -1], full, rtol=1e-5, atol=1e-5)
+
+
+def _rel_close(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-5) -> None:
+    err = float((a - b).abs().max())
+    scale = float(b.abs().max())
+    assert scale > 0, "reference attribution is all zeros"
+    assert err <= rel * scale, f"max abs diff {err:.3g} > {rel:g} x max |ref| {scale:.3g}"
+
+
+@pytest.mark.parametrize("site", ["mlp_post", "mlp_pre"])
+def test_integrated_gradients_equals_reference(model, site):
+    attr = integrated_gradients(model, PROMPT, " Paris", steps=6, site=site)
+    ref = reference_ig(model, PROMPT, " Paris", steps=6, site=site)
+    _rel_close(attr.scores, ref)
+    assert attr.completeness_rel_error < 0.5  # 6 midpoint steps on a random model
+
+
+def test_integrated_gradients_multi_token_target(model):
+    attr = integrated_gradients(model, PROMPT, " Paris and Lyon", steps=4, batch_rows=7)
+    ref = reference_ig(model, PROMPT, " Paris and Lyon", steps=4)
+    assert attr.prob_full.shape[0] == 3
+    _rel_close(attr.scores, ref)
+
+
+def test_prefix_reuse_equals_full_sequence(model):
+    a = integrated_gradients(model, PROMPT, " Paris", steps=5, prefix_reuse=True)
+    b = integrated_gradients(model, PROMPT, " Paris", steps=5, prefix_reuse=False)
+    _rel_close(a.scores, b.scores)
+    torch.testing.assert_close(a.prob_baseline, b.prob_baseline, rtol=1e-5, atol=1e-7)
+
+
+def test_cheaper_estimators_run(model):
+    for method in ("joint", "grad_x_act"):
+        attr = integrated_gradients(model, PROMPT, " Paris", steps=4, method=method)
+        assert attr.scores.shape == (2, 256) and torch.isfinite(attr.scores).all()
+
+
+def test_erase_neurons_undo_is_exact(model, hooked):
+    ws = model.mlp_out_weight(1)
+    assert ws.param is hooked.blocks[1].mlp.W_out and ws.neuron_dim == 0
+    toks = model.to_tokens(PROMPT)
+    before = {n: p.detach().clone() for n, p in hooked.named_parameters()}
+    with torch.no_grad():
+        clean = model.logits(toks)
+    neurons = [(0, 3), (1, 7), (1, 200)]
+    edit = erase_neurons(model, neurons, include_input=True)
+    try:
+        assert torch.all(hooked.blocks[1].mlp.W_out[7] == 0) and torch.all(hooked.blocks[0].mlp.W_out[3] == 0)
+        assert torch.all(hooked.blocks[1].mlp.W_in[:, 200] == 0)
+        with torch.no_grad():
+            assert not torch.allclose(model.logits(toks), clean)
+    finally:
+        edit.undo()
+    for n, p in hooked.named_parameters():
+        assert torch.equal(p, before[n]), n
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(toks), clean, rtol=0, atol=0)
