@@ -165,6 +165,19 @@ class NeuronAttribution(Result):
         return neuron_heatmap(self.scores, **kwargs)
 
 
+def _chunks(n_layers: int, rows_per_layer: int, batch_rows: int, layer_chunks: int) -> list[tuple[int, int]]:
+    """Row ranges of the batches: whole layers, consecutive, ≤ ``batch_rows`` rows when possible."""
+    per = max(1, min(math.ceil(n_layers / max(layer_chunks, 1)), batch_rows // rows_per_layer or 1))
+    out = []
+    for first in range(0, n_layers, per):
+        last = min(first + per, n_layers)
+        lo, hi = first * rows_per_layer, last * rows_per_layer
+        # a single layer with more rows than batch_rows is split further
+        step = batch_rows if per == 1 and rows_per_layer > batch_rows else hi - lo
+        out.extend((s, min(s + step, hi)) for s in range(lo, hi, step))
+    return out
+
+
 def _tokens_for_target(model: Model, prompt: str, target: str | Sequence[int]) -> tuple[list[int], list[int]]:
     p_ids = model.encode(prompt)
     if isinstance(target, str):
@@ -248,6 +261,7 @@ def integrated_gradients(
     batch_rows: int = 256,
     prefix_reuse: bool = True,
     late_expand: bool = True,
+    layer_chunks: int = 4,
     progress: bool = False,
 ) -> NeuronAttribution:
     """Integrated-gradient attribution of every MLP neuron for ``prompt → target``.
@@ -269,6 +283,9 @@ def integrated_gradients(
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; turn off only to compare).
         late_expand: Run the rows of a batch as one row below the lowest layer they scale
             (exact; turn off only to compare).
+        layer_chunks: Split the layers into at least this many consecutive groups, one batch
+            each (more if a group exceeds ``batch_rows``), so that late expansion skips the
+            layers below each group. Results do not depend on it.
         progress: Show a progress bar.
 
     Returns:
@@ -292,7 +309,7 @@ def integrated_gradients(
     acts_all = torch.zeros(nT, L, d)
     n_li = len(layer_list)
     if method == "ig":
-        total = nT * math.ceil(n_li * (steps + 1) / batch_rows)
+        total = nT * len(_chunks(n_li, steps + 1, batch_rows, layer_chunks))
     else:
         total = nT
     bar = tqdm(total=total, desc=f"IG {prompt[:30]!r}", disable=not progress, leave=False)
@@ -313,13 +330,13 @@ def integrated_gradients(
             row_alpha = a_row.repeat(n_li)
             row_w = w_row.repeat(n_li)
             grad_acc = torch.zeros(n_li, d, dtype=torch.float64)
-            for start in range(0, len(row_layer), batch_rows):
-                rl = row_layer[start : start + batch_rows]
-                ra = row_alpha[start : start + batch_rows].to(w_bar.dtype)
+            for start, stop in _chunks(n_li, steps + 1, batch_rows, layer_chunks):
+                rl = row_layer[start:stop]
+                ra = row_alpha[start:stop].to(w_bar.dtype)
                 vals = base[rl] + ra[:, None] * diff[rl]
                 # group rows by layer within the chunk (row_layer is indices into hook_names)
                 probs, grad = _scaled_batch(model, context, prefix, hook_names, rl, vals, tid, layer_ids=layer_list, late_expand=late_expand)
-                grad_acc.index_add_(0, rl, grad.double() * row_w[start : start + batch_rows, None])
+                grad_acc.index_add_(0, rl, grad.double() * row_w[start:stop, None])
                 is_base = ra == 0
                 is_base &= torch.arange(start, start + len(rl)) % (steps + 1) == steps
                 for r in is_base.nonzero().flatten().tolist():

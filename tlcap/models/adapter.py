@@ -402,12 +402,12 @@ class PrefixCache:
         c = copy.deepcopy(self.cache)
         if self.model.is_bridge:
             if batch != 1:
-                if from_layer > 0:
-                    for i, layer in enumerate(c.layers):
-                        if i >= from_layer:
-                            layer.batch_repeat_interleave(batch)
-                else:
-                    c.batch_repeat_interleave(batch)
+                # Broadcast views, not copies: HF concatenates the new keys/values onto them,
+                # which materialises each layer's batch exactly once.
+                for i, layer in enumerate(c.layers):
+                    if i >= from_layer and getattr(layer, "keys", None) is not None and layer.keys.numel():
+                        layer.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
+                        layer.values = layer.values.expand(batch, *layer.values.shape[1:])
             return c
         for entry in c.entries:
             entry.past_keys = entry.past_keys.expand(batch, *entry.past_keys.shape[1:]).contiguous()
