@@ -1,0 +1,289 @@
+"""The computation graph of knowledge circuits: upstream writers, downstream readers, edges.
+
+Nodes are the input embedding (``"input"``), every attention head (``"a{l}.h{h}"``), every
+MLP (``"m{l}"``) and the logits (``"logits"``). The residual stream is a running sum, so the
+(pre-norm) input of every *reader* is the sum of the outputs of all *upstream* nodes computed
+before it, plus constant biases. An edge ``u -> v`` is one upstream output entering one
+reader input:
+
+=============================  =========================================  ==============
+reader (downstream)            hook point (pre-LayerNorm/RMSNorm copy)    per
+=============================  =========================================  ==============
+``a{l}.h{h}<q>``               ``blocks.{l}.hook_q_input[:, :, h]``       query head
+``a{l}.h{h}<k>`` / ``<v>``     ``blocks.{l}.hook_k_input[:, :, h]``       head (MHA)
+``a{l}.kv{g}<k>`` / ``<v>``    ``blocks.{l}.hook_k_input[:, :, g]``       kv head (GQA)
+``m{l}``                       ``blocks.{l}.hook_mlp_in``                 layer
+``logits``                     ``ln_final.hook_in``                       model
+=============================  =========================================  ==============
+
+Upstream outputs are read at ``blocks.0.hook_resid_pre`` (input: token + position
+embeddings), ``blocks.{l}.attn.hook_result[:, :, h]`` (head ``h``'s write, before the sum over
+heads) and ``blocks.{l}.hook_mlp_out``.
+
+**Grouped-query attention.** Under GQA (SmolLM2: 9 query heads, 3 kv heads) a key/value
+projection is computed once per kv head and shared by the ``n_heads / n_kv_heads`` query
+heads of its group; the bridge exposes ``hook_k_input``/``hook_v_input`` with ``n_kv_heads``
+entries. There is therefore exactly one k reader and one v reader per *kv group*
+(``a{l}.kv{g}<k>``), not per query head: splitting a shared key input per query head would
+invent edges the model cannot realize (patching "head 0's key" would also change heads 1
+and 2). A kv reader belongs to every head of its group: its edges keep those heads alive,
+and it is alive when any head of its group is. With ``n_kv_heads == n_heads`` (GPT-2) this
+reduces to the usual per-head ``<q>/<k>/<v>`` readers.
+
+**Normalisation.** LayerNorm/RMSNorm sits between the residual and each reader. Following
+Hanna et al. (EAP / EAP-IG) and the knowledge-circuits implementation on TransformerLens'
+split inputs, each reader's input is its own *pre-norm* copy of the residual (the bridge
+forks the residual per head and re-applies ``ln1`` per head), so an edge's contribution is
+exactly additive there and the norm is part of the reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+from tlcap.models import Model
+from tlcap.results import Result
+from tlcap.runtime.sites import get_site
+
+
+@contextlib.contextmanager
+def edge_hooks_enabled(model: Model) -> Iterator[Model]:
+    """Turn on the bridge's per-head / split-input hook points, restoring the flags on exit.
+
+    Enables ``use_split_qkv_input`` (per-head pre-norm q/k/v inputs), ``use_attn_result``
+    (per-head outputs) and ``use_hook_mlp_in`` for the body of the ``with`` block; the
+    caller's flag state is restored even when the body raises.
+
+    Example:
+        >>> with edge_hooks_enabled(model):
+        ...     logits, cache = model.run_with_cache(toks, ["blocks.0.hook_q_input"])
+    """
+    b = model.backend
+    cfg = b.cfg
+    saved = (
+        bool(getattr(cfg, "use_split_qkv_input", False)),
+        bool(getattr(cfg, "use_attn_result", False)),
+        bool(getattr(cfg, "use_hook_mlp_in", False)),
+        bool(getattr(cfg, "use_attn_in", False)),
+    )
+    try:
+        if saved[3]:
+            b.set_use_attn_in(False)
+        b.set_use_split_qkv_input(True)
+        b.set_use_attn_result(True)
+        b.set_use_hook_mlp_in(True)
+        yield model
+    finally:
+        b.set_use_split_qkv_input(saved[0])
+        b.set_use_attn_result(saved[1])
+        b.set_use_hook_mlp_in(saved[2])
+        if saved[3]:
+            b.set_use_attn_in(True)
+
+
+@dataclass(frozen=True)
+class ReaderHook:
+    """One hook point holding the inputs of a block of consecutive readers.
+
+    Attributes:
+        name: TransformerLens hook name.
+        start: Index of the first reader of this hook in :attr:`EdgeGraph.readers`.
+        count: Number of readers (heads on the head axis; 1 for a ``[batch, pos, d]`` hook).
+        per_head: Whether the activation has a head axis (``batch pos head d_model``).
+        n_avail: Upstream nodes ``0 .. n_avail-1`` are computed before this hook fires.
+    """
+
+    name: str
+    start: int
+    count: int
+    per_head: bool
+    n_avail: int
+
+
+@dataclass(frozen=True)
+class EdgeGraph(Result):
+    """Upstream nodes, readers and the valid edges between them for one model.
+
+    Build it with :meth:`from_model`. Upstream nodes are in computation order (input, then per
+    layer its heads and its MLP), so an upstream prefix ``0 .. n`` is "everything computed so
+    far".
+
+    Attributes:
+        upstream: Upstream node names (``"input"``, ``"a{l}.h{h}"``, ``"m{l}"``).
+        readers: Reader names (``"a{l}.h{h}<q>"``, ``"a{l}.kv{g}<k>"``, ``"m{l}"``, ``"logits"``).
+        nodes: Node names: the upstream nodes then ``"logits"``.
+        n_layers, n_heads, n_kv_heads: Shape facts of the model.
+        node_params: Parameters held by each node (the attention layer and its ``ln1`` split
+            evenly over the heads, the MLP with its ``ln2``, the embeddings in ``input``,
+            ``ln_final`` and an untied unembedding in ``logits``); they sum to the model's
+            parameter count.
+    """
+
+    upstream: tuple[str, ...]
+    readers: tuple[str, ...]
+    nodes: tuple[str, ...]
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    node_params: tuple[int, ...]
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_model(cls, model: Model) -> "EdgeGraph":
+        """The graph of ``model`` (GPT-2 and Llama-family sequential blocks)."""
+        if bool(getattr(model.cfg, "parallel_attn_mlp", False)):
+            raise NotImplementedError(
+                "Parallel attention/MLP blocks (GPT-J, NeoX) read the layer input in the MLP; "
+                "their edge graph is not implemented. Use a sequential model (GPT-2, Llama)."
+            )
+        L, H, K = model.n_layers, model.n_heads, model.n_kv_heads
+        if H % K:
+            raise ValueError(f"n_heads={H} is not a multiple of n_kv_heads={K}")
+        upstream = ["input"]
+        readers: list[str] = []
+        for l in range(L):
+            readers += [f"a{l}.h{h}<q>" for h in range(H)]
+            for kind in ("k", "v"):
+                if K == H:
+                    readers += [f"a{l}.h{h}<{kind}>" for h in range(H)]
+                else:
+                    readers += [f"a{l}.kv{g}<{kind}>" for g in range(K)]
+            readers.append(f"m{l}")
+            upstream += [f"a{l}.h{h}" for h in range(H)] + [f"m{l}"]
+        readers.append("logits")
+        nodes = tuple(upstream) + ("logits",)
+        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, tuple(_node_params(model, nodes)))
+
+    # ------------------------------------------------------------------ sizes and indices
+    @property
+    def n_upstream(self) -> int:
+        return len(self.upstream)
+
+    @property
+    def n_readers(self) -> int:
+        return len(self.readers)
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per kv head (1 without GQA)."""
+        return self.n_heads // self.n_kv_heads
+
+    def head_index(self, layer: int, head: int) -> int:
+        """Upstream index of head ``head`` of ``layer``."""
+        return 1 + layer * (self.n_heads + 1) + head
+
+    def mlp_index(self, layer: int) -> int:
+        """Upstream index of the MLP of ``layer``."""
+        return 1 + layer * (self.n_heads + 1) + self.n_heads
+
+    def reader_hooks(self) -> list[ReaderHook]:
+        """The reader hook points in firing order, with the readers each holds."""
+        H, K = self.n_heads, self.n_kv_heads
+        out: list[ReaderHook] = []
+        r = 0
+        for l in range(self.n_layers):
+            n_avail = 1 + l * (H + 1)
+            out.append(ReaderHook(_hook("q_input", l), r, H, True, n_avail))
+            r += H
+            out.append(ReaderHook(_hook("k_input", l), r, K, True, n_avail))
+            r += K
+            out.append(ReaderHook(_hook("v_input", l), r, K, True, n_avail))
+            r += K
+            out.append(ReaderHook(_hook("mlp_input", l), r, 1, False, n_avail + H))
+            r += 1
+        out.append(ReaderHook(_hook("final_in"), r, 1, False, self.n_upstream))
+        return out
+
+    def upstream_hooks(self) -> list[tuple[str, int, int]]:
+        """``(hook name, first upstream index, count)`` of the upstream outputs, in order."""
+        out = [(_hook("resid_pre", 0), 0, 1)]
+        for l in range(self.n_layers):
+            out.append((_hook("head_result", l), self.head_index(l, 0), self.n_heads))
+            out.append((_hook("mlp_out", l), self.mlp_index(l), 1))
+        return out
+
+    def valid_mask(self) -> Bool[Tensor, "n_upstream n_readers"]:
+        """``valid[u, v]``: upstream ``u`` is computed before reader ``v`` reads (an edge)."""
+        mask = torch.zeros(self.n_upstream, self.n_readers, dtype=torch.bool)
+        for rh in self.reader_hooks():
+            mask[: rh.n_avail, rh.start : rh.start + rh.count] = True
+        return mask
+
+    def reader_nodes(self) -> Bool[Tensor, "n_readers n_nodes"]:
+        """``rn[v, n]``: reader ``v`` is an input of node ``n`` (kv readers: every head of the group)."""
+        rn = torch.zeros(self.n_readers, len(self.nodes), dtype=torch.bool)
+        H, K, G = self.n_heads, self.n_kv_heads, self.group_size
+        for rh in self.reader_hooks():
+            name = rh.name
+            if name == _hook("final_in"):
+                rn[rh.start, len(self.nodes) - 1] = True
+                continue
+            l = int(name.split(".")[1])
+            if name.endswith("hook_mlp_in"):
+                rn[rh.start, self.mlp_index(l)] = True
+            elif name.endswith("hook_q_input") or K == H:
+                for h in range(H):
+                    rn[rh.start + h, self.head_index(l, h)] = True
+            else:
+                for g in range(K):
+                    for h in range(g * G, (g + 1) * G):
+                        rn[rh.start + g, self.head_index(l, h)] = True
+        return rn
+
+    def layer_of(self, node: str) -> int:
+        """Column of a node in layer order: input -1, logits n_layers."""
+        if node == "input":
+            return -1
+        if node == "logits":
+            return self.n_layers
+        return int(node[1:].split(".")[0])
+
+    def reader_node_names(self, reader: str) -> list[str]:
+        """The node names a reader feeds (several heads for a GQA kv reader)."""
+        if reader == "logits" or reader.startswith("m"):
+            return [reader]
+        base, _ = reader.split("<")
+        layer, part = base.split(".")
+        if part.startswith("kv"):
+            g = int(part[2:])
+            return [f"{layer}.h{h}" for h in range(g * self.group_size, (g + 1) * self.group_size)]
+        return [base]
+
+
+def _hook(site: str, layer: int | None = None) -> str:
+    return get_site(site).hook_name(layer)
+
+
+def _node_params(model: Model, nodes: tuple[str, ...]) -> list[int]:
+    """Parameters per node; shared (tied) tensors are counted once, at their first owner."""
+    b = model.backend
+    seen: set[int] = set()
+
+    def count(module: object) -> int:
+        if module is None:
+            return 0
+        n = 0
+        for p in module.parameters():  # type: ignore[attr-defined]
+            if id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+        return n
+
+    sizes = {"input": count(getattr(b, "embed", None)) + count(getattr(b, "pos_embed", None))}
+    H = model.n_heads
+    for l in range(model.n_layers):
+        blk = b.blocks[l]
+        attn = count(getattr(blk, "attn", None)) + count(getattr(blk, "ln1", None))
+        for h in range(H):
+            sizes[f"a{l}.h{h}"] = attn // H + (1 if h < attn % H else 0)
+        sizes[f"m{l}"] = count(getattr(blk, "mlp", None)) + count(getattr(blk, "ln2", None))
+    sizes["logits"] = count(getattr(b, "ln_final", None)) + count(getattr(b, "unembed", None))
+    rest = sum(p.numel() for p in b.parameters() if id(p) not in seen)
+    sizes["input"] += rest  # anything unassigned (rotary buffers are not parameters)
+    return [sizes[n] for n in nodes]
