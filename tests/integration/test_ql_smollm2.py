@@ -1,0 +1,67 @@
+"""Query Localization end to end on the real SmolLM2-135M (a few facts, few steps)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ql_setup(smollm2, data_dir):
+    from tlcap.data.pararel import load_pararel
+    from tlcap.experiments import ql
+
+    facts = load_pararel(data_dir, ["P36", "P103"], n_facts=2, model=smollm2, known_top_k=10, max_queries=2)
+    locs = ql.localize_facts(smollm2, facts, "ig", steps=4, progress=False)
+    return facts, locs
+
+
+def test_consistency_smollm2(ql_setup):
+    from tlcap.experiments import ql
+
+    facts, locs = ql_setup
+    assert len(facts) == 2
+    for fk in locs:
+        assert all(0 < p <= 1 for p in fk.probs)
+        assert all(len(s) > 0 for s in fk.sets())
+    s = ql.consistency_analysis({"ig": locs}).summary()
+    assert s["n_facts"] == 2
+    for f in s["facts"]:
+        assert 0.0 <= f["cs1"] <= f["cs2"] <= 1.0 and f["group"] in ("K_I", "K_II")
+    assert s["k1_ratio"] + s["k2_ratio"] == pytest.approx(1.0)
+
+
+def test_erasure_lowers_own_probability(smollm2, ql_setup):
+    from tlcap.experiments import ql
+
+    _, locs = ql_setup
+    groups, _ = ql.groups_for(locs)
+    texts = ql.wikitext_sample(2)
+    res = ql.modification_experiment(smollm2, locs[:1], groups[:1], operations=("erasure",), sets=("local",),
+                                     edit_queries=1, ppl_texts=texts, ppl_max_tokens=48, progress=False)
+    df = res.to_frame()
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row.p_after < row.p_before  # erasing N_i lowers the query's own probability
+    assert 0 <= row.rel <= 1 and 0 <= row.gen <= 1 and math.isfinite(row.dppl) and row.ppl_before > 1
+
+
+def test_synapse_experiment_smollm2(smollm2, ql_setup):
+    from tlcap.experiments import ql
+
+    _, locs = ql_setup
+    groups, _ = ql.groups_for(locs)
+    res = ql.synapse_experiment(smollm2, locs[:1], groups[:1], progress=False)  # S_ir from a fixed unrelated prompt
+    df = res.to_frame()
+    assert len(df) == locs[0].k * 4
+    assert df[["dprob", "p_before", "p_after"]].notna().all().all()
+    assert ((df.p_after >= 0) & (df.p_after <= 1)).all()
+    assert torch.isfinite(torch.tensor(df.dvalue.to_numpy(dtype=float))).all()
+    assert all(0 < r["predominance"] <= 1 for r in res.predominance)
+    # suppressing the query's own synapses changes its answer probability
+    own = df[(df.synapses == "self") & (df.op == "sup") & (df.n_synapses > 0)]
+    assert len(own) and (own.p_after != own.p_before).any()

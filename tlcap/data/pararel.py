@@ -1,0 +1,261 @@
+"""ParaRel (Elazar et al. 2021): facts with their neighbor queries for a causal LM.
+
+Files (see ``/work/shared/data/README.md``): ``graphs_json/PXX.jsonl`` holds the relation's
+paraphrase patterns (``[X]`` = subject, ``[Y]`` = object), ``trex_lms_vocab/PXX.jsonl`` its
+facts. A causal LM can only answer patterns whose object slot comes last, so only patterns
+ending in ``[Y]`` (optionally followed by ``.`` / `` .``) are used; the prompt is the pattern
+up to ``[Y]`` with the trailing space removed and the target is ``" " + obj_label``.
+
+Facts whose object is more than one token are skipped by default (``single_token=True``): the
+QL analyses edit with the object's embedding ``E(o)`` and score the first-token probability.
+The attribution methods themselves support multi-token targets by teacher forcing; pass
+``single_token=False`` to keep them.
+
+Example:
+    >>> facts = load_pararel("/work/shared/data", relations=["P36", "P103"], n_facts=4, model=model,
+    ...                      known_top_k=10)
+    >>> facts[0].queries, facts[0].target
+    (('The capital of Cook County is', "Cook County's capital is", ...), ' Chicago')
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence
+
+from tlcap.errors import EmptyDatasetError, MissingFileError, TargetTokenizationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tlcap.models.adapter import Model
+
+_END_Y = re.compile(r"\[Y\]\s*\.?\s*$")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact ⟨subject, relation, object⟩ with its neighbor queries.
+
+    Attributes:
+        relation: ParaRel relation id, e.g. ``"P36"``.
+        subject: ``sub_label``.
+        object: ``obj_label`` (without the leading space).
+        queries: Neighbor queries (prompts that the object completes), at least two.
+        uuid: The T-REx fact id.
+    """
+
+    relation: str
+    subject: str
+    object: str
+    queries: tuple[str, ...]
+    uuid: str = ""
+
+    @property
+    def target(self) -> str:
+        """The answer as the model should produce it: ``" " + object``."""
+        return " " + self.object
+
+    def to_dict(self) -> dict:
+        return {"relation": self.relation, "subject": self.subject, "object": self.object,
+                "queries": list(self.queries), "uuid": self.uuid}
+
+
+def pararel_root(data_dir: str | Path | None = None) -> Path:
+    """The ParaRel folder: ``data_dir/pararel`` or ``data_dir`` itself (default: the shared data)."""
+    if data_dir is None:
+        import os
+
+        env = os.environ.get("TLCAP_DATA")
+        cands = [Path(env)] if env else []
+        here = Path(__file__).resolve().parents[2]
+        cands += [here.parent / "shared" / "data", here / "shared" / "data", Path("/work/shared/data")]
+        data_dir = next((c for c in cands if (c / "pararel").is_dir()), None)
+        if data_dir is None:
+            raise MissingFileError("No ParaRel data found; pass --data-dir (the folder holding pararel/) or set TLCAP_DATA.")
+    d = Path(data_dir)
+    for cand in (d / "pararel", d):
+        if (cand / "graphs_json").is_dir() and (cand / "trex_lms_vocab").is_dir():
+            return cand
+    raise MissingFileError(
+        f"{d} holds no ParaRel data: expected {d}/pararel/graphs_json and trex_lms_vocab (or those two folders in {d})."
+    )
+
+
+def list_relations(data_dir: str | Path | None = None) -> list[str]:
+    """Relation ids that have both patterns and facts, sorted by number."""
+    root = pararel_root(data_dir)
+    pats = {p.stem for p in (root / "graphs_json").glob("P*.jsonl")}
+    facts = {p.stem for p in (root / "trex_lms_vocab").glob("P*.jsonl")}
+    return sorted(pats & facts, key=lambda r: int(r[1:]))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def causal_patterns(data_dir: str | Path | None, relation: str) -> list[str]:
+    """The relation's patterns that end in the object slot, cut before ``[Y]`` (deduplicated).
+
+    ``"The capital of [X] is [Y] ."`` → ``"The capital of [X] is"``.
+    """
+    root = pararel_root(data_dir)
+    path = root / "graphs_json" / f"{relation}.jsonl"
+    if not path.exists():
+        raise MissingFileError(f"No patterns for relation {relation!r} at {path}; known: {', '.join(list_relations(data_dir))}")
+    out: list[str] = []
+    for row in _read_jsonl(path):
+        pat = row["pattern"]
+        if "[X]" not in pat or not _END_Y.search(pat):
+            continue
+        prompt = " ".join(_END_Y.sub("", pat).split())
+        if prompt and prompt not in out:
+            out.append(prompt)
+    return out
+
+
+def _single_token_ok(model: "Model", queries: Sequence[str], target: str) -> bool:
+    try:
+        for q in queries:
+            model.target_ids(q, target, single_token=True)
+    except TargetTokenizationError:
+        return False
+    return True
+
+
+def _known(model: "Model", queries: Sequence[str], target: str, top_k: int, policy: str) -> list[bool]:
+    """Is the target's first token in the model's top-k for each query (one padded batch)?"""
+    import torch
+
+    hits = []
+    with torch.no_grad():
+        for q in queries:
+            ids = model.encode(q)
+            tid = model.target_ids(q, target)[0]
+            logits = model.logits(torch.tensor([ids], device=model.device))[0, -1]
+            hits.append(bool((logits > logits[tid]).sum().item() < top_k))
+            if not hits[-1] and policy in ("all", "first"):
+                break  # the fact is rejected: skip the remaining forward passes
+            if policy == "first":
+                break
+    return hits + [False] * (len(queries) - len(hits)) if policy == "all" else hits + [True] * (len(queries) - len(hits))
+
+
+def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2) -> Iterator[Fact]:
+    """All facts of ``relation`` with at least ``min_queries`` causal queries (file order)."""
+    root = pararel_root(data_dir)
+    pats = causal_patterns(data_dir, relation)
+    if len(pats) < min_queries:
+        return
+    path = root / "trex_lms_vocab" / f"{relation}.jsonl"
+    if not path.exists():
+        raise MissingFileError(f"No facts for relation {relation!r} at {path}")
+    for row in _read_jsonl(path):
+        s, o = row["sub_label"], row["obj_label"]
+        qs: list[str] = []
+        for p in pats:
+            q = p.replace("[X]", s)
+            if q not in qs:
+                qs.append(q)
+        if len(qs) >= min_queries:
+            yield Fact(relation, s, o, tuple(qs), row.get("uuid", ""))
+
+
+def load_pararel(
+    data_dir: str | Path | None = None,
+    relations: Sequence[str] | None = None,
+    n_facts: int | None = None,
+    model: "Model | None" = None,
+    *,
+    single_token: bool = True,
+    known_top_k: int | None = None,
+    known_policy: Literal["all", "any", "first"] = "all",
+    min_queries: int = 2,
+    max_queries: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> list[Fact]:
+    """Facts with neighbor queries, balanced over relations.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder itself); default the shared data.
+        relations: Relation ids (default all that have ≥ ``min_queries`` causal patterns).
+        n_facts: Total number of facts, taken round-robin over the relations (default all).
+        model: Needed for ``single_token`` and ``known_top_k`` filtering.
+        single_token: Keep only facts whose target is one token after every query.
+        known_top_k: Keep only facts the model answers within its top-k (first answer token).
+        known_policy: ``"all"`` queries, ``"any"`` query or the ``"first"`` query must be known;
+            with ``"any"``, the unknown queries are dropped (the fact keeps ≥ ``min_queries``).
+        min_queries: Fewest neighbor queries a fact needs (consistency needs 2).
+        max_queries: Keep at most this many queries per fact (first patterns first).
+        shuffle: Shuffle each relation's facts with ``seed`` before taking them.
+        seed: Seed for ``shuffle``.
+
+    Returns:
+        A list of :class:`Fact`.
+
+    Raises:
+        EmptyDatasetError: nothing survives the filters.
+    """
+    rels = list(relations) if relations else list_relations(data_dir)
+    if not rels:
+        raise EmptyDatasetError("No ParaRel relations selected.")
+    if (single_token or known_top_k) and model is None:
+        raise ValueError("load_pararel needs `model` to filter by single-token targets or known facts")
+    known = set(list_relations(data_dir))
+    bad = [r for r in rels if r not in known]
+    if bad:
+        raise MissingFileError(f"Unknown ParaRel relation(s) {bad}; available: {', '.join(sorted(known, key=lambda r: int(r[1:])))}")
+
+    def gen(rel: str) -> Iterator[Fact]:
+        facts = list(iter_facts(data_dir, rel, min_queries))
+        if shuffle:
+            random.Random(seed).shuffle(facts)
+        for f in facts:
+            qs = list(f.queries)
+            if model is not None:
+                try:
+                    ok = [q for q in qs if len(model.encode(q)) > 0]
+                except Exception:  # noqa: BLE001 - prompt too long etc.
+                    continue
+                qs = ok
+            if max_queries and known_policy != "any":
+                qs = qs[:max_queries]
+            if single_token and not _single_token_ok(model, qs, f.target):
+                continue
+            if known_top_k:
+                try:
+                    hits = _known(model, qs, f.target, known_top_k, known_policy)
+                except TargetTokenizationError:
+                    continue
+                if known_policy == "all" and not all(hits):
+                    continue
+                if known_policy == "first" and not hits[0]:
+                    continue
+                if known_policy == "any":
+                    qs = [q for q, h in zip(qs, hits) if h]
+            if max_queries:
+                qs = qs[:max_queries]
+            if len(qs) < min_queries:
+                continue
+            yield Fact(f.relation, f.subject, f.object, tuple(qs), f.uuid)
+
+    gens = {r: gen(r) for r in rels}
+    out: list[Fact] = []
+    while gens and (n_facts is None or len(out) < n_facts):
+        for r in list(gens):
+            if n_facts is not None and len(out) >= n_facts:
+                break
+            try:
+                out.append(next(gens[r]))
+            except StopIteration:
+                del gens[r]
+    if not out:
+        raise EmptyDatasetError(
+            f"No ParaRel facts in {rels} survive the filters (single_token={single_token}, known_top_k={known_top_k}, "
+            f"min_queries={min_queries}); relax them or pick other relations."
+        )
+    return out
