@@ -406,8 +406,11 @@ class PrefixCache:
                 # which materialises each layer's batch exactly once.
                 for i, layer in enumerate(c.layers):
                     if i >= from_layer and getattr(layer, "keys", None) is not None and layer.keys.numel():
-                        layer.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
-                        layer.values = layer.values.expand(batch, *layer.values.shape[1:])
+                        if layer.keys.shape[0] == 1:
+                            layer.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
+                            layer.values = layer.values.expand(batch, *layer.values.shape[1:])
+                        else:  # a multi-row cache: each row repeated ``batch`` times
+                            layer.batch_repeat_interleave(batch)
             return c
         for entry in c.entries:
             entry.past_keys = entry.past_keys.expand(batch, *entry.past_keys.shape[1:]).contiguous()

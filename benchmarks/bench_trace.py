@@ -1,0 +1,123 @@
+"""Benchmark: batched causal tracing vs the per-cell loop, and time per ROME edit (SmolLM2).
+
+The batched trace (all three kinds, every layer, every token) is timed in full. The per-cell
+loop (one forward of ``samples`` rows over the full prompt per (kind, token, layer) cell, as
+ROME's reference code does) is timed on a spread subset of cells and extrapolated as
+``mean time per cell × number of cells`` — labelled "extrapolated" in the table. Both run in
+the same process on the same prompt, noise and samples, and the subset's scores are checked
+against the batched trace.
+
+Usage:
+    python benchmarks/bench_trace.py --quick          # 3 noise samples, 12 loop cells
+    python benchmarks/bench_trace.py                  # 10 noise samples, 30 loop cells
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+import tlcap  # noqa: E402
+from tlcap.intervene.covariance import covariance_path, key_covariance  # noqa: E402
+from tlcap.intervene.rome import RomeConfig, rome_edit  # noqa: E402
+from tlcap.locate.causal_trace import KINDS, causal_trace, prepare_trace, trace_cell  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--prompt", default="The capital of France is")
+    ap.add_argument("--subject", default="France")
+    ap.add_argument("--target", default=" Paris")
+    ap.add_argument("--samples", type=int, default=None)
+    ap.add_argument("--loop-cells", type=int, default=None)
+    ap.add_argument("--edits", type=int, default=None)
+    args = ap.parse_args()
+    samples = args.samples or (3 if args.quick else 10)
+    n_loop = args.loop_cells or (12 if args.quick else 30)
+    n_edits = args.edits or (1 if args.quick else 3)
+
+    model = tlcap.load_model(args.model)
+    L = model.n_layers
+    rows = []
+
+    # ---- batched trace, all kinds / tokens / layers
+    t0 = time.perf_counter()
+    tr = causal_trace(model, args.prompt, args.subject, args.target, samples=samples, progress=True)
+    t_batched = time.perf_counter() - t0
+    T = len(tr.tokens)
+    n_cells = len(KINDS) * T * L
+
+    # ---- per-cell loop on a spread subset of cells (same setup, same noise)
+    setup = prepare_trace(model, args.prompt, args.subject, args.target, samples=samples)
+    all_cells = [(k, t, l) for k in KINDS for t in range(T) for l in range(L)]
+    step = max(1, len(all_cells) // n_loop)
+    subset = all_cells[::step][:n_loop]
+    t0 = time.perf_counter()
+    max_err = 0.0
+    for kind, t, l in subset:
+        p = trace_cell(setup, kind, t, l)
+        max_err = max(max_err, abs(p - float(tr.score(kind)[t, l])))
+    t_loop_subset = time.perf_counter() - t0
+    per_cell = t_loop_subset / len(subset)
+    t_loop = per_cell * n_cells
+    rows.append(("causal trace, batched (measured)", t_batched, n_cells))
+    rows.append((f"causal trace, per-cell loop (extrapolated: {len(subset)} cells measured)", t_loop, n_cells))
+
+    # ---- ROME edit time (covariance cached first, timed separately)
+    cfg = RomeConfig()
+    layer = L // 6  # an early-middle layer (4 on SmolLM2)
+    cached = covariance_path(model, layer, cfg.cov_tokens, cfg.cov_seq_len).exists()
+    t0 = time.perf_counter()
+    key_covariance(model, [layer], n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len)
+    t_cov = time.perf_counter() - t0
+    edit_times, steps = [], []
+    for i in range(n_edits):
+        W0 = model.mlp_down_matrix(layer).clone()
+        t0 = time.perf_counter()
+        e = rome_edit(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", layer, cfg)
+        edit_times.append(time.perf_counter() - t0)
+        steps.append(len(e.losses))
+        e.undo()
+        assert torch.equal(model.mlp_down_matrix(layer), W0)
+
+    res = {
+        "model": args.model, "quick": args.quick, "prompt": args.prompt, "tokens": T, "layers": L,
+        "samples": samples, "cells": n_cells,
+        "trace_batched_s": t_batched, "trace_loop_extrapolated_s": t_loop, "loop_cells_measured": len(subset),
+        "loop_subset_s": t_loop_subset, "loop_s_per_cell": per_cell, "speedup": t_loop / t_batched,
+        "max_abs_diff_subset": max_err,
+        "covariance_s": t_cov, "covariance_was_cached": cached, "cov_tokens": cfg.cov_tokens,
+        "rome_edit_s": edit_times, "rome_edit_mean_s": sum(edit_times) / len(edit_times), "rome_steps": steps,
+        "clean_prob": tr.clean_prob, "corrupted_prob": tr.corrupted_prob,
+        "torch_threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+        "load_avg_1m": os.getloadavg()[0],
+    }
+    print()
+    print(f"{'what':<62} {'seconds':>9}")
+    print(f"{'-' * 62} {'-' * 9}")
+    for name, s, _ in rows:
+        print(f"{name:<62} {s:9.1f}")
+    print(f"{'speedup (loop / batched)':<62} {res['speedup']:9.1f}x")
+    print(f"{'max |batched − loop| on measured cells':<62} {max_err:9.2e}")
+    print(f"{'key covariance, ' + str(cfg.cov_tokens) + ' tokens' + (' (cached)' if cached else ''):<62} {t_cov:9.1f}")
+    print(f"{'ROME edit (layer %d, %s Adam steps), mean of %d' % (layer, steps, n_edits):<62} {res['rome_edit_mean_s']:9.1f}")
+    print(f"(cells = 3 kinds × {T} tokens × {L} layers = {n_cells}; {samples} noise samples; 1-min load avg {res['load_avg_1m']:.1f})")
+    out = Path(__file__).parent / "results" / "bench_trace.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Causal tracing on the tiny random models: exact reproduction of clean/corrupted runs and
+equality of the batched trace with the one-cell-at-a-time reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.locate.causal_trace import (
+    KINDS,
+    CausalTrace,
+    SubjectNotFoundError,
+    causal_trace,
+    prepare_trace,
+    subject_span,
+    token_classes,
+    trace_reference,
+    window_layers,
+)
+
+PROMPT = "The capital of France is"
+SUBJECT = "capital of France"
+
+
+def _close(a, b):
+    return torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), rtol=1e-4, atol=1e-10)
+
+
+def test_subject_span_from_offsets(tiny_gpt2):
+    toks = tiny_gpt2.to_str_tokens(tiny_gpt2.to_tokens(PROMPT))
+    s0, s1 = subject_span(tiny_gpt2, PROMPT, SUBJECT)
+    assert "".join(toks[s0:s1]).strip() == SUBJECT
+    assert subject_span(tiny_gpt2, PROMPT, "France") == (3, 4)
+    with pytest.raises(SubjectNotFoundError):
+        subject_span(tiny_gpt2, PROMPT, "Germany")
+
+
+def test_window_layers_match_rome():
+    assert window_layers(0, 30, 10) == list(range(0, 5))
+    assert window_layers(15, 30, 10) == list(range(10, 20))
+    assert window_layers(29, 30, 10) == list(range(24, 30))
+    assert window_layers(3, 30, 1) == [3]
+
+
+@pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
+def test_restore_all_is_clean_and_none_is_corrupted(fixture, request):
+    model = request.getfixturevalue(fixture)
+    setup = prepare_trace(model, PROMPT, SUBJECT, samples=3, window=2)
+    T, L = setup.n_tokens, model.n_layers
+    # Restoring every residual state reproduces the clean run exactly (up to float error).
+    every = [("resid", t, l) for t in range(T) for l in range(L)]
+    assert _close(setup.restored_prob(every), setup.clean_prob)
+    # Restoring no state is the corrupted run, and corruption really changes the output.
+    assert setup.restored_prob([]) == setup.corrupted_prob
+    assert abs(setup.corrupted_prob - setup.clean_prob) > 1e-4 * setup.clean_prob
+    # The last token's residual at the last layer alone determines the output.
+    assert _close(setup.restored_prob([("resid", T - 1, L - 1)]), setup.clean_prob)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
+def test_batched_equals_per_cell_reference(fixture, request):
+    model = request.getfixturevalue(fixture)
+    kw = dict(samples=3, window=2, seed=1)
+    ref = trace_reference(model, PROMPT, SUBJECT, **kw)
+    # Small batches force several chunks per token and the corrupted-prefix cache.
+    fast = causal_trace(model, PROMPT, SUBJECT, batch_rows=9, **kw)
+    assert fast.scores.shape == (3, len(fast.tokens), model.n_layers)
+    assert not torch.isnan(fast.scores).any()
+    assert _close(fast.scores, ref.scores), (fast.scores - ref.scores).abs().max()
+    assert fast.clean_prob == ref.clean_prob and fast.corrupted_prob == ref.corrupted_prob
+    # Restoring the final-layer residual at the last token gives the clean probability.
+    assert _close(fast.score("resid")[-1, -1], fast.clean_prob)
+
+
+def test_no_prefix_reuse_same_result_and_result_roundtrip(tiny_llama, tmp_path):
+    kw = dict(kinds=("resid", "mlp"), layers=[1], samples=2, window=2)
+    a = causal_trace(tiny_llama, PROMPT, SUBJECT, **kw)
+    b = causal_trace(tiny_llama, PROMPT, SUBJECT, prefix_reuse=False, **kw)
+    assert _close(a.scores, b.scores)
+    assert a.scores.shape == (2, len(a.tokens), 1)
+    a.save(tmp_path / "r")
+    c = CausalTrace.load(tmp_path / "r")
+    assert torch.equal(c.scores, a.scores) and c.subject_range == a.subject_range
+    s = a.summary()
+    assert set(s["scores"]) == set(KINDS) and s["scores"]["attn"] is None
+    assert len(s["scores"]["resid"]) == len(a.tokens) and len(s["scores"]["resid"][0]) == 1
+    assert s["top_layers"] == [1]
+    df = a.to_frame()
+    assert len(df) == 2 * len(a.tokens)
+    fig = a.figure()
+    assert len(fig.data) == 2
+
+
+def test_token_classes():
+    c = token_classes(8, (1, 4))
+    assert c == {"first subject": [1], "middle subject": [2], "last subject": [3], "first subsequent": [4],
+                 "further": [5, 6], "last": [7]}
+    c1 = token_classes(3, (0, 1))
+    assert c1["first subject"] == c1["last subject"] == [0] and c1["middle subject"] == [] and c1["last"] == [2]
