@@ -1,1 +1,1 @@
-"""experiments package."""
+"""Experiments: compositions of runtime pieces returning result values (KN, CNL, QL)."""
