@@ -27,6 +27,25 @@ def test_hooks_removed_after_exception(tiny_gpt2):
     assert torch.equal(tiny_gpt2.logits(toks), clean)
 
 
+def test_nested_hook_contexts_keep_outer_hooks(tiny_gpt2):
+    toks = tiny_gpt2.to_tokens(PROMPT)
+    clean = tiny_gpt2.logits(toks)
+    outer = [(tiny_gpt2.hook_name("resid_post", 1), H.scale(0.0))]
+    inner = [(tiny_gpt2.hook_name("resid_post", 0), H.scale(0.5))]
+    only_outer = tiny_gpt2.logits(toks, hooks=outer)
+    both = tiny_gpt2.logits(toks, hooks=outer + inner)
+    with tiny_gpt2.hooks(fwd=outer):
+        # every call in the body sees the outer hooks, also after other calls closed their contexts
+        for _ in range(3):
+            assert torch.equal(tiny_gpt2.logits(toks), only_outer)
+        assert torch.equal(tiny_gpt2.logits(toks, hooks=inner), both)
+        with pytest.raises(RuntimeError):
+            with tiny_gpt2.hooks(fwd=inner):
+                raise RuntimeError("inner fails")
+        assert torch.equal(tiny_gpt2.logits(toks), only_outer)
+    assert torch.equal(tiny_gpt2.logits(toks), clean)
+
+
 def test_hook_inside_logits_does_not_leak(tiny_gpt2):
     toks = tiny_gpt2.to_tokens(PROMPT)
     clean = tiny_gpt2.logits(toks)

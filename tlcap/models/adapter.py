@@ -223,21 +223,14 @@ class Model:
     def hooks(self, fwd: HookList = (), bwd: HookList = ()) -> Iterator["Model"]:
         """Apply hooks for the body of a ``with`` block; every hook is removed on exit.
 
-        Removal also happens when the body raises. Hooks are TransformerLens-style
-        functions ``fn(activation, hook) -> activation | None``.
+        Removal also happens when the body raises. Contexts nest: an inner block (including
+        the one every :meth:`logits` call opens) removes only its own hooks, so the outer
+        block's hooks stay active for every call in its body. TransformerLens's ``hooks()``
+        context does the bookkeeping (per handle on the bridge, per context level on TL 3.9).
+        Hooks are TransformerLens-style functions ``fn(activation, hook) -> activation | None``.
         """
-        fwd, bwd = list(fwd), list(bwd)
-        try:
-            with self.backend.hooks(fwd_hooks=fwd, bwd_hooks=bwd):
-                yield self
-        finally:
-            # Belt and braces: TL's own context already resets, but a failed enter must not leak.
-            reset = getattr(self.backend, "reset_hooks", None)
-            if reset is not None:
-                try:
-                    reset(including_permanent=False)
-                except TypeError:  # older signature
-                    reset()
+        with self.backend.hooks(fwd_hooks=list(fwd), bwd_hooks=list(bwd)):
+            yield self
 
     def logits(
         self,
