@@ -28,7 +28,6 @@ from torch import Tensor
 
 from tlcap.attribution.ig import NeuronAttribution, Rule, integrated_gradients
 from tlcap.models.adapter import Model
-from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 
 
@@ -41,11 +40,8 @@ def eos_baseline(model: Model, n_tokens: int, site: str = "mlp_post", token_id: 
             raise ValueError("The model's tokenizer has no <eos> token; pass token_id= for the AMIG baseline.")
     s = get_site(site)
     names = [s.hook_name(l) for l in range(model.n_layers)]
-    store: dict[str, Tensor] = {}
     toks = torch.full((1, max(1, n_tokens)), int(token_id), dtype=torch.long, device=model.device)
-    with torch.no_grad():
-        model.logits(toks, hooks=[(n, H.record(store, n, pos=[-1])) for n in names])
-    return torch.stack([store[n][0, -1] for n in names]).float()
+    return model.last_position_activations(toks, names)[0][0].float()
 
 
 def amig(

@@ -197,13 +197,9 @@ def _clean_last(model: Model, context: list[int], hook_names: list[str], prefix_
     """Clean activations at the last position for the given hooks, last-position logits, prefix."""
     toks = torch.tensor([context], device=model.device)
     prefix = model.prefix_cache(toks[:, :-1]) if prefix_reuse else None
-    store: dict[str, Tensor] = {}
-    rec = [(n, H.record(store, n, pos=[-1])) for n in hook_names]
     run = toks[:, -1:] if prefix_reuse else toks
-    with torch.no_grad():
-        logits = model.logits(run, hooks=rec, prefix=prefix)[:, -1]
-    acts = torch.stack([store[n][0, -1] for n in hook_names])  # [n_hooks, d]
-    return acts, logits[0], prefix
+    acts, logits = model.last_position_activations(run, hook_names, prefix=prefix)
+    return acts[0], logits[0], prefix
 
 
 def _scaled_batch(

@@ -38,7 +38,6 @@ from torch import Tensor
 
 from tlcap.attribution.ig import NeuronAttribution, Rule, integrated_gradients
 from tlcap.models.adapter import Model
-from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 
 
@@ -59,10 +58,7 @@ def masked_baselines(model: Model, ids: Sequence[int], mask_id: int, site: str =
     toks[torch.arange(n), torch.arange(n)] = mask_id
     s = get_site(site)
     names = [s.hook_name(l) for l in range(model.n_layers)]
-    store: dict[str, Tensor] = {}
-    with torch.no_grad():
-        model.logits(toks, hooks=[(nm, H.record(store, nm, pos=[-1])) for nm in names])
-    return torch.stack([store[nm][:, -1] for nm in names], dim=1).float()
+    return model.last_position_activations(toks, names)[0].float()
 
 
 def sig(

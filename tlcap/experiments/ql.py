@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -682,10 +682,8 @@ def _kn_value_prob(model: Model, prompt: str, tid: int, kns: NeuronSet, hooks: H
     """(mean |activation| of the KNs at the last position, P(target), all last-pos activations [L, d])."""
     site = get_site("mlp_post")
     names = [site.hook_name(l) for l in range(model.n_layers)]
-    store: dict[str, Tensor] = {}
-    rec = [(n, H.record(store, n, pos=[-1])) for n in names]
-    logits = model.logits(model.to_tokens(prompt), hooks=list(hooks) + rec)[0, -1].float()
-    acts = torch.stack([store[n][0, -1] for n in names]).float()
+    acts, logits = model.last_position_activations(model.to_tokens(prompt), names, hooks=hooks)
+    acts, logits = acts[0].float(), logits[0].float()
     v = float(acts[kns.mask()].abs().mean()) if len(kns) else math.nan
     return v, float(logits.softmax(-1)[tid]), acts
 

@@ -93,9 +93,9 @@ def greedy_generate(
     for _ in range(max_new_tokens):
         with model.hooks(fwd=hooks):
             if cache is not None:
-                logits = model._forward(nxt, past=cache)  # the cache grows in place
+                logits = model.forward(nxt, past=cache)  # the cache grows in place
             else:
-                logits = model._forward(torch.tensor([ids + out], device=model.device))
+                logits = model.forward(torch.tensor([ids + out], device=model.device))
         tok = int(logits[0, -1].argmax())
         out.append(tok)
         if tok in stop:

@@ -261,20 +261,50 @@ class Model:
 
                 late = [(f"blocks.{expand_at}.hook_resid_pre", expand_batch(batch))]
                 with self.hooks(fwd=late + list(hooks)):
-                    return self._forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
+                    return self.forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
         if batch is not None and tokens.shape[0] != batch:
             tokens = tokens.expand(batch, -1)
         with self.hooks(fwd=hooks):
             if prefix is None or prefix.n_tokens == 0:
-                return self._forward(tokens)
-            return self._forward(tokens, past=prefix.expanded(tokens.shape[0]))
+                return self.forward(tokens)
+            return self.forward(tokens, past=prefix.expanded(tokens.shape[0]))
 
-    def _forward(self, tokens: Tensor, past: Any = None) -> Tensor:
+    def forward(self, tokens: Int[Tensor, "batch pos"], past: Any = None) -> Float[Tensor, "batch pos d_vocab"]:
+        """The raw forward pass: the hooks of enclosing :meth:`hooks` blocks apply, none of its own.
+
+        Args:
+            tokens: Token ids.
+            past: A live backend KV cache (e.g. ``prefix_cache(...).expanded(1)``) that this call
+                extends in place, for incremental decoding; ``None`` runs from scratch. Use
+                :meth:`logits` with ``prefix=`` to reuse a cache without consuming it.
+        """
         if past is None:
             return self.backend(tokens)
         if self.is_bridge:
             return self.backend(tokens, past_key_values=past)
         return self.backend(tokens, past_kv_cache=past)
+
+    @torch.no_grad()
+    def last_position_activations(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        hook_names: Sequence[str],
+        hooks: HookList = (),
+        prefix: "PrefixCache | None" = None,
+    ) -> tuple[Float[Tensor, "batch n_hooks d"], Float[Tensor, "batch d_vocab"]]:
+        """Activations at the last position of each hook point, and the last-position logits.
+
+        One no-grad forward (after ``prefix`` if given) with ``hooks`` applied, e.g. the clean
+        neuron values IG scales, or a baseline sentence's neurons (AMIG, SIG).
+        """
+        from tlcap.runtime.hooks import record
+
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        store: dict[str, Tensor] = {}
+        rec = [(n, record(store, n, pos=[-1])) for n in hook_names]
+        logits = self.logits(tokens, hooks=list(hooks) + rec, prefix=prefix)[:, -1]
+        return torch.stack([store[n][:, -1] for n in hook_names], dim=1), logits
 
     def run_with_cache(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str] | Callable[[str], bool] | None = None, hooks: HookList = ()) -> tuple[Tensor, dict[str, Tensor]]:
         """Forward pass recording the given hook points (all if ``names`` is None)."""

@@ -258,7 +258,7 @@ def run_pass(
     if grads:
         bwd = [(rh.name, H.capture_grad(gstore, rh.name)) for rh in graph.reader_hooks()]
     with torch.set_grad_enabled(grads), edge_hooks_enabled(model), model.hooks(fwd=fwd, bwd=bwd):
-        logits = model._forward(tokens)
+        logits = model.forward(tokens)
         metric = task.metric_rows(logits)
         if grads:
             sel = metric if grad_rows is None else metric[grad_rows]
