@@ -333,8 +333,7 @@ def integrated_gradients(
                 # group rows by layer within the chunk (row_layer is indices into hook_names)
                 probs, grad = _scaled_batch(model, context, prefix, hook_names, rl, vals, tid, layer_ids=layer_list, late_expand=late_expand)
                 grad_acc.index_add_(0, rl, grad.double() * row_w[start:stop, None])
-                is_base = ra == 0
-                is_base &= torch.arange(start, start + len(rl)) % (steps + 1) == steps
+                is_base = torch.arange(start, stop) % (steps + 1) == steps  # each layer's last row
                 for r in is_base.nonzero().flatten().tolist():
                     p_base[t, layer_list[int(rl[r])]] = float(probs[r])
                 bar.update(1)
