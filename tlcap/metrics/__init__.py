@@ -1,8 +1,48 @@
 """Metrics: located sets and their overlaps, probabilities, task accuracy, statistics."""
 
 from tlcap.metrics.accuracy import task_accuracy
+from tlcap.metrics.bootstrap import (
+    WeightedStatistic,
+    bootstrap_ci,
+    paired_difference_ci,
+    share_ci,
+    wilson_interval,
+)
+from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
+from tlcap.metrics.permutation import (
+    MIN_NULL_DRAWS,
+    RandomControlTest,
+    located_vs_random,
+    permutation_p_value,
+    require_draws,
+)
 from tlcap.metrics.probs import target_prob, token_probs
+from tlcap.metrics.sensitivity import SensitivityCurve, threshold_curve
 from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, welch_t_test
 
-__all__ = ["NeuronSet", "target_prob", "token_probs", "task_accuracy", "cs1", "cs2", "otsu_threshold", "welch_t_test"]
+__all__ = [
+    "MIN_NULL_DRAWS",
+    "Estimate",
+    "NeuronSet",
+    "RandomControlTest",
+    "SensitivityCurve",
+    "StatisticsError",
+    "TooFewSamplesError",
+    "WeightedStatistic",
+    "bootstrap_ci",
+    "cs1",
+    "cs2",
+    "located_vs_random",
+    "otsu_threshold",
+    "paired_difference_ci",
+    "permutation_p_value",
+    "require_draws",
+    "share_ci",
+    "target_prob",
+    "task_accuracy",
+    "threshold_curve",
+    "token_probs",
+    "welch_t_test",
+    "wilson_interval",
+]
