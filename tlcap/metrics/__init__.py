@@ -8,7 +8,17 @@ from tlcap.metrics.bootstrap import (
     share_ci,
     wilson_interval,
 )
+from tlcap.metrics.coincidence import CoincidenceRates, coincidence_rates
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
+from tlcap.metrics.localization import (
+    MIN_IPP_DRAWS,
+    PairwiseOverlap,
+    iou,
+    ipp,
+    ipp_ci,
+    mean_pairwise_overlap,
+    overlap,
+)
 from tlcap.metrics.permutation import (
     MIN_NULL_DRAWS,
     RandomControlTest,
@@ -22,19 +32,28 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, welch_t_test
 
 __all__ = [
+    "MIN_IPP_DRAWS",
     "MIN_NULL_DRAWS",
+    "CoincidenceRates",
     "Estimate",
     "NeuronSet",
+    "PairwiseOverlap",
     "RandomControlTest",
     "SensitivityCurve",
     "StatisticsError",
     "TooFewSamplesError",
     "WeightedStatistic",
     "bootstrap_ci",
+    "coincidence_rates",
     "cs1",
     "cs2",
+    "iou",
+    "ipp",
+    "ipp_ci",
     "located_vs_random",
+    "mean_pairwise_overlap",
     "otsu_threshold",
+    "overlap",
     "paired_difference_ci",
     "permutation_p_value",
     "require_draws",
