@@ -320,6 +320,14 @@ def test_sensitivity_curve_from_estimates_table_and_figure():
         SensitivityCurve.from_estimates([3, 6], ests)
 
 
+def test_results_survive_save_and_load(tmp_path):
+    curve = threshold_curve([0.5], [0.1, 0.9])  # one sample: NaN bands
+    back = load_result(curve.save(tmp_path / "curve"))
+    assert back.value == (1.0, 0.0) and all(math.isnan(v) for v in back.low + back.high)
+    test = located_vs_random(0.3, np.linspace(0, 1, 20))
+    assert load_result(test.save(tmp_path / "test")) == test
+
+
 # ---------------------------------------------------------------- annotations
 def test_public_annotations_accept_lists_numpy_and_torch():
     checked = [jaxtyped(typechecker=beartype)(f) for f in (bootstrap_ci, share_ci, permutation_p_value, threshold_curve)]

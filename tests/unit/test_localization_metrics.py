@@ -20,6 +20,7 @@ from tlcap.metrics import (
     mean_pairwise_overlap,
     overlap,
 )
+from tlcap.results import load_result
 
 # Three known sets of neurons (layer, index)
 A = {(0, 1), (0, 2), (1, 3)}
@@ -91,6 +92,13 @@ def test_coincidence_rates_by_hand():
     assert (r.sizes1, r.sizes2, r.n) == ((3, 3, 2), (2, 4, 1), 3)
     table = r.to_frame().set_index("rate")
     assert table.loc["C^{1,1}", "literal"] == pytest.approx(0.2) and table.loc["C^{1,2}", "overlap"] == pytest.approx(1 / 3)
+
+
+def test_results_survive_save_and_load(tmp_path):
+    r = coincidence_rates(N1, N2, n_layers=2, d_mlp=5)
+    assert load_result(r.save(tmp_path / "c")) == r
+    p = mean_pairwise_overlap([A, B, C])
+    assert load_result(p.save(tmp_path / "p")) == p
 
 
 def test_within_framing_rate_of_two_sets_is_their_overlap():

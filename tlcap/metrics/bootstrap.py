@@ -207,7 +207,8 @@ def interval(reps: np.ndarray, theta: float, level: float, method: str, jack: np
     if method == "percentile":
         q = (alpha, 1.0 - alpha)
     elif method == "bca":
-        assert jack is not None
+        if jack is None:
+            raise StatisticsError("a BCa interval needs the jackknife values of the statistic")
         # share of replicates below θ̂, ties counted half; replicates within rounding of θ̂ are ties
         # (a resample holding every unit once gives θ̂ up to the summation order)
         tie = np.isclose(reps, theta, rtol=1e-10, atol=1e-12)

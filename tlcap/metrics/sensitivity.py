@@ -116,6 +116,10 @@ class SensitivityCurve(Result):
     n_boot: int | None = None
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("x", "value", "low", "high"):  # JSON stores NaN as null
+            object.__setattr__(self, name, tuple(math.nan if v is None else float(v) for v in getattr(self, name)))
+
     @classmethod
     def from_estimates(cls, x: Sequence[float], estimates: Sequence[Estimate], parameter: str = "sigma",
                        statistic: str = "") -> SensitivityCurve:
