@@ -33,3 +33,7 @@ class MissingFileError(TlcapError, FileNotFoundError):
 
 class ShapeMismatchError(TlcapError, ValueError):
     """Two inputs that must align (e.g. clean and corrupted prompts) do not."""
+
+
+class SubjectNotFoundError(TargetTokenizationError):
+    """A subject string that does not occur in its prompt (or covers no token of it)."""

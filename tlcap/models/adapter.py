@@ -1,57 +1,43 @@
 """The model adapter: one object that answers every question a method asks of a model.
 
 Architecture differences (GPT-2 vs Llama/SmolLM2 vs GPT-NeoX, TransformerLens 4.x
-``TransformerBridge`` vs TL 3.9 ``HookedTransformer``) live here and nowhere else.
+``TransformerBridge`` vs TL 3.9 ``HookedTransformer``) live here and nowhere else:
+:class:`Model` is the one entry point, split over small modules —
+:mod:`tlcap.models.tokens` (tokenizer, padded batches, subject spans),
+:mod:`tlcap.models.weights` (MLP neuron weights, embeddings),
+:mod:`tlcap.models.params` (parameters per head / MLP) and :mod:`tlcap.models.cache`
+(prefix key/value caches).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tlcap.errors import PromptTooLongError, TargetTokenizationError
+from tlcap.errors import EmptyDatasetError, TlcapError
+from tlcap.models.cache import PrefixCache
+from tlcap.models.params import (
+    ParameterGroups,
+    build_parameter_groups,
+    unique_parameter_count,
+)
+from tlcap.models.tokens import SubjectSpan, TokenBatch, TokensMixin
+from tlcap.models.weights import _HF_MLP_LAYOUT, WeightSlice, WeightsMixin
+from tlcap.runtime import hooks as H
+from tlcap.runtime.sites import get_site
 
 HookFn = Callable[..., Any]
 HookList = Sequence[tuple[str, HookFn]]
+Tokens = Int[Tensor, "batch pos"] | TokenBatch
 
-
-@dataclass(frozen=True)
-class WeightSlice:
-    """A parameter together with the axis along which it is indexed by MLP neuron.
-
-    Attributes:
-        param: The parameter tensor (edited in place by interventions).
-        neuron_dim: The axis of ``param`` that runs over the ``d_mlp`` neurons.
-        role: ``"out"`` (down projection, neuron -> residual), ``"in"``/``"gate"``
-            (residual -> neuron) or ``"bias"``.
-    """
-
-    param: torch.nn.Parameter
-    neuron_dim: int
-    role: str
-
-    def neuron_view(self) -> Tensor:
-        """The parameter with the neuron axis first (a view: writes go through)."""
-        return self.param.data.movedim(self.neuron_dim, 0)
-
-
-# HF module names of each MLP part, by HF ``model_type``. (path of layer list, mlp attr, parts)
-_HF_MLP_LAYOUT: dict[str, dict[str, Any]] = {
-    "gpt2": {"layers": "transformer.h", "mlp": "mlp", "out": ("c_proj", 0), "in": [("c_fc", 1)], "bias": [("c_fc", 0)], "conv1d": True},
-    "llama": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "mistral": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "qwen2": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "gemma": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "gpt_neox": {"layers": "gpt_neox.layers", "mlp": "mlp", "out": ("dense_4h_to_h", 1), "in": [("dense_h_to_4h", 0)], "bias": [("dense_h_to_4h", 0)]},
-    "gptj": {"layers": "transformer.h", "mlp": "mlp", "out": ("fc_out", 1), "in": [("fc_in", 0)], "bias": [("fc_in", 0)]},
-}
+# Sites where last_logits keeps only the last position, in order of preference.
+_CUT_SITES: tuple[str, ...] = ("unembed_in", "final_out")
+# Backend flags that switch on the per-head / split-input hook points edge patching reads.
+_EDGE_FLAGS: tuple[str, ...] = ("use_split_qkv_input", "use_attn_result", "use_hook_mlp_in")
 
 
 def transformer_bridge_class() -> Any:
@@ -63,13 +49,22 @@ def transformer_bridge_class() -> Any:
     return TransformerBridge
 
 
-def _getattr_path(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
+def _hooked_kv_cache_class() -> Any:
+    """TL 3.x's key/value cache class (TL 3.9 moved and renamed it)."""
+    try:
+        from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+    except ImportError:
+        from transformer_lens.past_key_value_caching import (
+            HookedTransformerKeyValueCache as TransformerLensKeyValueCache,
+        )
+    return TransformerLensKeyValueCache
 
 
-class Model:
+def _rows(tokens: Tokens) -> Tokens:
+    return tokens[None] if isinstance(tokens, Tensor) and tokens.ndim == 1 else tokens
+
+
+class Model(TokensMixin, WeightsMixin):
     """A hookable language model with the shape facts and weight handles methods need.
 
     Wraps a TransformerLens 4.x ``TransformerBridge`` or a TL 3.9 ``HookedTransformer``
@@ -82,10 +77,18 @@ class Model:
     the prompt exactly as the reference implementations (Dai et al., EleutherAI
     knowledge-neurons, ROME) feed it.
 
+    Attributes:
+        backend: The TransformerLens model. Methods never use it directly.
+        tokenizer: The HF tokenizer (``None`` for id-only models).
+        n_layers, d_model, d_mlp, n_heads, n_kv_heads, d_head, d_vocab, n_ctx: Shape facts.
+        is_bridge: Whether ``backend`` is a ``TransformerBridge``.
+        architecture: HF ``model_type`` (``"gpt2"``, ``"llama"``, ...).
+
     Example:
         >>> model = tlcap.load_model("gpt2-tiny")
         >>> toks = model.to_tokens("The capital of France is")
         >>> logits = model.logits(toks)
+        >>> next_logits = model.last_logits(toks)          # [1, d_vocab], unembeds one position
     """
 
     def __init__(self, backend: Any, tokenizer: Any = None, name: str = "model", prepend_bos: bool = False):
@@ -107,6 +110,9 @@ class Model:
         self.is_bridge = hasattr(backend, "original_model")
         self.hf_model = backend.original_model if self.is_bridge else None
         self.architecture = self._architecture()
+        names = set(getattr(backend, "hook_dict", {}))
+        cut = [get_site(s).hook_name() for s in _CUT_SITES if get_site(s).hook_name() in names]
+        self._cut_name: str | None = cut[0] if cut else None
         for p in backend.parameters():
             p.requires_grad_(False)
         backend.eval()
@@ -133,94 +139,29 @@ class Model:
         """Total number of MLP neurons (``n_layers * d_mlp``)."""
         return self.n_layers * self.d_mlp
 
+    @property
+    def parallel_attn_mlp(self) -> bool:
+        """Whether attention and MLP read the same block input (GPT-J, NeoX) instead of in sequence."""
+        return bool(getattr(self.cfg, "parallel_attn_mlp", False))
+
+    def eval(self) -> Model:
+        """Put the backend in inference mode (no dropout); returns the model."""
+        self.backend.train(False)
+        return self
+
     def __repr__(self) -> str:
         return (
             f"Model({self.name!r}, arch={self.architecture}, n_layers={self.n_layers}, "
             f"d_model={self.d_model}, d_mlp={self.d_mlp}, heads={self.n_heads}/{self.n_kv_heads}kv)"
         )
 
-    # ------------------------------------------------------------------ tokens
-    def to_tokens(self, text: str, prepend_bos: bool | None = None) -> Int[Tensor, "1 pos"]:
-        """Tokenize one prompt to a ``[1, pos]`` tensor, checking the context length."""
-        ids = self.encode(text, prepend_bos=prepend_bos)
-        return torch.tensor([ids], dtype=torch.long, device=self.device)
-
-    def encode(self, text: str, prepend_bos: bool | None = None) -> list[int]:
-        """Token ids of ``text`` (with BOS if ``prepend_bos``, default the model's setting)."""
-        if self.tokenizer is None:
-            raise TargetTokenizationError(
-                "This model has no tokenizer; pass token ids (tensors) instead of strings."
-            )
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        bos = self.prepend_bos if prepend_bos is None else prepend_bos
-        if bos:
-            bos_id = self.tokenizer.bos_token_id
-            if bos_id is None:
-                bos_id = self.tokenizer.eos_token_id
-            ids = [bos_id] + ids
-        if len(ids) > self.n_ctx:
-            raise PromptTooLongError(
-                f"Prompt is {len(ids)} tokens but {self.name} has a context of {self.n_ctx}; "
-                "shorten it or truncate it before calling."
-            )
-        return ids
-
-    def to_str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
-        if isinstance(ids, Tensor):
-            ids = ids.flatten().tolist()
-        return [self.tokenizer.decode([i]) for i in ids]
-
-    def target_ids(self, prompt: str, target: str, single_token: bool = False) -> list[int]:
-        """Token ids of ``target`` as they follow ``prompt``.
-
-        The target is tokenized in context (``prompt + target``) so that a missing leading
-        space or a merge across the boundary is noticed instead of silently mis-scored.
-
-        Raises:
-            TargetTokenizationError: the target merges with the prompt's last token, is
-                empty, or (with ``single_token``) is more than one token.
-        """
-        if not target:
-            raise TargetTokenizationError("The target is empty; give the answer string, e.g. ' Paris'.")
-        p_ids = self.encode(prompt, prepend_bos=False)
-        joint = self.encode(prompt + target, prepend_bos=False)
-        alone = list(self.tokenizer(target, add_special_tokens=False)["input_ids"])
-        if joint[: len(p_ids)] != p_ids:
-            raise TargetTokenizationError(
-                f"Target {target!r} merges with the end of the prompt {prompt[-20:]!r} when "
-                "tokenized together; end the prompt at a word boundary or start the target "
-                "with a space (e.g. ' Paris')."
-            )
-        ids = joint[len(p_ids):]
-        if ids != alone:
-            raise TargetTokenizationError(
-                f"Target {target!r} tokenizes as {self.to_str_tokens(alone)} alone but as "
-                f"{self.to_str_tokens(ids)} after the prompt; fix the spacing of prompt/target."
-            )
-        if not target[0].isspace() and prompt and not prompt[-1].isspace():
-            warnings.warn(
-                f"Target {target!r} has no leading space and the prompt does not end with one: "
-                f"it is scored as the tokens {self.to_str_tokens(ids)} glued to the prompt. "
-                "Most facts need a leading space (e.g. ' Paris').",
-                stacklevel=2,
-            )
-        if single_token and len(ids) != 1:
-            raise TargetTokenizationError(
-                f"Target {target!r} is {len(ids)} tokens {self.to_str_tokens(ids)}; this method "
-                "needs a single-token target. Use a shorter answer, or a method that supports "
-                "multi-token targets by teacher forcing."
-            )
-        return ids
-
-    # ------------------------------------------------------------------ running
+    # ------------------------------------------------------------------ hooks
     def hook_name(self, site: str, layer: int | None = None) -> str:
         """TransformerLens hook name of a named site at ``layer`` (see :mod:`tlcap.runtime.sites`)."""
-        from tlcap.runtime.sites import get_site
-
         return get_site(site).hook_name(layer)
 
     @contextlib.contextmanager
-    def hooks(self, fwd: HookList = (), bwd: HookList = ()) -> Iterator["Model"]:
+    def hooks(self, fwd: HookList = (), bwd: HookList = ()) -> Iterator[Model]:
         """Apply hooks for the body of a ``with`` block; every hook is removed on exit.
 
         Removal also happens when the body raises. Contexts nest: an inner block (including
@@ -232,44 +173,137 @@ class Model:
         with self.backend.hooks(fwd_hooks=list(fwd), bwd_hooks=list(bwd)):
             yield self
 
+    @contextlib.contextmanager
+    def edge_hooks(self) -> Iterator[Model]:
+        """Switch on the per-head and split-input hook points for the body of a ``with`` block.
+
+        Turns on the backend's ``use_split_qkv_input`` (per-head pre-norm q/k/v inputs: the
+        ``q_input``/``k_input``/``v_input`` sites), ``use_attn_result`` (per-head outputs:
+        ``head_result``) and ``use_hook_mlp_in`` (``mlp_input``), and off ``use_attn_in``
+        (which excludes split inputs). The previous flags are restored on exit, also when
+        the body raises.
+
+        Example:
+            >>> with model.edge_hooks():
+            ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
+        """
+        b = self.backend
+        saved = self.edge_hook_flags()
+        attn_in = bool(getattr(b.cfg, "use_attn_in", False))
+        try:
+            if attn_in:
+                b.set_use_attn_in(False)
+            b.set_use_split_qkv_input(True)
+            b.set_use_attn_result(True)
+            b.set_use_hook_mlp_in(True)
+            yield self
+        finally:
+            b.set_use_split_qkv_input(saved["use_split_qkv_input"])
+            b.set_use_attn_result(saved["use_attn_result"])
+            b.set_use_hook_mlp_in(saved["use_hook_mlp_in"])
+            if attn_in:
+                b.set_use_attn_in(True)
+
+    def edge_hook_flags(self) -> dict[str, bool]:
+        """The backend's current ``use_split_qkv_input`` / ``use_attn_result`` / ``use_hook_mlp_in`` flags."""
+        return {f: bool(getattr(self.backend.cfg, f, False)) for f in _EDGE_FLAGS}
+
+    # ------------------------------------------------------------------ running
     def logits(
         self,
-        tokens: Int[Tensor, "batch pos"],
+        tokens: Tokens,
         hooks: HookList = (),
-        prefix: "PrefixCache | None" = None,
+        prefix: PrefixCache | None = None,
         expand_at: int | None = None,
         batch: int | None = None,
     ) -> Float[Tensor, "batch pos d_vocab"]:
         """Run the model (optionally after a cached prefix) and return logits.
 
         Args:
-            tokens: Token ids. With ``prefix``, the tokens that follow the cached prefix.
+            tokens: Token ids, or a :class:`TokenBatch` (a left-padded batch is run with its
+                attention mask). With ``prefix``, the tokens that follow the cached prefix.
             hooks: Forward hooks applied for this call only.
             prefix: A :class:`PrefixCache` from :meth:`prefix_cache`; the cache is copied and
-                expanded to the batch, so one prefix serves any number of calls.
-            expand_at: With ``prefix`` and ``batch``: run a single row through layers
-                ``< expand_at`` and repeat it ``batch`` times from ``blocks.{expand_at}`` on.
-                Exact when the rows differ only from that layer on (e.g. each row scales a
-                neuron in a layer ≥ ``expand_at``); saves the shared lower layers' compute.
+                expanded to the batch (each prefix row repeated ``batch / rows`` times), so
+                one prefix serves any number of calls.
+            expand_at: With a one-row ``prefix`` and ``batch``: run a single row through layers
+                ``< expand_at`` and repeat it ``batch`` times from the ``resid_pre`` site of
+                layer ``expand_at`` on. Exact when the rows differ only from that layer on
+                (e.g. each row scales a neuron in a layer ≥ ``expand_at``); saves the shared
+                lower layers' compute.
             batch: Number of rows when ``expand_at`` is used (``tokens`` has one row).
-        """
-        if tokens.ndim == 1:
-            tokens = tokens[None]
-        if expand_at is not None and batch is not None and batch > 1 and expand_at > 0:
-            if prefix is not None and prefix.n_tokens > 0 and self.is_bridge:
-                from tlcap.runtime.hooks import expand_batch
 
-                late = [(f"blocks.{expand_at}.hook_resid_pre", expand_batch(batch))]
-                with self.hooks(fwd=late + list(hooks)):
-                    return self.forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
+        Returns:
+            Logits at every position of ``tokens``.
+        """
+        tokens = _rows(tokens)
+        mask = None
+        if isinstance(tokens, TokenBatch):
+            if tokens.side == "left" and tokens.is_padded:
+                mask = tokens.attention_mask
+            tokens = tokens.tokens
+        if mask is not None and prefix is not None and prefix.n_tokens > 0:
+            raise TlcapError("A left-padded batch cannot follow a prefix cache; pad on the right (side='right').")
+        late = (
+            expand_at is not None and batch is not None and batch > 1 and expand_at > 0 and mask is None
+            and prefix is not None and prefix.n_tokens > 0 and prefix.rows == 1 and self.is_bridge
+        )
+        if late:
+            assert prefix is not None and batch is not None and expand_at is not None
+            expand = [(self.hook_name("resid_pre", expand_at), H.expand_batch(batch))]
+            with self.hooks(fwd=expand + list(hooks)):
+                return self.forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
         if batch is not None and tokens.shape[0] != batch:
             tokens = tokens.expand(batch, -1)
         with self.hooks(fwd=hooks):
             if prefix is None or prefix.n_tokens == 0:
-                return self.forward(tokens)
+                return self.forward(tokens, attention_mask=mask)
             return self.forward(tokens, past=prefix.expanded(tokens.shape[0]))
 
-    def forward(self, tokens: Int[Tensor, "batch pos"], past: Any = None) -> Float[Tensor, "batch pos d_vocab"]:
+    def last_logits(
+        self,
+        tokens: Tokens,
+        hooks: HookList = (),
+        prefix: PrefixCache | None = None,
+        expand_at: int | None = None,
+        batch: int | None = None,
+    ) -> Float[Tensor, "batch d_vocab"]:
+        """Next-token logits of every row: the logits at each row's last (real) token.
+
+        Equal to ``logits(tokens)[:, -1]``, but the unembedding runs on one position per row
+        (a shape-changing hook at the ``unembed_in`` site, ``final_out`` on TL 3.9). For a
+        right-padded :class:`TokenBatch` each row's own last token is used.
+
+        Args:
+            tokens, hooks, prefix, expand_at, batch: As in :meth:`logits`.
+
+        Returns:
+            ``[batch, d_vocab]`` logits.
+
+        Example:
+            >>> probs = model.last_logits(model.to_tokens("The capital of France is")).softmax(-1)
+        """
+        tokens = _rows(tokens)
+        per_row = isinstance(tokens, TokenBatch) and tokens.side == "right" and tokens.is_padded
+        if self._cut_name is None:
+            out = self.logits(tokens, hooks, prefix, expand_at, batch)
+            if per_row:
+                assert isinstance(tokens, TokenBatch)
+                return out[torch.arange(out.shape[0], device=out.device), tokens.last_positions.to(out.device)]
+            return out[:, -1]
+        if per_row:
+            assert isinstance(tokens, TokenBatch)
+            cut = H.select_positions(tokens.last_positions)
+        else:
+            cut = H.last_position_only()
+        return self.logits(tokens, [*hooks, (self._cut_name, cut)], prefix, expand_at, batch)[:, -1]
+
+    def forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        past: Any = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+    ) -> Float[Tensor, "batch pos d_vocab"]:
         """The raw forward pass: the hooks of enclosing :meth:`hooks` blocks apply, none of its own.
 
         Args:
@@ -277,12 +311,77 @@ class Model:
             past: A live backend KV cache (e.g. ``prefix_cache(...).expanded(1)``) that this call
                 extends in place, for incremental decoding; ``None`` runs from scratch. Use
                 :meth:`logits` with ``prefix=`` to reuse a cache without consuming it.
+            attention_mask: 1 for real tokens, 0 for padding (needed for left padding only).
         """
+        kw: dict[str, Any] = {} if attention_mask is None else {"attention_mask": attention_mask}
         if past is None:
-            return self.backend(tokens)
+            return self.backend(tokens, **kw)
         if self.is_bridge:
-            return self.backend(tokens, past_key_values=past)
-        return self.backend(tokens, past_kv_cache=past)
+            return self.backend(tokens, past_key_values=past, **kw)
+        return self.backend(tokens, past_kv_cache=past, **kw)
+
+    def record(
+        self,
+        tokens: Tokens,
+        names: Sequence[str],
+        stop_after: str | None = None,
+        hooks: HookList = (),
+        prefix: PrefixCache | None = None,
+        pos: H.Index = None,
+    ) -> dict[str, Tensor]:
+        """Record hook points and stop the forward pass as soon as they are all recorded.
+
+        The layers above the last recorded point (and the unembedding) are never computed.
+        Recordings are detached copies taken after ``hooks`` (interventions at the same hook
+        point apply first). Runs with gradients off unless the caller turned them on.
+
+        Args:
+            tokens: Token ids or a :class:`TokenBatch`.
+            names: Hook names to record (e.g. ``model.hook_name("mlp_post", 3)``).
+            stop_after: Stop right after this hook point fires instead (every name must have
+                fired by then); default: after the last of ``names`` fires.
+            hooks: Forward hooks applied during the run.
+            prefix: A :class:`PrefixCache` the tokens follow.
+            pos: Record only these positions (a selection as in :mod:`tlcap.runtime.hooks`,
+                e.g. ``[-1]``); default all.
+
+        Returns:
+            ``{name: activation}`` in the order of ``names``.
+
+        Raises:
+            TlcapError: a name did not fire (misspelt, or after ``stop_after``).
+
+        Example:
+            >>> acts = model.record(toks, [model.hook_name("mlp_post", l) for l in (2, 3)])
+        """
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            raise TlcapError("record needs at least one hook name.")
+        store: dict[str, Tensor] = {}
+        pending = set(wanted)
+
+        def recorder(name: str) -> HookFn:
+            rec = H.record(store, name, pos=pos)
+
+            def hook(act: Tensor, hook: Any = None) -> None:
+                rec(act, hook)
+                pending.discard(name)
+                if stop_after is None and not pending:
+                    raise H.StopForward(name)
+
+            return hook
+
+        fwd = [*hooks, *((n, recorder(n)) for n in wanted)]
+        if stop_after is not None:
+            fwd.append((stop_after, H.stop_forward()))
+        try:
+            self.logits(tokens, hooks=fwd, prefix=prefix)
+        except H.StopForward:
+            pass
+        if pending:
+            where = f"before the pass stopped at {stop_after!r}" if stop_after else "in the forward pass"
+            raise TlcapError(f"Hook points {sorted(pending)} did not fire {where}; check the names (model.hook_name(site, layer)).")
+        return {n: store[n] for n in wanted}
 
     @torch.no_grad()
     def last_position_activations(
@@ -290,153 +389,153 @@ class Model:
         tokens: Int[Tensor, "batch pos"],
         hook_names: Sequence[str],
         hooks: HookList = (),
-        prefix: "PrefixCache | None" = None,
+        prefix: PrefixCache | None = None,
     ) -> tuple[Float[Tensor, "batch n_hooks d"], Float[Tensor, "batch d_vocab"]]:
         """Activations at the last position of each hook point, and the last-position logits.
 
         One no-grad forward (after ``prefix`` if given) with ``hooks`` applied, e.g. the clean
         neuron values IG scales, or a baseline sentence's neurons (AMIG, SIG).
         """
-        from tlcap.runtime.hooks import record
-
-        if tokens.ndim == 1:
-            tokens = tokens[None]
+        tokens = _rows(tokens)
         store: dict[str, Tensor] = {}
-        rec = [(n, record(store, n, pos=[-1])) for n in hook_names]
-        logits = self.logits(tokens, hooks=list(hooks) + rec, prefix=prefix)[:, -1]
+        rec = [(n, H.record(store, n, pos=[-1])) for n in hook_names]
+        logits = self.last_logits(tokens, hooks=list(hooks) + rec, prefix=prefix)
         return torch.stack([store[n][:, -1] for n in hook_names], dim=1), logits
 
-    def run_with_cache(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str] | Callable[[str], bool] | None = None, hooks: HookList = ()) -> tuple[Tensor, dict[str, Tensor]]:
+    def run_with_cache(
+        self,
+        tokens: Tokens,
+        names: Sequence[str] | Callable[[str], bool] | None = None,
+        hooks: HookList = (),
+    ) -> tuple[Float[Tensor, "batch pos d_vocab"], dict[str, Tensor]]:
         """Forward pass recording the given hook points (all if ``names`` is None)."""
-        from tlcap.runtime.hooks import record
-
-        if tokens.ndim == 1:
-            tokens = tokens[None]
+        tokens = _rows(tokens)
         if names is None:
-            keys = list(self.backend.hook_dict.keys())
+            keys = list(self.backend.hook_dict)
         elif callable(names):
-            keys = [k for k in self.backend.hook_dict.keys() if names(k)]
+            keys = [k for k in self.backend.hook_dict if names(k)]
         else:
             keys = list(names)
         store: dict[str, Tensor] = {}
-        rec = [(k, record(store, k)) for k in keys]
+        rec = [(k, H.record(store, k)) for k in keys]
         logits = self.logits(tokens, hooks=list(hooks) + rec)
         return logits, store
 
-    def prefix_cache(self, tokens: Int[Tensor, "1 pos"]) -> "PrefixCache":
+    def prefix_cache(self, tokens: Int[Tensor, "rows pos"]) -> PrefixCache:
         """Key/value cache of ``tokens`` so later calls recompute only what follows them.
 
         Positions before the one being intervened on are identical to the clean run (attention
         is causal), so methods that scale only the last position compute the prefix once.
+        Hooks of enclosing :meth:`hooks` blocks apply while the prefix is computed (e.g. noise
+        on the prefix). A cache of ``rows`` rows serves batches of ``k · rows`` rows, each
+        prefix row repeated ``k`` times (see :class:`PrefixCache`).
+
+        Args:
+            tokens: ``[rows, n_tokens]`` prefix token ids (one row for a shared prefix).
+
+        Returns:
+            The :class:`PrefixCache`.
         """
-        if tokens.ndim == 1:
-            tokens = tokens[None]
-        n = int(tokens.shape[1])
+        tokens = _rows(tokens)
+        rows, n = int(tokens.shape[0]), int(tokens.shape[1])
         if n == 0:
-            return PrefixCache(self, None, 0)
-        with torch.no_grad():
+            return PrefixCache(self, None, 0, rows)
+        cut = [(self._cut_name, H.last_position_only())] if self._cut_name else []  # logits are discarded
+        with torch.no_grad(), self.hooks(fwd=cut):
             if self.is_bridge:
                 _, cache = self.backend(tokens, return_type="logits_and_cache")
             else:
-                try:  # TL 3.9 moved/renamed the cache class; older TL 3.x had this module
-                    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache as HookedTransformerKeyValueCache
-                except ImportError:
-                    from transformer_lens.past_key_value_caching import HookedTransformerKeyValueCache
-
-                cache = HookedTransformerKeyValueCache.init_cache(self.cfg, self.device, 1)
+                cache = _hooked_kv_cache_class().init_cache(self.cfg, self.device, rows)
                 self.backend(tokens, past_kv_cache=cache)
-        return PrefixCache(self, cache, n)
+        return PrefixCache(self, cache, n, rows)
 
-    # ------------------------------------------------------------------ weights
-    def _hf_mlp(self, layer: int) -> tuple[Any, dict[str, Any]]:
-        layout = _HF_MLP_LAYOUT.get(self.architecture)
-        if layout is None:
-            raise NotImplementedError(
-                f"Weight edits are not mapped for architecture {self.architecture!r}; add it to "
-                "tlcap.models.adapter._HF_MLP_LAYOUT."
-            )
-        layers = _getattr_path(self.hf_model, layout["layers"])
-        return getattr(layers[layer], layout["mlp"]), layout
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: str | Sequence[int] | Tensor,
+        max_new_tokens: int = 32,
+        hooks: HookList = (),
+        stop_ids: Sequence[int] = (),
+        stop_text: Sequence[str] = (),
+        use_cache: bool = True,
+    ) -> list[int]:
+        """Greedy continuation of a prompt (the new token ids only).
 
-    def mlp_out_weight(self, layer: int) -> WeightSlice:
-        """The down projection of ``layer`` (neuron -> residual), indexed by neuron."""
-        if self.hf_model is None:
-            return WeightSlice(self.backend.blocks[layer].mlp.W_out, 0, "out")
-        mlp, layout = self._hf_mlp(layer)
-        name, dim = layout["out"]
-        return WeightSlice(getattr(mlp, name).weight, dim, "out")
+        With ``use_cache`` the prompt is encoded once into a key/value cache and every step
+        feeds only the newest token; ``use_cache=False`` re-runs the whole sequence each step
+        (the reference the cached path is tested against). ``hooks`` apply to every forward
+        pass, the prompt's included, so position-independent hooks (e.g. scaling neurons at
+        all positions) give the same tokens either way.
 
-    def mlp_in_weights(self, layer: int) -> list[WeightSlice]:
-        """The weights that read the residual into ``layer``'s neurons (in, gate, biases)."""
-        if self.hf_model is None:
-            mlp = self.backend.blocks[layer].mlp
-            out = [WeightSlice(mlp.W_in, 1, "in"), WeightSlice(mlp.b_in, 0, "bias")]
-            if hasattr(mlp, "W_gate"):
-                out.append(WeightSlice(mlp.W_gate, 1, "gate"))
-            return out
-        mlp, layout = self._hf_mlp(layer)
-        out = []
-        for name, dim in layout["in"]:
-            out.append(WeightSlice(getattr(mlp, name).weight, dim, "gate" if "gate" in name else "in"))
-        for name, dim in layout["bias"]:
-            bias = getattr(mlp, name).bias
-            if bias is not None:
-                out.append(WeightSlice(bias, dim, "bias"))
+        Args:
+            prompt: Text (encoded with :meth:`encode`) or token ids.
+            max_new_tokens: Most tokens to generate.
+            hooks: Forward hooks (activation interventions).
+            stop_ids: Stop after generating one of these ids (e.g. EOS), which is included.
+            stop_text: Stop once the decoded continuation contains one of these strings.
+            use_cache: Decode incrementally with a key/value cache.
+
+        Returns:
+            The generated token ids.
+
+        Example:
+            >>> ids = model.generate("Question: 2 + 2 =", 8, stop_ids=[model.special_token_id("eos")])
+            >>> model.decode(ids)
+        """
+        if isinstance(prompt, str):
+            ids = self.encode(prompt)
+        elif isinstance(prompt, Tensor):
+            ids = [int(i) for i in prompt.flatten().tolist()]
+        else:
+            ids = [int(i) for i in prompt]
+        if not ids:
+            raise EmptyDatasetError("generate needs a prompt of at least one token.")
+        out: list[int] = []
+        stop = {int(s) for s in stop_ids}
+        with self.hooks(fwd=hooks):
+            cache = None
+            if use_cache and len(ids) > 1:
+                cache = self.prefix_cache(torch.tensor([ids[:-1]], device=self.device)).expanded(1)
+            nxt = torch.tensor([ids[-1:] if cache is not None else ids], device=self.device)
+            for _ in range(max_new_tokens):
+                if cache is not None:
+                    logits = self.forward(nxt, past=cache)  # the cache grows in place
+                else:
+                    logits = self.forward(torch.tensor([ids + out], device=self.device))
+                tok = int(logits[0, -1].argmax())
+                out.append(tok)
+                if tok in stop:
+                    break
+                if stop_text and any(s in self.decode(out) for s in stop_text):
+                    break
+                nxt = torch.tensor([[tok]], device=self.device)
         return out
 
-    def mlp_down_matrix(self, layer: int) -> Float[Tensor, "d_model d_mlp"]:
-        """The down projection as a ``[d_model, d_mlp]`` matrix (a view when possible)."""
-        ws = self.mlp_out_weight(layer)
-        w = ws.param.data
-        return w if ws.neuron_dim == 1 else w.T
-
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        """Token embedding matrix."""
-        if self.hf_model is not None:
-            return self.hf_model.get_input_embeddings().weight
-        return self.backend.W_E
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        """Unembedding matrix (``d_model x d_vocab``)."""
-        if self.hf_model is not None:
-            return self.hf_model.get_output_embeddings().weight.T
-        return self.backend.W_U
-
+    # ------------------------------------------------------------------ parameters
     def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.backend.parameters())
+        """Number of parameter elements (tensors that share storage, e.g. tied embeddings, once)."""
+        return unique_parameter_count(self.backend)
 
+    def parameter_groups(self) -> ParameterGroups:
+        """The model's parameters grouped by the heads, MLPs and embeddings that use them.
 
-class PrefixCache:
-    """A key/value cache of a token prefix that can be reused by any number of calls."""
+        Every parameter element is in exactly one group. A head owns its slices of ``W_Q``,
+        ``b_Q`` and ``W_O``; the ``W_K``/``W_V`` slices of a kv head are shared by the
+        ``n_heads / n_kv_heads`` query heads of its group (grouped-query attention); ``b_O``
+        and ``ln1`` are shared by all heads of the layer; an MLP owns its weights and ``ln2``.
+        See :mod:`tlcap.models.params` for the exact counts per node and per set of nodes.
 
-    def __init__(self, model: Model, cache: Any, n_tokens: int):
-        self.model = model
-        self.cache = cache
-        self.n_tokens = n_tokens
+        Returns:
+            The :class:`ParameterGroups`.
 
-    def expanded(self, batch: int, from_layer: int = 0) -> Any:
-        """A fresh copy of the cache repeated ``batch`` times (the original stays intact).
-
-        With ``from_layer`` > 0 (bridge only) layers below it keep batch 1, for runs that
-        expand the batch at that layer (``Model.logits(expand_at=...)``).
+        Example:
+            >>> pg = model.parameter_groups()
+            >>> pg.count(["a3.h0", "m3"]) / pg.block_total   # share of block parameters
         """
-        c = copy.deepcopy(self.cache)
-        if self.model.is_bridge:
-            if batch != 1:
-                # Broadcast views, not copies: HF concatenates the new keys/values onto them,
-                # which materialises each layer's batch exactly once.
-                for i, layer in enumerate(c.layers):
-                    if i >= from_layer and getattr(layer, "keys", None) is not None and layer.keys.numel():
-                        if layer.keys.shape[0] == 1:
-                            layer.keys = layer.keys.expand(batch, *layer.keys.shape[1:])
-                            layer.values = layer.values.expand(batch, *layer.values.shape[1:])
-                        else:  # a multi-row cache: each row repeated ``batch`` times
-                            layer.batch_repeat_interleave(batch)
-            return c
-        for entry in c.entries:
-            entry.past_keys = entry.past_keys.expand(batch, *entry.past_keys.shape[1:]).contiguous()
-            entry.past_values = entry.past_values.expand(batch, *entry.past_values.shape[1:]).contiguous()
-        c.previous_attention_mask = c.previous_attention_mask.expand(batch, -1).contiguous()
-        return c
+        return build_parameter_groups(self.backend, self.n_layers, self.n_heads, self.n_kv_heads, self.is_bridge)
+
+
+__all__ = [
+    "HookList", "Model", "PrefixCache", "SubjectSpan", "TokenBatch", "WeightSlice", "transformer_bridge_class",
+    "_HF_MLP_LAYOUT",
+]

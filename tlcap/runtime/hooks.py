@@ -204,7 +204,7 @@ def scale_where(mask: Tensor, factor: float | Tensor) -> HookFn:
     """Multiply the entries where ``mask`` is True by ``factor`` (the others stay as they are).
 
     ``mask`` broadcasts against the activation without its batch axis, e.g. a ``[head, 1, k]``
-    column mask on ``attn.hook_pattern`` (``[batch, head, q, k]``) scales whole key columns of
+    column mask on the ``attn_pattern`` site (``[batch, head, q, k]``) scales whole key columns of
     the chosen heads — the knowledge-synapse intervention of the QL paper (no renormalisation).
     """
 
@@ -257,12 +257,27 @@ def add_rows(rows: Tensor | slice, pos: int | Tensor, value: Tensor) -> HookFn:
 def last_position_only() -> HookFn:
     """Keep only the last position (``act[:, -1:]``): a *shape-changing* hook.
 
-    Meant for ``unembed.hook_in`` when only the next-token logits are needed: the unembedding
-    (the largest matrix of small models) then runs on one position instead of all.
+    Meant for the ``unembed_in`` site when only the next-token logits are needed: the
+    unembedding (the largest matrix of small models) then runs on one position instead of all
+    (see :meth:`tlcap.models.Model.last_logits`).
     """
 
     def hook(act: Tensor, hook: Any = None) -> Tensor:
         return act[:, -1:]
+
+    return hook
+
+
+def select_positions(pos: Tensor) -> HookFn:
+    """Keep one position per row, ``act[r, pos[r]]``, as a ``[batch, 1, ...]`` activation.
+
+    The per-row form of :func:`last_position_only` (a *shape-changing* hook), for batches
+    whose rows end at different positions (right padding).
+    """
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        p = pos.to(act.device)
+        return act[torch.arange(act.shape[0], device=act.device), p][:, None]
 
     return hook
 
@@ -276,6 +291,7 @@ def stop_forward() -> HookFn:
 
     Wrap the call in ``try: ... except StopForward: pass``; ``Model.hooks`` removes every hook
     on the way out. Saves the layers above the last one a method reads (e.g. key statistics).
+    :meth:`tlcap.models.Model.record` does all of this for recording hook points.
     """
 
     def hook(act: Tensor, hook: Any = None) -> Tensor:
@@ -288,7 +304,7 @@ def expand_batch(batch: int) -> HookFn:
     """Repeat a batch-1 activation ``batch`` times (start of a late-expanded batched run).
 
     Rows that differ only from layer ``l`` on can share one row below ``l``: run batch 1 up to
-    ``blocks.{l}.hook_resid_pre`` and expand there (see ``Model.logits(expand_at=...)``).
+    the ``resid_pre`` site of layer ``l`` and expand there (see ``Model.logits(expand_at=...)``).
     """
 
     def hook(act: Tensor, hook: Any = None) -> Tensor:

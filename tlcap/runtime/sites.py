@@ -17,15 +17,21 @@ site                    hook point                                   activation 
 ``embed``               ``hook_embed``                               batch pos d_model
 ``mlp_input``           ``blocks.{l}.hook_mlp_in`` (MLP branch only) batch pos d_model
 ``final_in``            ``ln_final.hook_in`` (logits reader)         batch pos d_model
+``final_out``           ``ln_final.hook_normalized``                 batch pos d_model
+``unembed_in``          ``unembed.hook_in`` (after ``ln_final``)     batch pos d_model
 ======================  ==========================================  ===================
 
-``q_input``/``k_input``/``v_input``, ``head_result`` and ``mlp_input`` only fire on a
-``TransformerBridge`` after ``set_use_split_qkv_input`` / ``set_use_attn_result`` /
-``set_use_hook_mlp_in`` (see :func:`tlcap.locate.circuits.graph.edge_hooks_enabled`). Under
+``q_input``/``k_input``/``v_input``, ``head_result`` and ``mlp_input`` only fire inside
+``with model.edge_hooks():`` (:meth:`tlcap.models.Model.edge_hooks` switches the backend's
+per-head / split-input hook points on). Under
 grouped-query attention ``k_input``/``v_input`` have ``n_kv_heads`` entries on the head axis.
 
 For gated MLPs (Llama, SmolLM2) ``mlp_post`` is ``act(gate) * up``, the input of the down
 projection; ``mlp_pre`` is the gate pre-activation.
+
+``unembed_in`` (TransformerBridge) and ``final_out`` (TL 3.9 ``HookedTransformer``, which has no
+``unembed.hook_in``) are where :meth:`tlcap.models.Model.last_logits` keeps only the last
+position: everything after them acts on each position separately.
 """
 
 from __future__ import annotations
@@ -81,6 +87,8 @@ SITES: dict[str, Site] = {
         Site("embed", "hook_embed", "embed"),
         Site("mlp_input", "blocks.{layer}.hook_mlp_in", "resid"),
         Site("final_in", "ln_final.hook_in", "embed"),
+        Site("final_out", "ln_final.hook_normalized", "embed"),
+        Site("unembed_in", "unembed.hook_in", "embed"),
     ]
 }
 

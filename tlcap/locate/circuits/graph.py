@@ -7,22 +7,23 @@ before it, plus constant biases. An edge ``u -> v`` is one upstream output enter
 reader input:
 
 =============================  =========================================  ==============
-reader (downstream)            hook point (pre-LayerNorm/RMSNorm copy)    per
+reader (downstream)            site (pre-LayerNorm/RMSNorm copy)          per
 =============================  =========================================  ==============
-``a{l}.h{h}<q>``               ``blocks.{l}.hook_q_input[:, :, h]``       query head
-``a{l}.h{h}<k>`` / ``<v>``     ``blocks.{l}.hook_k_input[:, :, h]``       head (MHA)
-``a{l}.kv{g}<k>`` / ``<v>``    ``blocks.{l}.hook_k_input[:, :, g]``       kv head (GQA)
-``m{l}``                       ``blocks.{l}.hook_mlp_in``                 layer
-``logits``                     ``ln_final.hook_in``                       model
+``a{l}.h{h}<q>``               ``q_input`` of layer l, ``[:, :, h]``      query head
+``a{l}.h{h}<k>`` / ``<v>``     ``k_input`` / ``v_input``, ``[:, :, h]``   head (MHA)
+``a{l}.kv{g}<k>`` / ``<v>``    ``k_input`` / ``v_input``, ``[:, :, g]``   kv head (GQA)
+``m{l}``                       ``mlp_input`` of layer l                   layer
+``logits``                     ``final_in``                               model
 =============================  =========================================  ==============
 
-Upstream outputs are read at ``blocks.0.hook_resid_pre`` (input: token + position
-embeddings), ``blocks.{l}.attn.hook_result[:, :, h]`` (head ``h``'s write, before the sum over
-heads) and ``blocks.{l}.hook_mlp_out``.
+Upstream outputs are read at the ``resid_pre`` site of layer 0 (input: token + position
+embeddings), ``head_result[:, :, h]`` (head ``h``'s write, before the sum over heads) and
+``mlp_out`` (see :mod:`tlcap.runtime.sites`); :meth:`tlcap.models.Model.edge_hooks` switches
+the per-head sites on.
 
 **Grouped-query attention.** Under GQA (SmolLM2: 9 query heads, 3 kv heads) a key/value
 projection is computed once per kv head and shared by the ``n_heads / n_kv_heads`` query
-heads of its group; the bridge exposes ``hook_k_input``/``hook_v_input`` with ``n_kv_heads``
+heads of its group; the bridge's ``k_input``/``v_input`` sites have ``n_kv_heads``
 entries. There is therefore exactly one k reader and one v reader per *kv group*
 (``a{l}.kv{g}<k>``), not per query head: splitting a shared key input per query head would
 invent edges the model cannot realize (patching "head 0's key" would also change heads 1
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from jaxtyping import Bool
@@ -52,39 +52,16 @@ from tlcap.results import Result
 from tlcap.runtime.sites import get_site
 
 
-@contextlib.contextmanager
-def edge_hooks_enabled(model: Model) -> Iterator[Model]:
-    """Turn on the bridge's per-head / split-input hook points, restoring the flags on exit.
+def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
+    """Turn on the per-head / split-input hook points, restoring the flags on exit.
 
-    Enables ``use_split_qkv_input`` (per-head pre-norm q/k/v inputs), ``use_attn_result``
-    (per-head outputs) and ``use_hook_mlp_in`` for the body of the ``with`` block; the
-    caller's flag state is restored even when the body raises.
+    The same as :meth:`tlcap.models.Model.edge_hooks` (kept for existing callers).
 
     Example:
         >>> with edge_hooks_enabled(model):
-        ...     logits, cache = model.run_with_cache(toks, ["blocks.0.hook_q_input"])
+        ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
     """
-    b = model.backend
-    cfg = b.cfg
-    saved = (
-        bool(getattr(cfg, "use_split_qkv_input", False)),
-        bool(getattr(cfg, "use_attn_result", False)),
-        bool(getattr(cfg, "use_hook_mlp_in", False)),
-        bool(getattr(cfg, "use_attn_in", False)),
-    )
-    try:
-        if saved[3]:
-            b.set_use_attn_in(False)
-        b.set_use_split_qkv_input(True)
-        b.set_use_attn_result(True)
-        b.set_use_hook_mlp_in(True)
-        yield model
-    finally:
-        b.set_use_split_qkv_input(saved[0])
-        b.set_use_attn_result(saved[1])
-        b.set_use_hook_mlp_in(saved[2])
-        if saved[3]:
-            b.set_use_attn_in(True)
+    return model.edge_hooks()
 
 
 @dataclass(frozen=True)
@@ -97,6 +74,9 @@ class ReaderHook:
         count: Number of readers (heads on the head axis; 1 for a ``[batch, pos, d]`` hook).
         per_head: Whether the activation has a head axis (``batch pos head d_model``).
         n_avail: Upstream nodes ``0 .. n_avail-1`` are computed before this hook fires.
+        site: The site of the hook point (``"q_input"``, ``"k_input"``, ``"v_input"``,
+            ``"mlp_input"`` or ``"final_in"``).
+        layer: Its layer (``None`` for ``final_in``).
     """
 
     name: str
@@ -104,6 +84,8 @@ class ReaderHook:
     count: int
     per_head: bool
     n_avail: int
+    site: str = ""
+    layer: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +101,10 @@ class EdgeGraph(Result):
         readers: Reader names (``"a{l}.h{h}<q>"``, ``"a{l}.kv{g}<k>"``, ``"m{l}"``, ``"logits"``).
         nodes: Node names: the upstream nodes then ``"logits"``.
         n_layers, n_heads, n_kv_heads: Shape facts of the model.
-        node_params: Parameters held by each node (the attention layer and its ``ln1`` split
-            evenly over the heads, the MLP with its ``ln2``, the embeddings in ``input``,
-            ``ln_final`` and an untied unembedding in ``logits``); they sum to the model's
+        node_params: Parameters held by each node (:meth:`tlcap.models.ParameterGroups.node_counts`:
+            a head's own W_Q/W_O slices, its share of its kv group's W_K/W_V and of the
+            layer's ``b_O``/``ln1``; the MLP with its ``ln2``; the embeddings in ``input``;
+            the final norm and an untied unembedding in ``logits``); they sum to the model's
             parameter count.
     """
 
@@ -137,7 +120,7 @@ class EdgeGraph(Result):
     @classmethod
     def from_model(cls, model: Model) -> "EdgeGraph":
         """The graph of ``model`` (GPT-2 and Llama-family sequential blocks)."""
-        if bool(getattr(model.cfg, "parallel_attn_mlp", False)):
+        if model.parallel_attn_mlp:
             raise NotImplementedError(
                 "Parallel attention/MLP blocks (GPT-J, NeoX) read the layer input in the MLP; "
                 "their edge graph is not implemented. Use a sequential model (GPT-2, Llama)."
@@ -189,15 +172,12 @@ class EdgeGraph(Result):
         r = 0
         for l in range(self.n_layers):
             n_avail = 1 + l * (H + 1)
-            out.append(ReaderHook(_hook("q_input", l), r, H, True, n_avail))
-            r += H
-            out.append(ReaderHook(_hook("k_input", l), r, K, True, n_avail))
-            r += K
-            out.append(ReaderHook(_hook("v_input", l), r, K, True, n_avail))
-            r += K
-            out.append(ReaderHook(_hook("mlp_input", l), r, 1, False, n_avail + H))
+            for site, count in (("q_input", H), ("k_input", K), ("v_input", K)):
+                out.append(ReaderHook(_hook(site, l), r, count, True, n_avail, site, l))
+                r += count
+            out.append(ReaderHook(_hook("mlp_input", l), r, 1, False, n_avail + H, "mlp_input", l))
             r += 1
-        out.append(ReaderHook(_hook("final_in"), r, 1, False, self.n_upstream))
+        out.append(ReaderHook(_hook("final_in"), r, 1, False, self.n_upstream, "final_in", None))
         return out
 
     def upstream_hooks(self) -> list[tuple[str, int, int]]:
@@ -220,14 +200,13 @@ class EdgeGraph(Result):
         rn = torch.zeros(self.n_readers, len(self.nodes), dtype=torch.bool)
         H, K, G = self.n_heads, self.n_kv_heads, self.group_size
         for rh in self.reader_hooks():
-            name = rh.name
-            if name == _hook("final_in"):
+            if rh.layer is None:  # final_in: the logits
                 rn[rh.start, len(self.nodes) - 1] = True
                 continue
-            l = int(name.split(".")[1])
-            if name.endswith("hook_mlp_in"):
+            l = rh.layer
+            if rh.site == "mlp_input":
                 rn[rh.start, self.mlp_index(l)] = True
-            elif name.endswith("hook_q_input") or K == H:
+            elif rh.site == "q_input" or K == H:
                 for h in range(H):
                     rn[rh.start + h, self.head_index(l, h)] = True
             else:
@@ -261,29 +240,7 @@ def _hook(site: str, layer: int | None = None) -> str:
 
 
 def _node_params(model: Model, nodes: tuple[str, ...]) -> list[int]:
-    """Parameters per node; shared (tied) tensors are counted once, at their first owner."""
-    b = model.backend
-    seen: set[int] = set()
-
-    def count(module: object) -> int:
-        if module is None:
-            return 0
-        n = 0
-        for p in module.parameters():  # type: ignore[attr-defined]
-            if id(p) not in seen:
-                seen.add(id(p))
-                n += p.numel()
-        return n
-
-    sizes = {"input": count(getattr(b, "embed", None)) + count(getattr(b, "pos_embed", None))}
-    H = model.n_heads
-    for l in range(model.n_layers):
-        blk = b.blocks[l]
-        attn = count(getattr(blk, "attn", None)) + count(getattr(blk, "ln1", None))
-        for h in range(H):
-            sizes[f"a{l}.h{h}"] = attn // H + (1 if h < attn % H else 0)
-        sizes[f"m{l}"] = count(getattr(blk, "mlp", None)) + count(getattr(blk, "ln2", None))
-    sizes["logits"] = count(getattr(b, "ln_final", None)) + count(getattr(b, "unembed", None))
-    rest = sum(p.numel() for p in b.parameters() if id(p) not in seen)
-    sizes["input"] += rest  # anything unassigned (rotary buffers are not parameters)
-    return [sizes[n] for n in nodes]
+    """Parameters per node (:meth:`tlcap.models.ParameterGroups.node_counts`); they sum to the model's."""
+    counts = model.parameter_groups().node_counts()
+    alias = {"input": "embed", "logits": "unembed"}
+    return [counts[alias.get(n, n)] for n in nodes]

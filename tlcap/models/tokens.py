@@ -1,0 +1,419 @@
+"""Tokens: checked encoding, padded batches, character offsets and subject spans.
+
+This is the only module that calls the tokenizer. :class:`tlcap.models.Model` mixes
+:class:`TokensMixin` in, so every string → ids conversion in tlcap is ``model.encode``,
+``model.to_tokens``, ``model.encode_batch``, ``model.target_ids`` or ``model.subject_span``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from tlcap.errors import (
+    EmptyDatasetError,
+    PromptTooLongError,
+    SubjectNotFoundError,
+    TargetTokenizationError,
+    TlcapError,
+)
+
+Side = Literal["right", "left"]
+SPECIAL_TOKENS: tuple[str, ...] = ("bos", "eos", "pad", "mask", "unk")
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Rows of token ids of different lengths, padded into one ``[batch, pos]`` tensor.
+
+    Build with :meth:`TokensMixin.encode_batch`. With ``side="right"`` row ``i``'s tokens sit at
+    columns ``0 .. lengths[i]-1`` (causal attention never lets a real token see the padding
+    after it, so no mask is needed); with ``side="left"`` they end at the last column (every
+    row's next-token logits are at ``[:, -1]``; the model then needs ``attention_mask``, which
+    :meth:`tlcap.models.Model.logits` passes when given a ``TokenBatch``).
+
+    Attributes:
+        tokens: Padded token ids; padding holds the pad id.
+        attention_mask: 1 at real tokens, 0 at padding.
+        lengths: Number of real tokens of each row.
+        side: ``"right"`` or ``"left"``: where the padding goes.
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+    lengths: Int[Tensor, " batch"]
+    side: str = "right"
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def is_padded(self) -> bool:
+        """Whether any row is shorter than the batch."""
+        return bool((self.lengths < self.tokens.shape[1]).any())
+
+    @property
+    def starts(self) -> Int[Tensor, " batch"]:
+        """Column of each row's first real token (0 with right padding)."""
+        if self.side == "right":
+            return torch.zeros_like(self.lengths)
+        return self.tokens.shape[1] - self.lengths
+
+    @property
+    def last_positions(self) -> Int[Tensor, " batch"]:
+        """Column of each row's last real token (where its next-token logits are)."""
+        return self.starts + self.lengths - 1
+
+    def positions(self, index: int | Sequence[int] | Tensor) -> Int[Tensor, " batch"]:
+        """Column of token number ``index`` of each row (one index, or one per row).
+
+        Args:
+            index: 0-based token index within the row's real tokens; negative values count
+                from the row's end (``-1`` is :attr:`last_positions`).
+
+        Returns:
+            ``[batch]`` column indices.
+        """
+        idx = torch.as_tensor(index, dtype=torch.long, device=self.lengths.device).expand(len(self))
+        return torch.where(idx < 0, self.starts + self.lengths + idx, self.starts + idx)
+
+    def row(self, i: int) -> list[int]:
+        """The real (unpadded) token ids of row ``i``."""
+        s = int(self.starts[i])
+        return self.tokens[i, s : s + int(self.lengths[i])].tolist()
+
+
+@dataclass(frozen=True)
+class SubjectSpan:
+    """Where a subject sits in a tokenized prompt.
+
+    Attributes:
+        start: First token of the subject (a BOS token, when prepended, counts as position 0).
+        end: One past its last token.
+        occurrence: Which occurrence of the subject in the prompt this is (0-based).
+        n_occurrences: How many times the subject occurs in the prompt (at or after the
+            character ``start`` the search began at); more than one means it is ambiguous.
+        char_start: Character index of the occurrence in the prompt.
+        char_end: One past its last character.
+    """
+
+    start: int
+    end: int
+    occurrence: int = 0
+    n_occurrences: int = 1
+    char_start: int = 0
+    char_end: int = 0
+
+    @property
+    def range(self) -> tuple[int, int]:
+        """``(start, end)``: the token range ``[start, end)``."""
+        return self.start, self.end
+
+    @property
+    def last(self) -> int:
+        """Position of the subject's last token (ROME's key position)."""
+        return self.end - 1
+
+    @property
+    def ambiguous(self) -> bool:
+        """The subject occurs more than once in the prompt."""
+        return self.n_occurrences > 1
+
+
+class TokensMixin:
+    """Tokenizer-facing methods of :class:`tlcap.models.Model` (see the class for attributes)."""
+
+    tokenizer: Any
+    prepend_bos: bool
+    n_ctx: int
+    name: str
+
+    # ------------------------------------------------------------------ encoding
+    @property
+    def has_tokenizer(self) -> bool:
+        """Whether the model has a tokenizer (random test models may have none)."""
+        return self.tokenizer is not None
+
+    def _need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise TargetTokenizationError("This model has no tokenizer; pass token ids (tensors) instead of strings.")
+        return self.tokenizer
+
+    def _raw_ids(self, text: str) -> list[int]:
+        return list(self._need_tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+    def special_token_id(self, name: str) -> int | None:
+        """Id of a special token of the tokenizer, or ``None`` if it has none.
+
+        Args:
+            name: One of ``"bos"``, ``"eos"``, ``"pad"``, ``"mask"``, ``"unk"``.
+
+        Returns:
+            The token id, or ``None`` (also when the model has no tokenizer).
+        """
+        if name not in SPECIAL_TOKENS:
+            raise TlcapError(f"Unknown special token {name!r}; use one of {', '.join(SPECIAL_TOKENS)}.")
+        v = getattr(self.tokenizer, f"{name}_token_id", None) if self.tokenizer is not None else None
+        return None if v is None else int(v)
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id used for padding: the tokenizer's pad token, else its EOS token, else 0.
+
+        Padding is never attended to by real tokens (right padding is after them, left
+        padding is masked), so its value does not change any real position's output.
+        """
+        for name in ("pad", "eos"):
+            v = self.special_token_id(name)
+            if v is not None:
+                return v
+        return 0
+
+    def encode(
+        self,
+        text: str,
+        prepend_bos: bool | None = None,
+        *,
+        max_tokens: int | None = None,
+        check_length: bool = True,
+    ) -> list[int]:
+        """Token ids of ``text`` (with BOS if ``prepend_bos``, default the model's setting).
+
+        Args:
+            text: The text.
+            prepend_bos: Put the BOS token (EOS if the tokenizer has no BOS) first.
+            max_tokens: Keep only the first ``max_tokens`` ids (after the BOS).
+            check_length: Raise when the ids do not fit the context window; turn it off for
+                text that is cut into windows later (e.g. a corpus sample).
+
+        Returns:
+            The token ids.
+
+        Raises:
+            PromptTooLongError: with ``check_length``, more ids than the context length.
+            TargetTokenizationError: the model has no tokenizer.
+        """
+        ids = self._raw_ids(text)
+        bos = self.prepend_bos if prepend_bos is None else prepend_bos
+        if bos:
+            bos_id = self.special_token_id("bos")
+            if bos_id is None:
+                bos_id = self.special_token_id("eos")
+            ids = [bos_id] + ids
+        if max_tokens is not None:
+            ids = ids[:max_tokens]
+        if check_length and len(ids) > self.n_ctx:
+            raise PromptTooLongError(
+                f"Prompt is {len(ids)} tokens but {self.name} has a context of {self.n_ctx}; "
+                "shorten it or truncate it before calling."
+            )
+        return ids
+
+    def to_tokens(self, text: str, prepend_bos: bool | None = None) -> Int[Tensor, "1 pos"]:
+        """Tokenize one prompt to a ``[1, pos]`` tensor, checking the context length."""
+        ids = self.encode(text, prepend_bos=prepend_bos)
+        return torch.tensor([ids], dtype=torch.long, device=self.device)  # type: ignore[attr-defined]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[int]] | Sequence[Tensor],
+        side: Side = "right",
+        prepend_bos: bool | None = None,
+        pad_id: int | None = None,
+    ) -> TokenBatch:
+        """Tokenize several prompts (or take id lists) and pad them into one batch.
+
+        Args:
+            texts: Strings (tokenized with :meth:`encode`) or rows of token ids.
+            side: ``"right"``: real tokens first (row ``i``'s next-token logits at column
+                ``lengths[i] - 1``); ``"left"``: real tokens last (all at column ``-1``).
+            prepend_bos: For strings, as in :meth:`encode`.
+            pad_id: Padding id (default :attr:`pad_token_id`).
+
+        Returns:
+            A :class:`TokenBatch` on the model's device.
+
+        Raises:
+            EmptyDatasetError: no rows, or a row with no tokens.
+
+        Example:
+            >>> batch = model.encode_batch(["The capital of France is", "Paris is in"])
+            >>> next_logits = model.last_logits(batch)      # [2, d_vocab]
+        """
+        if side not in ("right", "left"):
+            raise TlcapError(f"side must be 'right' or 'left', got {side!r}.")
+        rows: list[list[int]] = []
+        for t in texts:
+            if isinstance(t, str):
+                rows.append(self.encode(t, prepend_bos=prepend_bos))
+            elif isinstance(t, Tensor):
+                rows.append([int(i) for i in t.flatten().tolist()])
+            else:
+                rows.append([int(i) for i in t])
+        if not rows:
+            raise EmptyDatasetError("encode_batch got no texts.")
+        empty = [i for i, r in enumerate(rows) if not r]
+        if empty:
+            raise EmptyDatasetError(f"Rows {empty} of the batch have no tokens; drop empty texts before encoding.")
+        pad = self.pad_token_id if pad_id is None else int(pad_id)
+        width = max(len(r) for r in rows)
+        toks, mask = [], []
+        for r in rows:
+            fill = width - len(r)
+            toks.append(r + [pad] * fill if side == "right" else [pad] * fill + r)
+            mask.append([1] * len(r) + [0] * fill if side == "right" else [0] * fill + [1] * len(r))
+        dev = self.device  # type: ignore[attr-defined]
+        return TokenBatch(
+            tokens=torch.tensor(toks, dtype=torch.long, device=dev),
+            attention_mask=torch.tensor(mask, dtype=torch.long, device=dev),
+            lengths=torch.tensor([len(r) for r in rows], dtype=torch.long, device=dev),
+            side=side,
+        )
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """The text of token ids (one string)."""
+        if isinstance(ids, Tensor):
+            ids = ids.flatten().tolist()
+        return str(self._need_tokenizer().decode(list(ids)))
+
+    def to_str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
+        """Each token id decoded on its own."""
+        if isinstance(ids, Tensor):
+            ids = ids.flatten().tolist()
+        tok = self._need_tokenizer()
+        return [tok.decode([i]) for i in ids]
+
+    # ------------------------------------------------------------------ targets and subjects
+    def target_ids(self, prompt: str, target: str, single_token: bool = False) -> list[int]:
+        """Token ids of ``target`` as they follow ``prompt``.
+
+        The target is tokenized in context (``prompt + target``) so that a missing leading
+        space or a merge across the boundary is noticed instead of silently mis-scored.
+
+        Raises:
+            TargetTokenizationError: the target merges with the prompt's last token, is
+                empty, or (with ``single_token``) is more than one token.
+        """
+        if not target:
+            raise TargetTokenizationError("The target is empty; give the answer string, e.g. ' Paris'.")
+        p_ids = self.encode(prompt, prepend_bos=False)
+        joint = self.encode(prompt + target, prepend_bos=False)
+        alone = self._raw_ids(target)
+        if joint[: len(p_ids)] != p_ids:
+            raise TargetTokenizationError(
+                f"Target {target!r} merges with the end of the prompt {prompt[-20:]!r} when "
+                "tokenized together; end the prompt at a word boundary or start the target "
+                "with a space (e.g. ' Paris')."
+            )
+        ids = joint[len(p_ids):]
+        if ids != alone:
+            raise TargetTokenizationError(
+                f"Target {target!r} tokenizes as {self.to_str_tokens(alone)} alone but as "
+                f"{self.to_str_tokens(ids)} after the prompt; fix the spacing of prompt/target."
+            )
+        if not target[0].isspace() and prompt and not prompt[-1].isspace():
+            warnings.warn(
+                f"Target {target!r} has no leading space and the prompt does not end with one: "
+                f"it is scored as the tokens {self.to_str_tokens(ids)} glued to the prompt. "
+                "Most facts need a leading space (e.g. ' Paris').",
+                stacklevel=2,
+            )
+        if single_token and len(ids) != 1:
+            raise TargetTokenizationError(
+                f"Target {target!r} is {len(ids)} tokens {self.to_str_tokens(ids)}; this method "
+                "needs a single-token target. Use a shorter answer, or a method that supports "
+                "multi-token targets by teacher forcing."
+            )
+        return ids
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character range ``(start, end)`` of each token of ``text`` (no BOS).
+
+        Taken from the fast tokenizer's offset mapping; for slow tokenizers, from the lengths
+        of decoded prefixes. GPT-2's ``" France"`` token covers the space before the word.
+        """
+        tok = self._need_tokenizer()
+        try:
+            enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            offs = [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+            if len(offs) == len(enc["input_ids"]):
+                return offs
+        except (NotImplementedError, TypeError, ValueError, KeyError):
+            pass
+        ids = self._raw_ids(text)
+        out, prev = [], 0
+        for i in range(len(ids)):
+            n = len(tok.decode(ids[: i + 1]))
+            out.append((prev, n))
+            prev = n
+        return out
+
+    def subject_span(
+        self,
+        prompt: str,
+        subject: str,
+        occurrence: int = 0,
+        start: int = 0,
+        prepend_bos: bool | None = None,
+    ) -> SubjectSpan:
+        """Token range of one occurrence of ``subject`` in ``prompt``, found from character offsets.
+
+        Works whatever the tokenizer does with spaces: a token is part of the subject when its
+        characters overlap the subject's. Positions are those of :meth:`encode` (a prepended
+        BOS shifts them by one).
+
+        Args:
+            prompt: The prompt.
+            subject: The subject exactly as written in the prompt.
+            occurrence: Which occurrence to use, 0-based among those at or after ``start``
+                (negative counts from the last). Occurrences are every character position
+                where ``subject`` starts (overlapping ones included).
+            start: Character index where the search begins (e.g. skip a prepended prefix).
+            prepend_bos: As in :meth:`encode` (default the model's setting).
+
+        Returns:
+            A :class:`SubjectSpan`; its ``n_occurrences`` tells whether the subject is ambiguous.
+
+        Raises:
+            SubjectNotFoundError: ``subject`` is empty, not in ``prompt[start:]``, has no
+                occurrence number ``occurrence``, or covers no token.
+
+        Example:
+            >>> span = model.subject_span("The capital of France is", "France")
+            >>> span.range, span.n_occurrences
+            ((3, 4), 1)
+        """
+        hits: list[int] = []
+        if subject:
+            i = prompt.find(subject, start)
+            while i >= 0:
+                hits.append(i)
+                i = prompt.find(subject, i + 1)
+        if not hits:
+            raise SubjectNotFoundError(
+                f"Subject {subject!r} does not occur in the prompt {prompt!r}; pass the subject exactly "
+                "as it is written in the prompt (case and spacing included)."
+            )
+        if not -len(hits) <= occurrence < len(hits):
+            raise SubjectNotFoundError(
+                f"Subject {subject!r} occurs {len(hits)} time(s) in {prompt!r}; occurrence={occurrence} "
+                f"must be in 0..{len(hits) - 1}."
+            )
+        occ = occurrence % len(hits)
+        c0 = hits[occ]
+        c1 = c0 + len(subject)
+        idx = [i for i, (a, b) in enumerate(self.token_offsets(prompt)) if b > c0 and a < c1 and b > a]
+        if not idx:
+            raise SubjectNotFoundError(f"Subject {subject!r} covers no token of {prompt!r}.")
+        bos = self.prepend_bos if prepend_bos is None else prepend_bos
+        shift = 1 if bos else 0
+        return SubjectSpan(idx[0] + shift, idx[-1] + 1 + shift, occ, len(hits), c0, c1)
+
+
+__all__ = ["SPECIAL_TOKENS", "Side", "SubjectSpan", "TokenBatch", "TokensMixin"]
