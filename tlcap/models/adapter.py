@@ -2,37 +2,35 @@
 
 Architecture differences (GPT-2 vs Llama/SmolLM2 vs GPT-NeoX, TransformerLens 4.x
 ``TransformerBridge`` vs TL 3.9 ``HookedTransformer``) live here and nowhere else:
-:class:`Model` is the one entry point, split over small modules —
-:mod:`tlcap.models.tokens` (tokenizer, padded batches, subject spans),
-:mod:`tlcap.models.weights` (MLP neuron weights, embeddings),
+:class:`Model` is the one entry point. This module holds running (hooks, logits, last-position
+logits, prefix caches, edge-hook flags); the rest is mixed in from small modules —
+:mod:`tlcap.models.tokens` (the tokenizer: encoding, padded batches, subject spans),
+:mod:`tlcap.models.recording` (``record``, ``run_with_cache``), :mod:`tlcap.models.generate`
+(greedy decoding), :mod:`tlcap.models.weights` (MLP neuron weights, embeddings),
 :mod:`tlcap.models.params` (parameters per head / MLP) and :mod:`tlcap.models.cache`
-(prefix key/value caches).
+(:class:`PrefixCache`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tlcap.errors import EmptyDatasetError, TlcapError
+from tlcap.errors import TlcapError
 from tlcap.models.cache import PrefixCache
-from tlcap.models.params import (
-    ParameterGroups,
-    build_parameter_groups,
-    unique_parameter_count,
-)
-from tlcap.models.tokens import SubjectSpan, TokenBatch, TokensMixin
+from tlcap.models.generate import GenerationMixin
+from tlcap.models.params import ParamsMixin
+from tlcap.models.recording import RecordingMixin
+from tlcap.models.token_types import SubjectSpan, TokenBatch, Tokens
+from tlcap.models.tokens import TokensMixin
 from tlcap.models.weights import _HF_MLP_LAYOUT, WeightSlice, WeightsMixin
 from tlcap.runtime import hooks as H
+from tlcap.runtime.hooks import HookList
 from tlcap.runtime.sites import get_site
-
-HookFn = Callable[..., Any]
-HookList = Sequence[tuple[str, HookFn]]
-Tokens = Int[Tensor, "batch pos"] | TokenBatch
 
 # Sites where last_logits keeps only the last position, in order of preference.
 _CUT_SITES: tuple[str, ...] = ("unembed_in", "final_out")
@@ -64,7 +62,7 @@ def _rows(tokens: Tokens) -> Tokens:
     return tokens[None] if isinstance(tokens, Tensor) and tokens.ndim == 1 else tokens
 
 
-class Model(TokensMixin, WeightsMixin):
+class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin):
     """A hookable language model with the shape facts and weight handles methods need.
 
     Wraps a TransformerLens 4.x ``TransformerBridge`` or a TL 3.9 ``HookedTransformer``
@@ -320,107 +318,6 @@ class Model(TokensMixin, WeightsMixin):
             return self.backend(tokens, past_key_values=past, **kw)
         return self.backend(tokens, past_kv_cache=past, **kw)
 
-    def record(
-        self,
-        tokens: Tokens,
-        names: Sequence[str],
-        stop_after: str | None = None,
-        hooks: HookList = (),
-        prefix: PrefixCache | None = None,
-        pos: H.Index = None,
-    ) -> dict[str, Tensor]:
-        """Record hook points and stop the forward pass as soon as they are all recorded.
-
-        The layers above the last recorded point (and the unembedding) are never computed.
-        Recordings are detached copies taken after ``hooks`` (interventions at the same hook
-        point apply first). Runs with gradients off unless the caller turned them on.
-
-        Args:
-            tokens: Token ids or a :class:`TokenBatch`.
-            names: Hook names to record (e.g. ``model.hook_name("mlp_post", 3)``).
-            stop_after: Stop right after this hook point fires instead (every name must have
-                fired by then); default: after the last of ``names`` fires.
-            hooks: Forward hooks applied during the run.
-            prefix: A :class:`PrefixCache` the tokens follow.
-            pos: Record only these positions (a selection as in :mod:`tlcap.runtime.hooks`,
-                e.g. ``[-1]``); default all.
-
-        Returns:
-            ``{name: activation}`` in the order of ``names``.
-
-        Raises:
-            TlcapError: a name did not fire (misspelt, or after ``stop_after``).
-
-        Example:
-            >>> acts = model.record(toks, [model.hook_name("mlp_post", l) for l in (2, 3)])
-        """
-        wanted = list(dict.fromkeys(names))
-        if not wanted:
-            raise TlcapError("record needs at least one hook name.")
-        store: dict[str, Tensor] = {}
-        pending = set(wanted)
-
-        def recorder(name: str) -> HookFn:
-            rec = H.record(store, name, pos=pos)
-
-            def hook(act: Tensor, hook: Any = None) -> None:
-                rec(act, hook)
-                pending.discard(name)
-                if stop_after is None and not pending:
-                    raise H.StopForward(name)
-
-            return hook
-
-        fwd = [*hooks, *((n, recorder(n)) for n in wanted)]
-        if stop_after is not None:
-            fwd.append((stop_after, H.stop_forward()))
-        try:
-            self.logits(tokens, hooks=fwd, prefix=prefix)
-        except H.StopForward:
-            pass
-        if pending:
-            where = f"before the pass stopped at {stop_after!r}" if stop_after else "in the forward pass"
-            raise TlcapError(f"Hook points {sorted(pending)} did not fire {where}; check the names (model.hook_name(site, layer)).")
-        return {n: store[n] for n in wanted}
-
-    @torch.no_grad()
-    def last_position_activations(
-        self,
-        tokens: Int[Tensor, "batch pos"],
-        hook_names: Sequence[str],
-        hooks: HookList = (),
-        prefix: PrefixCache | None = None,
-    ) -> tuple[Float[Tensor, "batch n_hooks d"], Float[Tensor, "batch d_vocab"]]:
-        """Activations at the last position of each hook point, and the last-position logits.
-
-        One no-grad forward (after ``prefix`` if given) with ``hooks`` applied, e.g. the clean
-        neuron values IG scales, or a baseline sentence's neurons (AMIG, SIG).
-        """
-        tokens = _rows(tokens)
-        store: dict[str, Tensor] = {}
-        rec = [(n, H.record(store, n, pos=[-1])) for n in hook_names]
-        logits = self.last_logits(tokens, hooks=list(hooks) + rec, prefix=prefix)
-        return torch.stack([store[n][:, -1] for n in hook_names], dim=1), logits
-
-    def run_with_cache(
-        self,
-        tokens: Tokens,
-        names: Sequence[str] | Callable[[str], bool] | None = None,
-        hooks: HookList = (),
-    ) -> tuple[Float[Tensor, "batch pos d_vocab"], dict[str, Tensor]]:
-        """Forward pass recording the given hook points (all if ``names`` is None)."""
-        tokens = _rows(tokens)
-        if names is None:
-            keys = list(self.backend.hook_dict)
-        elif callable(names):
-            keys = [k for k in self.backend.hook_dict if names(k)]
-        else:
-            keys = list(names)
-        store: dict[str, Tensor] = {}
-        rec = [(k, H.record(store, k)) for k in keys]
-        logits = self.logits(tokens, hooks=list(hooks) + rec)
-        return logits, store
-
     def prefix_cache(self, tokens: Int[Tensor, "rows pos"]) -> PrefixCache:
         """Key/value cache of ``tokens`` so later calls recompute only what follows them.
 
@@ -449,90 +346,6 @@ class Model(TokensMixin, WeightsMixin):
                 self.backend(tokens, past_kv_cache=cache)
         return PrefixCache(self, cache, n, rows)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompt: str | Sequence[int] | Tensor,
-        max_new_tokens: int = 32,
-        hooks: HookList = (),
-        stop_ids: Sequence[int] = (),
-        stop_text: Sequence[str] = (),
-        use_cache: bool = True,
-    ) -> list[int]:
-        """Greedy continuation of a prompt (the new token ids only).
-
-        With ``use_cache`` the prompt is encoded once into a key/value cache and every step
-        feeds only the newest token; ``use_cache=False`` re-runs the whole sequence each step
-        (the reference the cached path is tested against). ``hooks`` apply to every forward
-        pass, the prompt's included, so position-independent hooks (e.g. scaling neurons at
-        all positions) give the same tokens either way.
-
-        Args:
-            prompt: Text (encoded with :meth:`encode`) or token ids.
-            max_new_tokens: Most tokens to generate.
-            hooks: Forward hooks (activation interventions).
-            stop_ids: Stop after generating one of these ids (e.g. EOS), which is included.
-            stop_text: Stop once the decoded continuation contains one of these strings.
-            use_cache: Decode incrementally with a key/value cache.
-
-        Returns:
-            The generated token ids.
-
-        Example:
-            >>> ids = model.generate("Question: 2 + 2 =", 8, stop_ids=[model.special_token_id("eos")])
-            >>> model.decode(ids)
-        """
-        if isinstance(prompt, str):
-            ids = self.encode(prompt)
-        elif isinstance(prompt, Tensor):
-            ids = [int(i) for i in prompt.flatten().tolist()]
-        else:
-            ids = [int(i) for i in prompt]
-        if not ids:
-            raise EmptyDatasetError("generate needs a prompt of at least one token.")
-        out: list[int] = []
-        stop = {int(s) for s in stop_ids}
-        with self.hooks(fwd=hooks):
-            cache = None
-            if use_cache and len(ids) > 1:
-                cache = self.prefix_cache(torch.tensor([ids[:-1]], device=self.device)).expanded(1)
-            nxt = torch.tensor([ids[-1:] if cache is not None else ids], device=self.device)
-            for _ in range(max_new_tokens):
-                if cache is not None:
-                    logits = self.forward(nxt, past=cache)  # the cache grows in place
-                else:
-                    logits = self.forward(torch.tensor([ids + out], device=self.device))
-                tok = int(logits[0, -1].argmax())
-                out.append(tok)
-                if tok in stop:
-                    break
-                if stop_text and any(s in self.decode(out) for s in stop_text):
-                    break
-                nxt = torch.tensor([[tok]], device=self.device)
-        return out
-
-    # ------------------------------------------------------------------ parameters
-    def parameter_count(self) -> int:
-        """Number of parameter elements (tensors that share storage, e.g. tied embeddings, once)."""
-        return unique_parameter_count(self.backend)
-
-    def parameter_groups(self) -> ParameterGroups:
-        """The model's parameters grouped by the heads, MLPs and embeddings that use them.
-
-        Every parameter element is in exactly one group. A head owns its slices of ``W_Q``,
-        ``b_Q`` and ``W_O``; the ``W_K``/``W_V`` slices of a kv head are shared by the
-        ``n_heads / n_kv_heads`` query heads of its group (grouped-query attention); ``b_O``
-        and ``ln1`` are shared by all heads of the layer; an MLP owns its weights and ``ln2``.
-        See :mod:`tlcap.models.params` for the exact counts per node and per set of nodes.
-
-        Returns:
-            The :class:`ParameterGroups`.
-
-        Example:
-            >>> pg = model.parameter_groups()
-            >>> pg.count(["a3.h0", "m3"]) / pg.block_total   # share of block parameters
-        """
-        return build_parameter_groups(self.backend, self.n_layers, self.n_heads, self.n_kv_heads, self.is_bridge)
 
 
 __all__ = [

@@ -305,4 +305,36 @@ def unique_parameter_count(backend: Any) -> int:
     return sum(seen.values())
 
 
-__all__ = ["ParamGroup", "ParamPart", "ParameterGroups", "build_parameter_groups", "unique_parameter_count"]
+class ParamsMixin:
+    """Parameter counting of :class:`tlcap.models.Model` (see the class for attributes)."""
+
+    backend: Any
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    is_bridge: bool
+
+    def parameter_count(self) -> int:
+        """Number of parameter elements (tensors that share storage, e.g. tied embeddings, once)."""
+        return unique_parameter_count(self.backend)
+
+    def parameter_groups(self) -> ParameterGroups:
+        """The model's parameters grouped by the heads, MLPs and embeddings that use them.
+
+        Every parameter element is in exactly one group. A head owns its slices of ``W_Q``,
+        ``b_Q`` and ``W_O``; the ``W_K``/``W_V`` slices of a kv head are shared by the
+        ``n_heads / n_kv_heads`` query heads of its group (grouped-query attention); ``b_O``
+        and ``ln1`` are shared by all heads of the layer; an MLP owns its weights and ``ln2``.
+        See :mod:`tlcap.models.params` for the exact counts per node and per set of nodes.
+
+        Returns:
+            The :class:`ParameterGroups`.
+
+        Example:
+            >>> pg = model.parameter_groups()
+            >>> pg.count(["a3.h0", "m3"]) / pg.block_total   # share of block parameters
+        """
+        return build_parameter_groups(self.backend, self.n_layers, self.n_heads, self.n_kv_heads, self.is_bridge)
+
+
+__all__ = ["ParamGroup", "ParamPart", "ParameterGroups", "ParamsMixin", "build_parameter_groups", "unique_parameter_count"]

@@ -19,6 +19,7 @@ from torch import Tensor
 
 Index = int | slice | Sequence[int] | Tensor | str | None
 HookFn = Callable[[Tensor, Any], Tensor]
+HookList = Sequence[tuple[str, Callable[..., Any]]]  # (hook name, fn(activation, hook)) pairs for Model.hooks
 
 
 def _pos(pos: Index) -> Any:
