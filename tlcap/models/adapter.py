@@ -214,7 +214,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         prefix: PrefixCache | None = None,
         expand_at: int | None = None,
         batch: int | None = None,
-    ) -> Float[Tensor, "batch pos d_vocab"]:
+    ) -> Float[Tensor, "rows pos d_vocab"]:
         """Run the model (optionally after a cached prefix) and return logits.
 
         Args:
@@ -232,8 +232,12 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             batch: Number of rows when ``expand_at`` is used (``tokens`` has one row).
 
         Returns:
-            Logits at every position of ``tokens``.
+            Logits at every position of ``tokens`` (``rows`` = ``batch`` when given).
         """
+        return self._run(tokens, hooks, prefix, expand_at, batch)
+
+    def _run(self, tokens: Any, hooks: HookList, prefix: Any, expand_at: Any, batch: Any) -> Any:
+        """:meth:`logits` without shape annotations (shape-changing hooks such as the last-position cut)."""
         tokens = _rows(tokens)
         mask = None
         if isinstance(tokens, TokenBatch):
@@ -250,13 +254,13 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             assert prefix is not None and batch is not None and expand_at is not None
             expand = [(self.hook_name("resid_pre", expand_at), H.expand_batch(batch))]
             with self.hooks(fwd=expand + list(hooks)):
-                return self.forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
+                return self._forward(tokens[:1], past=prefix.expanded(batch, from_layer=expand_at))
         if batch is not None and tokens.shape[0] != batch:
             tokens = tokens.expand(batch, -1)
         with self.hooks(fwd=hooks):
             if prefix is None or prefix.n_tokens == 0:
-                return self.forward(tokens, attention_mask=mask)
-            return self.forward(tokens, past=prefix.expanded(tokens.shape[0]))
+                return self._forward(tokens, attention_mask=mask)
+            return self._forward(tokens, past=prefix.expanded(tokens.shape[0]))
 
     def last_logits(
         self,
@@ -265,7 +269,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         prefix: PrefixCache | None = None,
         expand_at: int | None = None,
         batch: int | None = None,
-    ) -> Float[Tensor, "batch d_vocab"]:
+    ) -> Float[Tensor, "rows d_vocab"]:
         """Next-token logits of every row: the logits at each row's last (real) token.
 
         Equal to ``logits(tokens)[:, -1]``, but the unembedding runs on one position per row
@@ -284,7 +288,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         tokens = _rows(tokens)
         per_row = isinstance(tokens, TokenBatch) and tokens.side == "right" and tokens.is_padded
         if self._cut_name is None:
-            out = self.logits(tokens, hooks, prefix, expand_at, batch)
+            out = self._run(tokens, hooks, prefix, expand_at, batch)
             if per_row:
                 assert isinstance(tokens, TokenBatch)
                 return out[torch.arange(out.shape[0], device=out.device), tokens.last_positions.to(out.device)]
@@ -294,7 +298,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             cut = H.select_positions(tokens.last_positions)
         else:
             cut = H.last_position_only()
-        return self.logits(tokens, [*hooks, (self._cut_name, cut)], prefix, expand_at, batch)[:, -1]
+        return self._run(tokens, [*hooks, (self._cut_name, cut)], prefix, expand_at, batch)[:, -1]
 
     def forward(
         self,
@@ -311,6 +315,9 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
                 :meth:`logits` with ``prefix=`` to reuse a cache without consuming it.
             attention_mask: 1 for real tokens, 0 for padding (needed for left padding only).
         """
+        return self._forward(tokens, past, attention_mask)
+
+    def _forward(self, tokens: Any, past: Any = None, attention_mask: Any = None) -> Any:
         kw: dict[str, Any] = {} if attention_mask is None else {"attention_mask": attention_mask}
         if past is None:
             return self.backend(tokens, **kw)

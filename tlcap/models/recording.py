@@ -23,6 +23,7 @@ class RecordingMixin:
 
     backend: Any
     logits: Callable[..., Tensor]
+    _run: Callable[..., Tensor]
     last_logits: Callable[..., Tensor]
 
     def record(
@@ -80,7 +81,7 @@ class RecordingMixin:
         if stop_after is not None:
             fwd.append((stop_after, H.stop_forward()))
         try:
-            self.logits(tokens, hooks=fwd, prefix=prefix)
+            self._run(tokens, fwd, prefix, None, None)
         except H.StopForward:
             pass
         if pending:

@@ -8,7 +8,7 @@ This is the only module that calls the tokenizer. :class:`tlcap.models.Model` mi
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import torch
 from jaxtyping import Int
@@ -23,7 +23,6 @@ from tlcap.errors import (
 )
 from tlcap.models.token_types import SubjectSpan, TokenBatch
 
-Side = Literal["right", "left"]
 SPECIAL_TOKENS: tuple[str, ...] = ("bos", "eos", "pad", "mask", "unk")
 
 
@@ -123,8 +122,8 @@ class TokensMixin:
 
     def encode_batch(
         self,
-        texts: Sequence[str] | Sequence[Sequence[int]] | Sequence[Tensor],
-        side: Side = "right",
+        texts: Sequence[str | Sequence[int] | Tensor],
+        side: str = "right",
         prepend_bos: bool | None = None,
         pad_id: int | None = None,
     ) -> TokenBatch:
@@ -318,4 +317,4 @@ class TokensMixin:
         return SubjectSpan(idx[0] + shift, idx[-1] + 1 + shift, occ, len(hits), c0, c1)
 
 
-__all__ = ["SPECIAL_TOKENS", "Side", "SubjectSpan", "TokenBatch", "TokensMixin"]
+__all__ = ["SPECIAL_TOKENS", "SubjectSpan", "TokenBatch", "TokensMixin"]
