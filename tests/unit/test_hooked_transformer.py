@@ -167,3 +167,80 @@ def test_erase_neurons_undo_is_exact(model, hooked):
         assert torch.equal(p, before[n]), n
     with torch.no_grad():
         torch.testing.assert_close(model.logits(toks), clean, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------- adapter API on TL 3.9
+def test_last_logits_and_padded_batches(model):
+    prompts = [PROMPT, "Paris", "The Eiffel Tower is located in the city of"]
+    with torch.no_grad():
+        toks = model.to_tokens(PROMPT)
+        torch.testing.assert_close(model.last_logits(toks), model.logits(toks)[:, -1], rtol=0, atol=1e-5)
+        singles = torch.stack([model.logits(model.to_tokens(p))[0, -1] for p in prompts])
+        for side in ("right", "left"):
+            got = model.last_logits(model.encode_batch(prompts, side=side))
+            torch.testing.assert_close(got, singles, rtol=0, atol=1e-5)
+
+
+def test_record_stops_and_matches_full_run(model):
+    toks = model.to_tokens(PROMPT)
+    names = [model.hook_name("mlp_post", 0), model.hook_name("resid_mid", 0)]
+    later: list[int] = []
+    with torch.no_grad():
+        _, full = model.run_with_cache(toks, names)
+        with model.hooks(fwd=[(model.hook_name("resid_post", 1), lambda act, hook: later.append(1))]):
+            got = model.record(toks, names)
+    assert later == [] and all(torch.equal(got[n], full[n]) for n in names)
+
+
+def test_multi_row_prefix_cache(model):
+    g = torch.Generator().manual_seed(0)
+    pre, suf = torch.randint(0, 1000, (3, 5), generator=g), torch.randint(0, 1000, (6, 2), generator=g)
+    with torch.no_grad():
+        pc = model.prefix_cache(pre)
+        ref = model.logits(torch.cat([pre.repeat_interleave(2, 0), suf], 1))[:, 5:]
+        torch.testing.assert_close(model.logits(suf, prefix=pc), ref, rtol=0, atol=1e-5)
+
+
+def test_generate_cached_equals_recompute(model):
+    ids = model.encode("Alice went to the market and bought")
+    hooks = [("blocks.0.mlp.hook_post", H.scale(3.0))]
+    a = model.generate(ids, 6, hooks=hooks)
+    assert a == model.generate(ids, 6, hooks=hooks, use_cache=False)
+
+
+def test_edge_hooks_and_parameter_groups(model, hooked):
+    with pytest.raises(RuntimeError):
+        with model.edge_hooks():
+            assert all(model.edge_hook_flags().values())
+            raise RuntimeError("boom")
+    assert not any(model.edge_hook_flags().values())
+    pg = model.parameter_groups()
+    d, dh = 64, 16
+    assert pg.total == model.parameter_count() == sum(p.numel() for p in hooked.parameters())
+    assert sum(pg.node_counts().values()) == pg.total
+    assert pg.group("a0.h1").numel == 2 * d * dh + dh  # W_Q, b_Q, W_O slices
+    assert pg.group("a0.kv1").numel == 2 * (d * dh + dh)  # W_K, W_V, b_K, b_V slices
+    assert pg.group("a0").numel == d + 2 * d  # b_O, ln1
+    params = list(hooked.parameters())
+    saved = [p.detach().clone() for p in params]
+    try:
+        with torch.no_grad():
+            for p in params:
+                p.zero_()
+            for grp in pg.groups:
+                for part in grp.parts:
+                    part.view().add_(1.0)
+            assert all(bool((p == 1).all()) for p in params)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+
+
+def test_causal_trace_prefix_reuse_equals_reference(model):
+    from tlcap.locate.causal_trace import causal_trace, trace_reference
+
+    kw = dict(samples=2, window=2, seed=1)
+    fast = causal_trace(model, PROMPT, "France", batch_rows=6, **kw)  # several chunks, sample-row prefix caches
+    ref = trace_reference(model, PROMPT, "France", **kw)
+    torch.testing.assert_close(fast.scores, ref.scores, rtol=1e-4, atol=1e-7)

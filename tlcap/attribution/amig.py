@@ -34,8 +34,7 @@ from tlcap.runtime.sites import get_site
 def eos_baseline(model: Model, n_tokens: int, site: str = "mlp_post", token_id: int | None = None) -> Float[Tensor, "layer d_mlp"]:
     """Neuron activations at the last position of an all-``<eos>`` sentence of ``n_tokens`` tokens."""
     if token_id is None:
-        tok = model.tokenizer
-        token_id = getattr(tok, "eos_token_id", None) if tok is not None else None
+        token_id = model.special_token_id("eos")
         if token_id is None:
             raise ValueError("The model's tokenizer has no <eos> token; pass token_id= for the AMIG baseline.")
     s = get_site(site)

@@ -237,7 +237,7 @@ def _scaled_batch(
     # rows differ only from their lowest scaled layer on: share the layers below it
     lowest = min(layer_ids) if leaf.ndim == 3 else min(layer_ids[int(i)] for i in row_layer.unique())
     with torch.set_grad_enabled(need_grad):
-        logits = model.logits(run, hooks=fwd, prefix=prefix, expand_at=lowest if late_expand else None, batch=rows)[:, -1]
+        logits = model.last_logits(run, hooks=fwd, prefix=prefix, expand_at=lowest if late_expand else None, batch=rows)
         probs = logits.float().softmax(-1)[:, target_id]
         grad = torch.autograd.grad(probs.sum(), leaf)[0] if need_grad else None
     return probs.detach(), grad
@@ -365,8 +365,8 @@ def integrated_gradients(
         layer_sums=sums.float(),
         activations=acts_all,
         prompt=prompt,
-        target=target if isinstance(target, str) else model.tokenizer.decode(t_ids) if model.tokenizer else "",
-        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.tokenizer else tuple(str(i) for i in t_ids),
+        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
+        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
         model_name=model.name,
         site=site,
         method=method,

@@ -43,11 +43,10 @@ from tlcap.runtime.sites import get_site
 
 def mask_token_id(model: Model) -> int:
     """The token SIG masks words with: ``<mask>``, else ``<pad>``, else ``<eos>``."""
-    tok = model.tokenizer
-    for attr in ("mask_token_id", "pad_token_id", "eos_token_id"):
-        v = getattr(tok, attr, None) if tok is not None else None
+    for name in ("mask", "pad", "eos"):
+        v = model.special_token_id(name)
         if v is not None:
-            return int(v)
+            return v
     raise ValueError("The tokenizer has no mask, pad or eos token; pass mask_id= to sig().")
 
 

@@ -186,7 +186,7 @@ def encode_sample(model: Any, sample: Sample, max_answer_tokens: int | None = No
     if joint[: len(p_ids)] == p_ids and len(joint) > len(p_ids):
         t_ids = joint[len(p_ids):]
     else:
-        t_ids = list(model.tokenizer(sample.answer, add_special_tokens=False)["input_ids"])
+        t_ids = model.encode(sample.answer, prepend_bos=False, check_length=False)
     if max_answer_tokens is not None:
         t_ids = t_ids[:max_answer_tokens]
     return p_ids, t_ids

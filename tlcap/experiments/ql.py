@@ -19,7 +19,7 @@ Decisions (see docs/ql.md):
   of the mass in every head); ``skip_first=True`` (default) leaves it out of predominance and
   synapses, so the synapses are the *content* tokens a head focuses on. τ is eq. 5 as written.
 - Synapse intervention: the selected pattern columns are multiplied by 2 (enhance) or 0
-  (suppress) in ``attn.hook_pattern``, without renormalising the rows.
+  (suppress) at the ``attn_pattern`` site, without renormalising the rows.
 - ΔValue uses the mean |activation| of the query's KNs at the last position (gated-MLP
   activations can be negative; the paper's GPT-2 GELU activations are mostly positive).
 - Update edits the down-projection column (value vector) of each KN:
@@ -314,8 +314,7 @@ def last_logits(model: Model, prompts: Sequence[str], hooks: HookList = ()) -> F
     """Last-position logits of each prompt (one forward pass per prompt: lengths differ)."""
     out = []
     for p in prompts:
-        toks = model.to_tokens(p)
-        out.append(model.logits(toks, hooks=hooks)[0, -1].float())
+        out.append(model.last_logits(model.to_tokens(p), hooks=hooks)[0].float())
     return torch.stack(out) if out else torch.zeros(0, model.d_vocab)
 
 
@@ -364,7 +363,7 @@ def perplexity(model: Model, texts: Sequence[str], max_tokens: int = 128) -> flo
     """exp(mean next-token NLL) over the texts, each truncated to ``max_tokens`` tokens."""
     nll, n = 0.0, 0
     for t in texts:
-        ids = list(model.tokenizer(t, add_special_tokens=False)["input_ids"])[: min(max_tokens, model.n_ctx)]
+        ids = model.encode(t, prepend_bos=False, max_tokens=min(max_tokens, model.n_ctx), check_length=False)
         if len(ids) < 2:
             continue
         toks = torch.tensor([ids], device=model.device)
@@ -590,7 +589,7 @@ def query_kn_mapping(model: Model, locs: Sequence[FactKNs], groups: Sequence[str
 # ============================================================== attention: predominance, synapses
 @torch.no_grad()
 def attention_patterns(model: Model, prompt: str, hooks: HookList = ()) -> Float[Tensor, "layer head q k"]:
-    """All layers' attention patterns for ``prompt`` (``attn.hook_pattern``)."""
+    """All layers' attention patterns for ``prompt`` (the ``attn_pattern`` site)."""
     site = get_site("attn_pattern")
     names = [site.hook_name(l) for l in range(model.n_layers)]
     _, cache = model.run_with_cache(model.to_tokens(prompt), names, hooks=hooks)
@@ -660,7 +659,7 @@ def synapse_mask(patterns: Float[Tensor, "layer head q k"], alpha: float = 0.3, 
 
 
 def synapse_hooks(mask: Bool[Tensor, "layer head k"], factor: float) -> HookList:
-    """``attn.hook_pattern`` hooks multiplying the masked key columns of each (layer, head) by ``factor``."""
+    """``attn_pattern`` hooks multiplying the masked key columns of each (layer, head) by ``factor``."""
     site = get_site("attn_pattern")
     out = []
     for l in range(mask.shape[0]):
@@ -752,7 +751,7 @@ def synapse_experiment(
 
     For each query q_i of each fact: locate its synapses S; the irrelevant synapses S_ir are those
     of the same-index query of the next fact (another relation when possible), or of
-    ``irrelevant_prompt``; enhance (×factor) / suppress (×0) them via ``attn.hook_pattern`` and
+    ``irrelevant_prompt``; enhance (×factor) / suppress (×0) them via the ``attn_pattern`` site and
     measure ΔValue (mean |activation| of N_i at the last position) and ΔProb.
     """
     rows: list[dict] = []

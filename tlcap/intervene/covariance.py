@@ -3,7 +3,7 @@
 The keys are the down projection's inputs (``mlp_post``) at every token of a WikiText-2
 sample, split into windows of ``seq_len`` tokens. Statistics of every requested layer come
 from the same forward passes, which stop after the highest requested layer
-(:func:`tlcap.runtime.hooks.stop_forward`). Results are cached on disk under
+(:meth:`tlcap.models.Model.record`). Results are cached on disk under
 ``tlcap.models.cache_dir()/rome_cov/<model>-<fingerprint>/`` keyed by layer, number of tokens
 and window length, so an edit pays for them once.
 
@@ -28,8 +28,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.models.adapter import Model
-from tlcap.runtime import hooks as H
-from tlcap.runtime.sites import get_site
+from tlcap.models.loading import cache_dir
 
 
 def model_fingerprint(model: Model) -> str:
@@ -41,8 +40,6 @@ def model_fingerprint(model: Model) -> str:
 
 
 def covariance_path(model: Model, layer: int, n_tokens: int, seq_len: int) -> Path:
-    from tlcap.models.loading import cache_dir
-
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
     return cache_dir() / "rome_cov" / f"{safe}-{model_fingerprint(model)}" / f"L{layer}_n{n_tokens}_s{seq_len}.safetensors"
 
@@ -50,7 +47,7 @@ def covariance_path(model: Model, layer: int, n_tokens: int, seq_len: int) -> Pa
 def _token_windows(model: Model, texts: Sequence[str], n_tokens: int, seq_len: int) -> Tensor:
     ids: list[int] = []
     for t in texts:
-        ids.extend(model.tokenizer(t + "\n", add_special_tokens=False)["input_ids"])
+        ids.extend(model.encode(t + "\n", prepend_bos=False, check_length=False))
         if len(ids) >= n_tokens:
             break
     n = (min(len(ids), n_tokens) // seq_len) * seq_len
@@ -96,21 +93,14 @@ def key_covariance(
 
         texts = load_wikitext()
     windows = _token_windows(model, texts, n_tokens, seq_len)
-    site = get_site("mlp_post")
+    names = {l: model.hook_name("mlp_post", l) for l in missing}
     sums = {l: torch.zeros(model.d_mlp, model.d_mlp, dtype=torch.float64, device=model.device) for l in missing}
     count = 0
-    top = max(missing)
     for b0 in tqdm(range(0, windows.shape[0], batch_size), desc="key covariance", disable=not progress):
         batch = windows[b0 : b0 + batch_size]
-        store: dict[str, Tensor] = {}
-        hooks = [(site.hook_name(l), H.record(store, str(l))) for l in missing]
-        hooks.append((get_site("mlp_out").hook_name(top), H.stop_forward()))
-        try:
-            model.logits(batch, hooks=hooks)
-        except H.StopForward:
-            pass
+        store = model.record(batch, list(names.values()))  # stops after the highest layer's keys
         for l in missing:
-            k = store[str(l)].reshape(-1, model.d_mlp).double()
+            k = store[names[l]].reshape(-1, model.d_mlp).double()
             sums[l] += k.T @ k
         count += batch.numel()
     for l in missing:

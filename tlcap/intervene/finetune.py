@@ -115,7 +115,7 @@ def masked_finetune(
     rng = random.Random(seed)
     for p in uniq:
         p.requires_grad_(True)
-    model.backend.train(False)
+    model.eval()
     try:
         for epoch in range(1, epochs + 1):
             order = list(range(len(encoded)))

@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import pandas as pd
@@ -45,14 +45,12 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.errors import TargetTokenizationError
+from tlcap.errors import SubjectNotFoundError
 from tlcap.intervene.covariance import key_covariance, solve_key
 from tlcap.intervene.weights import WeightEdit
-from tlcap.locate.causal_trace import subject_span
 from tlcap.models.adapter import Model
 from tlcap.results import Result
 from tlcap.runtime import hooks as H
-from tlcap.runtime.sites import get_site
 
 DEFAULT_PREFIXES: tuple[str, ...] = (
     "",
@@ -137,43 +135,20 @@ class RomeEdit(WeightEdit):
         return float(self.right.norm() * self.u.norm())
 
 
-# ---------------------------------------------------------------------------- batching helpers
-def _pad(rows: list[list[int]], pad_id: int, device: torch.device) -> Tensor:
-    T = max(len(r) for r in rows)
-    return torch.tensor([r + [pad_id] * (T - len(r)) for r in rows], dtype=torch.long, device=device)
-
-
-def _pad_id(model: Model) -> int:
-    tok = model.tokenizer
-    for cand in (getattr(tok, "pad_token_id", None), getattr(tok, "eos_token_id", None)):
-        if cand is not None:
-            return int(cand)
-    return 0
-
-
+# ---------------------------------------------------------------------------- keys
 def _subject_last(model: Model, text: str, subject: str, start_char: int = 0) -> int:
     """Index (in ``model.encode(text)``) of the subject's last token, searching from ``start_char``."""
-    return subject_span(model, text, subject, start=start_char)[1] - 1
+    return model.subject_span(text, subject, start=start_char).last
 
 
 @torch.no_grad()
 def _keys(model: Model, layer: int, texts: list[str], subject: str, prefix_lens: list[int]) -> tuple[Tensor, Tensor]:
     """``mlp_post`` and ``mlp_out`` at the subject's last token of each text, ``[n, d]``."""
-    rows = [model.encode(t) for t in texts]
     look = torch.tensor([_subject_last(model, t, subject, pl) for t, pl in zip(texts, prefix_lens)])
-    toks = _pad(rows, _pad_id(model), model.device)
-    store: dict[str, Tensor] = {}
-    hooks = [
-        (get_site("mlp_post").hook_name(layer), H.record(store, "k")),
-        (get_site("mlp_out").hook_name(layer), H.record(store, "v")),
-        (get_site("mlp_out").hook_name(layer), H.stop_forward()),
-    ]
-    try:
-        model.logits(toks, hooks=hooks)
-    except H.StopForward:
-        pass
-    r = torch.arange(len(rows))
-    return store["k"][r, look], store["v"][r, look]
+    k_name, v_name = model.hook_name("mlp_post", layer), model.hook_name("mlp_out", layer)
+    acts = model.record(model.encode_batch(texts), [k_name, v_name])
+    r = torch.arange(len(texts))
+    return acts[k_name][r, look], acts[v_name][r, look]
 
 
 # ---------------------------------------------------------------------------- the edit
@@ -206,8 +181,6 @@ def rome_edit(
     if not 0 <= layer < model.n_layers:
         raise ValueError(f"layer {layer} out of range for {model.name} ({model.n_layers} layers)")
     if subject not in prompt:
-        from tlcap.locate.causal_trace import SubjectNotFoundError
-
         raise SubjectNotFoundError(f"Subject {subject!r} does not occur in the prompt {prompt!r}.")
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -235,7 +208,7 @@ def rome_edit(
     kl_text = cfg.kl_prompt.format(subject)
     rows.append(model.encode(kl_text))
     look.append(_subject_last(model, kl_text, subject, 0))
-    toks = _pad(rows, _pad_id(model), model.device)
+    toks = model.encode_batch(rows).tokens
     look_t = torch.tensor(look, device=model.device)
     tp_r = torch.tensor([a for a, _ in tgt_pos], device=model.device)
     tp_p = torch.tensor([b for _, b in tgt_pos], device=model.device)
@@ -244,7 +217,7 @@ def rome_edit(
 
     delta = torch.zeros(model.d_model, device=model.device, requires_grad=True)
     opt = torch.optim.Adam([delta], lr=cfg.lr)
-    name = get_site("mlp_out").hook_name(layer)
+    name = model.hook_name("mlp_out", layer)
     rows_all = torch.arange(toks.shape[0], device=model.device)
     kl_init = None
     losses: list[float] = []
@@ -298,7 +271,7 @@ def _target_logprobs(model: Model, items: Sequence[tuple[str, str]]) -> Tensor:
         t = model.target_ids(prompt, target)
         rows.append(p + t[:-1])
         spans.append((len(p) - 1, t))
-    logits = model.logits(_pad(rows, _pad_id(model), model.device)).float().log_softmax(-1)
+    logits = model.logits(model.encode_batch(rows)).float().log_softmax(-1)
     out = []
     for r, (start, t) in enumerate(spans):
         idx = torch.arange(start, start + len(t), device=logits.device)
@@ -308,9 +281,7 @@ def _target_logprobs(model: Model, items: Sequence[tuple[str, str]]) -> Tensor:
 
 @torch.no_grad()
 def _next_tokens(model: Model, prompts: Sequence[str]) -> list[int]:
-    rows = [model.encode(p) for p in prompts]
-    logits = model.logits(_pad(rows, _pad_id(model), model.device))
-    return [int(logits[i, len(r) - 1].argmax()) for i, r in enumerate(rows)]
+    return model.last_logits(model.encode_batch(prompts)).argmax(-1).tolist()
 
 
 def default_paraphrases(prompt: str) -> list[str]:

@@ -4,7 +4,7 @@ Three runs of one prompt:
 
 - **clean**: the prompt as is; every state needed later is recorded;
 - **corrupted**: Gaussian noise (std ν, default ``3 × std(W_E)``, ROME's "s3") added to the
-  *subject* tokens' embeddings (``hook_embed``), ``samples`` fixed noise draws (seeded);
+  *subject* tokens' embeddings (the ``embed`` site), ``samples`` fixed noise draws (seeded);
 - **corrupted-with-restoration**: the corrupted run with the clean state of one
   ``(token, layer)`` copied back: the residual stream (``resid_post``, one layer) or the MLP /
   attention output (``mlp_out`` / ``attn_out``) of a *window* of layers centred on the layer
@@ -21,11 +21,12 @@ How it is made fast (exact, not approximate):
   into just that row), instead of one forward per cell.
 - **Corrupted-prefix reuse**: a restoration at token t cannot change positions < t (causal
   attention), so those positions are the corrupted run's. Their keys/values are computed once
-  per token t (one cache row per noise sample) and each row recomputes only positions ≥ t.
+  per token t (a :class:`tlcap.models.PrefixCache` with one row per noise sample, whose rows
+  are repeated for the cells of that sample) and each row recomputes only positions ≥ t.
 - **Tokens before the subject**: the clean and corrupted states there are identical, so
   restoring them is a no-op; those cells get the corrupted probability without a forward.
-- **Last-position unembedding**: only the next-token logits are read, so the unembedding runs
-  on the last position only (:func:`tlcap.runtime.hooks.last_position_only`).
+- **Last-position logits**: only the next-token logits are read, so the unembedding runs
+  on the last position only (:meth:`tlcap.models.Model.last_logits`).
 
 :func:`trace_reference` is the slow one-cell-at-a-time reference (one forward of ``samples``
 rows per cell, full prompt, the ``patch`` / ``add_noise`` factories) used in tests and the
@@ -40,9 +41,8 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -52,8 +52,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.errors import EmptyDatasetError, MissingFileError, TargetTokenizationError
-from tlcap.models.adapter import HookList, Model, PrefixCache
+from tlcap.errors import EmptyDatasetError, MissingFileError, SubjectNotFoundError
+from tlcap.models.adapter import HookList, Model
 from tlcap.results import Result
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
@@ -65,55 +65,18 @@ TOKEN_CLASSES: tuple[str, ...] = (
 )
 
 
-class SubjectNotFoundError(TargetTokenizationError):
-    """The subject string does not occur in the prompt (or covers no token)."""
-
-
 # ---------------------------------------------------------------------------- helpers
-def subject_span(model: Model, prompt: str, subject: str, start: int = 0) -> tuple[int, int]:
-    """Token range ``[start, end)`` of the first occurrence of ``subject`` in ``prompt``.
+def subject_span(model: Model, prompt: str, subject: str, start: int = 0, occurrence: int = 0) -> tuple[int, int]:
+    """Token range ``[start, end)`` of an occurrence of ``subject`` in ``prompt`` (default the first).
 
-    ``start`` (a character index) skips occurrences before it, e.g. inside a prefix.
-
-    Found from character offsets, so it works whatever the tokenizer does with spaces
-    (GPT-2's ``" France"`` token covers the space before the subject too). A BOS token added by
-    the model shifts the range by one.
+    ``start`` (a character index) skips occurrences before it, e.g. inside a prefix. A thin
+    wrapper of :meth:`tlcap.models.Model.subject_span`, which also reports how many times the
+    subject occurs.
 
     Raises:
         SubjectNotFoundError: ``subject`` is empty or not a substring of ``prompt``.
     """
-    if not subject or subject not in prompt[start:]:
-        raise SubjectNotFoundError(
-            f"Subject {subject!r} does not occur in the prompt {prompt!r}; pass the subject exactly "
-            "as it is written in the prompt (case and spacing included)."
-        )
-    c0 = prompt.index(subject, start)
-    c1 = c0 + len(subject)
-    offsets = _token_offsets(model, prompt)
-    idx = [i for i, (a, b) in enumerate(offsets) if b > c0 and a < c1 and b > a]
-    if not idx:
-        raise SubjectNotFoundError(f"Subject {subject!r} covers no token of {prompt!r}.")
-    shift = 1 if model.prepend_bos else 0
-    return idx[0] + shift, idx[-1] + 1 + shift
-
-
-def _token_offsets(model: Model, prompt: str) -> list[tuple[int, int]]:
-    tok = model.tokenizer
-    try:
-        enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
-        offs = [tuple(o) for o in enc["offset_mapping"]]
-        if len(offs) == len(enc["input_ids"]):
-            return offs  # type: ignore[return-value]
-    except (NotImplementedError, TypeError, ValueError, KeyError):
-        pass
-    # Slow tokenizers: character offsets from decoded prefixes.
-    ids = model.encode(prompt, prepend_bos=False)
-    out, prev = [], 0
-    for i in range(len(ids)):
-        n = len(tok.decode(ids[: i + 1]))
-        out.append((prev, n))
-        prev = n
-    return out
+    return model.subject_span(prompt, subject, occurrence=occurrence, start=start).range
 
 
 def window_layers(layer: int, n_layers: int, window: int) -> list[int]:
@@ -124,28 +87,6 @@ def window_layers(layer: int, n_layers: int, window: int) -> list[int]:
 def embedding_noise_std(model: Model, factor: float = 3.0) -> float:
     """ν = ``factor`` × the standard deviation of the token embedding matrix."""
     return float(factor * model.W_E.detach().float().std())
-
-
-def _unembed_cut(model: Model) -> HookList:
-    hd = getattr(model.backend, "hook_dict", {})
-    return [("unembed.hook_in", H.last_position_only())] if "unembed.hook_in" in hd else []
-
-
-class _SampleCache(PrefixCache):
-    """A prefix cache with one row per noise sample; ``expanded(n*k)`` gives sample-major rows."""
-
-    def __init__(self, pc: PrefixCache, n_samples: int):
-        super().__init__(pc.model, pc.cache, pc.n_tokens)
-        self.n_samples = n_samples
-
-    def expanded(self, batch: int, from_layer: int = 0) -> Any:
-        import copy
-
-        c = copy.deepcopy(self.cache)
-        k = batch // self.n_samples
-        if k != 1:
-            c.batch_repeat_interleave(k)  # row r of the result holds sample r // k
-        return c
 
 
 # ---------------------------------------------------------------------------- setup
@@ -204,10 +145,11 @@ class TraceSetup:
         nz = self.noise[:, a - s0 : b - s0]
         if rows_per_sample > 1:
             nz = nz.repeat_interleave(rows_per_sample, 0)
-        return [("hook_embed", H.add_noise(nz, pos=slice(a - offset, b - offset)))]
+        return [(get_site("embed").hook_name(), H.add_noise(nz, pos=slice(a - offset, b - offset)))]
 
-    def _probs(self, logits: Tensor) -> Tensor:
-        return logits[:, -1].float().softmax(-1)[:, self.target_id]
+    def _probs(self, last_logits: Tensor) -> Tensor:
+        """Target probability of each row from its next-token logits ``[rows, d_vocab]``."""
+        return last_logits.float().softmax(-1)[:, self.target_id]
 
     @torch.no_grad()
     def restored_prob(self, cells: Iterable[tuple[str, int, int]] = ()) -> float:
@@ -224,7 +166,7 @@ class TraceSetup:
         for name, pos in per_hook.items():
             hooks.append((name, H.patch(self.clean[name], pos=sorted(pos))))
         n = self.samples
-        logits = self.model.logits(self.tokens.expand(n, -1), hooks=hooks + _unembed_cut(self.model))
+        logits = self.model.last_logits(self.tokens.expand(n, -1), hooks=hooks)
         return float(self._probs(logits).mean())
 
 
@@ -394,8 +336,6 @@ def trace_batched(setup: TraceSetup, batch_rows: int = 256, prefix_reuse: bool =
     kinds, layers = setup.kinds, setup.layers
     s0 = setup.subject_range[0]
     scores = torch.full((len(kinds), T, len(layers)), float("nan"))
-    reuse = prefix_reuse and model.is_bridge
-    cut = _unembed_cut(model)
     cells = [(ki, li) for ki in range(len(kinds)) for li in range(len(layers))]
     k_max = max(1, batch_rows // n)
     todo = [t for t in range(T) if not (skip_pre_subject and t < s0)]
@@ -404,12 +344,11 @@ def trace_batched(setup: TraceSetup, batch_rows: int = 256, prefix_reuse: bool =
             scores[:, t, :] = setup.corrupted_prob
     bar = tqdm(total=len(todo) * len(cells), desc="causal trace", disable=not progress, unit="cell")
     for t in todo:
-        offset = t if (reuse and t > 0) else 0
+        offset = t if (prefix_reuse and t > 0) else 0
         prefix = None
-        if offset:
+        if offset:  # one cache row per noise sample; a batch of n*k rows repeats each k times
             with model.hooks(setup.noise_hooks(upto=t)):
-                pc = model.prefix_cache(setup.tokens[:, :t].expand(n, -1))
-            prefix = _SampleCache(pc, n)
+                prefix = model.prefix_cache(setup.tokens[:, :t].expand(n, -1))
         run = setup.tokens[:, offset:]
         for c0 in range(0, len(cells), k_max):
             chunk = cells[c0 : c0 + k_max]
@@ -425,7 +364,7 @@ def trace_batched(setup: TraceSetup, batch_rows: int = 256, prefix_reuse: bool =
                 rows = (torch.arange(n)[:, None] * k + ci_t[None, :]).reshape(-1)  # sample-major rows
                 src = setup.clean[name][:, offset:]
                 hooks.append((name, H.patch_rows(src, rows, t - offset)))
-            logits = model.logits(run.expand(n * k, -1), hooks=hooks + cut, prefix=prefix)
+            logits = model.last_logits(run.expand(n * k, -1), hooks=hooks, prefix=prefix)
             p = setup._probs(logits).reshape(n, k).mean(0)
             for ci, (ki, li) in enumerate(chunk):
                 scores[ki, t, li] = p[ci]

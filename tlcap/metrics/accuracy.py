@@ -67,7 +67,6 @@ class TaskAccuracy(Result):
         return pd.DataFrame({"score": self.scores, "prediction": self.predictions, "gold": self.golds})
 
 
-@torch.no_grad()
 def greedy_generate(
     model: Model,
     prompt_ids: Sequence[int],
@@ -77,33 +76,13 @@ def greedy_generate(
     stop_text: Sequence[str] = (),
     use_cache: bool = True,
 ) -> list[int]:
-    """Greedy continuation of ``prompt_ids`` (new token ids only).
+    """Greedy continuation of ``prompt_ids`` (new token ids only): :meth:`tlcap.models.Model.generate`.
 
-    With ``use_cache`` the prompt is encoded once into a key/value cache (``Model.prefix_cache``)
-    and every step feeds only the newest token; ``use_cache=False`` re-runs the whole sequence
-    each step (the reference the cached path is tested against).
+    With ``use_cache`` the prompt is encoded once into a key/value cache and every step feeds
+    only the newest token; ``use_cache=False`` re-runs the whole sequence each step (the
+    reference the cached path is tested against).
     """
-    ids = list(prompt_ids)
-    out: list[int] = []
-    stop = set(int(s) for s in stop_ids)
-    cache = None
-    if use_cache and len(ids) > 1:
-        cache = model.prefix_cache(torch.tensor([ids[:-1]], device=model.device)).expanded(1)
-    nxt: Tensor = torch.tensor([ids[-1:] if cache is not None else ids], device=model.device)
-    for _ in range(max_new_tokens):
-        with model.hooks(fwd=hooks):
-            if cache is not None:
-                logits = model.forward(nxt, past=cache)  # the cache grows in place
-            else:
-                logits = model.forward(torch.tensor([ids + out], device=model.device))
-        tok = int(logits[0, -1].argmax())
-        out.append(tok)
-        if tok in stop:
-            break
-        if stop_text and any(s in model.tokenizer.decode(out) for s in stop_text):
-            break
-        nxt = torch.tensor([[tok]], device=model.device)
-    return out
+    return model.generate(prompt_ids, max_new_tokens, hooks, stop_ids, stop_text, use_cache)
 
 
 def extract_number(text: str) -> str | None:
@@ -138,7 +117,7 @@ def choice_logprobs(model: Model, prompt: str, choices: Sequence[str], hooks: Ho
     p_ids = model.encode(prompt)
     c_ids = [encode_sample(model, Sample(prompt, c))[1] for c in choices]
     if all(len(c) == 1 for c in c_ids):
-        logp = model.logits(torch.tensor([p_ids], device=model.device), hooks=hooks)[0, -1].float().log_softmax(-1)
+        logp = model.last_logits(torch.tensor([p_ids], device=model.device), hooks=hooks)[0].float().log_softmax(-1)
         return torch.stack([logp[c[0]] for c in c_ids]).cpu()
     out = []
     for c in c_ids:
@@ -183,12 +162,13 @@ def task_accuracy(
     scores: list[float] = []
     preds: list[str] = []
     golds: list[str] = []
-    eos = [model.tokenizer.eos_token_id] if model.tokenizer.eos_token_id is not None else []
+    eos_id = model.special_token_id("eos")
+    eos = [eos_id] if eos_id is not None else []
     stops = ("\n\n", "Question:")
     for s in tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False):
         if t.kind == "number":
             gen = greedy_generate(model, model.encode(s.prompt), max_new_tokens or t.max_new_tokens, hooks, eos, stops)
-            text = _cut(model.tokenizer.decode(gen), stops)
+            text = _cut(model.decode(gen), stops)
             num = extract_number(text)
             scores.append(float(_same_number(num, s.gold)))
             preds.append(num or "")

@@ -31,6 +31,6 @@ def target_prob(model: Model, prompt: str, target: str, hooks: HookList = ()) ->
 @torch.no_grad()
 def next_token_probs(model: Model, tokens: Int[Tensor, "batch pos"], target_ids: Sequence[int] | Tensor, hooks: HookList = ()) -> Float[Tensor, "batch"]:
     """Probability of ``target_ids[b]`` at the last position of each row."""
-    logits = model.logits(tokens, hooks=hooks)[:, -1].float()
+    logits = model.last_logits(tokens, hooks=hooks).float()
     tid = torch.as_tensor(target_ids, device=logits.device).reshape(-1)
     return logits.softmax(-1)[torch.arange(logits.shape[0]), tid.expand(logits.shape[0])]

@@ -35,7 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.errors import ShapeMismatchError, TargetTokenizationError
-from tlcap.locate.circuits.graph import EdgeGraph, edge_hooks_enabled
+from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.models import Model
 from tlcap.results import Result
 from tlcap.runtime import hooks as H
@@ -201,7 +201,7 @@ def run_pass(
         model, graph, task: The model, its edge graph and the task (for the metric).
         tokens: ``[batch, pos]`` token ids.
         record_upstream: Return every upstream output ``[batch, n_up, pos, d_model]``.
-        input_value: Replace the input node's output (``blocks.0.hook_resid_pre``) with this
+        input_value: Replace the input node's output (the ``resid_pre`` site of layer 0) with this
             ``[batch, pos, d_model]`` tensor (EAP-IG interpolation points).
         grads: Backpropagate the summed metric and return ``d metric / d reader input``
             ``[batch, n_readers, pos, d_model]``.
@@ -214,12 +214,13 @@ def run_pass(
     fwd: list[tuple[str, Callable[..., Any]]] = []
     ups: dict[str, Tensor] = {}
     leaf_store: dict[str, Tensor] = {}
+    input_hook = model.hook_name("resid_pre", 0)
     if input_value is not None:
         leaf_val = input_value.detach().clone().requires_grad_(grads)
         leaf_store["leaf"] = leaf_val
-        fwd.append(("blocks.0.hook_resid_pre", H.replace_rows(slice(None), None, leaf_val)))
+        fwd.append((input_hook, H.replace_rows(slice(None), None, leaf_val)))
     elif grads:
-        fwd.append(("blocks.0.hook_resid_pre", H.leaf(leaf_store)))
+        fwd.append((input_hook, H.leaf(leaf_store)))
     keep_graph = grads
     if record_upstream or ablate is not None:
         for name, _, _ in graph.upstream_hooks():
@@ -257,7 +258,7 @@ def run_pass(
     gstore: dict[str, Tensor] = {}
     if grads:
         bwd = [(rh.name, H.capture_grad(gstore, rh.name)) for rh in graph.reader_hooks()]
-    with torch.set_grad_enabled(grads), edge_hooks_enabled(model), model.hooks(fwd=fwd, bwd=bwd):
+    with torch.set_grad_enabled(grads), model.edge_hooks(), model.hooks(fwd=fwd, bwd=bwd):
         logits = model.forward(tokens)
         metric = task.metric_rows(logits)
         if grads:
