@@ -187,7 +187,7 @@ def coincidence_rates(
         StatisticsError: Unaligned framings, or items that are not neurons of an ``(L, J)`` model.
 
     Example:
-        >>> r = coincidence_rates(kn_sets_answer, kn_sets_code, model.cfg.n_layers, model.cfg.d_mlp)
+        >>> r = coincidence_rates(kn_sets_answer, kn_sets_code, model.n_layers, model.d_mlp)
         >>> r.c12_overlap, r.c11_overlap, r.c22_overlap
     """
     if len(sets_framing1) != len(sets_framing2):
