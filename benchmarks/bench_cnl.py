@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("TLCAP_DATA", ROOT.parent / "shared" / "data"))
 
 
 def worker(n: int, method: str, dataset: str, steps: int, max_answer_tokens: int, threads: int) -> None:
@@ -38,7 +37,7 @@ def worker(n: int, method: str, dataset: str, steps: int, max_answer_tokens: int
 
     torch.manual_seed(0)
     model = tlcap.load_model("smollm2-135m")
-    samples = load_task(dataset, DATA, "train", n=n, seed=0)
+    samples = load_task(dataset, split="train", n=n, seed=0)  # $TLCAP_DATA or the bundled copy
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     res = score_dataset(model, samples, method=method, steps=steps, max_answer_tokens=max_answer_tokens, progress=False,

@@ -35,7 +35,6 @@ Writes ``benchmarks/results/bench_kn.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -52,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import env_info, print_table, timed, write_json  # noqa: E402
 
 from tlcap.attribution import integrated_gradients, reference_ig  # noqa: E402
+from tlcap.data import load_known_facts  # noqa: E402
 from tlcap.models import Model, load_model, make_gpt2  # noqa: E402
 
 STEPS = 20
@@ -165,9 +165,9 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
 
 
 # --------------------------------------------------------------------------- estimators
-def known_facts(model: Model, n: int, data: Path) -> list[tuple[str, str]]:
-    """First ``n`` facts of known_1000.json that the model answers (argmax = single-token answer)."""
-    facts = json.loads((data / "rome" / "known_1000.json").read_text())
+def known_facts(model: Model, n: int) -> list[tuple[str, str]]:
+    """First ``n`` ROME known facts (``$TLCAP_DATA`` or bundled) the model answers (argmax = single-token answer)."""
+    facts = load_known_facts()
     out = []
     for f in facts:
         prompt, target = f["prompt"], " " + f["attribute"]
@@ -260,11 +260,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             smol = None
         if smol is not None:
             rows += bench_model(smol, "smollm2-135m", args, with_kn=False)
-            data = Path(os.environ.get("TLCAP_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-            if (data / "rome" / "known_1000.json").exists():
-                print(f"\n[smollm2-135m] estimators vs exact IG on {args.facts} known facts", flush=True)
-                facts = known_facts(smol, args.facts, data)
-                facts_rows, est_summary = bench_estimators(smol, facts)
+            print(f"\n[smollm2-135m] estimators vs exact IG on {args.facts} known facts", flush=True)
+            facts = known_facts(smol, args.facts)
+            facts_rows, est_summary = bench_estimators(smol, facts)
     payload.update(timing=rows, estimators=facts_rows, estimator_summary=est_summary, total_s=time.time() - t0)
 
     print("\n== all-layer IG time per prompt (steps=20); * = baseline timed on a layer subset, scaled to all layers ==")

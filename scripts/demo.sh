@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TL=".venv/bin/tlcap"
-DATA="${TLCAP_DATA:-../shared/data}"
+# Data: the copies bundled with tlcap; a folder of full datasets when the user set TLCAP_DATA
+# (the ${a[@]+...} form keeps bash 3.2 happy with an empty array under set -u).
+DATA_ARGS=()
+if [ -n "${TLCAP_DATA:-}" ]; then DATA_ARGS=(--data-dir "$TLCAP_DATA"); fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 echo "== knowledge neurons (Dai et al.) =="
@@ -23,19 +26,15 @@ echo "== knowledge circuit (EAP-IG) =="
 $TL circuit --model smollm2-135m --prompt "The capital of France is" --target " Paris" \
   --corrupt-prompt "The capital of Italy is" --top-n 300 --out figures/circuit
 
-if [ -d "$DATA" ]; then
-  echo "== CNL: Emotion capability neurons, erase =="
-  $TL cnl locate --model smollm2-135m --dataset emotion --data-dir "$DATA" --n 24 --sigma 3 \
-    --method joint --out figures/cnl_emotion
-  $TL cnl erase --model smollm2-135m --dataset emotion --data-dir "$DATA" \
-    --neurons figures/cnl_emotion/summary.json --n 40 --out figures/cnl_emotion_erase
+echo "== CNL: Emotion capability neurons, erase =="
+$TL cnl locate --model smollm2-135m --dataset emotion ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --n 24 --sigma 3 \
+  --method joint --no-resume --out figures/cnl_emotion
+$TL cnl erase --model smollm2-135m --dataset emotion ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} \
+  --neurons figures/cnl_emotion/summary.json --n 40 --out figures/cnl_emotion_erase
 
-  echo "== Query Localization: consistency and knowledge synapses =="
-  $TL ql consistency --model smollm2-135m --data-dir "$DATA" --relations P103,P37 --n-facts 4 \
-    --method ig --steps 10 --max-queries 3 --out figures/ql_consistency
-  $TL ql synapses --model smollm2-135m --data-dir "$DATA" --relations P103 --n-facts 2 \
-    --steps 10 --max-queries 3 --out figures/ql_synapses
-else
-  echo "(no data folder at $DATA: set TLCAP_DATA to run the CNL and QL parts)"
-fi
+echo "== Query Localization: consistency and knowledge synapses =="
+$TL ql consistency --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103,P37 --n-facts 4 \
+  --method ig --steps 10 --max-queries 3 --out figures/ql_consistency
+$TL ql synapses --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103 --n-facts 2 \
+  --steps 10 --max-queries 3 --out figures/ql_synapses
 echo "figures written under figures/"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,25 +11,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def shared_data_dir() -> Path | None:
-    """``$TLCAP_DATA`` or ``../shared/data`` next to the checkout, if present."""
-    env = os.environ.get("TLCAP_DATA")
-    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data", REPO / "shared" / "data"]:
-        if cand.is_dir():
-            return cand
-    return None
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    d = shared_data_dir()
-    if d is None:
-        pytest.skip("shared data folder not found (set TLCAP_DATA)")
-    return d
+# Tests read the data bundled with tlcap, whatever the developer's $TLCAP_DATA, and never download.
+os.environ.pop("TLCAP_DATA", None)
+os.environ["TLCAP_OFFLINE"] = "1"
 
 
 @pytest.fixture(scope="session")

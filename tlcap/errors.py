@@ -37,3 +37,7 @@ class ShapeMismatchError(TlcapError, ValueError):
 
 class SubjectNotFoundError(TargetTokenizationError):
     """A subject string that does not occur in its prompt (or covers no token of it)."""
+
+
+class DatasetUnavailableError(MissingFileError):
+    """More data than the bundled copy holds was asked for, and no full copy is local or downloadable."""

@@ -11,11 +11,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def ql_setup(smollm2, data_dir):
+def ql_setup(smollm2):
     from tlcap.data.pararel import load_pararel
     from tlcap.experiments import ql
 
-    facts = load_pararel(data_dir, ["P36", "P103"], n_facts=2, model=smollm2, known_top_k=10, max_queries=2)
+    facts = load_pararel(None, ["P36", "P103"], n_facts=2, model=smollm2, known_top_k=10, max_queries=2)
     locs = ql.localize_facts(smollm2, facts, "ig", steps=4, progress=False)
     return facts, locs
 

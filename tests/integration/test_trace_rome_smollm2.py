@@ -35,8 +35,8 @@ def test_trace_known_fact(smollm2):
     assert tr.score("resid")[s, 0] > tr.corrupted_prob + 0.5 * (tr.clean_prob - tr.corrupted_prob)
 
 
-def test_known_facts_file(data_dir):
-    facts = load_known_facts(data_dir / "rome" / "known_1000.json", n=5)
+def test_known_facts_file():
+    facts = load_known_facts(n=5)
     assert len(facts) == 5 and all(f["subject"] in f["prompt"] for f in facts)
 
 

@@ -19,15 +19,15 @@ def runner():
     return CliRunner()
 
 
-def _run(runner, cmd, out, data_dir):
-    res = runner.invoke(app, ["ql", cmd, *COMMON, "--data-dir", str(data_dir), "--out", str(out)])
+def _run(runner, cmd, out):
+    res = runner.invoke(app, ["ql", cmd, *COMMON, "--out", str(out)])
     assert res.exit_code == 0, res.output[-3000:]
     assert list(out.glob("*.html")) and list(out.glob("*.png")), cmd
     return json.loads((out / "summary.json").read_text())
 
 
-def test_ql_consistency_contract(runner, tmp_path, data_dir):
-    s = _run(runner, "consistency", tmp_path / "c", data_dir)
+def test_ql_consistency_contract(runner, tmp_path):
+    s = _run(runner, "consistency", tmp_path / "c")
     for key in ["n_facts", "k1_ratio", "k2_ratio", "mean_cs2_k1", "mean_cs2_k2", "threshold", "welch_t", "welch_p", "facts"]:
         assert key in s, key
     assert s["n_facts"] == 3 and len(s["facts"]) == 3
@@ -38,6 +38,6 @@ def test_ql_consistency_contract(runner, tmp_path, data_dir):
 
 
 @pytest.mark.parametrize("cmd", ["modify", "mapping", "synapses", "cas"])
-def test_ql_sibling_commands_write_their_analyses(runner, tmp_path, data_dir, cmd):
-    s = _run(runner, cmd, tmp_path / cmd, data_dir)
+def test_ql_sibling_commands_write_their_analyses(runner, tmp_path, cmd):
+    s = _run(runner, cmd, tmp_path / cmd)
     assert s, cmd

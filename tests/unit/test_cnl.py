@@ -128,12 +128,12 @@ def test_torch_distributed_gloo_equals_single(tmp_path):
 
 # --------------------------------------------------------------------------- tasks / accuracy
 @pytest.mark.parametrize("name", ["gsm8k", "svamp", "mbpp", "emotion", "imdb"])
-def test_task_loaders(name, data_dir, tiny_gpt2):
-    tr = load_task(name, data_dir, "train", n=20, seed=3)
-    te = load_task(name, data_dir, "test", n=20, seed=3)
+def test_task_loaders(name, tiny_gpt2):
+    tr = load_task(name, split="train", n=20, seed=3)
+    te = load_task(name, split="test", n=20, seed=3)
     assert len(tr) == 20 and len(te) == 20
     assert not {s.uid for s in tr} & {s.uid for s in te}
-    assert [s.uid for s in load_task(name, data_dir, "train", n=20, seed=3)] == [s.uid for s in tr]
+    assert [s.uid for s in load_task(name, split="train", n=20, seed=3)] == [s.uid for s in tr]
     for s in tr:
         assert s.prompt and s.answer and s.gold
         if len(tiny_gpt2.tokenizer(s.prompt + s.answer)["input_ids"]) >= tiny_gpt2.n_ctx:
@@ -145,7 +145,7 @@ def test_task_loaders(name, data_dir, tiny_gpt2):
         assert all(float(s.gold) == float(s.gold) for s in tr)
         assert all(f"The answer is {s.gold}." in s.answer for s in tr)
     if name == "emotion":
-        assert {s.gold.strip() for s in load_task(name, data_dir, "train", n=300)} <= {"sadness", "joy", "love", "anger", "fear", "surprise"}
+        assert {s.gold.strip() for s in load_task(name, split="train", n=300)} <= {"sadness", "joy", "love", "anger", "fear", "surprise"}
 
 
 def test_register_task_and_errors(tmp_path):
@@ -183,19 +183,19 @@ def test_greedy_cache_matches_full_recompute(tiny_llama, tiny_gpt2):
         assert full == a
 
 
-def test_accuracy_kinds_and_erase_restores(tiny_gpt2, data_dir):
+def test_accuracy_kinds_and_erase_restores(tiny_gpt2):
     from tlcap.intervene import erase_neurons
     from tlcap.metrics.accuracy import choice_logprobs, task_accuracy
 
-    emo = load_task("emotion", data_dir, "test", n=6)
+    emo = load_task("emotion", split="test", n=6)
     acc = task_accuracy(tiny_gpt2, "emotion", emo)
     manual = [float(["sadness", "joy", "love", "anger", "fear", "surprise"][int(choice_logprobs(
         tiny_gpt2, s.prompt, [" sadness", " joy", " love", " anger", " fear", " surprise"]).argmax())] == s.gold.strip())
         for s in emo]
     assert list(acc.scores) == manual
-    code = task_accuracy(tiny_gpt2, "mbpp", load_task("mbpp", data_dir, "test", n=2), code_tokens=8)
+    code = task_accuracy(tiny_gpt2, "mbpp", load_task("mbpp", split="test", n=2), code_tokens=8)
     assert 0.0 <= code.accuracy <= 1.0
-    num = task_accuracy(tiny_gpt2, "svamp", load_task("svamp", data_dir, "test", n=2), max_new_tokens=3)
+    num = task_accuracy(tiny_gpt2, "svamp", load_task("svamp", split="test", n=2), max_new_tokens=3)
     assert num.accuracy in (0.0, 0.5, 1.0)
     everything = NeuronSet.from_mask(torch.ones(tiny_gpt2.n_layers, tiny_gpt2.d_mlp, dtype=torch.bool))
     lp0 = choice_logprobs(tiny_gpt2, emo[0].prompt, [" joy", " fear"])
@@ -254,7 +254,7 @@ def test_cnl_locate_parts_merge_to_whole(tiny_gpt2, tmp_path):
     assert type(loc).load(tmp_path / "loc").neurons == loc.neurons
 
 
-def test_cli_locate_and_erase_contract(tmp_path, data_dir):
+def test_cli_locate_and_erase_contract(tmp_path):
     from typer.testing import CliRunner
 
     from tlcap.cli import _load_commands, app
@@ -262,7 +262,7 @@ def test_cli_locate_and_erase_contract(tmp_path, data_dir):
     _load_commands()
     r = CliRunner()
     out = tmp_path / "loc"
-    res = r.invoke(app, ["cnl", "locate", "--model", "gpt2-tiny", "--dataset", "emotion", "--data-dir", str(data_dir),
+    res = r.invoke(app, ["cnl", "locate", "--model", "gpt2-tiny", "--dataset", "emotion",
                          "--n", "4", "--sigma", "3", "--method", "grad_x_act", "--max-answer-tokens", "1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     summ = json.loads((out / "summary.json").read_text())
@@ -271,7 +271,7 @@ def test_cli_locate_and_erase_contract(tmp_path, data_dir):
     assert summ["n_neurons"] == len(summ["neurons"])
     assert (out / "located_neurons.html").exists() and (out / "convergence.html").exists()
     out2 = tmp_path / "erase"
-    res = r.invoke(app, ["cnl", "erase", "--model", "gpt2-tiny", "--dataset", "emotion", "--data-dir", str(data_dir),
+    res = r.invoke(app, ["cnl", "erase", "--model", "gpt2-tiny", "--dataset", "emotion",
                          "--neurons", str(out / "summary.json"), "--n", "4", "--n-random", "2", "--out", str(out2)])
     assert res.exit_code == 0, res.output
     summ2 = json.loads((out2 / "summary.json").read_text())
@@ -280,7 +280,7 @@ def test_cli_locate_and_erase_contract(tmp_path, data_dir):
     assert len(summ2["random_accuracies"]) == 2
 
 
-def test_enhance_and_cross_dataset(tiny_gpt2, data_dir):
+def test_enhance_and_cross_dataset(tiny_gpt2):
     from tlcap.data.tasks import register_task
     from tlcap.experiments.cnl import cross_dataset, enhance_effect, erase_effect
 
@@ -288,7 +288,7 @@ def test_enhance_and_cross_dataset(tiny_gpt2, data_dir):
     toy = [Sample(f"Is {w} a colour? Answer:", " yes" if i % 2 == 0 else " no", " yes" if i % 2 == 0 else " no", str(i))
            for i, w in enumerate(["red", "table", "blue", "chair"])]
     register_task("toy_yesno", lambda d, split: toy, kind="choice", choices=(" yes", " no"), overwrite=True)
-    emo = load_task("emotion", data_dir, "test", n=3)
+    emo = load_task("emotion", split="test", n=3)
     g = torch.Generator().manual_seed(0)
     a = NeuronSet.from_mask(torch.rand(m.n_layers, m.d_mlp, generator=g) < 0.05)
     b = NeuronSet.from_mask(torch.rand(m.n_layers, m.d_mlp, generator=g) < 0.05)

@@ -113,14 +113,14 @@ def test_predominance_cas_relative_change():
 
 
 # ------------------------------------------------------------------ ParaRel loader
-def test_pararel_loader(data_dir, tiny_gpt2):
+def test_pararel_loader(tiny_gpt2):
     from tlcap.data.pararel import causal_patterns, load_pararel
     from tlcap.errors import MissingFileError
 
-    pats = causal_patterns(data_dir, "P36")
+    pats = causal_patterns(None, "P36")
     assert "The capital of [X] is" in pats and all(not p.endswith("[Y]") for p in pats)
     assert all("[Y]" not in p for p in pats)
-    facts = load_pararel(data_dir, ["P36", "P103"], n_facts=4, model=tiny_gpt2, max_queries=3)
+    facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=tiny_gpt2, max_queries=3)
     assert len(facts) == 4
     assert [f.relation for f in facts] == ["P36", "P103", "P36", "P103"]  # round-robin
     for f in facts:
@@ -128,7 +128,7 @@ def test_pararel_loader(data_dir, tiny_gpt2):
         for q in f.queries:
             assert f.subject in q and len(tiny_gpt2.target_ids(q, f.target)) == 1
     with pytest.raises(MissingFileError):
-        load_pararel(data_dir, ["P99999"], n_facts=1, model=tiny_gpt2)
+        load_pararel(None, ["P99999"], n_facts=1, model=tiny_gpt2)
 
 
 # ------------------------------------------------------------------ SIG / AMIG
@@ -221,13 +221,13 @@ def test_knowledge_synapses_mask_for(tiny_gpt2):
 
 
 # ------------------------------------------------------------------ experiments on a tiny model
-def test_ql_pipeline_tiny(data_dir, tiny_gpt2, tmp_path):
+def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     from tlcap.data.pararel import load_pararel
     from tlcap.experiments import ql
     from tlcap.results import load_result
 
     m = tiny_gpt2
-    facts = load_pararel(data_dir, ["P36", "P103"], n_facts=3, model=m, max_queries=3)
+    facts = load_pararel(None, ["P36", "P103"], n_facts=3, model=m, max_queries=3)
     locs = ql.localize_facts(m, facts, "ig", steps=3, progress=False)
     cons = ql.consistency_analysis({"ig": locs})
     for r in cons.rows:

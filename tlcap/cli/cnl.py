@@ -5,8 +5,8 @@ Commands: ``locate`` (σ-mask, split-half, convergence; ``--shard i/n`` partial 
 ``cross`` (overlap / erase / enhance matrices between datasets).
 
 Example:
-    tlcap cnl locate --model smollm2-135m --dataset emotion --data-dir ../shared/data --n 200 --sigma 3 --out runs/emo
-    tlcap cnl erase --model smollm2-135m --dataset emotion --data-dir ../shared/data \\
+    tlcap cnl locate --model smollm2-135m --dataset emotion --n 200 --sigma 3 --out runs/emo
+    tlcap cnl erase --model smollm2-135m --dataset emotion \\
         --neurons runs/emo/summary.json --n 200 --out runs/emo_erase
 """
 
@@ -26,6 +26,8 @@ from tlcap.errors import MissingFileError, TlcapError
 cnl_app = typer.Typer(help="CNL: commonality neurons of a capability dataset (locate, erase, enhance, cross).",
                       no_args_is_help=True)
 app.add_typer(cnl_app, name="cnl")
+_DATA_DIR = typer.Option(None, help="Folder holding the dataset folders (default: $TLCAP_DATA, else the data bundled with "
+                                    "tlcap, downloading the full Emotion/IMDB files if asked for more); 'hf:' for HF datasets.")
 
 
 def _layers(spec: Optional[str]) -> Optional[list[int]]:
@@ -73,7 +75,7 @@ def _write_location(loc, out: Path, extra: dict) -> None:  # noqa: ANN001
 def locate(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
     dataset: str = typer.Option(..., help="Task: gsm8k, svamp, mbpp, emotion, imdb (or a registered one)."),
-    data_dir: Optional[Path] = typer.Option(None, help="Folder holding the dataset folders; omit to use HF datasets (online)."),
+    data_dir: Optional[Path] = _DATA_DIR,
     n: int = typer.Option(200, help="Samples to score (split into two halves for the split-half test)."),
     sigma: float = typer.Option(3.0, help="σ of the mask |score − mean| > σ·spread (paper: 3, 6, 12)."),
     spread: str = typer.Option("std", help="std (default) or var (the paper's literal text)."),
@@ -153,7 +155,7 @@ def merge(
 def erase(
     model: str = typer.Option("smollm2-135m"),
     dataset: str = typer.Option(..., help="Task evaluated."),
-    data_dir: Optional[Path] = typer.Option(None),
+    data_dir: Optional[Path] = _DATA_DIR,
     neurons: Path = typer.Option(..., help="summary.json of `tlcap cnl locate` (or its folder)."),
     n: int = typer.Option(200, help="Evaluation samples."),
     split: str = typer.Option("test", help="Held-out split to evaluate on."),
@@ -182,7 +184,7 @@ def erase(
 def enhance(
     model: str = typer.Option("smollm2-135m"),
     dataset: str = typer.Option(...),
-    data_dir: Optional[Path] = typer.Option(None),
+    data_dir: Optional[Path] = _DATA_DIR,
     neurons: Path = typer.Option(..., help="summary.json of `tlcap cnl locate`."),
     n_train: int = typer.Option(100, help="Training samples (train split)."),
     n: int = typer.Option(100, help="Held-out evaluation samples (test split)."),
@@ -217,7 +219,7 @@ def enhance(
 def cross(
     model: str = typer.Option("smollm2-135m"),
     neurons: list[str] = typer.Option(..., help="NAME=path/to/summary.json per dataset (repeat the option)."),
-    data_dir: Optional[Path] = typer.Option(None),
+    data_dir: Optional[Path] = _DATA_DIR,
     n: int = typer.Option(100, help="Evaluation samples per dataset (test split)."),
     n_random: int = typer.Option(3),
     enhance: bool = typer.Option(False, help="Also fine-tune A's neurons on B's training data (slow)."),

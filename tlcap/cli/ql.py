@@ -5,7 +5,7 @@ chosen method, splits the facts into K_I / K_II by CS2, runs its analysis and wr
 ``OUT/summary.json``, HTML + PNG figures, CSV tables and the saved result values.
 
 Example:
-    tlcap ql consistency --model smollm2-135m --data-dir /work/shared/data --relations P36,P103 \\
+    tlcap ql consistency --model smollm2-135m --relations P36,P103 \\
         --n-facts 4 --method ig --out runs/ql
 """
 
@@ -24,7 +24,7 @@ ql_app = typer.Typer(help="Query Localization (QL paper): consistency, modificat
 app.add_typer(ql_app, name="ql")
 
 _MODEL = typer.Option("smollm2-135m", "--model", "-m", help="Model name (tlcap.load_model).")
-_DATA = typer.Option(None, "--data-dir", "-d", help="Folder holding pararel/ (default: the shared data).")
+_DATA = typer.Option(None, "--data-dir", "-d", help="Folder holding pararel/ (default: $TLCAP_DATA, else the ParaRel copy bundled with tlcap).")
 _RELS = typer.Option("P36,P103", "--relations", "-r", help="Comma-separated ParaRel relations.")
 _NF = typer.Option(4, "--n-facts", "-n", help="Total facts (round-robin over the relations).")
 _METHOD = typer.Option("ig", "--method", help="ig | sig | amig (consistency also takes a comma list or 'all').")

@@ -51,11 +51,13 @@ def trace_cmd(
     top_k: int = typer.Option(3, help="Located layers reported (CNL uses 3)."),
     seed: int = typer.Option(0, help="Noise seed."),
     batch_rows: int = typer.Option(256, help="Rows per forward pass."),
-    dataset: Optional[Path] = typer.Option(None, help="Dataset mode: a known_1000.json-style file of facts."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
+                                          "known_1000.json-style file of facts."),
     n_facts: int = typer.Option(20, help="Dataset mode: number of facts."),
 ) -> None:
     """Causal tracing of one fact (or the average over a dataset with --dataset)."""
-    from tlcap.locate.causal_trace import causal_trace, load_known_facts, trace_dataset
+    from tlcap.data.knowns import load_known_facts
+    from tlcap.locate.causal_trace import causal_trace, trace_dataset
     from tlcap.viz import save_figure
 
     seed_everything(seed)
@@ -64,7 +66,7 @@ def trace_cmd(
     lay = _parse_layers(layers, m.n_layers)
     o = out_dir(out)
     if dataset is not None:
-        facts = load_known_facts(dataset, n_facts)
+        facts = load_known_facts(None if dataset == "known" else dataset, n_facts)
         ds = trace_dataset(m, facts, kind_list, lay, window, samples, noise, noise_factor, seed, top_k=top_k,
                            batch_rows=batch_rows, progress=True)
         ds.save(o / "result")

@@ -1,6 +1,6 @@
 """ParaRel (Elazar et al. 2021): facts with their neighbor queries for a causal LM.
 
-Files (see ``/work/shared/data/README.md``): ``graphs_json/PXX.jsonl`` holds the relation's
+Files (bundled with tlcap, 31 relations; see ``docs/data.md``): ``graphs_json/PXX.jsonl`` holds the relation's
 paraphrase patterns (``[X]`` = subject, ``[Y]`` = object), ``trex_lms_vocab/PXX.jsonl`` its
 facts. A causal LM can only answer patterns whose object slot comes last, so only patterns
 ending in ``[Y]`` (optionally followed by ``.`` / `` .``) are used; the prompt is the pattern
@@ -12,7 +12,7 @@ The attribution methods themselves support multi-token targets by teacher forcin
 ``single_token=False`` to keep them.
 
 Example:
-    >>> facts = load_pararel("/work/shared/data", relations=["P36", "P103"], n_facts=4, model=model,
+    >>> facts = load_pararel(None, relations=["P36", "P103"], n_facts=4, model=model,
     ...                      known_top_k=10)
     >>> facts[0].queries, facts[0].target
     (('The capital of Cook County is', "Cook County's capital is", ...), ' Chicago')
@@ -20,13 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence
 
+from tlcap.data.files import bundled_dir, find_file, local_root, read_jsonl
 from tlcap.errors import EmptyDatasetError, MissingFileError, TargetTokenizationError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,18 +64,9 @@ class Fact:
 
 
 def pararel_root(data_dir: str | Path | None = None) -> Path:
-    """The ParaRel folder: ``data_dir/pararel`` or ``data_dir`` itself (default: the shared data)."""
-    if data_dir is None:
-        import os
-
-        env = os.environ.get("TLCAP_DATA")
-        cands = [Path(env)] if env else []
-        here = Path(__file__).resolve().parents[2]
-        cands += [here.parent / "shared" / "data", here / "shared" / "data", Path("/work/shared/data")]
-        data_dir = next((c for c in cands if (c / "pararel").is_dir()), None)
-        if data_dir is None:
-            raise MissingFileError("No ParaRel data found; pass --data-dir (the folder holding pararel/) or set TLCAP_DATA.")
-    d = Path(data_dir)
+    """The ParaRel folder: ``data_dir/pararel`` or ``data_dir`` itself; default ``$TLCAP_DATA/pararel``
+    when it exists, else the copy bundled with tlcap."""
+    d = local_root(data_dir, "pararel") or bundled_dir()
     for cand in (d / "pararel", d):
         if (cand / "graphs_json").is_dir() and (cand / "trex_lms_vocab").is_dir():
             return cand
@@ -87,14 +78,14 @@ def pararel_root(data_dir: str | Path | None = None) -> Path:
 def list_relations(data_dir: str | Path | None = None) -> list[str]:
     """Relation ids that have both patterns and facts, sorted by number."""
     root = pararel_root(data_dir)
-    pats = {p.stem for p in (root / "graphs_json").glob("P*.jsonl")}
-    facts = {p.stem for p in (root / "trex_lms_vocab").glob("P*.jsonl")}
+    pats = {_relation(p) for p in (root / "graphs_json").glob("P*.jsonl*")}
+    facts = {_relation(p) for p in (root / "trex_lms_vocab").glob("P*.jsonl*")}
     return sorted(pats & facts, key=lambda r: int(r[1:]))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _relation(path: Path) -> str:
+    """``P17.jsonl`` or ``P17.jsonl.gz`` → ``P17``."""
+    return path.name.split(".", 1)[0]
 
 
 def causal_patterns(data_dir: str | Path | None, relation: str) -> list[str]:
@@ -104,10 +95,10 @@ def causal_patterns(data_dir: str | Path | None, relation: str) -> list[str]:
     """
     root = pararel_root(data_dir)
     path = root / "graphs_json" / f"{relation}.jsonl"
-    if not path.exists():
+    if find_file(path) is None:
         raise MissingFileError(f"No patterns for relation {relation!r} at {path}; known: {', '.join(list_relations(data_dir))}")
     out: list[str] = []
-    for row in _read_jsonl(path):
+    for row in read_jsonl(path):
         pat = row["pattern"]
         if "[X]" not in pat or not _END_Y.search(pat):
             continue
@@ -151,9 +142,9 @@ def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2)
     if len(pats) < min_queries:
         return
     path = root / "trex_lms_vocab" / f"{relation}.jsonl"
-    if not path.exists():
+    if find_file(path) is None:
         raise MissingFileError(f"No facts for relation {relation!r} at {path}")
-    for row in _read_jsonl(path):
+    for row in read_jsonl(path):
         s, o = row["sub_label"], row["obj_label"]
         qs: list[str] = []
         for p in pats:
@@ -181,7 +172,8 @@ def load_pararel(
     """Facts with neighbor queries, balanced over relations.
 
     Args:
-        data_dir: Folder holding ``pararel/`` (or the ParaRel folder itself); default the shared data.
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder itself); default
+            ``$TLCAP_DATA/pararel`` when it exists, else the copy bundled with tlcap (all 31 relations).
         relations: Relation ids (default all that have ≥ ``min_queries`` causal patterns).
         n_facts: Total number of facts, taken round-robin over the relations (default all).
         model: Needed for ``single_token`` and ``known_top_k`` filtering.

@@ -2,9 +2,10 @@
 
 Every task turns a raw record into a :class:`Sample`: a ``prompt`` x and an ``answer`` string y
 used for teacher forcing (CNL eq. 7), plus what accuracy needs (the gold number, the label, or
-the reference code). Data come from a user's local files (the layout of ``shared/data``; see
-its README) or, when ``data_dir`` is None and the machine is online, from Hugging Face
-``datasets``.
+the reference code). Data come from an explicit ``data_dir``, ``$TLCAP_DATA``, the copy bundled
+with tlcap (whole files, except a seeded subset of Emotion and IMDB), the full files downloaded
+when a request exceeds that subset, or Hugging Face ``datasets`` (``data_dir="hf:"``); see
+:mod:`tlcap.data.files` and ``docs/data.md``.
 
 Prompt templates (documented choices; change them with :func:`register_task`):
 
@@ -31,10 +32,13 @@ Splits: GSM8K and Emotion have their own files (Emotion: train/val/test). The si
 are split deterministically: MBPP follows the upstream convention (test = task ids 11–510,
 train = the rest), SVAMP and IMDB put every 5th record (index % 5 == 0) in ``test`` and the
 others in ``train``. ``n`` samples are drawn by a seeded shuffle, so the same
-``(split, n, seed)`` always gives the same samples.
+``(split, n, seed)`` always gives the same samples from the same source. The bundled Emotion and
+IMDB subsets keep each record's index in the original file (same ``uid``, same IMDB split), but a
+seed draws from the subset, so it picks other samples than from the full files.
 
 Example:
-    >>> samples = load_task("emotion", data_dir="../shared/data", split="train", n=100)
+    >>> samples = load_task("emotion", split="train", n=100)        # the bundled subset
+    >>> samples = load_task("emotion", "path/to/data", "train", n=5000)  # full files: data/emotion/
     >>> samples[0].prompt, samples[0].answer
     >>> register_task("mytask", loader=my_loader, kind="choice", choices=(" yes", " no"))
 """
@@ -49,7 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from tlcap.errors import EmptyDatasetError, MissingFileError, TlcapError
+from tlcap.data.download import fetch
+from tlcap.data.files import (
+    bundled_dir, bundled_info, data_home, find_file, is_hf, local_root, read_jsonl, read_text, text_stream,
+)
+from tlcap.errors import DatasetUnavailableError, EmptyDatasetError, MissingFileError, TlcapError
 
 Kind = Literal["number", "choice", "code"]
 Split = str
@@ -87,12 +95,13 @@ class Task:
 
     Attributes:
         name: Registry name.
-        loader: ``loader(data_dir, split) -> list[Sample]`` (``data_dir`` None = HF datasets).
+        loader: ``loader(data_dir, split) -> list[Sample]`` (``data_dir`` None = HF datasets);
+            ``data_dir`` holds one folder per dataset, files plain or gzipped.
         kind: ``"number"`` (exact match of the final number after greedy decoding),
             ``"choice"`` (label chosen by likelihood among ``choices``) or ``"code"``
             (reference-solution token accuracy; model code is never executed).
         choices: Answer strings of a choice task, e.g. ``(" positive", " negative")``.
-        hf_name: The Hugging Face ``datasets`` name used when no local folder is given.
+        hf_name: The Hugging Face ``datasets`` name read with ``data_dir="hf:"``.
         template: The prompt template, for documentation and summaries.
         max_new_tokens: Generation budget for ``number`` tasks.
     """
@@ -152,26 +161,60 @@ def load_task(name: str, data_dir: str | Path | None = None, split: Split = "tra
 
     Args:
         name: A registered task (``gsm8k``, ``svamp``, ``mbpp``, ``emotion``, ``imdb``, ...).
-        data_dir: Folder holding the dataset folders (``data_dir/emotion/train.txt``, ...), or
-            None to download with Hugging Face ``datasets`` (needs the network).
+        data_dir: Folder holding the dataset folders (``data_dir/emotion/train.txt``, ...). None:
+            ``$TLCAP_DATA`` if it holds ``name/``, else the copy bundled with tlcap; a request the
+            bundled Emotion / IMDB subset cannot serve (more than its 600 train / 300 test
+            samples, or Emotion's ``val``) reads the full files from
+            :func:`~tlcap.data.files.data_home`, downloading them when online. ``"hf:"``: the
+            Hugging Face hub via ``datasets`` (online).
         split: ``"train"`` or ``"test"`` (Emotion also ``"val"``).
-        n: Number of samples (None = all).
+        n: Number of samples (None = all of the source; for a bundled subset, the whole subset).
         seed: Shuffle seed.
+
+    Raises:
+        DatasetUnavailableError: more samples than the bundled subset holds, offline, and no
+            full copy in ``$TLCAP_DATA`` or the data home.
+
+    Example:
+        >>> load_task("emotion", split="test", n=100, seed=1)
     """
     task = get_task(name)
-    d = Path(data_dir) if data_dir is not None else None
-    if d is not None and not d.is_dir():
-        raise MissingFileError(f"data folder {d} does not exist; pass the folder holding {name}/ (e.g. shared/data)")
-    samples = task.loader(d, split)
+    if n is not None and n < 1:
+        raise EmptyDatasetError(f"n must be >= 1, got {n}")
+    samples = _source_samples(task, data_dir, split, n)
     if not samples:
         raise EmptyDatasetError(f"{name} split {split!r} has no samples")
     order = list(range(len(samples)))
     random.Random(seed).shuffle(order)
-    if n is not None:
-        if n < 1:
-            raise EmptyDatasetError(f"n must be >= 1, got {n}")
-        order = order[:n]
-    return [samples[i] for i in order]
+    return [samples[i] for i in order[:n]]
+
+
+def _source_samples(task: Task, data_dir: str | Path | None, split: str, n: int | None) -> list[Sample]:
+    """Every sample of ``split`` from the first source that can serve ``n`` (see :func:`load_task`)."""
+    if is_hf(data_dir):
+        return task.loader(None, split)
+    root = local_root(data_dir, task.name)
+    if root is not None:
+        return task.loader(root, split)
+    info = bundled_info(task.name)
+    if info is None:  # a registered task with no local files: its loader's own default
+        return task.loader(None, split)
+    try:
+        samples = task.loader(bundled_dir(), split)
+    except MissingFileError:  # a split the bundled subset leaves out (Emotion "val")
+        samples = []
+    if not info["subset"] or (samples and (n is None or n <= len(samples))):
+        return samples
+    try:
+        root = fetch(task.name)
+    except DatasetUnavailableError as exc:
+        has = f"has {len(samples)} {split!r} samples" if samples else f"leaves out the {split!r} split"
+        raise DatasetUnavailableError(
+            f"the bundled {task.name} subset {has}; you asked for {n if n is not None else 'all'}: set TLCAP_DATA "
+            f"(or --data-dir) to a folder holding {task.name}/ with the full files, or run online once "
+            f"(tlcap.data.fetch({task.name!r}) downloads them to {data_home()}). [{exc}]"
+        ) from None
+    return task.loader(root, split)
 
 
 def encode_sample(model: Any, sample: Sample, max_answer_tokens: int | None = None) -> tuple[list[int], list[int]]:
@@ -193,12 +236,6 @@ def encode_sample(model: Any, sample: Sample, max_answer_tokens: int | None = No
 
 
 # --------------------------------------------------------------------------- helpers
-def _need(path: Path) -> Path:
-    if not path.exists():
-        raise MissingFileError(f"expected {path}; point --data-dir at the folder holding the dataset folders")
-    return path
-
-
 def _hf(name: str, *args: Any, split: str) -> Any:
     try:
         import datasets  # noqa: PLC0415
@@ -207,7 +244,8 @@ def _hf(name: str, *args: Any, split: str) -> Any:
     try:
         return datasets.load_dataset(name, *args, split=split)
     except Exception as exc:  # noqa: BLE001 - offline or unknown split
-        raise TlcapError(f"could not load {name!r} split {split!r} from the HF hub ({exc}); pass --data-dir with local files") from exc
+        raise TlcapError(f"could not load {name!r} split {split!r} from the HF hub ({exc}); omit --data-dir "
+                         "(bundled data) or pass a folder with local files") from exc
 
 
 def _check_split(split: str, allowed: Sequence[str], name: str) -> None:
@@ -237,7 +275,7 @@ def _load_gsm8k(d: Path | None, split: str) -> list[Sample]:
     if d is None:
         rows = _hf("openai/gsm8k", "main", split=split)
     else:
-        rows = [json.loads(l) for l in _need(d / "gsm8k" / f"{split}.jsonl").read_text().splitlines() if l.strip()]
+        rows = read_jsonl(d / "gsm8k" / f"{split}.jsonl")
     return [gsm8k_sample(r["question"], r["answer"], f"gsm8k-{split}-{i}") for i, r in enumerate(rows)]
 
 
@@ -253,7 +291,7 @@ def _load_svamp(d: Path | None, split: str) -> list[Sample]:
     if d is None:
         rows = list(_hf("ChilleD/SVAMP", split="train")) + list(_hf("ChilleD/SVAMP", split="test"))
     else:
-        rows = json.loads(_need(d / "svamp" / "SVAMP.json").read_text())
+        rows = json.loads(read_text(d / "svamp" / "SVAMP.json"))
     keep = [(i, r) for i, r in enumerate(rows) if (i % 5 == 0) == (split == "test")]
     return [svamp_sample(r["Body"], r["Question"], r["Equation"], r["Answer"], str(r.get("ID", i))) for i, r in keep]
 
@@ -270,7 +308,7 @@ def _load_mbpp(d: Path | None, split: str) -> list[Sample]:
     if d is None:
         rows = [r for s in ("train", "test", "validation", "prompt") for r in _hf("google-research-datasets/mbpp", split=s)]
     else:
-        rows = [json.loads(l) for l in _need(d / "mbpp" / "mbpp.jsonl").read_text().splitlines() if l.strip()]
+        rows = read_jsonl(d / "mbpp" / "mbpp.jsonl")
     rows = sorted(rows, key=lambda r: int(r["task_id"]))
     keep = [r for r in rows if (11 <= int(r["task_id"]) <= 510) == (split == "test")]
     return [mbpp_sample(r["text"], r["code"], r["test_list"], f"mbpp-{r['task_id']}") for r in keep]
@@ -290,9 +328,13 @@ def _load_emotion(d: Path | None, split: str) -> list[Sample]:
     if d is None:
         ds = _hf("dair-ai/emotion", split={"val": "validation"}.get(split, split))
         return [emotion_sample(r["text"], EMOTION_LABELS[int(r["label"])], f"emotion-{split}-{i}") for i, r in enumerate(ds)]
-    lines = _need(d / "emotion" / f"{split}.txt").read_text().splitlines()
+    full, subset = d / "emotion" / f"{split}.txt", d / "emotion" / f"{split}_subset.jsonl"
+    if find_file(full) is None and find_file(subset) is not None:  # bundled: original line numbers kept
+        lines = [(int(r["line"]), r["raw"]) for r in read_jsonl(subset)]
+    else:
+        lines = list(enumerate(read_text(full).splitlines()))
     out = []
-    for i, line in enumerate(lines):
+    for i, line in lines:
         if not line.strip() or i == 0 and line.startswith("text;"):
             continue
         text, _, label = line.rpartition(";")
@@ -315,9 +357,12 @@ def _load_imdb(d: Path | None, split: str) -> list[Sample]:
     if d is None:
         ds = _hf("stanfordnlp/imdb", split=split)
         return [imdb_sample(r["text"], ("negative", "positive")[int(r["label"])], f"imdb-{split}-{i}") for i, r in enumerate(ds)]
-    with _need(d / "imdb" / "imdb_reviews_2500.csv").open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    keep = [(i, r) for i, r in enumerate(rows) if (i % 5 == 0) == (split == "test")]
+    full, subset = d / "imdb" / "imdb_reviews_2500.csv", d / "imdb" / "reviews_subset.jsonl"
+    if find_file(full) is None and find_file(subset) is not None:  # bundled: original row numbers kept
+        rows = [(int(r["row"]), r) for r in read_jsonl(subset)]
+    else:
+        rows = list(enumerate(csv.DictReader(text_stream(full))))
+    keep = [(i, r) for i, r in rows if (i % 5 == 0) == (split == "test")]
     return [imdb_sample(r["review"], r["sentiment"].strip(), f"imdb-{i}") for i, r in keep]
 
 

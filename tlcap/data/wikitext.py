@@ -1,8 +1,9 @@
 """WikiText-2 (raw) paragraphs: text for key statistics (ROME covariance) and perplexity.
 
-Reads the raw test split from a local file (the layout of ``shared/data``: ``wikitext2/
-wiki.test.raw``, one row per line, CRLF, titles `` = X = ``) or, when no file is found and the
-machine is online, Hugging Face ``datasets`` (``wikitext``, ``wikitext-2-raw-v1``).
+The one reader of WikiText-2 in tlcap. Reads the raw test split, ``wikitext2/wiki.test.raw`` (one
+row per line, CRLF, titles `` = X = ``), bundled with tlcap under its own licence (CC BY-SA 3.0;
+see ``tlcap/data/bundled/wikitext2/``); ``$TLCAP_DATA`` or ``path`` point to another copy, and
+``path="hf:"`` reads ``wikitext-2-raw-v1`` from the Hugging Face hub (online, ``datasets``).
 
 Example:
     >>> texts = load_wikitext(n_texts=200)            # first 200 paragraphs
@@ -11,31 +12,19 @@ Example:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from tlcap.data.files import is_hf, read_text, resolve_file
 from tlcap.errors import MissingFileError
 
 DEFAULT_RELATIVE = Path("wikitext2") / "wiki.test.raw"
 
 
-def _candidates(path: str | Path | None) -> list[Path]:
-    if path is not None:
-        p = Path(path)
-        return [p / DEFAULT_RELATIVE, p / "wiki.test.raw"] if p.is_dir() else [p]
-    out = []
-    if os.environ.get("TLCAP_DATA"):
-        out.append(Path(os.environ["TLCAP_DATA"]) / DEFAULT_RELATIVE)
-    here = Path(__file__).resolve()
-    out += [here.parents[3] / "shared" / "data" / DEFAULT_RELATIVE, Path("/work/shared/data") / DEFAULT_RELATIVE]
-    return out
-
-
 def _from_hub(split: str) -> list[str]:
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
-        raise RuntimeError("offline")
-    from datasets import load_dataset  # type: ignore[import-not-found]
-
+    try:
+        from datasets import load_dataset  # type: ignore[import-not-found]  # noqa: PLC0415 - optional
+    except ImportError as exc:
+        raise MissingFileError("path='hf:' needs `pip install datasets`; or omit path to use the bundled copy") from exc
     return [r["text"] for r in load_dataset("wikitext", "wikitext-2-raw-v1", split=split)]
 
 
@@ -49,33 +38,22 @@ def load_wikitext(
     """Paragraphs of WikiText-2 (raw), in file order.
 
     Args:
-        path: ``wiki.test.raw`` or a data folder holding ``wikitext2/wiki.test.raw``; default
-            ``$TLCAP_DATA``, then ``shared/data`` next to the checkout.
+        path: ``wiki.test.raw`` (or ``.gz``), a data folder holding ``wikitext2/wiki.test.raw``, or
+            ``"hf:"`` for the Hugging Face hub; default ``$TLCAP_DATA`` when it holds the file, else
+            the copy bundled with tlcap.
         n_texts: Keep the first ``n_texts`` paragraphs (``None``: all).
         min_chars: Drop shorter rows (headings, fragments).
         include_headings: Keep `` = Title = `` rows.
-        split: Split used for the Hugging Face fallback.
+        split: Split read from the hub with ``path="hf:"`` (local files are the test split).
 
     Raises:
-        MissingFileError: no local file and the hub fallback is unavailable (offline, or
-            ``datasets`` missing).
+        MissingFileError: ``path`` names no WikiText-2 file.
+
+    Example:
+        >>> load_wikitext(n_texts=1)[0][:30]
+        'Robert Boulter is an English f'
     """
-    lines: list[str] | None = None
-    tried = _candidates(path)
-    for cand in tried:
-        if cand.is_file():
-            lines = cand.read_text(encoding="utf-8").splitlines()
-            break
-    if lines is None:
-        if path is not None:
-            raise MissingFileError(f"WikiText-2 file not found at {path}; pass the path of wiki.test.raw.")
-        try:
-            lines = _from_hub(split)
-        except Exception as exc:  # noqa: BLE001 - offline / no datasets package
-            raise MissingFileError(
-                "WikiText-2 not found (looked at " + ", ".join(map(str, tried)) + ") and the Hugging Face "
-                f"fallback failed ({exc}); pass path= to wiki.test.raw or set TLCAP_DATA to the data folder."
-            ) from None
+    lines = _from_hub(split) if is_hf(path) else read_text(resolve_file(path, DEFAULT_RELATIVE)).splitlines()
     out: list[str] = []
     for line in lines:
         s = line.strip()

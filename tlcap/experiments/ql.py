@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from tlcap.attribution.methods import localize
 from tlcap.data.pararel import Fact
+from tlcap.data.wikitext import load_wikitext
 from tlcap.intervene.activations import enhance, suppress
 from tlcap.intervene.weights import WeightEdit, erase_neurons
 from tlcap.locate.selection import threshold_select
@@ -323,39 +324,8 @@ def _first_id(model: Model, prompt: str, target: str) -> int:
 
 
 def wikitext_sample(n_texts: int = 5, data_dir: str | Path | None = None, seed: int = 0) -> list[str]:
-    """``n_texts`` WikiText-2 paragraphs for ΔPPL (tlcap.data.wikitext when present)."""
-    try:
-        from tlcap.data.wikitext import load_wikitext  # type: ignore[import-not-found]
-
-        try:
-            texts = load_wikitext(path=data_dir, n_texts=n_texts)
-        except TypeError:
-            texts = load_wikitext(n_texts=n_texts)
-        texts = [t if isinstance(t, str) else str(t) for t in texts]
-        if texts:
-            return list(texts)[:n_texts]
-    except ImportError:
-        pass
-    return _wikitext_fallback(n_texts, data_dir, seed)
-
-
-def _wikitext_fallback(n_texts: int, data_dir: str | Path | None, seed: int) -> list[str]:
-    """Private reader of ``wikitext2/wiki.test.raw``: paragraphs (no headings) ≥ 200 chars."""
-    from tlcap.data.pararel import pararel_root
-    from tlcap.errors import MissingFileError
-
-    if data_dir is not None and Path(data_dir).is_file():
-        path = Path(data_dir)
-    else:
-        root = pararel_root(data_dir).parent if data_dir is None or not Path(data_dir, "wikitext2").is_dir() else Path(data_dir)
-        path = root / "wikitext2" / "wiki.test.raw"
-    if not path.exists():
-        raise MissingFileError(f"WikiText-2 not found at {path}; pass the shared data folder.")
-    lines = [l.strip() for l in path.read_text(encoding="utf-8").splitlines()]
-    paras = [l for l in lines if len(l) >= 200 and not l.startswith("=")]
-    rng = np.random.default_rng(seed)
-    idx = sorted(rng.choice(len(paras), size=min(n_texts, len(paras)), replace=False).tolist())
-    return [paras[i] for i in idx]
+    """The first ``n_texts`` WikiText-2 paragraphs for ΔPPL (:func:`tlcap.data.load_wikitext`; ``seed`` unused)."""
+    return load_wikitext(data_dir, n_texts=n_texts)
 
 
 @torch.no_grad()

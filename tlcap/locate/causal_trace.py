@@ -40,10 +40,8 @@ Example:
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
@@ -52,7 +50,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.errors import EmptyDatasetError, MissingFileError, SubjectNotFoundError
+from tlcap.data.knowns import load_known_facts  # re-exported: it moved to tlcap.data
+from tlcap.errors import EmptyDatasetError, SubjectNotFoundError
 from tlcap.models.adapter import HookList, Model
 from tlcap.results import Result
 from tlcap.runtime import hooks as H
@@ -536,32 +535,6 @@ class DatasetTrace(Result):
             "average_effects": {k: self.effect(k).tolist() for k in self.kinds},
             "top_layers": [list(t) for t in self.top_layers], "seconds": self.seconds,
         }
-
-
-def load_known_facts(path: str | Path | None = None, n: int | None = None) -> list[dict[str, Any]]:
-    """ROME's ``known_1000.json`` facts (``prompt``, ``subject``, ``attribute``, ...).
-
-    Args:
-        path: The JSON file; default ``$TLCAP_DATA/rome/known_1000.json`` or
-            ``/work/shared/data/rome/known_1000.json``.
-        n: Keep the first ``n`` facts.
-    """
-    import os
-
-    cands = [Path(path)] if path else []
-    if not path:
-        if os.environ.get("TLCAP_DATA"):
-            cands.append(Path(os.environ["TLCAP_DATA"]) / "rome" / "known_1000.json")
-        cands.append(Path("/work/shared/data/rome/known_1000.json"))
-        cands.append(Path(__file__).resolve().parents[3] / "shared" / "data" / "rome" / "known_1000.json")
-    for c in cands:
-        if c.is_file():
-            facts = json.loads(c.read_text())
-            return facts[:n] if n is not None else facts
-    raise MissingFileError(
-        f"known_1000.json not found (looked at {', '.join(map(str, cands))}); pass its path, or set TLCAP_DATA "
-        "to the shared data folder."
-    )
 
 
 def trace_dataset(
