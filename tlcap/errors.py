@@ -1,6 +1,44 @@
-"""Errors tlcap raises on purpose: each says what was wrong and what to do."""
+"""Errors tlcap raises on purpose: each says what was wrong and what to do.
+
+Every error a user can cause (a bad option, a malformed file, an output folder in the way) is a
+:class:`TlcapError` subclass; the CLI prints it as one line (``error: <message>``) and exits 2.
+Each class also subclasses the builtin a caller would have caught before (``ValueError``,
+``FileNotFoundError``, ...), so ``except ValueError`` keeps working.
+
+Message convention: one line, *what was wrong* then *what to do*, naming the option as it is
+spelled on the command line where there is one::
+
+    steps (--steps) must be >= 1, got 0
+    unknown site 'mlp_postt' (--site); choose one of: mlp_post, mlp_pre, ...
+    runs/paris already holds a finished run (summary.json); pass --overwrite or choose another --out
+
+=============================  =================  ==========================================
+class                          also a             raised for
+=============================  =================  ==========================================
+``InvalidConfigError``         ``ValueError``     an option / config value out of range or of the wrong kind
+``UnknownNameError``           ``ValueError``     an unknown site, rule, method, kind, task, result type
+``DataFormatError``            ``ValueError``     a malformed data row or file (missing column, bad label)
+``OutputPathError``            ``ValueError``     ``--out`` that cannot be a folder (a file, not writable)
+``OutputExistsError``          ``FileExistsError`` ``--out`` holding a finished run, without ``--overwrite``
+``CheckpointError``            ``ValueError``     a damaged checkpoint, or one made by another run
+``CheckpointMismatchError``    ``ValueError``     (a ``CheckpointError``) checkpoint of other samples/settings
+``ResultIntegrityError``       ``ValueError``     a saved result whose checksum does not match, truncated or corrupt
+``ResultTypeError``            ``TypeError``      a saved result of another type than the one asked for
+``UnknownModelError``          ``ValueError``     a model name that cannot be resolved
+``HubUnavailableError``        ``RuntimeError``   a hub model requested without network
+``TargetTokenizationError``    ``ValueError``     a target that tokenizes unexpectedly
+``PromptTooLongError``         ``ValueError``     a prompt longer than the context window
+``EmptyDatasetError``          ``ValueError``     a dataset (or filtered subset) with no samples
+``MissingFileError``           ``FileNotFoundError`` a data or result file that is not there
+``ShapeMismatchError``         ``ValueError``     two inputs that must align and do not
+``SubjectNotFoundError``       ``ValueError``     a subject that does not occur in its prompt
+``DatasetUnavailableError``    ``FileNotFoundError`` more data than bundled, no full copy reachable
+=============================  =================  ==========================================
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 class TlcapError(Exception):
@@ -41,3 +79,65 @@ class SubjectNotFoundError(TargetTokenizationError):
 
 class DatasetUnavailableError(MissingFileError):
     """More data than the bundled copy holds was asked for, and no full copy is local or downloadable."""
+
+
+class InvalidConfigError(TlcapError, ValueError):
+    """An option or config value out of range or of the wrong kind (see :mod:`tlcap.config`)."""
+
+
+class UnknownNameError(InvalidConfigError):
+    """A name that is not one of the known ones: site, rule, method, kind, task, result type.
+
+    Build it with :meth:`of` so every such message reads the same.
+    """
+
+    @classmethod
+    def of(cls, what: str, name: object, known: Iterable[object], option: str | None = None) -> UnknownNameError:
+        """``unknown site 'x' (--site); choose one of: a, b, c``.
+
+        Args:
+            what: What the name names (``"site"``, ``"rule"``...).
+            name: The name given.
+            known: The names that exist.
+            option: The CLI spelling of the option, when there is one.
+        """
+        opt = f" ({option})" if option else ""
+        return cls(f"unknown {what} {name!r}{opt}; choose one of: {', '.join(str(k) for k in known)}")
+
+
+class DataFormatError(TlcapError, ValueError):
+    """A malformed data row or file (missing column, missing label, wrong JSON shape)."""
+
+
+class OutputPathError(TlcapError, ValueError):
+    """An output path that cannot be used as an output folder (a file, or not writable)."""
+
+
+class OutputExistsError(TlcapError, FileExistsError):
+    """An output folder that already holds a finished run, and ``--overwrite`` was not given."""
+
+
+class CheckpointError(TlcapError, ValueError):
+    """A checkpoint that is damaged or does not belong to the resuming run."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint that was made with other samples or settings than the resuming run."""
+
+
+class ResultIntegrityError(TlcapError, ValueError):
+    """A saved result whose files are truncated, corrupt, or do not match their checksum."""
+
+
+class ResultTypeError(TlcapError, TypeError):
+    """A saved result of another type than the one asked for."""
+
+
+__all__ = [
+    "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
+    "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
+    "InvalidConfigError",
+    "UnknownNameError",
+    "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
+    "ResultIntegrityError", "ResultTypeError",
+]

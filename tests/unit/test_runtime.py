@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tlcap.errors import PromptTooLongError, TargetTokenizationError, UnknownModelError
+from tlcap.errors import PromptTooLongError, TargetTokenizationError, UnknownModelError, UnknownNameError
 from tlcap.intervene import erase_neurons, suppress
 from tlcap.metrics import NeuronSet, target_prob
 from tlcap.models import load_model
@@ -64,8 +64,12 @@ def test_every_site_resolves_on_both_architectures(tiny_gpt2, tiny_llama):
 
 
 def test_unknown_site_message():
-    with pytest.raises(ValueError, match="known sites"):
+    with pytest.raises(UnknownNameError) as info:
         get_site("mlp_neurons_typo")
+    assert isinstance(info.value, ValueError)  # callers catching ValueError keep working
+    assert str(info.value) == (
+        "unknown site 'mlp_neurons_typo' (--site); choose one of: " + ", ".join(SITES)
+    )
 
 
 def test_record_patch_roundtrip(tiny_gpt2):

@@ -54,7 +54,13 @@ from tqdm.auto import tqdm
 
 from tlcap.attribution.ig import Method, Rule, integrated_gradients
 from tlcap.data.tasks import Sample, encode_sample
-from tlcap.errors import EmptyDatasetError, PromptTooLongError, TargetTokenizationError, TlcapError
+from tlcap.errors import (
+    CheckpointMismatchError,
+    EmptyDatasetError,
+    PromptTooLongError,
+    TargetTokenizationError,
+    TlcapError,
+)
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.results import Result
@@ -63,10 +69,6 @@ HI_BITS = 20
 LO_BITS = 42
 FIXED_POINT_BITS = HI_BITS + LO_BITS
 CHECKPOINT_VERSION = 1
-
-
-class CheckpointMismatchError(TlcapError, ValueError):
-    """A checkpoint that was made with other samples or settings than the resuming run."""
 
 
 def to_fixed(x: Float[Tensor, "layer d_mlp"]) -> Int64[Tensor, "2 layer d_mlp"]:

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tlcap.errors import UnknownNameError
+
 
 @dataclass(frozen=True)
 class Site:
@@ -93,9 +95,17 @@ SITES: dict[str, Site] = {
 }
 
 
-def get_site(name: str) -> Site:
-    """Look up a site by name, with a helpful error for unknown names."""
+def get_site(name: str, option: str | None = "--site") -> Site:
+    """Look up a site by name.
+
+    Args:
+        name: A key of :data:`SITES`.
+        option: CLI spelling named in the error message (``None`` for none).
+
+    Raises:
+        UnknownNameError: ``name`` is not a site (the message lists the known ones).
+    """
     try:
         return SITES[name]
     except KeyError:
-        raise ValueError(f"Unknown site {name!r}; known sites: {', '.join(SITES)}") from None
+        raise UnknownNameError.of("site", name, SITES, option=option) from None
