@@ -45,7 +45,8 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.errors import SubjectNotFoundError
+from tlcap.config import Config, check_float, check_int, check_sequence, check_str
+from tlcap.errors import InvalidConfigError, SubjectNotFoundError
 from tlcap.intervene.covariance import key_covariance, solve_key
 from tlcap.intervene.weights import WeightEdit
 from tlcap.models.adapter import Model
@@ -75,21 +76,30 @@ DEFAULT_NEIGHBOURHOOD: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class RomeConfig:
+class RomeConfig(Config):
     """Hyper-parameters of a ROME edit (defaults: ROME's GPT-2 XL values, CPU-sized sample).
 
+    Validated at construction (:class:`tlcap.config.Config`): an invalid value raises
+    :class:`~tlcap.errors.InvalidConfigError` naming the field and its CLI option.
+
     Attributes:
-        steps: Adam steps for δ (ROME 20).
-        lr: Adam learning rate (ROME 0.5).
-        kl_factor: Weight of the KL essence term (ROME 0.0625).
-        weight_decay: ``wd·‖δ‖²/‖v₀‖²`` (ROME 0.5).
-        clamp_norm_factor: ‖δ‖ ≤ factor·‖v₀‖ (ROME 4).
-        stop_loss: Stop when the mean NLL of the new object falls below this (ROME 0.05).
-        prefixes: Prefixes the prompt is put after (key average and value optimisation).
-        kl_prompt: Essence prompt template (``{}`` = subject).
+        steps: Adam steps for δ (ROME 20), ``>= 1``.
+        lr: Adam learning rate (ROME 0.5), ``> 0``.
+        kl_factor: Weight of the KL essence term (ROME 0.0625), ``>= 0``.
+        weight_decay: ``wd·‖δ‖²/‖v₀‖²`` (ROME 0.5), ``>= 0``.
+        clamp_norm_factor: ‖δ‖ ≤ factor·‖v₀‖ (ROME 4), ``> 0``.
+        stop_loss: Stop when the mean NLL of the new object falls below this (ROME 0.05), ``>= 0``.
+        prefixes: Prefixes the prompt is put after (key average and value optimisation); at
+            least one (``""`` = the bare prompt).
+        kl_prompt: Essence prompt template, must contain ``{}`` (the subject).
         cov_tokens / cov_seq_len: WikiText-2 sample for ``C`` (ROME: 100,000 tokens).
-        cov_reg: Relative ridge added to ``C`` before solving (0 = none).
-        seed: Torch seed for the optimisation (it is deterministic anyway).
+        cov_reg: Relative ridge added to ``C`` before solving (0 = none), ``>= 0``.
+        seed: Torch seed for the optimisation (it is deterministic anyway), ``>= 0``.
+
+    Example:
+        >>> cfg = RomeConfig(steps=10)
+        >>> cfg.replace(lr=0.1).to_dict()["lr"]
+        0.1
     """
 
     steps: int = 20
@@ -105,11 +115,23 @@ class RomeConfig:
     cov_reg: float = 1e-2
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ValueError("steps must be >= 1")
-        if not self.prefixes:
-            raise ValueError("prefixes must hold at least one prefix (use '' for the bare prompt)")
+    def validate(self) -> None:
+        check_int("steps", self.steps, min=1)
+        check_float("lr", self.lr, gt=0)
+        check_float("kl_factor", self.kl_factor, ge=0)
+        check_float("weight_decay", self.weight_decay, ge=0)
+        check_float("clamp_norm_factor", self.clamp_norm_factor, gt=0)
+        check_float("stop_loss", self.stop_loss, ge=0)
+        self._set("prefixes", check_sequence(
+            "prefixes", self.prefixes, min_len=1, item=lambda n, x: check_str(n, x, nonempty=False, cli=None), cli=None,
+        ))
+        check_str("kl_prompt", self.kl_prompt, cli=None)
+        if "{}" not in self.kl_prompt:
+            raise InvalidConfigError(f"kl_prompt must contain {{}} (where the subject goes), got {self.kl_prompt!r}")
+        check_int("cov_tokens", self.cov_tokens, min=1)
+        check_int("cov_seq_len", self.cov_seq_len, min=2, cli=None)
+        check_float("cov_reg", self.cov_reg, ge=0, cli=None)
+        check_int("seed", self.seed, min=0)
 
 
 class RomeEdit(WeightEdit):

@@ -1,0 +1,288 @@
+"""Method-family configs: frozen, validated at construction, JSON round-trippable.
+
+A family config holds the hyper-parameters that define a result (what a re-run needs to give
+the same numbers), not run-time plumbing (progress bars, checkpoint folders, batch sizes that do
+not change the result may go either way). Write one as a frozen dataclass subclass of
+:class:`Config` and check every field in :meth:`Config.validate` with the ``check_*`` helpers;
+an invalid value then fails at construction, before any model load or forward pass, with an
+:class:`~tlcap.errors.InvalidConfigError` naming the field and its CLI option::
+
+    steps (--steps) must be >= 1, got 0
+
+The CLI option of a field is ``--`` + the field name with ``_`` → ``-`` (typer's spelling);
+pass ``cli=`` to a helper when a command spells it otherwise, ``cli=None`` for API-only fields.
+
+Example:
+    >>> @dataclass(frozen=True)
+    ... class IGConfig(Config):
+    ...     steps: int = 20
+    ...     rule: str = "midpoint"
+    ...
+    ...     def validate(self) -> None:
+    ...         check_int("steps", self.steps, min=1)
+    ...         check_choice("rule", self.rule, ("midpoint", "left", "linspace", "trapezoid"))
+    >>> cfg = IGConfig.resolve(None, steps=5)          # defaults + keyword overrides
+    >>> cfg.replace(steps=0)                           # InvalidConfigError: steps (--steps) must be >= 1, got 0
+    >>> IGConfig.from_dict(cfg.to_dict()) == cfg
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import types
+import typing
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tlcap.errors import InvalidConfigError, UnknownNameError
+
+C = TypeVar("C", bound="Config")
+_DEFAULT = object()
+
+
+def cli_option(name: str) -> str:
+    """``"cov_tokens"`` → ``"--cov-tokens"`` (typer's spelling); ``"layers[2]"`` → ``"--layers"``."""
+    return "--" + name.split("[", 1)[0].replace("_", "-")
+
+
+def _label(name: str, cli: str | None | object) -> str:
+    opt = cli_option(name) if cli is _DEFAULT else cli
+    return f"{name} ({opt})" if opt else name
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None, cli: Any = _DEFAULT) -> int:
+    """Check an integer (``bool`` is refused) in ``[min, max]``; returns it as ``int``.
+
+    Raises:
+        InvalidConfigError: ``steps (--steps) must be >= 1, got 0``.
+    """
+    label = _label(name, cli)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidConfigError(f"{label} must be an integer, got {value!r}")
+    v = int(value)
+    if min is not None and max is not None and not min <= v <= max:
+        raise InvalidConfigError(f"{label} must be between {min} and {max}, got {v}")
+    if min is not None and v < min:
+        raise InvalidConfigError(f"{label} must be >= {min}, got {v}")
+    if max is not None and v > max:
+        raise InvalidConfigError(f"{label} must be <= {max}, got {v}")
+    return v
+
+
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    finite: bool = True,
+    cli: Any = _DEFAULT,
+) -> float:
+    """Check a real number against open (``gt``/``lt``) and closed (``ge``/``le``) bounds.
+
+    Ints are accepted; NaN is always refused, infinities unless ``finite=False``.
+
+    Raises:
+        InvalidConfigError: ``threshold (--threshold) must be in (0, 1], got 1.5``.
+    """
+    label = _label(name, cli)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidConfigError(f"{label} must be a number, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or (finite and math.isinf(v)):
+        raise InvalidConfigError(f"{label} must be a finite number, got {v}")
+    low = (gt, "(") if gt is not None else (ge, "[") if ge is not None else None
+    high = (lt, ")") if lt is not None else (le, "]") if le is not None else None
+    ok = (gt is None or v > gt) and (ge is None or v >= ge) and (lt is None or v < lt) and (le is None or v <= le)
+    if ok:
+        return v
+    if low and high:
+        raise InvalidConfigError(f"{label} must be in {low[1]}{_fmt(low[0])}, {_fmt(high[0])}{high[1]}, got {_fmt(v)}")
+    if low:
+        raise InvalidConfigError(f"{label} must be {'>' if low[1] == '(' else '>='} {_fmt(low[0])}, got {_fmt(v)}")
+    assert high is not None
+    raise InvalidConfigError(f"{label} must be {'<' if high[1] == ')' else '<='} {_fmt(high[0])}, got {_fmt(v)}")
+
+
+def check_choice(name: str, value: Any, choices: Collection[Any], *, cli: Any = _DEFAULT) -> Any:
+    """Check that ``value`` is one of ``choices``; returns it.
+
+    Raises:
+        UnknownNameError: ``unknown rule 'mid' (--rule); choose one of: midpoint, left, ...``
+            (an :class:`InvalidConfigError`).
+    """
+    if value not in choices:
+        opt = cli_option(name) if cli is _DEFAULT else cli
+        raise UnknownNameError.of(name, value, choices, option=opt)
+    return value
+
+
+def check_str(name: str, value: Any, *, nonempty: bool = True, cli: Any = _DEFAULT) -> str:
+    """Check a string (non-empty, not only whitespace, unless ``nonempty=False``); returns it."""
+    label = _label(name, cli)
+    if not isinstance(value, str):
+        raise InvalidConfigError(f"{label} must be a string, got {value!r}")
+    if nonempty and not value.strip():
+        raise InvalidConfigError(f"{label} must not be empty")
+    return value
+
+
+def check_bool(name: str, value: Any, *, cli: Any = _DEFAULT) -> bool:
+    """Check a ``bool`` (0/1 and strings are refused)."""
+    if not isinstance(value, bool):
+        raise InvalidConfigError(f"{_label(name, cli)} must be true or false, got {value!r}")
+    return value
+
+
+def check_sequence(
+    name: str,
+    value: Any,
+    *,
+    min_len: int = 0,
+    max_len: int | None = None,
+    item: Callable[[str, Any], Any] | None = None,
+    unique: bool = False,
+    cli: Any = _DEFAULT,
+) -> tuple[Any, ...]:
+    """Check a list/tuple (a bare string is refused) and each item; returns it as a tuple.
+
+    Args:
+        name: Field name.
+        value: The sequence.
+        min_len: Fewest items.
+        max_len: Most items.
+        item: Checker called as ``item(f"{name}[{i}]", x)`` for each item (e.g.
+            ``lambda n, x: check_int(n, x, min=0, cli=None)``); its return value replaces the item.
+        unique: Refuse repeated items.
+        cli: CLI spelling (default ``--name``).
+    """
+    label = _label(name, cli)
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidConfigError(f"{label} must be a list, got {value!r}")
+    out = tuple(item(f"{name}[{i}]", x) if item is not None else x for i, x in enumerate(value))
+    if len(out) < min_len:
+        raise InvalidConfigError(f"{label} must hold at least {min_len} item{'s' if min_len != 1 else ''}, got {len(out)}")
+    if max_len is not None and len(out) > max_len:
+        raise InvalidConfigError(f"{label} must hold at most {max_len} items, got {len(out)}")
+    if unique and len(set(out)) != len(out):
+        dup = sorted({x for x in out if out.count(x) > 1}, key=str)
+        raise InvalidConfigError(f"{label} repeats {', '.join(map(repr, dup))}; give each once")
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Config):
+        return value.to_dict()
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else str(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Config:
+    """Base of method-family configs (frozen dataclasses validated in ``__post_init__``).
+
+    Subclasses are ``@dataclass(frozen=True)`` with defaults for every field and override
+    :meth:`validate`. Construction, :meth:`replace`, :meth:`resolve` and :meth:`from_dict` all
+    validate, so a config that exists is valid.
+    """
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidConfigError` for any invalid field (override; call ``check_*``).
+
+        A subclass may canonicalise a field here with ``self._set(name, value)`` (e.g. a list
+        given for a tuple field), since the dataclass is frozen.
+        """
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict of every field (tuples → lists, nested configs → dicts)."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        """Rebuild a config from :meth:`to_dict` output (validated; unknown keys refused)."""
+        unknown = sorted(set(data) - set(cls.field_names()))
+        if unknown:
+            raise UnknownNameError.of(f"{cls.__name__} field", unknown[0], cls.field_names(), option=None)
+        hints = typing.get_type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            kwargs[name] = _from_json(hints.get(name), value)
+        return cls(**kwargs)
+
+    def replace(self: C, **changes: Any) -> C:
+        """A copy with ``changes`` applied, validated again."""
+        unknown = sorted(set(changes) - set(self.field_names()))
+        if unknown:
+            raise UnknownNameError.of(f"{type(self).__name__} field", unknown[0], self.field_names(), option=None)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def resolve(cls: type[C], config: C | None = None, **overrides: Any) -> C:
+        """The config a function runs with: ``config`` (default: ``cls()``) with ``overrides``.
+
+        The one way family functions take their settings::
+
+            def integrated_gradients(model, prompt, target, *, config=None, progress=True, **overrides):
+                cfg = IGConfig.resolve(config, **overrides)
+        """
+        if config is not None and not isinstance(config, cls):
+            raise InvalidConfigError(f"config must be a {cls.__name__}, got a {type(config).__name__}")
+        base = config if config is not None else cls()
+        return base.replace(**overrides) if overrides else base
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    """Undo :func:`_jsonable` for one field given its type hint (tuples, nested configs)."""
+    if hint is None or value is None:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(hint):
+            if arm is type(None):
+                continue
+            if isinstance(arm, type) and issubclass(arm, Config) and isinstance(value, dict):
+                return arm.from_dict(value)
+            if typing.get_origin(arm) is tuple and isinstance(value, list):
+                return _from_json(arm, value)
+            if arm is float:
+                return _from_json(arm, value)
+        return value
+    if hint is float and value in ("inf", "-inf"):
+        return float(value)
+    if isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, dict):
+        return hint.from_dict(value)
+    if origin is tuple and isinstance(value, list):
+        args = typing.get_args(hint)
+        inner = args[0] if len(args) == 2 and args[1] is Ellipsis else None
+        return tuple(_from_json(inner, v) for v in value)
+    return value
+
+
+__all__ = [
+    "Config", "check_int", "check_float", "check_choice", "check_str", "check_bool", "check_sequence", "cli_option",
+]
