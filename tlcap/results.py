@@ -1,33 +1,60 @@
 """Results are values: frozen dataclasses saved as safetensors (tensors) + JSON (the rest).
 
-Subclass :class:`Result` with ``@dataclass(frozen=True)``. Tensor fields go to
-``tensors.safetensors``; every other field must be JSON-serialisable (tuples become lists and
-are turned back into tuples on load when the field default/annotation says so). Never pickle.
+The contract every result type meets (checked by ``tests/unit/test_result_contract.py``):
+
+- ``@dataclass(frozen=True)`` subclass of :class:`Result`; tensor fields carry jaxtyping shapes.
+- ``summary() -> dict``: JSON-ready headline numbers (what the CLI writes as ``summary.json``,
+  with the provenance added beside them).
+- ``to_frame() -> pandas.DataFrame``: the result as a table, built from typed rows (a small
+  frozen dataclass per row, see :func:`frame`).
+- ``figure() -> plotly Figure``: the result's main figure.
+- ``provenance``: a keyword-only field (default ``None``, not part of ``==``) holding a
+  :class:`~tlcap.provenance.Provenance`; attach one with :meth:`Result.with_provenance`.
+
+``save(path)`` writes ``path/result.json`` + ``path/tensors.safetensors`` atomically (a staging
+folder renamed into place) with the tensors' sha256 and the defining module in the JSON;
+:func:`load_result` works in a fresh process (it imports that module) and verifies the checksum.
+Never pickle. Non-tensor fields must be JSON-serialisable (tuples become lists and come back as
+tuples where the field's annotation says ``tuple``; nested results are saved inline).
 
 Example:
-    >>> res.save("runs/paris")            # writes result.json + tensors.safetensors
-    >>> again = tlcap.load_result("runs/paris")
+    >>> res.save("runs/paris/result")            # result.json + tensors.safetensors
+    >>> again = tlcap.load_result("runs/paris/result")
+    >>> again.summary(), again.to_frame(), again.figure(), again.provenance
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib
 import json
+import os
+import pkgutil
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import pandas as pd
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from tlcap.errors import MissingFileError
+from tlcap.errors import MissingFileError, OutputPathError, ResultIntegrityError, ResultTypeError, UnknownNameError
+from tlcap.provenance import Provenance, tlcap_version
 
 R = TypeVar("R", bound="Result")
-_RESULT_TYPES: dict[str, type["Result"]] = {}
+_RESULT_TYPES: dict[str, type[Result]] = {}
+FORMAT_VERSION = 2
+RESULT_FILES = ("result.json", "tensors.safetensors")
 
 
 def _to_json(value: Any) -> Any:
     if isinstance(value, Result):
-        return {"__result__": type(value).__name__, "fields": value._json_fields()}
+        return {"__result__": type(value).__name__, "module": type(value).__module__, "fields": value._json_fields()}
     if isinstance(value, tuple):
         return [_to_json(v) for v in value]
     if isinstance(value, list):
@@ -43,8 +70,12 @@ def _to_json(value: Any) -> Any:
 
 def _from_json(value: Any) -> Any:
     if isinstance(value, dict) and "__result__" in value:
-        cls = _RESULT_TYPES[value["__result__"]]
+        cls = _result_type(value["__result__"], value.get("module"))
         return cls._from_fields(value["fields"], {})
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _from_json(v) for k, v in value.items()}
     return value
 
 
@@ -54,8 +85,40 @@ def _tuplify(value: Any) -> Any:
     return value
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
+    """A DataFrame from typed rows (frozen dataclasses); the columns are ``row_type``'s fields.
+
+    An empty ``rows`` still gives the columns, so code reading the frame never meets a
+    column-less table.
+
+    Example:
+        >>> @dataclass(frozen=True)
+        ... class NeuronRow:
+        ...     layer: int
+        ...     neuron: int
+        >>> frame([NeuronRow(3, 10)], NeuronRow)
+    """
+    cols = [f.name for f in dataclasses.fields(row_type)]
+    return pd.DataFrame([dataclasses.astuple(r) for r in rows], columns=cols)
+
+
+@dataclass(frozen=True)
 class Result:
-    """Mixin giving frozen result dataclasses ``save``/``load``/``to_dict``."""
+    """Base of frozen result dataclasses: ``save``/``load``, provenance, and the contract.
+
+    Subclasses override :meth:`summary`, :meth:`to_frame` and :meth:`figure`; the base
+    versions raise ``NotImplementedError`` so a missing one fails loudly.
+    """
+
+    provenance: Provenance | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     _registry_name: ClassVar[str | None] = None
 
@@ -63,24 +126,47 @@ class Result:
         super().__init_subclass__(**kwargs)
         _RESULT_TYPES[cls.__name__] = cls
 
+    # ------------------------------------------------------------------ contract
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready headline numbers (the CLI's ``summary.json``, without the provenance)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement summary()")
+
+    def to_frame(self) -> pd.DataFrame:
+        """The result as a table of typed rows."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement to_frame()")
+
+    def figure(self) -> Any:
+        """The result's main plotly figure."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement figure()")
+
+    def with_provenance(self: R, provenance: Provenance | None) -> R:
+        """A copy carrying ``provenance``."""
+        return dataclasses.replace(self, provenance=provenance)
+
+    # ------------------------------------------------------------------ fields
+    def _data_fields(self) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(self) if f.name != "provenance"]
+
     def _json_fields(self) -> dict[str, Any]:
         return {
             f.name: _to_json(getattr(self, f.name))
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            for f in self._data_fields()
             if not isinstance(getattr(self, f.name), torch.Tensor)
         }
 
     def _tensor_fields(self) -> dict[str, torch.Tensor]:
         return {
             f.name: getattr(self, f.name).detach().cpu().contiguous()
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            for f in self._data_fields()
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
 
     @classmethod
     def _from_fields(cls: type[R], fields: dict[str, Any], tensors: dict[str, torch.Tensor]) -> R:
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
+            if f.name == "provenance":
+                continue
             if f.name in tensors:
                 kwargs[f.name] = tensors[f.name]
             elif f.name in fields:
@@ -94,35 +180,144 @@ class Result:
         """JSON-ready dict of the non-tensor fields."""
         return self._json_fields()
 
+    # ------------------------------------------------------------------ files
     def save(self, path: str | Path) -> Path:
-        """Write ``path/result.json`` and ``path/tensors.safetensors``; returns ``path``."""
+        """Write ``path/result.json`` and ``path/tensors.safetensors`` atomically; returns ``path``.
+
+        Both files are written into a hidden staging folder beside ``path`` that is then renamed
+        into place, so ``path`` never holds a half-written result. A previous result at ``path``
+        is replaced. If ``path`` is a folder holding other files too, the two files are replaced
+        one by one instead (tensors first, ``result.json`` — which holds their checksum — last).
+        """
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        tensors = self._tensor_fields()
-        if tensors:
-            save_file(tensors, str(path / "tensors.safetensors"))
-        meta = {"type": type(self).__name__, "fields": self._json_fields(), "tensors": sorted(tensors)}
-        (path / "result.json").write_text(json.dumps(meta, indent=1))
+        if path.exists() and not path.is_dir():
+            raise OutputPathError(f"cannot save a result to {path}: it is a file; give a folder path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stage = path.parent / f".{path.name}.saving-{uuid.uuid4().hex[:8]}"
+        stage.mkdir()
+        try:
+            self._write_files(stage)
+            foreign = path.is_dir() and any(p.name not in RESULT_FILES for p in path.iterdir())
+            if foreign:
+                for name in RESULT_FILES:
+                    if (stage / name).exists():
+                        os.replace(stage / name, path / name)
+                    elif (path / name).exists():
+                        (path / name).unlink()
+            else:
+                old = None
+                if path.exists():
+                    old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                    os.replace(path, old)
+                os.replace(stage, path)
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if stage.exists():
+                shutil.rmtree(stage, ignore_errors=True)
         return path
+
+    def _write_files(self, folder: Path) -> None:
+        tensors = self._tensor_fields()
+        meta: dict[str, Any] = {
+            "type": type(self).__name__,
+            "module": type(self).__module__,
+            "format": FORMAT_VERSION,
+            "tlcap_version": tlcap_version(),
+            "fields": self._json_fields(),
+            "tensors": sorted(tensors),
+        }
+        if tensors:
+            tpath = folder / "tensors.safetensors"
+            save_file(tensors, str(tpath))
+            meta["tensors_sha256"] = _sha256(tpath)
+            meta["tensors_bytes"] = tpath.stat().st_size
+        if self.provenance is not None:
+            meta["provenance"] = self.provenance.to_dict()
+        (folder / "result.json").write_text(json.dumps(meta, indent=1))
 
     @classmethod
     def load(cls: type[R], path: str | Path) -> R:
         """Load a result saved by :meth:`save` (type-checked against ``cls``)."""
         obj = load_result(path)
         if not isinstance(obj, cls):
-            raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
+            raise ResultTypeError(
+                f"{path} holds a {type(obj).__name__}, not a {cls.__name__}; load it with tlcap.load_result(path)"
+            )
         return obj
 
 
+def _import_all_tlcap() -> None:
+    """Import every tlcap module (old result files name no module: find the type anyway)."""
+    for info in pkgutil.walk_packages([str(Path(__file__).resolve().parent)], "tlcap."):
+        if info.name.startswith("tlcap.cli") or info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError:
+            continue
+
+
+def _result_type(name: str, module: str | None) -> type[Result]:
+    cls = _RESULT_TYPES.get(name)
+    if cls is None and module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownNameError(
+                f"result type {name!r} is defined in module {module!r}, which cannot be imported ({exc}); "
+                "install the code that wrote it"
+            ) from None
+        cls = _RESULT_TYPES.get(name)
+    if cls is None:
+        _import_all_tlcap()
+        cls = _RESULT_TYPES.get(name)
+    if cls is None:
+        raise UnknownNameError(
+            f"unknown result type {name!r}; import the module that defines it before loading"
+        )
+    return cls
+
+
 def load_result(path: str | Path) -> Result:
-    """Load any saved result, whatever its type."""
+    """Load any saved result, whatever its type, in any process.
+
+    Raises:
+        MissingFileError: no ``result.json`` at ``path``.
+        ResultIntegrityError: ``result.json`` is not valid JSON, the tensor file is missing,
+            truncated, corrupt, or does not match the sha256 recorded when it was saved.
+    """
     path = Path(path)
     meta_path = path / "result.json"
     if not meta_path.exists():
         raise MissingFileError(f"No saved result at {path} (expected {meta_path}); save one with result.save(path).")
-    meta = json.loads(meta_path.read_text())
-    cls = _RESULT_TYPES.get(meta["type"])
-    if cls is None:
-        raise TypeError(f"Unknown result type {meta['type']!r}; import the module that defines it first.")
-    tensors = load_file(str(path / "tensors.safetensors")) if meta.get("tensors") else {}
-    return cls._from_fields(meta["fields"], tensors)
+    redo = "re-run the command that wrote it (or restore the folder from a copy)"
+    try:
+        meta = json.loads(meta_path.read_text())
+        if not isinstance(meta, dict) or "type" not in meta or "fields" not in meta:
+            raise ValueError("missing 'type' or 'fields'")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ResultIntegrityError(f"{meta_path} is corrupt or truncated ({exc}); {redo}") from None
+    cls = _result_type(meta["type"], meta.get("module"))
+    tensors: dict[str, torch.Tensor] = {}
+    if meta.get("tensors"):
+        tpath = path / "tensors.safetensors"
+        if not tpath.exists():
+            raise ResultIntegrityError(f"{tpath} is missing (listed in {meta_path}); {redo}")
+        if "tensors_bytes" in meta and tpath.stat().st_size != meta["tensors_bytes"]:
+            raise ResultIntegrityError(
+                f"{tpath} has {tpath.stat().st_size} bytes, {meta['tensors_bytes']} were saved (truncated?); {redo}"
+            )
+        if "tensors_sha256" in meta and _sha256(tpath) != meta["tensors_sha256"]:
+            raise ResultIntegrityError(f"{tpath} does not match the sha256 recorded in {meta_path}; {redo}")
+        try:
+            tensors = load_file(str(tpath))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ResultIntegrityError(f"{tpath} is corrupt ({exc}); {redo}") from None
+    obj = cls._from_fields(meta["fields"], tensors)
+    if meta.get("provenance"):
+        obj = obj.with_provenance(Provenance.from_dict(meta["provenance"]))
+    return obj
+
+
+__all__ = ["Result", "load_result", "frame", "Provenance"]

@@ -25,48 +25,26 @@ def kn(
     threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max (Dai: 0.2)."),
     top_k: Optional[int] = typer.Option(None, help="Keep the top-k neurons instead of thresholding."),
     refine_p: float = typer.Option(0.5, help="With paraphrases: keep neurons found in more than this share of prompts."),
-    n_random: int = typer.Option(10, help="Random neuron sets (same count per layer) for the control."),
+    n_random: int = typer.Option(10, help="Random neuron sets (same count per layer) for the control; 0 = none."),
     seed: int = typer.Option(0, help="Seed of the random controls."),
 ) -> None:
     """Locate the knowledge neurons of a fact and test them by suppression and enhancement."""
-    from tlcap.experiments.knowledge_neurons import locate_knowledge_neurons
+    from tlcap.experiments.knowledge_neurons import KNConfig, locate_knowledge_neurons
     from tlcap.viz import save_figure
 
+    cfg = KNConfig(steps=steps, rule=rule, method=method, site=site, threshold=threshold, top_k=top_k,
+                   refine_p=refine_p, n_random=n_random, seed=seed)
     seed_everything(seed)
     d = out_dir(out)
     m = load(model)
-    res = locate_knowledge_neurons(
-        m, prompt, target, paraphrase or [], steps=steps, rule=rule, method=method, site=site,  # type: ignore[arg-type]
-        threshold=threshold, top_k=top_k, refine_p=refine_p, n_random=n_random, seed=seed,
-    )
+    res = locate_knowledge_neurons(m, prompt, target, paraphrase or [], config=cfg)
     res.save(d / "result")
-    figs = []
-    figs += save_figure(res.heatmap(), d, "kn_heatmap")
-    figs += save_figure(res.activation_heatmap(), d, "kn_activations")
+    figs = save_figure(res.heatmap(), d, "kn_heatmap") + save_figure(res.activation_heatmap(), d, "kn_activations")
+    prov = res.provenance.to_dict() if res.provenance is not None else None
+    write_summary(d, {**res.summary(), "figures": [p.name for p in figs], "provenance": prov})
     e = res.effects
-    summary = {
-        "model": m.name,
-        "prompt": prompt,
-        "paraphrases": paraphrase or [],
-        "target": target,
-        "target_tokens": list(m.to_str_tokens(m.target_ids(prompt, target))),
-        "neurons": res.neurons.to_list(),
-        "n_neurons": len(res.neurons),
-        "per_prompt_neurons": [s.to_list() for s in res.per_prompt],
-        "target_prob": res.target_prob,
-        "completeness_rel_error": res.completeness_rel_error,
-        "suppress_located_rel_change": e["suppress_located"],
-        "suppress_random_rel_change": e["suppress_random"],
-        "enhance_located_rel_change": e["enhance_located"],
-        "enhance_random_rel_change": e["enhance_random"],
-        "suppress_random_draws": e["suppress_random_draws"],
-        "n_random": n_random,
-        "config": res.config,
-        "figures": [p.name for p in figs],
-    }
-    write_summary(d, summary)
+    rnd = "none" if e["suppress_random"] is None else f"{e['suppress_random']:+.1%}"
     typer.echo(
         f"{len(res.neurons)} neurons; P(target)={res.target_prob:.3f}; suppress located "
-        f"{e['suppress_located']:+.1%} vs random {e['suppress_random']:+.1%}; completeness error "
-        f"{res.completeness_rel_error:.2%}"
+        f"{e['suppress_located']:+.1%} vs random {rnd}; completeness error {res.completeness_rel_error:.2%}"
     )

@@ -1,25 +1,107 @@
 """Knowledge neurons for one fact (Dai et al. 2022): attribute, select, refine, verify by suppression.
 
 Composed only of runtime pieces: :func:`integrated_gradients`, selection rules, activation
-interventions, probability metrics.
+interventions, probability metrics. The worked example of the result contract: a validated
+:class:`KNConfig`, a :class:`KnowledgeNeurons` result with ``summary()`` / ``to_frame()`` /
+``figure()`` and provenance, and a thin ``tlcap kn`` command.
+
+Example:
+    >>> res = locate_knowledge_neurons(model, "The capital of France is", " Paris",
+    ...                                ["France's capital city is"], n_random=5)
+    >>> res.summary()["suppress_located_rel_change"], res.figure().show()
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
+from jaxtyping import Float
+from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.attribution.ig import NeuronAttribution, Rule, integrated_gradients
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.config import Config, check_choice, check_float, check_int, check_sequence, check_str
 from tlcap.intervene.activations import enhance, suppress
 from tlcap.locate.selection import refine, threshold_select, top_k_select
 from tlcap.metrics.probs import target_prob
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
-from tlcap.results import Result
+from tlcap.provenance import Provenance
+from tlcap.results import Result, frame
+from tlcap.viz.heatmaps import activation_heatmap, activations_for, neuron_heatmap, neuron_labels
+
+RULES = ("midpoint", "left", "linspace", "trapezoid")
+METHODS = ("ig", "joint", "grad_x_act")
+NEURON_SITES = ("mlp_post", "mlp_pre")
+
+
+@dataclass(frozen=True)
+class KNConfig(Config):
+    """Settings of :func:`locate_knowledge_neurons` (the options of ``tlcap kn``).
+
+    Attributes:
+        steps: Integration steps m, ``>= 1``.
+        rule: Quadrature: ``midpoint`` | ``left`` (Dai) | ``linspace`` (EleutherAI) | ``trapezoid``.
+        method: ``ig`` (exact) | ``joint`` | ``grad_x_act`` (cheaper estimators).
+        site: ``mlp_post`` (neuron activations) or ``mlp_pre``.
+        threshold: Keep neurons with score > threshold · max, in ``(0, 1]`` (Dai: 0.2).
+        top_k: Keep the top-k neurons instead of thresholding (``None`` = threshold), ``>= 1``.
+        refine_p: With paraphrases, keep neurons found in more than this share of the prompts,
+            in ``[0, 1)`` (at 1 no neuron could ever be kept).
+        n_random: Random neuron sets (same count per layer) for the control; 0 = no control
+            (its effects are then ``None``, not 0).
+        seed: Seed of the random controls, ``>= 0``.
+    """
+
+    steps: int = 20
+    rule: str = "midpoint"
+    method: str = "ig"
+    site: str = "mlp_post"
+    threshold: float = 0.2
+    top_k: int | None = None
+    refine_p: float = 0.5
+    n_random: int = 10
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_int("steps", self.steps, min=1)
+        check_choice("rule", self.rule, RULES)
+        check_choice("method", self.method, METHODS)
+        check_choice("site", self.site, NEURON_SITES)
+        check_float("threshold", self.threshold, gt=0, le=1)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k, min=1)
+        check_float("refine_p", self.refine_p, ge=0, lt=1)
+        check_int("n_random", self.n_random, min=0)
+        check_int("seed", self.seed, min=0)
+
+
+def check_fact(prompt: str, target: str, paraphrases: Sequence[str] = ()) -> tuple[str, ...]:
+    """Check the inputs of :func:`locate_knowledge_neurons`; returns the paraphrases as a tuple.
+
+    Raises:
+        InvalidConfigError: an empty prompt, target or paraphrase.
+    """
+    check_str("prompt", prompt)
+    check_str("target", target)
+    return check_sequence("paraphrase", list(paraphrases), item=lambda n, x: check_str(n, x))
+
+
+@dataclass(frozen=True)
+class KNScoreRow:
+    """One row of :meth:`KnowledgeNeurons.to_frame`: a located neuron on one prompt."""
+
+    layer: int
+    neuron: int
+    prompt_index: int
+    prompt: str
+    score: float
+    activation: float
 
 
 @dataclass(frozen=True)
@@ -31,11 +113,19 @@ class KnowledgeNeurons(Result):
         activations: ``[n_prompts, n_layers, d_mlp]`` clean activations at the last position.
         neurons: The located (refined) set.
         per_prompt: Located set of each prompt before refinement.
-        effects: Relative probability changes (see :func:`locate_knowledge_neurons`).
+        prompts: The main prompt, then the paraphrases.
+        target: The answer scored.
+        target_prob: Clean P(target | main prompt).
+        completeness_rel_error: Mean over prompts of IG's completeness error.
+        effects: Mean relative changes of P(target) over the prompts (see
+            :func:`locate_knowledge_neurons`); the random entries are ``None`` without controls.
+        config: :meth:`KNConfig.to_dict` of the run.
+        model_name: ``Model.name``.
+        target_tokens: The target's tokens as the model splits them.
     """
 
-    scores: torch.Tensor
-    activations: torch.Tensor
+    scores: Float[Tensor, "prompt layer d_mlp"]
+    activations: Float[Tensor, "prompt layer d_mlp"]
     neurons: NeuronSet
     per_prompt: tuple[NeuronSet, ...]
     prompts: tuple[str, ...]
@@ -44,28 +134,52 @@ class KnowledgeNeurons(Result):
     completeness_rel_error: float
     effects: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    model_name: str = ""
+    target_tokens: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        """The ``tlcap kn`` summary: located neurons, P(target), completeness, intervention effects."""
+        e = self.effects
+        return {
+            "model": self.model_name,
+            "prompt": self.prompts[0],
+            "paraphrases": list(self.prompts[1:]),
+            "target": self.target,
+            "target_tokens": list(self.target_tokens),
+            "neurons": self.neurons.to_list(),
+            "n_neurons": len(self.neurons),
+            "per_prompt_neurons": [s.to_list() for s in self.per_prompt],
+            "target_prob": self.target_prob,
+            "completeness_rel_error": self.completeness_rel_error,
+            "suppress_located_rel_change": e.get("suppress_located"),
+            "suppress_random_rel_change": e.get("suppress_random"),
+            "enhance_located_rel_change": e.get("enhance_located"),
+            "enhance_random_rel_change": e.get("enhance_random"),
+            "suppress_random_draws": list(e.get("suppress_random_draws", [])),
+            "n_random": int(self.config.get("n_random", len(e.get("suppress_random_draws", [])))),
+            "config": dict(self.config),
+        }
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per located neuron with its score on every prompt."""
-        rows = []
-        for l, j in self.neurons:
-            row = {"layer": l, "neuron": j}
-            for i, p in enumerate(self.prompts):
-                row[f"score_{i}"] = float(self.scores[i, l, j])
-            rows.append(row)
-        return pd.DataFrame(rows)
+        """One :class:`KNScoreRow` per (located neuron, prompt): score and clean activation."""
+        rows = [
+            KNScoreRow(l, j, i, p, float(self.scores[i, l, j]), float(self.activations[i, l, j]))
+            for l, j in self.neurons
+            for i, p in enumerate(self.prompts)
+        ]
+        return frame(rows, KNScoreRow)
 
-    def heatmap(self, **kwargs):  # noqa: ANN201
+    def figure(self) -> go.Figure:
+        """The attribution heatmap with the located neurons ringed (:meth:`heatmap`)."""
+        return self.heatmap()
+
+    def heatmap(self, **kwargs: Any) -> go.Figure:
         """Mean attribution over prompts, located neurons ringed."""
-        from tlcap.viz.heatmaps import neuron_heatmap
-
         kwargs.setdefault("title", f"Knowledge neurons: {self.prompts[0]!r} → {self.target!r}")
         return neuron_heatmap(self.scores.mean(0), highlight=self.neurons, score_name="IG attribution", **kwargs)
 
-    def activation_heatmap(self, **kwargs):  # noqa: ANN201
+    def activation_heatmap(self, **kwargs: Any) -> go.Figure:
         """Prompts × located neurons activation heatmap (QL paper Fig. 1 style)."""
-        from tlcap.viz.heatmaps import activation_heatmap, activations_for, neuron_labels
-
         vals = activations_for(self.activations, self.neurons)
         labels = [p if len(p) < 48 else p[:45] + "..." for p in self.prompts]
         kwargs.setdefault("title", f"Activations of the located neurons ({self.target!r})")
@@ -82,16 +196,9 @@ def locate_knowledge_neurons(
     target: str,
     paraphrases: Sequence[str] = (),
     *,
-    steps: int = 20,
-    rule: Rule = "midpoint",
-    method: str = "ig",
-    site: str = "mlp_post",
-    threshold: float = 0.2,
-    top_k: int | None = None,
-    refine_p: float = 0.5,
-    n_random: int = 10,
-    seed: int = 0,
+    config: KNConfig | None = None,
     progress: bool = True,
+    **overrides: Any,
 ) -> KnowledgeNeurons:
     """Locate a fact's knowledge neurons and measure suppression/enhancement effects.
 
@@ -101,40 +208,58 @@ def locate_knowledge_neurons(
     (×2) at the last position, and the same is done for ``n_random`` random sets with the same
     number of neurons per layer.
 
+    Args:
+        model: The model.
+        prompt: The query, e.g. ``"The capital of France is"``.
+        target: The answer with its leading space, e.g. ``" Paris"``.
+        paraphrases: Other phrasings of the query, for refinement.
+        config: A :class:`KNConfig` (default: its defaults).
+        progress: Show progress bars.
+        **overrides: :class:`KNConfig` fields overriding ``config`` (``steps=5``, ``n_random=0``...).
+
     Returns:
         A :class:`KnowledgeNeurons` whose ``effects`` holds the mean relative change of the
         target probability over the prompts: ``suppress_located``, ``suppress_random`` (mean
-        over draws), ``enhance_located``, ``enhance_random`` and per-draw lists.
+        over draws; ``None`` with ``n_random=0``), ``enhance_located``, ``enhance_random`` and
+        per-draw lists, with provenance attached.
+
+    Example:
+        >>> res = locate_knowledge_neurons(model, "The capital of France is", " Paris", steps=10)
+        >>> res.neurons.to_list(), res.effects["suppress_located"]
     """
+    cfg = KNConfig.resolve(config, **overrides)
+    paraphrases = check_fact(prompt, target, paraphrases)
     prompts = [prompt, *paraphrases]
     attrs: list[NeuronAttribution] = []
     for p in tqdm(prompts, desc="attributing prompts", disable=not progress):
         attrs.append(
-            integrated_gradients(model, p, target, steps=steps, rule=rule, method=method, site=site, progress=progress)  # type: ignore[arg-type]
+            integrated_gradients(model, p, target, steps=cfg.steps, rule=cfg.rule, method=cfg.method,  # type: ignore[arg-type]
+                                 site=cfg.site, progress=progress)
         )
     per_prompt = tuple(
-        top_k_select(a.scores, top_k) if top_k is not None else threshold_select(a.scores, threshold) for a in attrs
+        top_k_select(a.scores, cfg.top_k) if cfg.top_k is not None else threshold_select(a.scores, cfg.threshold)
+        for a in attrs
     )
-    located = refine(list(per_prompt), refine_p) if len(prompts) > 1 else per_prompt[0]
+    located = refine(list(per_prompt), cfg.refine_p) if len(prompts) > 1 else per_prompt[0]
     base = [target_prob(model, p, target) for p in prompts]
 
-    def mean_change(hooks_for) -> float:  # noqa: ANN001
+    def mean_change(hooks_for: Any) -> float:
         vals = [_rel_change(b, target_prob(model, p, target, hooks=hooks_for)) for p, b in zip(prompts, base)]
         return float(sum(vals) / len(vals))
 
-    effects: dict = {
+    effects: dict[str, Any] = {
         "base_prob": base,
-        "suppress_located": mean_change(suppress(model, located, site=site)),
-        "enhance_located": mean_change(enhance(model, located, site=site)),
+        "suppress_located": mean_change(suppress(model, located, site=cfg.site)),
+        "enhance_located": mean_change(enhance(model, located, site=cfg.site)),
     }
     sup_r, enh_r = [], []
-    for k in tqdm(range(n_random), desc="random controls", disable=not progress):
-        r = located.random_like(seed=seed + k)
-        sup_r.append(mean_change(suppress(model, r, site=site)))
-        enh_r.append(mean_change(enhance(model, r, site=site)))
+    for k in tqdm(range(cfg.n_random), desc="random controls", disable=not progress):
+        r = located.random_like(seed=cfg.seed + k)
+        sup_r.append(mean_change(suppress(model, r, site=cfg.site)))
+        enh_r.append(mean_change(enhance(model, r, site=cfg.site)))
     effects.update(
-        suppress_random=float(sum(sup_r) / max(len(sup_r), 1)),
-        enhance_random=float(sum(enh_r) / max(len(enh_r), 1)),
+        suppress_random=float(sum(sup_r) / len(sup_r)) if sup_r else None,
+        enhance_random=float(sum(enh_r) / len(enh_r)) if enh_r else None,
         suppress_random_draws=sup_r,
         enhance_random_draws=enh_r,
     )
@@ -149,6 +274,8 @@ def locate_knowledge_neurons(
         target_prob=attrs[0].target_prob,
         completeness_rel_error=comp,
         effects=effects,
-        config=dict(steps=steps, rule=rule, method=method, site=site, threshold=threshold, top_k=top_k,
-                    refine_p=refine_p, n_random=n_random, seed=seed, model=model.name),
+        config={**cfg.to_dict(), "model": model.name},
+        model_name=model.name,
+        target_tokens=tuple(model.to_str_tokens(model.target_ids(prompt, target))),
+        provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )

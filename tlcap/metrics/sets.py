@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from tlcap.results import Result
+from tlcap.errors import ShapeMismatchError
+from tlcap.results import Result, frame
+from tlcap.viz.heatmaps import located_heatmap
 
 Neuron = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class NeuronRow:
+    """One row of :meth:`NeuronSet.to_frame`."""
+
+    layer: int
+    neuron: int
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,10 @@ class NeuronSet(Result):
         object.__setattr__(self, "shape", (int(self.shape[0]), int(self.shape[1])))
         for l, j in canon:
             if not (0 <= l < self.shape[0] and 0 <= j < self.shape[1]):
-                raise ValueError(f"neuron {(l, j)} outside a model of shape {self.shape}")
+                raise ShapeMismatchError(
+                    f"neuron {(l, j)} is outside a model of shape {self.shape} (layers x d_mlp); "
+                    "use neurons located on the same model"
+                )
 
     @classmethod
     def from_list(cls, neurons: Iterable[Iterable[int]], shape: tuple[int, int]) -> "NeuronSet":
@@ -70,7 +85,9 @@ class NeuronSet(Result):
 
     def _check(self, other: "NeuronSet") -> None:
         if self.shape != other.shape:
-            raise ValueError(f"cannot compare neuron sets of shapes {self.shape} and {other.shape}")
+            raise ShapeMismatchError(
+                f"cannot compare neuron sets of shapes {self.shape} and {other.shape}; both must come from one model"
+            )
 
     def __and__(self, other: "NeuronSet") -> "NeuronSet":
         self._check(other)
@@ -114,5 +131,20 @@ class NeuronSet(Result):
     def to_list(self) -> list[list[int]]:
         return [[l, j] for l, j in self.neurons]
 
+    def summary(self) -> dict[str, Any]:
+        """``n_neurons``, ``ratio``, ``shape``, ``per_layer`` counts and the ``neurons`` list."""
+        return {
+            "n_neurons": len(self),
+            "ratio": self.ratio(),
+            "shape": list(self.shape),
+            "per_layer": {str(l): len(js) for l, js in sorted(self.by_layer().items())},
+            "neurons": self.to_list(),
+        }
+
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.neurons, columns=["layer", "neuron"])
+        """One :class:`NeuronRow` (``layer``, ``neuron``) per neuron, sorted."""
+        return frame([NeuronRow(l, j) for l, j in self.neurons], NeuronRow)
+
+    def figure(self, title: str | None = None) -> go.Figure:
+        """The neurons on the layer × neuron plane."""
+        return located_heatmap({"located": self}, title=title or f"{len(self)} located neurons", shape=self.shape)

@@ -1,20 +1,24 @@
-"""Neuron heatmaps (layer × neuron) and activation heatmaps (QL paper, Figure 1 style)."""
+"""Neuron heatmaps (layer × neuron) and activation heatmaps (QL paper, Figure 1 style).
+
+Functions take values: scores as tensors and neuron sets as collections of ``(layer, index)``
+pairs (a :class:`tlcap.metrics.NeuronSet` is one), so this module imports no result type.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.metrics.sets import NeuronSet
+Neurons = Collection[tuple[int, int]]
 
 
 def neuron_heatmap(
     scores: Float[Tensor, "layer d_mlp"],
-    highlight: NeuronSet | None = None,
+    highlight: Neurons | None = None,
     title: str = "Neuron attribution",
     colorscale: str = "RdBu_r",
     zmid: float | None = 0.0,
@@ -42,7 +46,7 @@ def neuron_heatmap(
         )
     )
     if highlight is not None and len(highlight):
-        ls, js = zip(*highlight.neurons)
+        ls, js = zip(*sorted(highlight))
         fig.add_trace(
             go.Scatter(
                 x=list(js), y=list(ls), mode="markers", name=f"located ({len(highlight)})",
@@ -59,14 +63,23 @@ def neuron_heatmap(
     return fig
 
 
-def located_heatmap(sets: dict[str, NeuronSet], title: str = "Located neurons") -> go.Figure:
-    """Located neurons of several sets (e.g. datasets, CNL Fig. 3): one scatter per set."""
+def located_heatmap(
+    sets: Mapping[str, Neurons], title: str = "Located neurons", shape: tuple[int, int] | None = None
+) -> go.Figure:
+    """Located neurons of several sets (e.g. datasets, CNL Fig. 3): one scatter per set.
+
+    Args:
+        sets: Name → ``(layer, index)`` pairs.
+        title: Figure title.
+        shape: ``(n_layers, d_mlp)`` of the model (default: the first set's ``.shape``).
+    """
     fig = go.Figure()
-    shape = next(iter(sets.values())).shape if sets else (1, 1)
+    if shape is None:
+        shape = getattr(next(iter(sets.values())), "shape", (1, 1)) if sets else (1, 1)
     for name, s in sets.items():
         if not len(s):
             continue
-        ls, js = zip(*s.neurons)
+        ls, js = zip(*sorted(s))
         fig.add_trace(go.Scattergl(x=list(js), y=list(ls), mode="markers", name=f"{name} ({len(s)})", marker=dict(size=5),
                                    hovertemplate=name + ": layer %{y}, neuron %{x}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="neuron", yaxis_title="layer", template="plotly_white",
@@ -96,14 +109,14 @@ def activation_heatmap(
     return fig
 
 
-def neuron_labels(neurons: NeuronSet) -> list[str]:
+def neuron_labels(neurons: Neurons) -> list[str]:
     """``L{layer}.{index}`` labels for a set of neurons."""
-    return [f"L{l}.{j}" for l, j in neurons]
+    return [f"L{l}.{j}" for l, j in sorted(neurons)]
 
 
-def activations_for(acts: Float[Tensor, "rows layer d_mlp"], neurons: NeuronSet) -> Tensor:
+def activations_for(acts: Float[Tensor, "rows layer d_mlp"], neurons: Neurons) -> Float[Tensor, "rows n"]:
     """Pick the set's neurons out of ``[rows, layer, d_mlp]`` activations → ``[rows, |set|]``."""
     if not len(neurons):
         return torch.zeros(acts.shape[0], 0)
-    ls, js = zip(*neurons.neurons)
+    ls, js = zip(*sorted(neurons))
     return acts[:, list(ls), list(js)]
