@@ -2,6 +2,10 @@
 
 Submodules are discovered automatically: adding ``tlcap/cli/foo.py`` that decorates functions
 with ``@app.command()`` (or adds a sub-app with ``app.add_typer``) is all a new command needs.
+
+Errors: a :class:`~tlcap.errors.TlcapError` and a usage error (unknown option, a value typer
+cannot parse, a missing required option) are printed as one line, ``error: ...``, exit code 2;
+never a traceback. Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -9,8 +13,11 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from collections.abc import Sequence
 
 import typer
+
+from tlcap.errors import TlcapError
 
 app = typer.Typer(
     name="tlcap",
@@ -38,14 +45,31 @@ def _load_commands() -> None:
     _LOADED = True
 
 
-def main() -> None:
-    """Entry point of the ``tlcap`` console script."""
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.secho(f"error: {_one_line(message)}", fg=typer.colors.RED, err=True)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``tlcap`` console script (``argv``: arguments, default ``sys.argv[1:]``)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _load_commands()
-    from tlcap.errors import TlcapError
-
     try:
-        app()
+        rv = app(args=None if argv is None else list(argv), prog_name="tlcap", standalone_mode=False)
     except TlcapError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise SystemExit(2) from None
+        _fail(str(exc))
+    except typer.TyperException as exc:  # typer's (vendored click) usage and file errors
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            typer.echo(ctx.get_help())
+            raise SystemExit(exc.exit_code) from None
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        _fail(exc.format_message() + where, exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130)
+    if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
+        raise SystemExit(rv)
