@@ -118,7 +118,7 @@ def test_rome_config_on_the_base():
     cfg = RomeConfig()
     assert cfg.prefixes == DEFAULT_PREFIXES
     assert RomeConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    assert RomeConfig(prefixes=["", "A. "]).prefixes == ("", "A. ")
+    assert RomeConfig(prefixes=("", "A. ")).prefixes == ("", "A. ")
     for kw, msg in [
         ({"steps": 0}, "steps (--steps) must be >= 1, got 0"),
         ({"lr": 0.0}, "lr (--lr) must be > 0, got 0"),

@@ -80,11 +80,11 @@ class NeuronAttribution(Result):
         activations: ``[n_target, n_layers, d_mlp]`` clean activations at the scored positions.
     """
 
-    scores: Tensor
-    prob_full: Tensor
-    prob_baseline: Tensor
-    layer_sums: Tensor
-    activations: Tensor
+    scores: Float[Tensor, "layer d_mlp"]
+    prob_full: Float[Tensor, "target layer"]
+    prob_baseline: Float[Tensor, "target layer"]
+    layer_sums: Float[Tensor, "target layer"]
+    activations: Float[Tensor, "target layer d_mlp"]
     prompt: str = ""
     target: str = ""
     target_tokens: tuple[str, ...] = ()

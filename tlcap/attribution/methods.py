@@ -34,7 +34,7 @@ def localize(
     model: Model,
     prompt: str,
     target: str | Sequence[int],
-    method: LocalizeMethod = "ig",
+    method: str = "ig",  # one of LocalizeMethod; validated below with a clear error
     *,
     steps: int = 20,
     layers: Sequence[int] | None = None,

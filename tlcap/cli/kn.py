@@ -28,7 +28,9 @@ def kn(
     site: str = typer.Option("mlp_post", help="mlp_post (neuron activations) or mlp_pre."),
     threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2)."),
     top_k: int | None = typer.Option(None, help="Keep the top-k neurons (>= 1) instead of thresholding."),
-    refine_p: float = typer.Option(0.5, help="With paraphrases: keep neurons found in more than this share of prompts, in [0, 1)."),
+    refine_p: float = typer.Option(
+        0.5, help="With paraphrases: keep neurons found in more than this share of prompts, in [0, 1)."
+    ),
     n_random: int = typer.Option(10, help="Random neuron sets (same count per layer) for the control; 0 = no control."),
     seed: int = typer.Option(0, help="Seed of the random controls."),
     overwrite: bool = overwrite_option(),

@@ -8,17 +8,25 @@ Selections are ``(pos, index)``: ``pos`` picks sequence positions (``None`` = al
 a slice, a list or ``"last"``); ``index`` picks entries of the last axis (``None`` = all, an
 int, a list or a LongTensor), e.g. neurons for ``mlp_post``. For head sites (``batch pos head
 d``) pass ``head=`` to select heads.
+
+Shapes (jaxtyping, checked in the test run): an activation is ``Float[Tensor, " batch *dims"]``
+(``batch pos d``, ``batch pos head d`` or ``batch head q k``); a hook returns a tensor of the
+same shape unless its docstring says otherwise (:func:`last_position_only`,
+:func:`expand_batch`), or ``None`` when it only records.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any, NoReturn
 
 import torch
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 Index = int | slice | Sequence[int] | Tensor | str | None
-HookFn = Callable[[Tensor, Any], Tensor]
+Activation = Float[Tensor, " batch *dims"]
+HookFn = Callable[[Tensor, Any], Tensor | None]
 HookList = Sequence[tuple[str, Callable[..., Any]]]  # (hook name, fn(activation, hook)) pairs for Model.hooks
 
 
@@ -61,10 +69,10 @@ def _selector(act: Tensor, pos: Index, index: Index, head: Index = None) -> tupl
     return sel
 
 
-def scale(factor: float | Tensor, pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
+def scale(factor: float | Float[Tensor, "..."], pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
     """Multiply the selected activations by ``factor`` (0 suppresses, 2 enhances)."""
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         sel = _selector(act, pos, index, head)
         out[sel] = out[sel] * factor
@@ -73,10 +81,10 @@ def scale(factor: float | Tensor, pos: Index = None, index: Index = None, head: 
     return hook
 
 
-def set_to(value: float | Tensor, pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
+def set_to(value: float | Float[Tensor, "..."], pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
     """Overwrite the selected activations with ``value`` (broadcast)."""
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         out[_selector(act, pos, index, head)] = value
         return out
@@ -84,15 +92,17 @@ def set_to(value: float | Tensor, pos: Index = None, index: Index = None, head: 
     return hook
 
 
-def ablate(pos: Index = None, index: Index = None, head: Index = None, mean_over: Tensor | None = None) -> HookFn:
+def ablate(
+    pos: Index = None, index: Index = None, head: Index = None, mean_over: Float[Tensor, "..."] | None = None
+) -> HookFn:
     """Zero-ablate the selection, or set it to ``mean_over`` (e.g. a dataset mean activation)."""
     return set_to(0.0 if mean_over is None else mean_over, pos, index, head)
 
 
-def patch(source: Tensor, pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
+def patch(source: Float[Tensor, " src_batch *dims"], pos: Index = None, index: Index = None, head: Index = None) -> HookFn:
     """Copy the selection from ``source`` (e.g. a cached clean activation; batch broadcasts)."""
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         sel = _selector(act, pos, index, head)
         src = source.to(act.dtype).expand_as(act) if source.shape != act.shape else source.to(act.dtype)
@@ -102,7 +112,7 @@ def patch(source: Tensor, pos: Index = None, index: Index = None, head: Index = 
     return hook
 
 
-def add_noise(noise: Tensor | float, pos: Index = None, seed: int | None = None) -> HookFn:
+def add_noise(noise: Float[Tensor, "..."] | float, pos: Index = None, seed: int | None = None) -> HookFn:
     """Add noise to the selected positions.
 
     Args:
@@ -112,7 +122,7 @@ def add_noise(noise: Tensor | float, pos: Index = None, seed: int | None = None)
         seed: Seed when ``noise`` is a float.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         sel = _selector(act, pos, None)
         if isinstance(noise, Tensor):
@@ -131,7 +141,7 @@ def add_noise(noise: Tensor | float, pos: Index = None, seed: int | None = None)
 def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: bool = True, pos: Index = None) -> HookFn:
     """Store the activation (or the selected positions) under ``key`` (default: hook name)."""
 
-    def hook(act: Tensor, hook: Any = None) -> None:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> None:
         k = key if key is not None else getattr(hook, "name", "act")
         val = act[:, _pos(pos)] if pos is not None else act
         store[k] = val.detach().clone() if detach else val
@@ -143,7 +153,7 @@ def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: b
 def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None) -> HookFn:
     """Backward hook storing the gradient of the loss w.r.t. this activation."""
 
-    def hook(grad: Tensor, hook: Any = None) -> None:
+    def hook(grad: Float[Tensor, " batch *dims"], hook: Any = None) -> None:
         k = key if key is not None else getattr(hook, "name", "grad")
         store[k] = grad.detach().clone()
         return None
@@ -151,7 +161,7 @@ def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None) -> 
     return hook
 
 
-def replace_rows(rows: Tensor | slice, pos: Index, value: Tensor) -> HookFn:
+def replace_rows(rows: Int[Tensor, " n"] | slice, pos: Index, value: Float[Tensor, "..."]) -> HookFn:
     """Replace ``act[rows, pos, :]`` with ``value`` (kept in the graph: gradients flow to it).
 
     The building block of batched attribution: different batch rows carry different
@@ -159,7 +169,7 @@ def replace_rows(rows: Tensor | slice, pos: Index, value: Tensor) -> HookFn:
     gradient is taken.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         out[rows, _pos(pos)] = value.to(act.dtype)
         return out
@@ -175,7 +185,7 @@ def leaf(store: MutableMapping[str, Tensor] | None = None, key: str = "leaf") ->
     gradients. The leaf is stored under ``key`` when ``store`` is given.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.detach().clone().requires_grad_(True)
         if store is not None:
             store[key] = out
@@ -184,7 +194,7 @@ def leaf(store: MutableMapping[str, Tensor] | None = None, key: str = "leaf") ->
     return hook
 
 
-def add_computed(delta_fn: Callable[[Tensor], Tensor | None]) -> HookFn:
+def add_computed(delta_fn: Callable[[Tensor], Float[Tensor, "..."] | None]) -> HookFn:
     """Add ``delta_fn(act)`` to the activation (``None`` = leave it unchanged).
 
     The delta is computed when the hook fires, so it can depend on activations recorded
@@ -192,7 +202,7 @@ def add_computed(delta_fn: Callable[[Tensor], Tensor | None]) -> HookFn:
     input from the upstream outputs of this run). Gradients flow through both terms.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         delta = delta_fn(act)
         if delta is None:
             return act
@@ -201,7 +211,7 @@ def add_computed(delta_fn: Callable[[Tensor], Tensor | None]) -> HookFn:
     return hook
 
 
-def scale_where(mask: Tensor, factor: float | Tensor) -> HookFn:
+def scale_where(mask: Bool[Tensor, "..."], factor: float | Float[Tensor, "..."]) -> HookFn:
     """Multiply the entries where ``mask`` is True by ``factor`` (the others stay as they are).
 
     ``mask`` broadcasts against the activation without its batch axis, e.g. a ``[head, 1, k]``
@@ -209,7 +219,7 @@ def scale_where(mask: Tensor, factor: float | Tensor) -> HookFn:
     the chosen heads — the knowledge-synapse intervention of the QL paper (no renormalisation).
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         m = mask.to(act.device)
         f = torch.as_tensor(factor, dtype=act.dtype, device=act.device)
         return torch.where(m, act * f, act)
@@ -217,7 +227,7 @@ def scale_where(mask: Tensor, factor: float | Tensor) -> HookFn:
     return hook
 
 
-def patch_rows(source: Tensor, rows: Tensor, pos: int | Tensor) -> HookFn:
+def patch_rows(source: Float[Tensor, " src_batch *dims"], rows: Int[Tensor, " n"], pos: int | Int[Tensor, " n"]) -> HookFn:
     """Per-row patching: ``act[rows[i], pos[i]] = source[rows[i] or 0, pos[i]]``.
 
     Different batch rows restore different positions from a cached (clean) activation, so one
@@ -226,7 +236,7 @@ def patch_rows(source: Tensor, rows: Tensor, pos: int | Tensor) -> HookFn:
     or a LongTensor aligned with ``rows``.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         r = rows.to(act.device)
         p = pos.to(act.device) if isinstance(pos, Tensor) else torch.full_like(r, int(pos))
@@ -237,7 +247,7 @@ def patch_rows(source: Tensor, rows: Tensor, pos: int | Tensor) -> HookFn:
     return hook
 
 
-def add_rows(rows: Tensor | slice, pos: int | Tensor, value: Tensor) -> HookFn:
+def add_rows(rows: Int[Tensor, " n"] | slice, pos: int | Int[Tensor, " n"], value: Float[Tensor, "..."]) -> HookFn:
     """Add ``value`` to ``act[rows[i], pos[i]]`` (gradients flow to ``value``).
 
     ``pos`` is one int for every row or a LongTensor aligned with ``rows``; ``value`` broadcasts
@@ -245,7 +255,7 @@ def add_rows(rows: Tensor | slice, pos: int | Tensor, value: Tensor) -> HookFn:
     ROME's value optimisation on right-padded prompts of different lengths).
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         r = torch.arange(act.shape[0], device=act.device)[rows] if isinstance(rows, slice) else rows.to(act.device)
         p = pos.to(act.device) if isinstance(pos, Tensor) else torch.full_like(r, int(pos))
@@ -263,20 +273,20 @@ def last_position_only() -> HookFn:
     (see :meth:`tlcap.models.Model.last_logits`).
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
         return act[:, -1:]
 
     return hook
 
 
-def select_positions(pos: Tensor) -> HookFn:
+def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
     """Keep one position per row, ``act[r, pos[r]]``, as a ``[batch, 1, ...]`` activation.
 
     The per-row form of :func:`last_position_only` (a *shape-changing* hook), for batches
     whose rows end at different positions (right padding).
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
         p = pos.to(act.device)
         return act[torch.arange(act.shape[0], device=act.device), p][:, None]
 
@@ -295,7 +305,7 @@ def stop_forward() -> HookFn:
     :meth:`tlcap.models.Model.record` does all of this for recording hook points.
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> NoReturn:
         raise StopForward(getattr(hook, "name", ""))
 
     return hook
@@ -308,7 +318,7 @@ def expand_batch(batch: int) -> HookFn:
     the ``resid_pre`` site of layer ``l`` and expand there (see ``Model.logits(expand_at=...)``).
     """
 
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
+    def hook(act: Float[Tensor, " in_batch *dims"], hook: Any = None) -> Float[Tensor, " out_batch *dims"]:
         if act.shape[0] == batch:
             return act
         return act.expand(batch, *act.shape[1:]).clone()
