@@ -79,6 +79,15 @@ def _from_json(value: Any) -> Any:
     return value
 
 
+def _nan_for_null(value: Any, annotation: str) -> Any:
+    """NaN is saved as JSON null: turn it back into NaN where the field holds floats."""
+    if value is None and annotation == "float":
+        return float("nan")
+    if isinstance(value, list) and annotation.replace(" ", "") in ("tuple[float,...]", "list[float]"):
+        return [float("nan") if v is None else v for v in value]
+    return value
+
+
 def _tuplify(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_tuplify(v) for v in value)
@@ -170,7 +179,7 @@ class Result:
             if f.name in tensors:
                 kwargs[f.name] = tensors[f.name]
             elif f.name in fields:
-                v = _from_json(fields[f.name])
+                v = _nan_for_null(_from_json(fields[f.name]), str(f.type))
                 if isinstance(v, list) and "tuple" in str(f.type):
                     v = _tuplify(v)
                 kwargs[f.name] = v

@@ -51,9 +51,9 @@ from torch import Tensor
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 
 Number = float | int
-Values = Sequence[Number] | Sequence[Sequence[Number]] | Shaped[np.ndarray, " n *cols"] | Shaped[Tensor, " n *cols"]
+Values = Sequence[Number] | Sequence[Sequence[Number]] | Shaped[np.ndarray, " _n *_cols"] | Shaped[Tensor, " _n *_cols"]
 """Per-sample values: a list, a numpy array or a torch tensor, shape ``(n,)`` (or ``(n, m)`` rows)."""
-Groups = Sequence[Hashable] | Shaped[np.ndarray, " n"] | Shaped[Tensor, " n"]
+Groups = Sequence[Hashable] | Shaped[np.ndarray, " _n"] | Shaped[Tensor, " _n"]
 _MAX_CELLS = 1 << 22  # resample-matrix cells per block (memory bound; does not change results)
 
 

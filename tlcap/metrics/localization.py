@@ -43,7 +43,7 @@ from tlcap.metrics.permutation import require_draws
 from tlcap.metrics.sets import NeuronSet
 from tlcap.results import Result
 
-SetLike = NeuronSet | AbstractSet[Hashable] | Iterable[Hashable]
+SetLike = NeuronSet | AbstractSet[Hashable] | Iterable[Any]  # JSON lists of [layer, index] too
 MIN_IPP_DRAWS = 5
 """Fewest random draws an IPP may take its best random performance from."""
 
@@ -120,7 +120,7 @@ class PairwiseOverlap(Result):
         return pd.DataFrame([(i, j, v) for (i, j), v in zip(self.pairs, self.values)], columns=["i", "j", self.measure])
 
 
-def mean_pairwise_overlap(sets: Sequence[SetLike], measure: Literal["overlap", "iou"] = "overlap") -> PairwiseOverlap:
+def mean_pairwise_overlap(sets: Sequence[SetLike], measure: str = "overlap") -> PairwiseOverlap:
     """The mean overlap over all unordered pairs of ``k ≥ 2`` sets (the CNL fidelity score of one fact).
 
     Args:

@@ -69,7 +69,7 @@ def require_draws(draws: Values, minimum: int, what: str = "random draws") -> np
     return arr
 
 
-def permutation_p_value(observed: float, null_values: Values, alternative: Alternative = "greater") -> float:
+def permutation_p_value(observed: float, null_values: Values, alternative: str = "greater") -> float:
     """Monte-Carlo rank p-value of ``observed`` among ``null_values`` (formulas in the module doc).
 
     Args:
