@@ -136,8 +136,7 @@ class ResultTypeError(TlcapError, TypeError):
 __all__ = [
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
-    "InvalidConfigError",
-    "UnknownNameError",
+    "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
     "ResultIntegrityError", "ResultTypeError",
 ]
