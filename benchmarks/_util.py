@@ -6,8 +6,9 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

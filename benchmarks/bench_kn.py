@@ -38,8 +38,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -67,8 +68,9 @@ LONG = (
 # --------------------------------------------------------------------------- baselines
 def kn_available() -> tuple[bool, str]:
     try:
-        import knowledge_neurons  # noqa: F401
         from importlib.metadata import version
+
+        import knowledge_neurons  # noqa: F401
 
         return True, version("knowledge-neurons")
     except Exception as exc:  # noqa: BLE001

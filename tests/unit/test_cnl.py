@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from tlcap.attribution.dataset import (
-    CheckpointMismatchError, from_fixed, merge_scores, score_dataset, score_in_memory, to_fixed,
+    CheckpointMismatchError,
+    from_fixed,
+    merge_scores,
+    score_dataset,
+    score_in_memory,
+    to_fixed,
 )
 from tlcap.data.tasks import Sample, encode_sample, load_task
 from tlcap.metrics.sets import NeuronSet

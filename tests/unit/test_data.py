@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tlcap.data import load_known_facts, load_pararel, load_task, load_wikitext
-from tlcap.data import download
+from tlcap.data import download, load_known_facts, load_pararel, load_task, load_wikitext
 from tlcap.data.files import bundled_dir, bundled_manifest, data_home, read_text
 from tlcap.data.pararel import list_relations
 from tlcap.errors import DatasetUnavailableError, MissingFileError
@@ -210,7 +209,7 @@ def test_known_facts_reexport_and_pararel_default():
 
 
 def test_read_text_reads_gzip_transparently(tmp_path):
-    (tmp_path / "a.txt.gz").write_bytes(gzip.compress("x\r\ny\n".encode()))
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"x\r\ny\n"))
     assert read_text(tmp_path / "a.txt").splitlines() == ["x", "y"]
     with pytest.raises(MissingFileError):
         read_text(tmp_path / "b.txt")

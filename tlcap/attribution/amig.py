@@ -20,7 +20,7 @@ For a multi-token target the scores are the mean over its tokens (teacher forcin
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from jaxtyping import Float

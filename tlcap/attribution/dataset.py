@@ -41,9 +41,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import pandas as pd
 import torch

@@ -29,8 +29,9 @@ of ``steps`` rows; completeness holds jointly, not per layer) and ``method="grad
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import pandas as pd
 import torch

@@ -19,7 +19,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from tlcap.attribution.amig import amig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients

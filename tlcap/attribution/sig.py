@@ -30,7 +30,7 @@ for every target token (an approximation; the QL analyses use single-token objec
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from jaxtyping import Float

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,16 +16,16 @@ def circuit(
     prompt: str = typer.Option(..., help="The query, e.g. 'The capital of France is'."),
     target: str = typer.Option(..., help="The answer with its leading space, e.g. ' Paris'."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, saved results)."),
-    corrupt_prompt: Optional[str] = typer.Option(
+    corrupt_prompt: str | None = typer.Option(
         None, help="Same-relation prompt with another subject of the same token length, e.g. 'The capital of Italy is'."
     ),
     zero_ablate: bool = typer.Option(False, "--zero-ablate", help="Ablate non-circuit edges to zero instead."),
-    top_n: Optional[int] = typer.Option(None, help="Keep the top-n edges by |score| (default 300 without --threshold)."),
-    threshold: Optional[float] = typer.Option(None, help="Keep edges with |score| > threshold instead of top-n."),
+    top_n: int | None = typer.Option(None, help="Keep the top-n edges by |score| (default 300 without --threshold)."),
+    threshold: float | None = typer.Option(None, help="Keep edges with |score| > threshold instead of top-n."),
     ig_steps: int = typer.Option(5, help="EAP-IG interpolation steps (1 = plain EAP; EAP-IG is far more faithful)."),
     metric: str = typer.Option("nll", help="nll (MatchNLL of the target) | logit-diff (needs --corrupt-target)."),
-    corrupt_target: Optional[str] = typer.Option(None, help="Answer of the corrupted prompt (for --metric logit-diff)."),
-    sweep: Optional[str] = typer.Option(None, help="Comma-separated circuit sizes for the size sweep (default: log grid)."),
+    corrupt_target: str | None = typer.Option(None, help="Answer of the corrupted prompt (for --metric logit-diff)."),
+    sweep: str | None = typer.Option(None, help="Comma-separated circuit sizes for the size sweep (default: log grid)."),
     no_sweep: bool = typer.Option(False, "--no-sweep", help="Skip the size sweep."),
     seed: int = typer.Option(0, help="Seed of the random-circuit control."),
 ) -> None:

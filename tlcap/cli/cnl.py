@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,7 +29,7 @@ _DATA_DIR = typer.Option(None, help="Folder holding the dataset folders (default
                                     "tlcap, downloading the full Emotion/IMDB files if asked for more); 'hf:' for HF datasets.")
 
 
-def _layers(spec: Optional[str]) -> Optional[list[int]]:
+def _layers(spec: str | None) -> list[int] | None:
     if not spec:
         return None
     out: list[int] = []
@@ -75,21 +74,21 @@ def _write_location(loc, out: Path, extra: dict) -> None:  # noqa: ANN001
 def locate(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
     dataset: str = typer.Option(..., help="Task: gsm8k, svamp, mbpp, emotion, imdb (or a registered one)."),
-    data_dir: Optional[Path] = _DATA_DIR,
+    data_dir: Path | None = _DATA_DIR,
     n: int = typer.Option(200, help="Samples to score (split into two halves for the split-half test)."),
     sigma: float = typer.Option(3.0, help="σ of the mask |score − mean| > σ·spread (paper: 3, 6, 12)."),
     spread: str = typer.Option("std", help="std (default) or var (the paper's literal text)."),
     split: str = typer.Option("train", help="Dataset split to locate on."),
     method: str = typer.Option("ig", help="ig (exact, S steps per layer) or the cheaper estimators joint / grad_x_act."),
     steps: int = typer.Option(20, help="IG steps S."),
-    layers: Optional[str] = typer.Option(None, help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
+    layers: str | None = typer.Option(None, help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
     max_answer_tokens: int = typer.Option(8, help="Answer tokens scored per sample (the first ones)."),
     batch_rows: int = typer.Option(128, help="IG rows per forward pass (memory knob)."),
     convergence_points: int = typer.Option(4, help="Points of the convergence curve."),
     checkpoint_every: int = typer.Option(25, help="Samples between checkpoints."),
-    checkpoint_dir: Optional[Path] = typer.Option(None, help="Checkpoint folder (default OUT/checkpoints)."),
+    checkpoint_dir: Path | None = typer.Option(None, help="Checkpoint folder (default OUT/checkpoints)."),
     resume: bool = typer.Option(True, help="Resume from checkpoints in the checkpoint folder."),
-    shard: Optional[str] = typer.Option(None, help="i/n: score only shard i of n; merge the runs with `tlcap cnl merge`."),
+    shard: str | None = typer.Option(None, help="i/n: score only shard i of n; merge the runs with `tlcap cnl merge`."),
     distributed: bool = typer.Option(False, help="Under torchrun: shard by rank, all-reduce (gloo on CPU); rank 0 writes."),
     seed: int = typer.Option(0, help="Sampling / split seed."),
     out: Path = typer.Option(..., help="Output folder."),
@@ -155,7 +154,7 @@ def merge(
 def erase(
     model: str = typer.Option("smollm2-135m"),
     dataset: str = typer.Option(..., help="Task evaluated."),
-    data_dir: Optional[Path] = _DATA_DIR,
+    data_dir: Path | None = _DATA_DIR,
     neurons: Path = typer.Option(..., help="summary.json of `tlcap cnl locate` (or its folder)."),
     n: int = typer.Option(200, help="Evaluation samples."),
     split: str = typer.Option("test", help="Held-out split to evaluate on."),
@@ -184,7 +183,7 @@ def erase(
 def enhance(
     model: str = typer.Option("smollm2-135m"),
     dataset: str = typer.Option(...),
-    data_dir: Optional[Path] = _DATA_DIR,
+    data_dir: Path | None = _DATA_DIR,
     neurons: Path = typer.Option(..., help="summary.json of `tlcap cnl locate`."),
     n_train: int = typer.Option(100, help="Training samples (train split)."),
     n: int = typer.Option(100, help="Held-out evaluation samples (test split)."),
@@ -219,7 +218,7 @@ def enhance(
 def cross(
     model: str = typer.Option("smollm2-135m"),
     neurons: list[str] = typer.Option(..., help="NAME=path/to/summary.json per dataset (repeat the option)."),
-    data_dir: Optional[Path] = _DATA_DIR,
+    data_dir: Path | None = _DATA_DIR,
     n: int = typer.Option(100, help="Evaluation samples per dataset (test split)."),
     n_random: int = typer.Option(3),
     enhance: bool = typer.Option(False, help="Also fine-tune A's neurons on B's training data (slow)."),

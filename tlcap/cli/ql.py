@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -38,7 +38,7 @@ _OUT = typer.Option(Path("runs/ql"), "--out", "-o", help="Output folder.")
 _SEED = typer.Option(0, "--seed")
 
 
-def _prepare(model: str, data_dir: Optional[Path], relations: str, n_facts: int, known_top_k: int, max_queries: int, seed: int):
+def _prepare(model: str, data_dir: Path | None, relations: str, n_facts: int, known_top_k: int, max_queries: int, seed: int):
     from tlcap.data.pararel import load_pararel
     from tlcap.errors import EmptyDatasetError
 
@@ -83,7 +83,7 @@ def _locs_and_groups(m, facts, method: str, steps: int, kn_threshold: float, sta
 
 
 @ql_app.command("consistency")
-def consistency(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def consistency(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
                 method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
                 split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, out: Path = _OUT, seed: int = _SEED) -> None:
     """KN-consistency CS1/CS2 per fact, K_I/K_II split, Welch's t-test (QL Table 1, Fig. 3)."""
@@ -106,7 +106,7 @@ def consistency(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations
 
 
 @ql_app.command("modify")
-def modify(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def modify(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
            method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
            split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
            operations: str = typer.Option("erasure,update", help="erasure, update or both"),
@@ -145,7 +145,7 @@ def _own_drop(df) -> float | None:  # noqa: ANN001
 
 
 @ql_app.command("cas")
-def cas(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def cas(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
         method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
         split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
         operations: str = typer.Option("erasure,update"), edit_queries: int = typer.Option(0),
@@ -162,7 +162,7 @@ def cas(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = 
 
 
 @ql_app.command("mapping")
-def mapping(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def mapping(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
             method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
             split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
             factor: float = typer.Option(2.0, help="Enhancement factor."), out: Path = _OUT, seed: int = _SEED) -> None:
@@ -183,7 +183,7 @@ def mapping(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: st
 
 
 @ql_app.command("synapses")
-def synapses(model: str = _MODEL, data_dir: Optional[Path] = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def synapses(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
              method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
              split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
              alpha: float = typer.Option(0.3, help="Synapse scaling factor α (τ = α · mean attention mass)."),

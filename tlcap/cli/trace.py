@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,7 +16,7 @@ class CliOptionError(TlcapError, ValueError):
     """A missing or out-of-range command-line option."""
 
 
-def _parse_layers(spec: Optional[str], n_layers: int) -> Optional[list[int]]:
+def _parse_layers(spec: str | None, n_layers: int) -> list[int] | None:
     """``"0-5,7,10"`` → ``[0, 1, 2, 3, 4, 5, 7, 10]``; ``None`` → all."""
     if not spec:
         return None
@@ -38,20 +37,20 @@ def _parse_layers(spec: Optional[str], n_layers: int) -> Optional[list[int]]:
 @app.command("trace")
 def trace_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY)."),
-    prompt: Optional[str] = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
-    subject: Optional[str] = typer.Option(None, help="Subject as written in the prompt (its tokens are noised)."),
-    target: Optional[str] = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
+    prompt: str | None = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
+    subject: str | None = typer.Option(None, help="Subject as written in the prompt (its tokens are noised)."),
+    target: str | None = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result)."),
     samples: int = typer.Option(10, help="Noise samples per cell."),
-    noise: Optional[float] = typer.Option(None, help="Noise std ν (default noise-factor × std of W_E)."),
+    noise: float | None = typer.Option(None, help="Noise std ν (default noise-factor × std of W_E)."),
     noise_factor: float = typer.Option(3.0, help="ν = factor × std(W_E) when --noise is not given."),
     window: int = typer.Option(10, help="Layers restored per MLP/attention cell."),
     kinds: str = typer.Option("resid,mlp,attn", help="Comma-separated kinds to trace."),
-    layers: Optional[str] = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
+    layers: str | None = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
     top_k: int = typer.Option(3, help="Located layers reported (CNL uses 3)."),
     seed: int = typer.Option(0, help="Noise seed."),
     batch_rows: int = typer.Option(256, help="Rows per forward pass."),
-    dataset: Optional[str] = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
+    dataset: str | None = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
                                           "known_1000.json-style file of facts."),
     n_facts: int = typer.Option(20, help="Dataset mode: number of facts."),
 ) -> None:
@@ -93,10 +92,10 @@ def edit_cmd(
     subject: str = typer.Option(..., help="Subject as written in the prompt."),
     target_new: str = typer.Option(..., help="New object, e.g. ' Rome' (leading space)."),
     out: Path = typer.Option(..., help="Output folder."),
-    layer: Optional[int] = typer.Option(None, help="Layer to edit (required unless --all-layers)."),
+    layer: int | None = typer.Option(None, help="Layer to edit (required unless --all-layers)."),
     all_layers: bool = typer.Option(False, "--all-layers", help="Edit each layer separately (restored between)."),
-    layers: Optional[str] = typer.Option(None, help="With --all-layers: a subset of layers, e.g. '0-5,10' (default all)."),
-    target_old: Optional[str] = typer.Option(None, help="Current object (default: the model's top next token)."),
+    layers: str | None = typer.Option(None, help="With --all-layers: a subset of layers, e.g. '0-5,10' (default all)."),
+    target_old: str | None = typer.Option(None, help="Current object (default: the model's top next token)."),
     paraphrase: list[str] = typer.Option([], help="Paraphrase prompt (repeatable); default two prefixed variants."),
     neighbour: list[str] = typer.Option([], help="Unrelated prompt (repeatable); default 10 generic facts."),
     steps: int = typer.Option(20, help="Adam steps for the value vector."),

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from tlcap.data.files import bundled_dir, find_file, local_root, read_jsonl
 from tlcap.errors import EmptyDatasetError, MissingFileError, TargetTokenizationError

@@ -49,13 +49,22 @@ import csv
 import json
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 from tlcap.data.download import fetch
 from tlcap.data.files import (
-    bundled_dir, bundled_info, data_home, find_file, is_hf, local_root, read_jsonl, read_text, text_stream,
+    bundled_dir,
+    bundled_info,
+    data_home,
+    find_file,
+    is_hf,
+    local_root,
+    read_jsonl,
+    read_text,
+    text_stream,
 )
 from tlcap.errors import DatasetUnavailableError, EmptyDatasetError, MissingFileError, TlcapError
 

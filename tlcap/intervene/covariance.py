@@ -18,8 +18,8 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from jaxtyping import Float

@@ -28,7 +28,8 @@ Example:
 from __future__ import annotations
 
 import random
-from typing import Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from tqdm.auto import tqdm

@@ -6,7 +6,7 @@ the ``with`` block) copies the snapshots back bit for bit, so nothing leaks into
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor

@@ -9,9 +9,9 @@ CNL σ-mask with σ ∈ {3, 6, 12} and spread = std (default) or var (the paper'
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 

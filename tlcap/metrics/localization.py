@@ -26,7 +26,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd

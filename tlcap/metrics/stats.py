@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-import torch
 from jaxtyping import Float
 from torch import Tensor
 

@@ -14,7 +14,8 @@ logits, prefix caches, edge-hook flags); the rest is mixed in from small modules
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int

@@ -35,8 +35,9 @@ Two ways to count, both exact integers:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -58,6 +58,7 @@ def make_gpt2(size: str = "tiny", seed: int = 0, device: str | None = None) -> M
         device: Torch device.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
+
     from tlcap.models.adapter import transformer_bridge_class
 
     TransformerBridge = transformer_bridge_class()
@@ -78,6 +79,7 @@ def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int
     Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
+
     from tlcap.models.adapter import transformer_bridge_class
 
     TransformerBridge = transformer_bridge_class()

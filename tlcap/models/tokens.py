@@ -8,7 +8,8 @@ This is the only module that calls the tokenizer. :class:`tlcap.models.Model` mi
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from jaxtyping import Int

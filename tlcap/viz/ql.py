@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import plotly.graph_objects as go

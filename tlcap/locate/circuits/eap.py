@@ -26,8 +26,9 @@ means that corrupting the edge raises the NLL: the edge carries the fact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import pandas as pd
 import torch
