@@ -11,7 +11,7 @@ Example:
     >>> attr.heatmap(highlight=neurons).show()
 """
 
-from tlcap.attribution import NeuronAttribution, integrated_gradients
+from tlcap.attribution import IGConfig, NeuronAttribution, integrated_gradients
 from tlcap.errors import TlcapError
 from tlcap.metrics import NeuronSet, target_prob, token_probs
 from tlcap.models import Model, load_model
@@ -20,6 +20,6 @@ from tlcap.results import Result, load_result
 __version__ = "0.1.0"
 
 __all__ = [
-    "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
+    "IGConfig", "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
     "token_probs", "Model", "load_model", "Result", "load_result", "__version__",
 ]

@@ -1,9 +1,10 @@
 """Attribution methods: integrated gradients on neurons (+ estimators), SIG, AMIG, dataset streaming."""
 
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients, quadrature
 from tlcap.attribution.reference import reference_ig
 
-__all__ = ["NeuronAttribution", "integrated_gradients", "quadrature", "reference_ig", "localize", "score_dataset"]
+__all__ = ["IGConfig", "NeuronAttribution", "integrated_gradients", "quadrature", "reference_ig", "localize", "score_dataset"]
 
 
 def __getattr__(name: str):  # lazy: these modules import the data/metrics layers

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.attribution.ig import NeuronAttribution, Rule, integrated_gradients
+from tlcap.attribution.config import IGConfig
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
 from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
 
@@ -48,14 +50,11 @@ def amig(
     prompt: str,
     target: str | Sequence[int],
     *,
-    layers: Sequence[int] | None = None,
-    steps: int = 20,
-    rule: Rule = "midpoint",
-    site: str = "mlp_post",
+    config: IGConfig | None = None,
     baseline_token_id: int | None = None,
     normalize: bool = True,
-    batch_rows: int = 256,
     progress: bool = False,
+    **overrides: Any,
 ) -> NeuronAttribution:
     """AMIG attribution of every MLP neuron for ``prompt → target``.
 
@@ -63,14 +62,12 @@ def amig(
         model: The model.
         prompt: The query.
         target: The answer (``" Paris"``) or its token ids.
-        layers: Layers to attribute (default all).
-        steps: Riemann steps N per layer.
-        rule: Quadrature rule (see :func:`tlcap.attribution.quadrature`).
-        site: Neuron site (default ``mlp_post``).
+        config: Attribution settings (:class:`~tlcap.attribution.config.IGConfig`; ``steps`` is
+            the number N of Riemann steps per layer).
         baseline_token_id: Token of the baseline sentence (default ``<eos>``).
         normalize: Apply eq. 18 (divide by the sum over all neurons).
-        batch_rows: Rows per forward pass.
         progress: Progress bar.
+        **overrides: Fields of ``config`` to override.
 
     Returns:
         A :class:`NeuronAttribution` with ``method="amig"``; ``layer_sums`` keep the
@@ -81,10 +78,10 @@ def amig(
         >>> attr = amig(model, "The capital of France is", " Paris")
         >>> attr.select(0.2)
     """
+    cfg = IGConfig.resolve(config, **overrides)
     n = len(model.encode(prompt))
-    base = eos_baseline(model, n, site, baseline_token_id)
-    attr = integrated_gradients(model, prompt, target, layers=layers, steps=steps, rule=rule, site=site,
-                                baseline=base, batch_rows=batch_rows, progress=progress)
+    base = eos_baseline(model, n, cfg.site, baseline_token_id)
+    attr = integrated_gradients(model, prompt, target, config=cfg, baseline=base, progress=progress)
     scores = attr.scores
     normaliser = "none"
     denom = 1.0

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 import torch
@@ -39,6 +39,8 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.attribution.config import IGConfig
+from tlcap.errors import InvalidConfigError
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.results import Result
@@ -249,17 +251,10 @@ def integrated_gradients(
     prompt: str,
     target: str | Sequence[int],
     *,
-    layers: Sequence[int] | None = None,
-    steps: int = 20,
-    rule: Rule = "midpoint",
-    method: Method = "ig",
-    site: str = "mlp_post",
+    config: IGConfig | None = None,
     baseline: Float[Tensor, "layer d_mlp"] | None = None,
-    batch_rows: int = 256,
-    prefix_reuse: bool = True,
-    late_expand: bool = True,
-    layer_chunks: int = 4,
     progress: bool = False,
+    **overrides: Any,
 ) -> NeuronAttribution:
     """Integrated-gradient attribution of every MLP neuron for ``prompt → target``.
 
@@ -268,32 +263,35 @@ def integrated_gradients(
         prompt: The query, e.g. ``"The capital of France is"``.
         target: The answer string (``" Paris"``) or its token ids. Multi-token targets are scored
             by teacher forcing and averaged over their tokens (CNL eq. 7).
-        layers: Layers to attribute (default all).
-        steps: Gradient evaluations m per layer (default 20).
-        rule: Quadrature rule (module docstring).
-        method: ``"ig"`` (exact, one layer scaled at a time), or the cheaper estimators
-            ``"joint"`` and ``"grad_x_act"``.
-        site: ``"mlp_post"`` (neuron activations, default) or ``"mlp_pre"``.
+        config: The attribution settings (:class:`~tlcap.attribution.config.IGConfig`: steps,
+            quadrature rule, estimator ``method``, neuron ``site``, ``layers`` and the exact speed
+            knobs ``batch_rows``/``prefix_reuse``/``late_expand``/``layer_chunks``); default
+            ``IGConfig()``.
         baseline: ``[n_layers, d]`` baseline activations (default zeros); AMIG passes the
             activations of an all-<eos> prompt.
-        batch_rows: Most rows (layer × step pairs) per forward pass; results do not depend on it.
-        prefix_reuse: Reuse the prompt prefix's keys/values (exact; turn off only to compare).
-        late_expand: Run the rows of a batch as one row below the lowest layer they scale
-            (exact; turn off only to compare).
-        layer_chunks: Split the layers into at least this many consecutive groups, one batch
-            each (more if a group exceeds ``batch_rows``), so that late expansion skips the
-            layers below each group. Results do not depend on it.
         progress: Show a progress bar.
+        **overrides: Fields of ``config`` to override (``steps=10``, ``rule="left"``, ...).
 
     Returns:
         A :class:`NeuronAttribution`.
+
+    Raises:
+        InvalidConfigError: an invalid setting (before any forward pass).
 
     Example:
         >>> attr = integrated_gradients(model, "The capital of France is", " Paris")
         >>> neurons = attr.select(threshold=0.2)
     """
+    cfg = IGConfig.resolve(config, **overrides)
+    steps, rule, method, site = cfg.steps, cfg.rule, cfg.method, cfg.site
+    layers, batch_rows, prefix_reuse = cfg.layers, cfg.batch_rows, cfg.prefix_reuse
+    late_expand, layer_chunks = cfg.late_expand, cfg.layer_chunks
     p_ids, t_ids = _tokens_for_target(model, prompt, target)
     layer_list = list(range(model.n_layers)) if layers is None else [int(l) for l in layers]
+    if any(l >= model.n_layers for l in layer_list):
+        raise InvalidConfigError(
+            f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
+        )
     s = get_site(site)
     hook_names = [s.hook_name(l) for l in layer_list]
     alphas, weights = quadrature(steps, rule)

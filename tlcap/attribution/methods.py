@@ -20,11 +20,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from tlcap.attribution.amig import amig
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
 from tlcap.attribution.sig import sig
+from tlcap.config import check_choice
 from tlcap.models.adapter import Model
 
 LocalizeMethod = Literal["ig", "sig", "amig"]
@@ -35,13 +37,11 @@ def localize(
     model: Model,
     prompt: str,
     target: str | Sequence[int],
-    method: str = "ig",  # one of LocalizeMethod; validated below with a clear error
+    method: str = "ig",
     *,
-    steps: int = 20,
-    layers: Sequence[int] | None = None,
-    rule: str = "midpoint",
-    batch_rows: int = 256,
+    config: IGConfig | None = None,
     progress: bool = False,
+    **overrides: Any,
 ) -> NeuronAttribution:
     """Attribute every MLP neuron for ``prompt → target`` with ``method`` (``ig``, ``sig``, ``amig``).
 
@@ -50,20 +50,22 @@ def localize(
         prompt: The query.
         target: The answer (``" Paris"``) or its token ids.
         method: ``"ig"`` (Dai), ``"sig"`` (Enguehard) or ``"amig"`` (Chen et al.).
-        steps: Riemann steps per layer (per word for SIG).
-        layers: Layers to attribute (default all).
-        rule: Quadrature rule.
-        batch_rows: Rows per forward pass.
+        config: Attribution settings (:class:`~tlcap.attribution.config.IGConfig`; ``steps`` are
+            per layer, per word for SIG).
         progress: Progress bar.
+        **overrides: Fields of ``config`` to override (``steps=10``, ...).
+
+    Returns:
+        A :class:`NeuronAttribution` whose ``method`` names the localization method.
 
     Raises:
-        ValueError: unknown method.
+        UnknownNameError: unknown method.
+        InvalidConfigError: an invalid setting.
     """
-    kw = dict(layers=layers, steps=steps, rule=rule, batch_rows=batch_rows, progress=progress)
+    check_choice("method", method, METHODS)
+    cfg = IGConfig.resolve(config, **overrides)
     if method == "ig":
-        return integrated_gradients(model, prompt, target, **kw)  # type: ignore[arg-type]
+        return integrated_gradients(model, prompt, target, config=cfg, progress=progress)
     if method == "sig":
-        return sig(model, prompt, target, **kw)  # type: ignore[arg-type]
-    if method == "amig":
-        return amig(model, prompt, target, **kw)  # type: ignore[arg-type]
-    raise ValueError(f"unknown localization method {method!r}; use one of {', '.join(METHODS)}")
+        return sig(model, prompt, target, config=cfg, progress=progress)
+    return amig(model, prompt, target, config=cfg, progress=progress)

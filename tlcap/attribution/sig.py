@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.attribution.ig import NeuronAttribution, Rule, integrated_gradients
+from tlcap.attribution.config import IGConfig
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
 from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
 
@@ -65,14 +67,11 @@ def sig(
     prompt: str,
     target: str | Sequence[int],
     *,
-    layers: Sequence[int] | None = None,
-    steps: int = 20,
-    rule: Rule = "midpoint",
-    site: str = "mlp_post",
+    config: IGConfig | None = None,
     mask_id: int | None = None,
     normalize: bool = True,
-    batch_rows: int = 256,
     progress: bool = False,
+    **overrides: Any,
 ) -> NeuronAttribution:
     """Sequential-IG attribution of every MLP neuron for ``prompt → target`` (module docstring).
 
@@ -80,14 +79,12 @@ def sig(
         model: The model.
         prompt: The query.
         target: The answer or its token ids.
-        layers: Layers to attribute (default all).
-        steps: Riemann steps per word and layer.
-        rule: Quadrature rule.
-        site: Neuron site.
+        config: Attribution settings (:class:`~tlcap.attribution.config.IGConfig`; ``steps`` are
+            the Riemann steps per word and layer).
         mask_id: Mask token (default :func:`mask_token_id`).
         normalize: Divide by the L2 norm over all neurons (eq. 14).
-        batch_rows: Rows per forward pass.
         progress: Progress bar.
+        **overrides: Fields of ``config`` to override.
 
     Returns:
         A :class:`NeuronAttribution` with ``method="sig"``.
@@ -95,16 +92,16 @@ def sig(
     Example:
         >>> attr = sig(model, "The capital of France is", " Paris", steps=10)
     """
+    cfg = IGConfig.resolve(config, **overrides)
     ids = model.encode(prompt)
     mid = mask_token_id(model) if mask_id is None else int(mask_id)
-    bases = masked_baselines(model, ids, mid, site)
+    bases = masked_baselines(model, ids, mid, cfg.site)
     total: NeuronAttribution | None = None
     acc = None
     sums = None
     pb = None
     for i in range(len(ids)):
-        a = integrated_gradients(model, prompt, target, layers=layers, steps=steps, rule=rule, site=site,
-                                 baseline=bases[i], batch_rows=batch_rows, progress=progress)
+        a = integrated_gradients(model, prompt, target, config=cfg, baseline=bases[i], progress=progress)
         if total is None:
             total, acc, sums, pb = a, a.scores.double().clone(), a.layer_sums.double().clone(), (a.prob_full - a.prob_baseline).double()
         else:
@@ -115,7 +112,7 @@ def sig(
     norm = float(acc.norm()) if normalize else 1.0
     scores = acc / (norm if norm > 0 else 1.0)
     meta = dict(total.meta)
-    meta.update({"baseline": "masked_word", "mask_id": mid, "n_words": len(ids), "steps_per_word": steps,
+    meta.update({"baseline": "masked_word", "mask_id": mid, "n_words": len(ids), "steps_per_word": cfg.steps,
                  "normaliser": "l2" if normalize else "none", "denominator": norm})
     return dataclasses.replace(
         total, scores=scores.float(), layer_sums=sums.float(), prob_baseline=(total.prob_full.double() - pb).float(),

@@ -1,0 +1,74 @@
+"""``IGConfig``: the settings of neuron attribution, shared by KN, QL and CNL.
+
+One frozen, validated value carries what defines an attribution (steps, quadrature rule,
+estimator, neuron site, layers) and the exact speed knobs (batch size, prefix reuse, late
+expansion, layer groups — results do not depend on them). :func:`integrated_gradients`,
+:func:`~tlcap.attribution.sig.sig`, :func:`~tlcap.attribution.amig.amig`,
+:func:`~tlcap.attribution.methods.localize` and the dataset scorer take it as ``config=`` plus
+keyword overrides of its fields (``Config.resolve``), so an invalid value fails at construction,
+before any forward pass.
+
+Example:
+    >>> cfg = IGConfig(steps=10, rule="left")
+    >>> attr = integrated_gradients(model, "The capital of France is", " Paris", config=cfg)
+    >>> attr = integrated_gradients(model, "The capital of France is", " Paris", steps=10)  # same
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence
+
+RULES: tuple[str, ...] = ("midpoint", "left", "linspace", "trapezoid")
+ESTIMATORS: tuple[str, ...] = ("ig", "joint", "grad_x_act")
+NEURON_SITES: tuple[str, ...] = ("mlp_post", "mlp_pre")
+
+
+@dataclass(frozen=True)
+class IGConfig(Config):
+    """Settings of integrated-gradient neuron attribution.
+
+    Attributes:
+        steps: Gradient evaluations m per layer (per word for SIG), ``>= 1``.
+        rule: Quadrature rule (see :func:`tlcap.attribution.quadrature`).
+        method: ``ig`` (exact, one layer scaled at a time) or the cheaper estimators ``joint``
+            and ``grad_x_act`` (labelled as such in results).
+        site: Neuron site: ``mlp_post`` (activations, the papers' neurons) or ``mlp_pre``.
+        layers: Layers to attribute (``None`` = all; stored as a tuple); layer bounds are checked against the
+            model when the attribution runs.
+        batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1`` (exact: results
+            do not depend on it).
+        prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
+        late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
+            compare).
+        layer_chunks: Split the layers into at least this many groups, one batch each, ``>= 1``
+            (exact).
+    """
+
+    steps: int = 20
+    rule: str = "midpoint"
+    method: str = "ig"
+    site: str = "mlp_post"
+    layers: Sequence[int] | None = None
+    batch_rows: int = 256
+    prefix_reuse: bool = True
+    late_expand: bool = True
+    layer_chunks: int = 4
+
+    def validate(self) -> None:
+        check_int("steps", self.steps, min=1)
+        check_choice("rule", self.rule, RULES)
+        check_choice("method", self.method, ESTIMATORS)
+        check_choice("site", self.site, NEURON_SITES)
+        if self.layers is not None:
+            self._set(
+                "layers",
+                check_sequence("layers", self.layers, min_len=1, unique=True,
+                               item=lambda n, x: check_int(n, x, min=0, cli="--layers")),
+            )
+        check_int("batch_rows", self.batch_rows, min=1)
+        check_bool("prefix_reuse", self.prefix_reuse, cli=None)
+        check_bool("late_expand", self.late_expand, cli=None)
+        check_int("layer_chunks", self.layer_chunks, min=1, cli=None)
