@@ -27,7 +27,7 @@ def test_cli_kn_tiny(tmp_path):
     assert s["suppress_random_rel_change"] == pytest.approx(sum(s["suppress_random_draws"]) / 10)
     assert (out / "kn_heatmap.html").exists() and (out / "kn_heatmap.png").exists()
     prov = s["provenance"]
-    assert prov["model_name"] == "gpt2-tiny-random-seed0" and prov["config"]["steps"] == 4 and prov["seed"] == 0
+    assert prov["model_name"] == "gpt2-tiny-random-seed0" and prov["config"]["ig"]["steps"] == 4 and prov["seed"] == 0
     assert (out / "kn_neurons.csv").exists() and s["tables"] == ["kn_neurons.csv"]
     # nothing but the output folder is left in its parent (no staging folder, no checkpoints)
     assert [p.name for p in tmp_path.iterdir()] == ["kn"]
@@ -108,6 +108,6 @@ def test_no_random_control_and_finished_run_policy(tmp_path):
     again = run_cli([*args, "--steps", "3", "--overwrite"])
     assert again.code == 0, again.stderr[-3000:]
     s2 = json.loads((out / "summary.json").read_text())
-    assert s2["config"]["steps"] == 3
+    assert s2["config"]["ig"]["steps"] == 3
     assert not (out / "kn_extra_from_old_run.csv").exists() and (out / "my_notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -121,3 +121,30 @@ def test_overlap_and_iou():
     assert len(r) == len(a) and r.by_layer().keys() == a.by_layer().keys()
     assert not set(r.neurons) & set(a.neurons)
     assert a.random_like(seed=1) == r
+
+
+def test_attribution_contract_summary_figure_rows_and_provenance(tiny_gpt2):
+    from tlcap.attribution import IGConfig
+    from tlcap.metrics import target_prob
+
+    cfg = IGConfig(steps=4, rule="left")
+    attr = integrated_gradients(tiny_gpt2, PROMPT, " Paris", config=cfg)
+    s = attr.summary()
+    assert s["target_prob"] == pytest.approx(target_prob(tiny_gpt2, PROMPT, " Paris"), rel=1e-5)
+    assert s["completeness_rel_error"] == attr.completeness_rel_error and s["rule"] == "left" and s["steps"] == 4
+    top = attr.to_frame(top=10)
+    assert s["top_neurons"] == [[int(r.layer), int(r.neuron), float(r.score)] for r in top.itertuples()]
+    assert s["top_neurons"][0][2] == pytest.approx(float(attr.scores.max()))
+    assert s["n_located"] == len(attr.select(0.2))
+    full = attr.to_frame()
+    assert list(full.columns) == ["layer", "neuron", "score", "activation"] and len(full) == attr.scores.numel()
+    l, j = int(full.layer[3]), int(full.neuron[3])
+    assert full.score[3] == pytest.approx(float(attr.scores[l, j])) and full.score.is_monotonic_decreasing
+    comp = attr.completeness()
+    assert list(comp.columns) == ["layer", "sum_attr", "delta_p", "abs_error"]
+    assert comp.sum_attr[1] == pytest.approx(float(attr.layer_sums[:, 1].mean()))
+    fig = attr.figure()
+    ringed = sorted(zip(fig.data[1].y, fig.data[1].x))
+    assert ringed == sorted(attr.select(0.2).neurons)
+    assert attr.provenance is not None and attr.provenance.config == cfg.to_dict()
+    assert attr.provenance.model_name == tiny_gpt2.name

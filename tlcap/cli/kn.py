@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from tlcap.attribution.config import IGConfig
 from tlcap.cli import app
 from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
@@ -36,7 +37,7 @@ def kn(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Locate the knowledge neurons of a fact and test them by suppression and enhancement."""
-    cfg = KNConfig(steps=steps, rule=rule, method=method, site=site, threshold=threshold, top_k=top_k,
+    cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site), threshold=threshold, top_k=top_k,
                    refine_p=refine_p, n_random=n_random, seed=seed)
     paraphrases = check_fact(prompt, target, paraphrase or [])
     with staged_output(out, overwrite=overwrite) as stage:
