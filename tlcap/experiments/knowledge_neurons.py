@@ -212,8 +212,9 @@ def locate_knowledge_neurons(
     Each prompt (the main one and its paraphrases) is attributed with integrated gradients and
     thresholded at ``threshold · max`` (Dai: 0.2); with paraphrases, neurons found in more than
     ``refine_p`` of the prompts are kept. The located set is then suppressed (0) and enhanced
-    (×2) at the last position, and the same is done for ``n_random`` random sets with the same
-    number of neurons per layer.
+    (×2) at every position that predicts a target token (the last prompt position, and with a
+    multi-token target each teacher-forced position after it: where the neurons were located),
+    and the same is done for ``n_random`` random sets with the same number of neurons per layer.
 
     Args:
         model: The model.

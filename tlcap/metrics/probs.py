@@ -9,11 +9,17 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.models.adapter import HookList, Model
+from tlcap.runtime.positions import predicting, prediction_positions
 
 
 @torch.no_grad()
 def token_probs(model: Model, prompt: str, target: str, hooks: HookList = ()) -> Float[Tensor, " n_target"]:
     """Probability of each target token under teacher forcing (one forward pass).
+
+    The run declares its predicting positions (the last prompt position, then one per further
+    target token; :func:`tlcap.runtime.positions.predicting`), so interventions with the
+    default ``pos="target"`` — in ``hooks`` or in an enclosing ``model.hooks`` block — act at
+    every position that predicts a target token.
 
     Args:
         model: The model.
@@ -27,7 +33,8 @@ def token_probs(model: Model, prompt: str, target: str, hooks: HookList = ()) ->
     t_ids = model.target_ids(prompt, target)
     p_ids = model.encode(prompt)
     toks = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
-    logits = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :]
+    with predicting(prediction_positions(len(p_ids), len(t_ids))):
+        logits = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :]
     probs = logits.float().softmax(-1)
     return probs[torch.arange(len(t_ids)), torch.tensor(t_ids)]
 
