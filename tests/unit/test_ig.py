@@ -7,6 +7,7 @@ import torch
 
 from tlcap.attribution import integrated_gradients, quadrature, reference_ig
 from tlcap.attribution.ig import NeuronAttribution
+from tlcap.attribution.quadrature import RULES
 from tlcap.locate import refine, sigma_mask, threshold_select, top_k_select
 from tlcap.metrics import NeuronSet
 from tlcap.results import load_result
@@ -18,7 +19,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-@pytest.mark.parametrize("rule", ["midpoint", "left", "linspace", "trapezoid"])
+@pytest.mark.parametrize("rule", RULES)
 def test_ig_equals_slow_reference(tiny_gpt2, rule):
     fast = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
     slow = reference_ig(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
@@ -80,10 +81,25 @@ def test_estimators_are_labelled_and_complete(tiny_gpt2):
 
 
 def test_quadrature_weights_sum_to_one():
-    for rule in ["midpoint", "left", "linspace", "trapezoid"]:
-        a, w = quadrature(10, rule)  # type: ignore[arg-type]
-        assert abs(float(w.sum()) - 1.0) < 1e-12
-        assert float(a.min()) >= 0 and float(a.max()) <= 1
+    for rule in RULES:
+        a, w = quadrature(10, rule)
+        total = 11 / 10 if rule == "cnl" else 1.0  # CNL eq. 7 as printed: S+1 points of weight 1/S
+        assert abs(float(w.sum()) - total) < 1e-12, rule
+        assert float(a.min()) >= 0 and float(a.max()) <= 1 and bool((a.diff() > 0).all())
+
+
+def test_quadrature_rules_as_the_papers_print_them():
+    a, w = quadrature(4, "right")  # Dai et al. / QL eq. 10: α = k/m, k = 1..m
+    assert a.tolist() == [0.25, 0.5, 0.75, 1.0] and w.tolist() == [0.25] * 4
+    a, w = quadrature(4, "cnl")  # CNL eq. 7: (1/S) Σ_{n=0}^{S} at α = n/S
+    assert a.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0] and w.tolist() == [0.25] * 5
+    a, w = quadrature(2, "gauss_legendre")  # nodes ½ ± 1/(2√3), weights ½ (captum's gausslegendre)
+    assert a.tolist() == pytest.approx([0.5 - 0.5 / 3**0.5, 0.5 + 0.5 / 3**0.5], abs=1e-15)
+    assert w.tolist() == pytest.approx([0.5, 0.5], abs=1e-15)
+    # Gauss-Legendre with m points integrates polynomials up to degree 2m - 1 exactly
+    a, w = quadrature(3, "gauss_legendre")
+    assert float((w * a**5).sum()) == pytest.approx(1 / 6, abs=1e-14)
+    assert float((w * a**6).sum()) != pytest.approx(1 / 7, abs=1e-6)
 
 
 def test_save_load_roundtrip(tiny_gpt2, tmp_path):

@@ -36,7 +36,7 @@ from tlcap.results import Result, frame
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import neuron_heatmap
 
-Rule = Literal["midpoint", "left", "linspace", "trapezoid"]
+Rule = Literal["midpoint", "left", "right", "linspace", "trapezoid", "cnl", "gauss_legendre"]
 Method = Literal["ig", "joint", "grad_x_act"]
 SUMMARY_TOP = 10
 """Neurons listed in :meth:`NeuronAttribution.summary`."""

@@ -24,7 +24,10 @@ def kn(
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
     paraphrase: list[str] | None = typer.Option(None, help="A paraphrase of the prompt (repeatable) for refinement."),
     steps: int = typer.Option(20, help="Integration steps m (>= 1)."),
-    rule: str = typer.Option("midpoint", help="Quadrature: midpoint | left (Dai) | linspace (EleutherAI) | trapezoid."),
+    rule: str = typer.Option(
+        "midpoint", help="Quadrature: midpoint | left (Dai's code) | right (Dai, QL eq. 10 as printed) | linspace "
+        "(EleutherAI) | trapezoid | cnl (CNL eq. 7, steps+1 points) | gauss_legendre (captum). See docs/kn.md."
+    ),
     method: str = typer.Option("ig", help="ig (exact) | joint | grad_x_act (cheaper estimators)."),
     site: str = typer.Option("mlp_post", help="mlp_post (neuron activations) or mlp_pre."),
     threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2)."),
