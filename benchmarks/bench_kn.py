@@ -39,6 +39,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +122,8 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
         print(f"\n[{label}] {kind} prompt: {n_tok} tokens, target {target!r}", flush=True)
         site = "mlp_pre" if with_kn else "mlp_post"
         rule = "linspace" if with_kn else "midpoint"
-        t_ours, attr = timed(
-            lambda: integrated_gradients(model, prompt, target, steps=STEPS, rule=rule, site=site), args.repeats
-        )
+        ig = partial(integrated_gradients, model, prompt, target, steps=STEPS, rule=rule, site=site)
+        t_ours, attr = timed(ig, args.repeats)
         ours = attr.scores
         print(f"  ours (integrated_gradients, all {L} layers): {t_ours:.2f}s", flush=True)
         row: dict[str, Any] = {
@@ -134,17 +134,14 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
         # lowest scaled layer on as a full batch when the adapter supports late expansion).
         n_rows = L * (STEPS + 1)
         chunk = -(-n_rows // args.chunks)
-        t_chunk, attr_c = timed(
-            lambda: integrated_gradients(model, prompt, target, steps=STEPS, rule=rule, site=site, batch_rows=chunk), args.repeats
-        )
+        t_chunk, attr_c = timed(partial(ig, batch_rows=chunk), args.repeats)
         print(f"  ours with batch_rows={chunk} ({args.chunks} batches): {t_chunk:.2f}s", flush=True)
-        row.update(ours_chunked_s=t_chunk, chunked_batch_rows=chunk, chunked_max_rel_diff=diff_stats(attr_c.scores, ours, range(L))["max_rel_diff"])
+        row.update(ours_chunked_s=t_chunk, chunked_batch_rows=chunk,
+                   chunked_max_rel_diff=diff_stats(attr_c.scores, ours, range(L))["max_rel_diff"])
         # (a) per-layer, per-step reference loop
         ref_layers = layer_subset(L, args.ref_layers)
-        t_ref, ref = timed(
-            lambda: reference_ig(model, prompt, target, steps=STEPS, rule=rule, site=site, layers=ref_layers, batched_steps=False),
-            1,
-        )
+        t_ref, ref = timed(partial(reference_ig, model, prompt, target, steps=STEPS, rule=rule, site=site,
+                                   layers=ref_layers, batched_steps=False), 1)
         t_ref_all = t_ref / len(ref_layers) * L
         print(f"  reference_ig per-step loop on layers {ref_layers}: {t_ref:.2f}s -> all layers {t_ref_all:.2f}s", flush=True)
         row.update(
@@ -154,9 +151,10 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
         # (b) EleutherAI knowledge-neurons
         if with_kn:
             kn_layers = layer_subset(L, args.kn_layers if kind == "long" else max(args.kn_layers, args.kn_layers_short))
-            t_kn, kn = timed(lambda: kn_scores(model, prompt, target, kn_layers, args.kn_batch_size), 1)
+            t_kn, kn = timed(partial(kn_scores, model, prompt, target, kn_layers, args.kn_batch_size), 1)
             t_kn_all = t_kn / len(kn_layers) * L
-            print(f"  knowledge-neurons (batch_size={args.kn_batch_size}) on layers {kn_layers}: {t_kn:.2f}s -> all layers {t_kn_all:.2f}s", flush=True)
+            print(f"  knowledge-neurons (batch_size={args.kn_batch_size}) on layers {kn_layers}: {t_kn:.2f}s "
+                  f"-> all layers {t_kn_all:.2f}s", flush=True)
             row.update(
                 kn_layers_timed=kn_layers, kn_extrapolated=len(kn_layers) < L, kn_batch_size=args.kn_batch_size,
                 kn_s=t_kn_all, ratio_vs_kn=t_kn_all / t_ours,
@@ -189,11 +187,12 @@ def known_facts(model: Model, n: int) -> list[tuple[str, str]]:
 def bench_estimators(model: Model, facts: list[tuple[str, str]], top_k: int = 20) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = []
     for prompt, target in facts:
-        t_ig, exact = timed(lambda: integrated_gradients(model, prompt, target, steps=STEPS), 1)
+        t_ig, exact = timed(partial(integrated_gradients, model, prompt, target, steps=STEPS), 1)
         sel = {"thr0.2": exact.select(threshold=0.2), f"top{top_k}": exact.select(top_k=top_k)}
         for method in ("joint", "grad_x_act"):
-            t_m, approx = timed(lambda: integrated_gradients(model, prompt, target, steps=STEPS, method=method), 1)
-            row: dict[str, Any] = {"prompt": prompt, "target": target, "method": method, "ig_s": t_ig, "method_s": t_m, "speedup": t_ig / t_m}
+            t_m, approx = timed(partial(integrated_gradients, model, prompt, target, steps=STEPS, method=method), 1)
+            row: dict[str, Any] = {"prompt": prompt, "target": target, "method": method, "ig_s": t_ig, "method_s": t_m,
+                                   "speedup": t_ig / t_m}
             for name, exact_set in sel.items():
                 a = approx.select(threshold=0.2) if name == "thr0.2" else approx.select(top_k=top_k)
                 row[f"{name}_n_exact"] = len(exact_set)

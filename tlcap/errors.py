@@ -33,6 +33,8 @@ class                          also a             raised for
 ``ShapeMismatchError``         ``ValueError``     two inputs that must align and do not
 ``SubjectNotFoundError``       ``ValueError``     a subject that does not occur in its prompt
 ``DatasetUnavailableError``    ``FileNotFoundError`` more data than bundled, no full copy reachable
+``StatisticsError``            ``ValueError``     values a statistic cannot be computed from (NaN, bad shape or level)
+``TooFewSamplesError``         ``ValueError``     (a ``StatisticsError``) fewer samples or random draws than needed
 =============================  =================  ==========================================
 """
 
@@ -133,10 +135,18 @@ class ResultTypeError(TlcapError, TypeError):
     """A saved result of another type than the one asked for."""
 
 
+class StatisticsError(TlcapError, ValueError):
+    """Values a statistic cannot be computed from (NaN, wrong shape, a level outside (0, 1), ...)."""
+
+
+class TooFewSamplesError(StatisticsError):
+    """Fewer samples or random draws than a statistic needs (an empty sample, < 20 null draws, ...)."""
+
+
 __all__ = [
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
     "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
-    "ResultIntegrityError", "ResultTypeError",
+    "ResultIntegrityError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
 ]

@@ -27,7 +27,7 @@ def test_cli_kn_tiny(tmp_path):
     assert s["suppress_random_rel_change"] == pytest.approx(sum(s["suppress_random_draws"]) / 10)
     assert (out / "kn_heatmap.html").exists() and (out / "kn_heatmap.png").exists()
     prov = s["provenance"]
-    assert prov["model_name"] == "gpt2-tiny-random-seed0" and prov["config"]["steps"] == 4 and prov["seed"] == 0
+    assert prov["model_name"] == "gpt2-tiny-random-seed0" and prov["config"]["ig"]["steps"] == 4 and prov["seed"] == 0
     assert (out / "kn_neurons.csv").exists() and s["tables"] == ["kn_neurons.csv"]
     # nothing but the output folder is left in its parent (no staging folder, no checkpoints)
     assert [p.name for p in tmp_path.iterdir()] == ["kn"]
@@ -51,7 +51,8 @@ def test_cli_clear_error_for_unknown_model(tmp_path):
         (["--top-k", "0"], "top_k (--top-k) must be >= 1, got 0"),
         (["--refine-p", "1"], "refine_p (--refine-p) must be in [0, 1), got 1"),
         (["--n-random", "-1"], "n_random (--n-random) must be >= 0, got -1"),
-        (["--rule", "simpson"], "unknown rule 'simpson' (--rule); choose one of: midpoint, left, linspace, trapezoid"),
+        (["--rule", "simpson"], "unknown rule 'simpson' (--rule); choose one of: midpoint, left, right, linspace, trapezoid, cnl, "
+                               "gauss_legendre"),
         (["--site", "resid_post"], "unknown site 'resid_post' (--site); choose one of: mlp_post, mlp_pre"),
         (["--method", "sig"], "unknown method 'sig' (--method); choose one of: ig, joint, grad_x_act"),
         (["--steps", "abc"], "Invalid value for '--steps': Input should be a valid integer, unable to parse string "
@@ -108,6 +109,6 @@ def test_no_random_control_and_finished_run_policy(tmp_path):
     again = run_cli([*args, "--steps", "3", "--overwrite"])
     assert again.code == 0, again.stderr[-3000:]
     s2 = json.loads((out / "summary.json").read_text())
-    assert s2["config"]["steps"] == 3
+    assert s2["config"]["ig"]["steps"] == 3
     assert not (out / "kn_extra_from_old_run.csv").exists() and (out / "my_notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -7,6 +7,7 @@ import torch
 
 from tlcap.attribution import integrated_gradients, quadrature, reference_ig
 from tlcap.attribution.ig import NeuronAttribution
+from tlcap.attribution.quadrature import RULES
 from tlcap.locate import refine, sigma_mask, threshold_select, top_k_select
 from tlcap.metrics import NeuronSet
 from tlcap.results import load_result
@@ -18,7 +19,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-@pytest.mark.parametrize("rule", ["midpoint", "left", "linspace", "trapezoid"])
+@pytest.mark.parametrize("rule", RULES)
 def test_ig_equals_slow_reference(tiny_gpt2, rule):
     fast = integrated_gradients(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
     slow = reference_ig(tiny_gpt2, PROMPT, " Paris", steps=6, rule=rule)
@@ -80,10 +81,25 @@ def test_estimators_are_labelled_and_complete(tiny_gpt2):
 
 
 def test_quadrature_weights_sum_to_one():
-    for rule in ["midpoint", "left", "linspace", "trapezoid"]:
-        a, w = quadrature(10, rule)  # type: ignore[arg-type]
-        assert abs(float(w.sum()) - 1.0) < 1e-12
-        assert float(a.min()) >= 0 and float(a.max()) <= 1
+    for rule in RULES:
+        a, w = quadrature(10, rule)
+        total = 11 / 10 if rule == "cnl" else 1.0  # CNL eq. 7 as printed: S+1 points of weight 1/S
+        assert abs(float(w.sum()) - total) < 1e-12, rule
+        assert float(a.min()) >= 0 and float(a.max()) <= 1 and bool((a.diff() > 0).all())
+
+
+def test_quadrature_rules_as_the_papers_print_them():
+    a, w = quadrature(4, "right")  # Dai et al. / QL eq. 10: α = k/m, k = 1..m
+    assert a.tolist() == [0.25, 0.5, 0.75, 1.0] and w.tolist() == [0.25] * 4
+    a, w = quadrature(4, "cnl")  # CNL eq. 7: (1/S) Σ_{n=0}^{S} at α = n/S
+    assert a.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0] and w.tolist() == [0.25] * 5
+    a, w = quadrature(2, "gauss_legendre")  # nodes ½ ± 1/(2√3), weights ½ (captum's gausslegendre)
+    assert a.tolist() == pytest.approx([0.5 - 0.5 / 3**0.5, 0.5 + 0.5 / 3**0.5], abs=1e-15)
+    assert w.tolist() == pytest.approx([0.5, 0.5], abs=1e-15)
+    # Gauss-Legendre with m points integrates polynomials up to degree 2m - 1 exactly
+    a, w = quadrature(3, "gauss_legendre")
+    assert float((w * a**5).sum()) == pytest.approx(1 / 6, abs=1e-14)
+    assert float((w * a**6).sum()) != pytest.approx(1 / 7, abs=1e-6)
 
 
 def test_save_load_roundtrip(tiny_gpt2, tmp_path):
@@ -121,3 +137,30 @@ def test_overlap_and_iou():
     assert len(r) == len(a) and r.by_layer().keys() == a.by_layer().keys()
     assert not set(r.neurons) & set(a.neurons)
     assert a.random_like(seed=1) == r
+
+
+def test_attribution_contract_summary_figure_rows_and_provenance(tiny_gpt2):
+    from tlcap.attribution import IGConfig
+    from tlcap.metrics import target_prob
+
+    cfg = IGConfig(steps=4, rule="left")
+    attr = integrated_gradients(tiny_gpt2, PROMPT, " Paris", config=cfg)
+    s = attr.summary()
+    assert s["target_prob"] == pytest.approx(target_prob(tiny_gpt2, PROMPT, " Paris"), rel=1e-5)
+    assert s["completeness_rel_error"] == attr.completeness_rel_error and s["rule"] == "left" and s["steps"] == 4
+    top = attr.to_frame(top=10)
+    assert s["top_neurons"] == [[int(r.layer), int(r.neuron), float(r.score)] for r in top.itertuples()]
+    assert s["top_neurons"][0][2] == pytest.approx(float(attr.scores.max()))
+    assert s["n_located"] == len(attr.select(0.2))
+    full = attr.to_frame()
+    assert list(full.columns) == ["layer", "neuron", "score", "activation"] and len(full) == attr.scores.numel()
+    l, j = int(full.layer[3]), int(full.neuron[3])
+    assert full.score[3] == pytest.approx(float(attr.scores[l, j])) and full.score.is_monotonic_decreasing
+    comp = attr.completeness()
+    assert list(comp.columns) == ["layer", "sum_attr", "delta_p", "abs_error"]
+    assert comp.sum_attr[1] == pytest.approx(float(attr.layer_sums[:, 1].mean()))
+    fig = attr.figure()
+    ringed = sorted(zip(fig.data[1].y, fig.data[1].x))
+    assert ringed == sorted(attr.select(0.2).neurons)
+    assert attr.provenance is not None and attr.provenance.config == cfg.to_dict()
+    assert attr.provenance.model_name == tiny_gpt2.name

@@ -51,3 +51,28 @@ def test_config_equals_keyword_overrides(tiny_llama) -> None:
     assert a.scores[0].abs().sum() == 0 and a.scores[1].abs().sum() > 0
     m = amig(tiny_llama, PROMPT, TARGET, config=cfg)
     assert m.steps == 4 and m.rule == "left"
+
+
+def test_kn_config_composes_ig_config() -> None:
+    from tlcap.experiments.knowledge_neurons import KNConfig
+
+    cfg = KNConfig.resolve(None, steps=7, rule="left", threshold=0.3)
+    assert cfg.ig == IGConfig(steps=7, rule="left") and cfg.threshold == 0.3
+    again = KNConfig.resolve(cfg, site="mlp_pre")
+    assert again.ig == IGConfig(steps=7, rule="left", site="mlp_pre") and again.threshold == 0.3
+    assert KNConfig.from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["ig"]["steps"] == 7
+    with pytest.raises(InvalidConfigError) as err:
+        KNConfig.resolve(None, steps=0)
+    assert str(err.value) == "steps (--steps) must be >= 1, got 0"
+    with pytest.raises(UnknownNameError):
+        KNConfig.resolve(None, stepz=3)
+
+
+def test_quadrature_errors_are_named() -> None:
+    from tlcap.attribution import quadrature
+
+    with pytest.raises(InvalidConfigError) as err:
+        quadrature(0)
+    assert str(err.value) == "steps (--steps) must be >= 1, got 0"
+    with pytest.raises(UnknownNameError, match="unknown rule 'simpson' \\(--rule\\)"):
+        quadrature(4, "simpson")

@@ -31,10 +31,6 @@ METHODS = ("summary", "to_frame", "figure")
 # this list; the test below fails if an entry is fixed but not removed.
 PENDING: dict[str, tuple[str, ...]] = {
     "CNLLocation": ("figure",),
-    "CoincidenceRates": ("figure",),
-    "Estimate": ("figure",),
-    "PairwiseOverlap": ("figure",),
-    "RandomControlTest": ("figure",),
     "Circuit": ("summary",),
     "CircuitEvaluation": ("summary", "figure"),
     "ConsistencyResult": ("figure",),
@@ -46,7 +42,6 @@ PENDING: dict[str, tuple[str, ...]] = {
     "KnowledgeSynapses": ("summary", "figure"),
     "MappingResult": ("summary",),
     "ModificationResult": ("summary",),
-    "NeuronAttribution": ("summary", "figure"),
     "RomeEditResult": ("figure",),
     "SizeSweep": ("summary",),
     "SynapseResult": ("summary",),

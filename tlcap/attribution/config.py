@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tlcap.attribution.quadrature import RULES
 from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence
 
-RULES: tuple[str, ...] = ("midpoint", "left", "linspace", "trapezoid")
 ESTIMATORS: tuple[str, ...] = ("ig", "joint", "grad_x_act")
 NEURON_SITES: tuple[str, ...] = ("mlp_post", "mlp_pre")
 
@@ -32,7 +32,8 @@ class IGConfig(Config):
 
     Attributes:
         steps: Gradient evaluations m per layer (per word for SIG), ``>= 1``.
-        rule: Quadrature rule (see :func:`tlcap.attribution.quadrature`).
+        rule: Quadrature rule, one of :data:`~tlcap.attribution.quadrature.RULES` (see
+            :func:`tlcap.attribution.quadrature`).
         method: ``ig`` (exact, one layer scaled at a time) or the cheaper estimators ``joint``
             and ``grad_x_act`` (labelled as such in results).
         site: Neuron site: ``mlp_post`` (activations, the papers' neurons) or ``mlp_pre``.
@@ -72,3 +73,6 @@ class IGConfig(Config):
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("late_expand", self.late_expand, cli=None)
         check_int("layer_chunks", self.layer_chunks, min=1, cli=None)
+
+
+__all__ = ["IGConfig", "RULES", "ESTIMATORS", "NEURON_SITES"]

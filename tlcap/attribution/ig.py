@@ -3,23 +3,8 @@
 For a prompt x and gold token y, ``P(w) = p(y | x, neuron activations at the last position of
 one layer set to w)``; ``Attr_j = (w̄_j - b_j) · ∫₀¹ ∂P(b + α(w̄ - b))/∂w_j dα`` with baseline
 ``b = 0`` (Dai) or a given baseline (AMIG). One layer is scaled at a time; the others keep their
-clean values.
-
-How it is made fast (exact, not approximate):
-- Only the last position is scaled and attention is causal, so every earlier position is
-  identical to the clean run: the prefix's keys/values are computed once
-  (:meth:`Model.prefix_cache`) and each step recomputes only the last token.
-- Steps of *all* layers go into the same batch: row r scales layer ``l(r)`` by ``α(r)``; the
-  rows are independent, so one backward pass gives every row's gradient.
-- Rows that scale layer l are identical to the clean run below l: a batch runs as a single row
-  up to its lowest scaled layer and is expanded there (``Model.logits(expand_at=...)``).
-- Parameters are frozen; the only leaf with a gradient is the batch of scaled activations.
-
-Quadrature rules (``rule=``; all use ``steps`` gradient evaluations):
-- ``"midpoint"`` (default): α_k = (k + ½)/m — second-order accurate, the best completeness.
-- ``"left"``: α_k = k/m, k = 0..m-1 — Dai et al.'s reference code.
-- ``"linspace"``: α = linspace(0, 1, m), weights 1/m — EleutherAI knowledge-neurons.
-- ``"trapezoid"``: α = linspace(0, 1, m), trapezoid weights.
+clean values. The integral is a quadrature rule (:mod:`tlcap.attribution.quadrature`), computed
+with the exact batched runs of :mod:`tlcap.attribution.batched`.
 
 Cheaper estimators, labelled as such: ``method="joint"`` scales all layers at once (one batch
 of ``steps`` rows; completeness holds jointly, not per layer) and ``method="grad_x_act"``
@@ -28,47 +13,53 @@ of ``steps`` rows; completeness holds jointly, not per layer) and ``method="grad
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.attribution.batched import clean_last, fact_tokens, layer_chunks, scaled_batch
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.quadrature import RULES, quadrature
 from tlcap.errors import InvalidConfigError
+from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
-from tlcap.results import Result
-from tlcap.runtime import hooks as H
+from tlcap.provenance import Provenance
+from tlcap.results import Result, frame
 from tlcap.runtime.sites import get_site
+from tlcap.viz.heatmaps import neuron_heatmap
 
-Rule = Literal["midpoint", "left", "linspace", "trapezoid"]
+Rule = Literal["midpoint", "left", "right", "linspace", "trapezoid", "cnl", "gauss_legendre"]
 Method = Literal["ig", "joint", "grad_x_act"]
+SUMMARY_TOP = 10
+"""Neurons listed in :meth:`NeuronAttribution.summary`."""
 
 
-def quadrature(steps: int, rule: Rule = "midpoint") -> tuple[Tensor, Tensor]:
-    """Points α and weights for ∫₀¹ f(α) dα with ``steps`` evaluations."""
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    k = torch.arange(steps, dtype=torch.float64)
-    if rule == "midpoint":
-        return (k + 0.5) / steps, torch.full((steps,), 1.0 / steps, dtype=torch.float64)
-    if rule == "left":
-        return k / steps, torch.full((steps,), 1.0 / steps, dtype=torch.float64)
-    if rule == "linspace":
-        return torch.linspace(0, 1, steps, dtype=torch.float64), torch.full((steps,), 1.0 / steps, dtype=torch.float64)
-    if rule == "trapezoid":
-        if steps == 1:
-            return torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
-        w = torch.full((steps,), 1.0 / (steps - 1), dtype=torch.float64)
-        w[0] = w[-1] = 0.5 / (steps - 1)
-        return torch.linspace(0, 1, steps, dtype=torch.float64), w
-    raise ValueError(f"unknown rule {rule!r}; use midpoint, left, linspace or trapezoid")
+@dataclass(frozen=True)
+class NeuronScoreRow:
+    """One row of :meth:`NeuronAttribution.to_frame`: a neuron's score and clean activation."""
+
+    layer: int
+    neuron: int
+    score: float
+    activation: float
+
+
+@dataclass(frozen=True)
+class CompletenessRow:
+    """One row of :meth:`NeuronAttribution.completeness`: a layer's Σ Attr vs its ΔP."""
+
+    layer: int
+    sum_attr: float
+    delta_p: float
+    abs_error: float
 
 
 @dataclass(frozen=True)
@@ -81,6 +72,16 @@ class NeuronAttribution(Result):
         prob_baseline: ``[n_target, n_layers]`` P(y_t) with the layer's neurons at the baseline.
         layer_sums: ``[n_target, n_layers]`` Σ_j Attr for each target token and layer.
         activations: ``[n_target, n_layers, d_mlp]`` clean activations at the scored positions.
+        prompt: The prompt.
+        target: The target string (decoded from its ids when ids were given).
+        target_tokens: The target's tokens as the model splits them.
+        model_name: ``Model.name``.
+        site: The neuron site.
+        method: ``ig``, ``joint``, ``grad_x_act`` (or ``sig``/``amig`` for those methods).
+        steps: The quadrature size m.
+        rule: The quadrature rule.
+        layers: The scored layers.
+        meta: Method-specific extras (SIG, AMIG).
     """
 
     scores: Float[Tensor, "layer d_mlp"]
@@ -110,14 +111,11 @@ class NeuronAttribution(Result):
         return float(p.log().mean().exp())
 
     def completeness(self) -> pd.DataFrame:
-        """Per layer: Σ Attr vs P(w̄) − P(baseline), averaged over target tokens."""
+        """Per layer: Σ Attr vs P(w̄) − P(baseline), averaged over target tokens (:class:`CompletenessRow`)."""
         delta = (self.prob_full - self.prob_baseline).mean(0)
         sums = self.layer_sums.mean(0)
-        rows = [
-            {"layer": l, "sum_attr": float(sums[l]), "delta_p": float(delta[l]), "abs_error": float((sums[l] - delta[l]).abs())}
-            for l in self.layers
-        ]
-        return pd.DataFrame(rows)
+        rows = [CompletenessRow(l, float(sums[l]), float(delta[l]), float((sums[l] - delta[l]).abs())) for l in self.layers]
+        return frame(rows, CompletenessRow)
 
     @property
     def completeness_rel_error(self) -> float:
@@ -135,115 +133,59 @@ class NeuronAttribution(Result):
         return float(err / den.clamp_min(1e-12))
 
     def select(self, threshold: float | None = 0.2, top_k: int | None = None) -> NeuronSet:
-        """Located neurons: ``Attr > threshold · max`` (Dai: 0.2), or the ``top_k`` best."""
-        from tlcap.locate.selection import threshold_select, top_k_select
+        """Located neurons: ``Attr > threshold · max`` (Dai: 0.2), or the ``top_k`` best.
 
+        Raises:
+            InvalidConfigError: ``threshold`` outside (0, 1] or ``top_k < 1``.
+        """
         if top_k is not None:
             return top_k_select(self.scores, top_k)
         return threshold_select(self.scores, threshold if threshold is not None else 0.2)
 
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers: the fact, the settings, P(target), completeness, the top neurons.
+
+        ``n_located`` counts the neurons above 0.2 · max (Dai's threshold); ``top_neurons``
+        lists the :data:`SUMMARY_TOP` highest scores as ``[layer, neuron, score]``.
+        """
+        top = self.to_frame(top=SUMMARY_TOP)
+        return {
+            "model": self.model_name,
+            "prompt": self.prompt,
+            "target": self.target,
+            "target_tokens": list(self.target_tokens),
+            "method": self.method,
+            "rule": self.rule,
+            "steps": self.steps,
+            "site": self.site,
+            "layers": list(self.layers),
+            "target_prob": self.target_prob,
+            "completeness_rel_error": self.completeness_rel_error,
+            "max_score": float(self.scores.max()),
+            "n_located": len(self.select()),
+            "top_neurons": [[int(r.layer), int(r.neuron), float(r.score)] for r in top.itertuples()],
+            "meta": dict(self.meta),
+        }
+
     def to_frame(self, top: int | None = None) -> pd.DataFrame:
-        """Long table (layer, neuron, score, activation), sorted by score."""
-        s = self.scores
-        flat = s.flatten()
+        """One :class:`NeuronScoreRow` per neuron (or the ``top`` best), sorted by score."""
+        flat = self.scores.flatten()
         order = flat.argsort(descending=True)
         if top is not None:
             order = order[:top]
-        d = s.shape[1]
+        d = self.scores.shape[1]
         act = self.activations.mean(0).flatten()
-        return pd.DataFrame(
-            {
-                "layer": (order // d).numpy(),
-                "neuron": (order % d).numpy(),
-                "score": flat[order].numpy(),
-                "activation": act[order].numpy(),
-            }
-        )
+        rows = [NeuronScoreRow(i // d, i % d, float(flat[i]), float(act[i])) for i in order.tolist()]
+        return frame(rows, NeuronScoreRow)
 
-    def heatmap(self, **kwargs):  # noqa: ANN201 - plotly figure
+    def figure(self) -> go.Figure:
+        """The layer × neuron heatmap, neurons above 0.2 · max ringed."""
+        return self.heatmap(highlight=self.select())
+
+    def heatmap(self, **kwargs: Any) -> go.Figure:
         """Layer × neuron heatmap (see :func:`tlcap.viz.neuron_heatmap`)."""
-        from tlcap.viz.heatmaps import neuron_heatmap
-
         kwargs.setdefault("title", f"IG attribution: {self.prompt!r} → {self.target!r}")
         return neuron_heatmap(self.scores, **kwargs)
-
-
-def _chunks(n_layers: int, rows_per_layer: int, batch_rows: int, layer_chunks: int) -> list[tuple[int, int]]:
-    """Row ranges of the batches: whole layers, consecutive, ≤ ``batch_rows`` rows when possible."""
-    per = max(1, min(math.ceil(n_layers / max(layer_chunks, 1)), batch_rows // rows_per_layer or 1))
-    out = []
-    for first in range(0, n_layers, per):
-        last = min(first + per, n_layers)
-        lo, hi = first * rows_per_layer, last * rows_per_layer
-        # a single layer with more rows than batch_rows is split further
-        step = batch_rows if per == 1 and rows_per_layer > batch_rows else hi - lo
-        out.extend((s, min(s + step, hi)) for s in range(lo, hi, step))
-    return out
-
-
-def _tokens_for_target(model: Model, prompt: str, target: str | Sequence[int]) -> tuple[list[int], list[int]]:
-    p_ids = model.encode(prompt)
-    if isinstance(target, str):
-        t_ids = model.target_ids(prompt, target)
-    else:
-        t_ids = [int(t) for t in target]
-    if len(p_ids) + len(t_ids) - 1 > model.n_ctx:
-        from tlcap.errors import PromptTooLongError
-
-        raise PromptTooLongError(
-            f"Prompt + target is {len(p_ids) + len(t_ids)} tokens; {model.name} has a context of {model.n_ctx}."
-        )
-    return p_ids, t_ids
-
-
-def _clean_last(model: Model, context: list[int], hook_names: list[str], prefix_reuse: bool) -> tuple[Tensor, Tensor, "object"]:
-    """Clean activations at the last position for the given hooks, last-position logits, prefix."""
-    toks = torch.tensor([context], device=model.device)
-    prefix = model.prefix_cache(toks[:, :-1]) if prefix_reuse else None
-    run = toks[:, -1:] if prefix_reuse else toks
-    acts, logits = model.last_position_activations(run, hook_names, prefix=prefix)
-    return acts[0], logits[0], prefix
-
-
-def _scaled_batch(
-    model: Model,
-    context: list[int],
-    prefix,  # PrefixCache | None
-    hook_names: Sequence[str],
-    row_layer: Tensor,
-    values: Tensor,
-    target_id: int,
-    need_grad: bool = True,
-    layer_ids: Sequence[int] = (),
-    late_expand: bool = True,
-) -> tuple[Tensor, Tensor | None]:
-    """Run rows where row r's activations at hook ``row_layer[r]`` (last pos) are ``values[r]``.
-
-    ``row_layer[r] == -1`` means "set every hook" (joint scaling: values is [rows, n_hooks, d]).
-    ``layer_ids[i]`` is the model layer of ``hook_names[i]``; with ``late_expand`` the rows
-    share one row below the lowest layer they scale (exact, cheaper).
-    Returns the target probability per row and, if ``need_grad``, d prob / d values.
-    """
-    rows = values.shape[0]
-    leaf = values.detach().clone().requires_grad_(need_grad)
-    fwd = []
-    for i, name in enumerate(hook_names):
-        if leaf.ndim == 3:
-            fwd.append((name, H.replace_rows(slice(None), -1, leaf[:, i])))
-        else:
-            sel = (row_layer == i).nonzero().flatten()
-            if len(sel) == 0:
-                continue
-            fwd.append((name, H.replace_rows(sel, -1, leaf[sel])))
-    toks = torch.tensor([context], device=model.device)
-    run = toks[:, -1:] if prefix is not None else toks
-    # rows differ only from their lowest scaled layer on: share the layers below it
-    lowest = min(layer_ids) if leaf.ndim == 3 else min(layer_ids[int(i)] for i in row_layer.unique())
-    with torch.set_grad_enabled(need_grad):
-        logits = model.last_logits(run, hooks=fwd, prefix=prefix, expand_at=lowest if late_expand else None, batch=rows)
-        probs = logits.float().softmax(-1)[:, target_id]
-        grad = torch.autograd.grad(probs.sum(), leaf)[0] if need_grad else None
-    return probs.detach(), grad
 
 
 def integrated_gradients(
@@ -273,89 +215,53 @@ def integrated_gradients(
         **overrides: Fields of ``config`` to override (``steps=10``, ``rule="left"``, ...).
 
     Returns:
-        A :class:`NeuronAttribution`.
+        A :class:`NeuronAttribution` with provenance (the model and ``config``) attached.
 
     Raises:
-        InvalidConfigError: an invalid setting (before any forward pass).
+        InvalidConfigError: an invalid setting (before any forward pass), or a layer beyond
+            the model.
+        TargetTokenizationError: a token-boundary problem between prompt and target (see
+            :meth:`tlcap.models.Model.target_ids`).
+        PromptTooLongError: prompt + target do not fit the context window.
 
     Example:
         >>> attr = integrated_gradients(model, "The capital of France is", " Paris")
         >>> neurons = attr.select(threshold=0.2)
     """
     cfg = IGConfig.resolve(config, **overrides)
-    steps, rule, method, site = cfg.steps, cfg.rule, cfg.method, cfg.site
-    layers, batch_rows, prefix_reuse = cfg.layers, cfg.batch_rows, cfg.prefix_reuse
-    late_expand, layer_chunks = cfg.late_expand, cfg.layer_chunks
-    p_ids, t_ids = _tokens_for_target(model, prompt, target)
-    layer_list = list(range(model.n_layers)) if layers is None else [int(l) for l in layers]
+    p_ids, t_ids = fact_tokens(model, prompt, target)
+    layer_list = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
     if any(l >= model.n_layers for l in layer_list):
         raise InvalidConfigError(
             f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
         )
-    s = get_site(site)
+    s = get_site(cfg.site)
     hook_names = [s.hook_name(l) for l in layer_list]
-    alphas, weights = quadrature(steps, rule)
-    L, d = model.n_layers, model.d_mlp
-    nT = len(t_ids)
+    alphas, weights = quadrature(cfg.steps, cfg.rule)
+    L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
     scores = torch.zeros(nT, L, d, dtype=torch.float64)
     p_full = torch.zeros(nT, L, dtype=torch.float64)
     p_base = torch.zeros(nT, L, dtype=torch.float64)
     sums = torch.zeros(nT, L, dtype=torch.float64)
     acts_all = torch.zeros(nT, L, d)
-    n_li = len(layer_list)
-    if method == "ig":
-        total = nT * len(_chunks(n_li, steps + 1, batch_rows, layer_chunks))
-    else:
-        total = nT
-    bar = tqdm(total=total, desc=f"IG {prompt[:30]!r}", disable=not progress, leave=False)
+    rows_per_layer = len(alphas) + 1  # the quadrature points, then one baseline row (α = 0)
+    per_token = len(layer_chunks(len(layer_list), rows_per_layer, cfg.batch_rows, cfg.layer_chunks)) if cfg.method == "ig" else 1
+    bar = tqdm(total=nT * per_token, desc=f"IG {prompt[:30]!r}", disable=not progress, leave=False)
     for t in range(nT):
-        context = p_ids + t_ids[:t]
-        tid = t_ids[t]
-        w_bar, clean_logits, prefix = _clean_last(model, context, hook_names, prefix_reuse)
-        acts_all[t, layer_list] = w_bar.float()
-        p_clean = float(clean_logits.float().softmax(-1)[tid])
-        base = torch.zeros_like(w_bar) if baseline is None else baseline[layer_list].to(w_bar)
-        diff = w_bar - base
-        p_full[t, layer_list] = p_clean
-        if method == "ig":
-            # rows: for each layer, the m steps then one baseline row (α = 0) for completeness
-            a_row = torch.cat([alphas, torch.zeros(1, dtype=torch.float64)])
-            w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
-            row_layer = torch.arange(n_li).repeat_interleave(steps + 1)
-            row_alpha = a_row.repeat(n_li)
-            row_w = w_row.repeat(n_li)
-            grad_acc = torch.zeros(n_li, d, dtype=torch.float64)
-            for start, stop in _chunks(n_li, steps + 1, batch_rows, layer_chunks):
-                rl = row_layer[start:stop]
-                ra = row_alpha[start:stop].to(w_bar.dtype)
-                vals = base[rl] + ra[:, None] * diff[rl]
-                # group rows by layer within the chunk (row_layer is indices into hook_names)
-                probs, grad = _scaled_batch(model, context, prefix, hook_names, rl, vals, tid, layer_ids=layer_list, late_expand=late_expand)
-                grad_acc.index_add_(0, rl, grad.double() * row_w[start:stop, None])
-                is_base = torch.arange(start, stop) % (steps + 1) == steps  # each layer's last row
-                for r in is_base.nonzero().flatten().tolist():
-                    p_base[t, layer_list[int(rl[r])]] = float(probs[r])
-                bar.update(1)
-            attr = diff.double() * grad_acc
-        elif method == "joint":
-            vals = base[None] + alphas.to(w_bar.dtype)[:, None, None] * diff[None]
-            vals = torch.cat([vals, base[None]])  # last row: all layers at baseline
-            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((steps + 1,), -1), vals, tid, layer_ids=layer_list, late_expand=late_expand)
-            w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
-            attr = diff.double() * (grad.double() * w_row[:, None, None]).sum(0)
-            p_base[t, layer_list] = float(probs[-1])
-            bar.update(1)
-        elif method == "grad_x_act":
-            probs, grad = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), w_bar[None], tid, layer_ids=layer_list)
-            attr = diff.double() * grad[0].double()
-            vals0 = base[None]
-            pb, _ = _scaled_batch(model, context, prefix, hook_names, torch.full((1,), -1), vals0, tid, need_grad=False, layer_ids=layer_list)
-            p_base[t, layer_list] = float(pb[0])
-            bar.update(1)
-        else:
-            raise ValueError(f"unknown method {method!r}; use 'ig', 'joint' or 'grad_x_act'")
+        run = _Run(model, p_ids + t_ids[:t], t_ids[t], hook_names, layer_list, cfg)
+        acts_all[t, layer_list] = run.w_bar.float()
+        base = torch.zeros_like(run.w_bar) if baseline is None else baseline[layer_list].to(run.w_bar)
+        p_full[t, layer_list] = run.p_clean
+        if cfg.method == "ig":
+            attr, pb = run.per_layer(base, alphas, weights, bar)
+        elif cfg.method == "joint":
+            attr, pb = run.joint(base, alphas, weights)
+        else:  # grad_x_act (IGConfig admits no other method)
+            attr, pb = run.grad_x_act(base)
+        p_base[t, layer_list] = pb
         scores[t, layer_list] = attr
         sums[t, layer_list] = attr.sum(-1)
+        bar.update(0 if cfg.method == "ig" else 1)
     bar.close()
     return NeuronAttribution(
         scores=scores.mean(0).float(),
@@ -367,9 +273,71 @@ def integrated_gradients(
         target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
         target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
         model_name=model.name,
-        site=site,
-        method=method,
-        steps=steps,
-        rule=rule,
+        site=cfg.site,
+        method=cfg.method,
+        steps=cfg.steps,
+        rule=cfg.rule,
         layers=tuple(layer_list),
+        provenance=Provenance.collect(model, cfg),
     )
+
+
+class _Run:
+    """One teacher-forced position of :func:`integrated_gradients`: its clean run and estimators."""
+
+    def __init__(self, model: Model, context: list[int], target_id: int, hook_names: list[str], layers: list[int],
+                 cfg: IGConfig) -> None:
+        self.model, self.context, self.tid, self.hook_names, self.layers, self.cfg = (
+            model, context, target_id, hook_names, layers, cfg)
+        self.w_bar, logits, self.prefix = clean_last(model, context, hook_names, cfg.prefix_reuse)
+        self.p_clean = float(logits.float().softmax(-1)[target_id])
+
+    def _batch(self, row_layer: Tensor, values: Tensor, need_grad: bool = True,
+               late_expand: bool = True) -> tuple[Tensor, Tensor | None]:
+        return scaled_batch(self.model, self.context, self.prefix, self.hook_names, row_layer, values, self.tid,
+                            need_grad=need_grad, layer_ids=self.layers, late_expand=late_expand)
+
+    def per_layer(self, base: Tensor, alphas: Tensor, weights: Tensor, bar: Any) -> tuple[Tensor, Tensor]:
+        """Exact IG, one layer scaled at a time; the steps of all layers batched together."""
+        n_li, d = len(self.layers), self.w_bar.shape[-1]
+        diff = self.w_bar - base
+        m = len(alphas)
+        a_row = torch.cat([alphas, torch.zeros(1, dtype=torch.float64)])
+        w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
+        row_layer = torch.arange(n_li).repeat_interleave(m + 1)
+        row_alpha, row_w = a_row.repeat(n_li), w_row.repeat(n_li)
+        grad_acc = torch.zeros(n_li, d, dtype=torch.float64)
+        p_base = torch.zeros(n_li, dtype=torch.float64)
+        for start, stop in layer_chunks(n_li, m + 1, self.cfg.batch_rows, self.cfg.layer_chunks):
+            rl = row_layer[start:stop]
+            vals = base[rl] + row_alpha[start:stop].to(self.w_bar.dtype)[:, None] * diff[rl]
+            probs, grad = self._batch(rl, vals, late_expand=self.cfg.late_expand)
+            assert grad is not None
+            grad_acc.index_add_(0, rl, grad.double() * row_w[start:stop, None])
+            is_base = torch.arange(start, stop) % (m + 1) == m  # each layer's last row: the baseline
+            for r in is_base.nonzero().flatten().tolist():
+                p_base[int(rl[r])] = float(probs[r])
+            bar.update(1)
+        return diff.double() * grad_acc, p_base
+
+    def joint(self, base: Tensor, alphas: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+        """All layers scaled together (completeness holds jointly)."""
+        diff = self.w_bar - base
+        vals = base[None] + alphas.to(self.w_bar.dtype)[:, None, None] * diff[None]
+        vals = torch.cat([vals, base[None]])  # last row: all layers at baseline
+        probs, grad = self._batch(torch.full((len(alphas) + 1,), -1), vals, late_expand=self.cfg.late_expand)
+        assert grad is not None
+        w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
+        return diff.double() * (grad.double() * w_row[:, None, None]).sum(0), probs[-1].double().expand(len(self.layers))
+
+    def grad_x_act(self, base: Tensor) -> tuple[Tensor, Tensor]:
+        """Gradient × (activation − baseline), one backward pass."""
+        diff = self.w_bar - base
+        _, grad = self._batch(torch.full((1,), -1), self.w_bar[None])
+        assert grad is not None
+        pb, _ = self._batch(torch.full((1,), -1), base[None], need_grad=False)
+        return diff.double() * grad[0].double(), pb[0].double().expand(len(self.layers))
+
+
+__all__ = ["NeuronAttribution", "NeuronScoreRow", "CompletenessRow", "integrated_gradients", "quadrature", "RULES",
+           "Rule", "Method"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.attribution.ig import Rule, quadrature
+from tlcap.attribution.quadrature import quadrature
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
@@ -20,15 +21,32 @@ def reference_ig(
     *,
     layers: Sequence[int] | None = None,
     steps: int = 20,
-    rule: Rule = "midpoint",
+    rule: str = "midpoint",
     site: str = "mlp_post",
     batched_steps: bool = False,
-) -> Tensor:
+) -> Float[Tensor, "layer d_mlp"]:
     """IG with a plain per-layer, per-step loop over the full sequence (no prefix reuse).
 
-    With ``batched_steps=True`` the steps of one layer go in one batch (the usual per-layer
-    loop of public implementations); otherwise one forward/backward per step.
-    Returns ``[n_layers, d]`` scores averaged over target tokens.
+    The obviously-correct baseline every fast path is tested against: for each target token,
+    layer and quadrature point, one full-sequence forward/backward with the layer's last-position
+    neurons set to α · w̄.
+
+    Args:
+        model: The model.
+        prompt: The query.
+        target: The answer string (teacher-forced when it is several tokens).
+        layers: Layers to score (default all).
+        steps: Quadrature size m.
+        rule: Quadrature rule (:func:`tlcap.attribution.quadrature`).
+        site: Neuron site.
+        batched_steps: Put the points of one layer in one batch (the usual per-layer loop of
+            public implementations); otherwise one forward/backward per point.
+
+    Returns:
+        ``[n_layers, d_mlp]`` scores averaged over target tokens (zeros for unscored layers).
+
+    Example:
+        >>> slow = reference_ig(model, "The capital of France is", " Paris", steps=6, rule="left")
     """
     p_ids = model.encode(prompt)
     t_ids = model.target_ids(prompt, target)
@@ -45,7 +63,8 @@ def reference_ig(
                 model.logits(toks, hooks=[(name, H.record(store, "a"))])
             w_bar = store["a"][0, -1]
             grads = torch.zeros(model.d_mlp, dtype=torch.float64)
-            chunks = [list(range(steps))] if batched_steps else [[k] for k in range(steps)]
+            n_points = len(alphas)
+            chunks = [list(range(n_points))] if batched_steps else [[k] for k in range(n_points)]
             for ks in chunks:
                 a = alphas[ks].to(w_bar.dtype)
                 leaf = (a[:, None] * w_bar[None]).requires_grad_(True)

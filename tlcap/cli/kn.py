@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from tlcap.attribution.config import IGConfig
 from tlcap.cli import app
 from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
@@ -23,7 +24,10 @@ def kn(
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
     paraphrase: list[str] | None = typer.Option(None, help="A paraphrase of the prompt (repeatable) for refinement."),
     steps: int = typer.Option(20, help="Integration steps m (>= 1)."),
-    rule: str = typer.Option("midpoint", help="Quadrature: midpoint | left (Dai) | linspace (EleutherAI) | trapezoid."),
+    rule: str = typer.Option(
+        "midpoint", help="Quadrature: midpoint | left (Dai's code) | right (Dai, QL eq. 10 as printed) | linspace "
+        "(EleutherAI) | trapezoid | cnl (CNL eq. 7, steps+1 points) | gauss_legendre (captum). See docs/kn.md."
+    ),
     method: str = typer.Option("ig", help="ig (exact) | joint | grad_x_act (cheaper estimators)."),
     site: str = typer.Option("mlp_post", help="mlp_post (neuron activations) or mlp_pre."),
     threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2)."),
@@ -36,7 +40,7 @@ def kn(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Locate the knowledge neurons of a fact and test them by suppression and enhancement."""
-    cfg = KNConfig(steps=steps, rule=rule, method=method, site=site, threshold=threshold, top_k=top_k,
+    cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site), threshold=threshold, top_k=top_k,
                    refine_p=refine_p, n_random=n_random, seed=seed)
     paraphrases = check_fact(prompt, target, paraphrase or [])
     with staged_output(out, overwrite=overwrite) as stage:

@@ -24,8 +24,10 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
-from tlcap.config import Config, check_choice, check_float, check_int, check_sequence, check_str
+from tlcap.config import Config, check_float, check_int, check_sequence, check_str
+from tlcap.errors import InvalidConfigError
 from tlcap.intervene.activations import enhance, suppress
 from tlcap.locate.selection import refine, threshold_select, top_k_select
 from tlcap.metrics.probs import target_prob
@@ -35,20 +37,17 @@ from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
 from tlcap.viz.heatmaps import activation_heatmap, activations_for, neuron_heatmap, neuron_labels
 
-RULES = ("midpoint", "left", "linspace", "trapezoid")
-METHODS = ("ig", "joint", "grad_x_act")
-NEURON_SITES = ("mlp_post", "mlp_pre")
-
 
 @dataclass(frozen=True)
 class KNConfig(Config):
     """Settings of :func:`locate_knowledge_neurons` (the options of ``tlcap kn``).
 
+    The attribution settings are an :class:`~tlcap.attribution.config.IGConfig` (``ig``);
+    :meth:`resolve` also takes its fields as keyword overrides (``steps=5`` sets ``ig.steps``).
+
     Attributes:
-        steps: Integration steps m, ``>= 1``.
-        rule: Quadrature: ``midpoint`` | ``left`` (Dai) | ``linspace`` (EleutherAI) | ``trapezoid``.
-        method: ``ig`` (exact) | ``joint`` | ``grad_x_act`` (cheaper estimators).
-        site: ``mlp_post`` (neuron activations) or ``mlp_pre``.
+        ig: Attribution settings: ``steps``, quadrature ``rule``, estimator ``method``, neuron
+            ``site``, ``layers`` and the exact speed knobs.
         threshold: Keep neurons with score > threshold · max, in ``(0, 1]`` (Dai: 0.2).
         top_k: Keep the top-k neurons instead of thresholding (``None`` = threshold), ``>= 1``.
         refine_p: With paraphrases, keep neurons found in more than this share of the prompts,
@@ -56,12 +55,14 @@ class KNConfig(Config):
         n_random: Random neuron sets (same count per layer) for the control; 0 = no control
             (its effects are then ``None``, not 0).
         seed: Seed of the random controls, ``>= 0``.
+
+    Example:
+        >>> cfg = KNConfig.resolve(None, steps=10, threshold=0.3)
+        >>> cfg.ig.steps, cfg.threshold
+        (10, 0.3)
     """
 
-    steps: int = 20
-    rule: str = "midpoint"
-    method: str = "ig"
-    site: str = "mlp_post"
+    ig: IGConfig = field(default_factory=IGConfig)
     threshold: float = 0.2
     top_k: int | None = None
     refine_p: float = 0.5
@@ -69,16 +70,22 @@ class KNConfig(Config):
     seed: int = 0
 
     def validate(self) -> None:
-        check_int("steps", self.steps, min=1)
-        check_choice("rule", self.rule, RULES)
-        check_choice("method", self.method, METHODS)
-        check_choice("site", self.site, NEURON_SITES)
+        if not isinstance(self.ig, IGConfig):
+            raise InvalidConfigError(f"ig must be an IGConfig, got a {type(self.ig).__name__}")
         check_float("threshold", self.threshold, gt=0, le=1)
         if self.top_k is not None:
             check_int("top_k", self.top_k, min=1)
         check_float("refine_p", self.refine_p, ge=0, lt=1)
         check_int("n_random", self.n_random, min=0)
         check_int("seed", self.seed, min=0)
+
+    @classmethod
+    def resolve(cls, config: KNConfig | None = None, **overrides: Any) -> KNConfig:
+        """``config`` (default ``KNConfig()``) with overrides; :class:`IGConfig` fields go to ``ig``."""
+        ig_fields = set(IGConfig.field_names())
+        ig_over = {k: overrides.pop(k) for k in list(overrides) if k in ig_fields}
+        cfg = super().resolve(config, **overrides)
+        return cfg.replace(ig=cfg.ig.replace(**ig_over)) if ig_over else cfg
 
 
 def check_fact(prompt: str, target: str, paraphrases: Sequence[str] = ()) -> tuple[str, ...]:
@@ -205,8 +212,9 @@ def locate_knowledge_neurons(
     Each prompt (the main one and its paraphrases) is attributed with integrated gradients and
     thresholded at ``threshold · max`` (Dai: 0.2); with paraphrases, neurons found in more than
     ``refine_p`` of the prompts are kept. The located set is then suppressed (0) and enhanced
-    (×2) at the last position, and the same is done for ``n_random`` random sets with the same
-    number of neurons per layer.
+    (×2) at every position that predicts a target token (the last prompt position, and with a
+    multi-token target each teacher-forced position after it: where the neurons were located),
+    and the same is done for ``n_random`` random sets with the same number of neurons per layer.
 
     Args:
         model: The model.
@@ -232,10 +240,7 @@ def locate_knowledge_neurons(
     prompts = [prompt, *paraphrases]
     attrs: list[NeuronAttribution] = []
     for p in tqdm(prompts, desc="attributing prompts", disable=not progress):
-        attrs.append(
-            integrated_gradients(model, p, target, steps=cfg.steps, rule=cfg.rule, method=cfg.method,  # type: ignore[arg-type]
-                                 site=cfg.site, progress=progress)
-        )
+        attrs.append(integrated_gradients(model, p, target, config=cfg.ig, progress=progress))
     per_prompt = tuple(
         top_k_select(a.scores, cfg.top_k) if cfg.top_k is not None else threshold_select(a.scores, cfg.threshold)
         for a in attrs
@@ -249,14 +254,14 @@ def locate_knowledge_neurons(
 
     effects: dict[str, Any] = {
         "base_prob": base,
-        "suppress_located": mean_change(suppress(model, located, site=cfg.site)),
-        "enhance_located": mean_change(enhance(model, located, site=cfg.site)),
+        "suppress_located": mean_change(suppress(model, located, site=cfg.ig.site)),
+        "enhance_located": mean_change(enhance(model, located, site=cfg.ig.site)),
     }
     sup_r, enh_r = [], []
     for k in tqdm(range(cfg.n_random), desc="random controls", disable=not progress):
         r = located.random_like(seed=cfg.seed + k)
-        sup_r.append(mean_change(suppress(model, r, site=cfg.site)))
-        enh_r.append(mean_change(enhance(model, r, site=cfg.site)))
+        sup_r.append(mean_change(suppress(model, r, site=cfg.ig.site)))
+        enh_r.append(mean_change(enhance(model, r, site=cfg.ig.site)))
     effects.update(
         suppress_random=float(sum(sup_r) / len(sup_r)) if sup_r else None,
         enhance_random=float(sum(enh_r) / len(enh_r)) if enh_r else None,

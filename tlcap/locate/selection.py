@@ -15,6 +15,7 @@ from typing import Literal
 from jaxtyping import Float
 from torch import Tensor
 
+from tlcap.errors import EmptyDatasetError
 from tlcap.metrics.sets import NeuronSet
 
 
@@ -37,7 +38,7 @@ def top_k_select(scores: Float[Tensor, "layer d_mlp"], k: int) -> NeuronSet:
 def refine(sets: Sequence[NeuronSet], p: float = 0.5) -> NeuronSet:
     """Neurons present in more than ``p · k`` of the ``k`` sets (Dai et al.'s refinement)."""
     if not sets:
-        raise ValueError("refine needs at least one neuron set")
+        raise EmptyDatasetError("refine needs at least one neuron set; pass the located set of each prompt")
     counts = Counter(n for s in sets for n in s)
     k = len(sets)
     return NeuronSet(tuple(n for n, c in counts.items() if c > p * k), sets[0].shape)

@@ -46,12 +46,14 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from tlcap.metrics.bootstrap import bootstrap_ci
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.localization import SetLike, as_set, iou, overlap
 from tlcap.metrics.sets import NeuronSet
 from tlcap.results import Result
+from tlcap.viz.stats import grouped_bars
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,14 @@ class CoincidenceRates(Result):
             [{"rate": name, **{v or "literal": getattr(self, f"{c}{'_' + v if v else ''}") for v in ("", "overlap", "iou")}}
              for name, c in (("C^{1,2}", "c12"), ("C^{1,1}", "c11"), ("C^{2,2}", "c22"))]
         )
+
+    def figure(self, title: str | None = None) -> go.Figure:
+        """The three rates as grouped bars, one bar per variant (literal, overlap, IoU), in %."""
+        rates = ("c12", "c11", "c22")
+        series = {name: [getattr(self, f"{c}{suffix}") for c in rates]
+                  for name, suffix in (("literal (poster)", ""), ("overlap-normalised", "_overlap"), ("IoU", "_iou"))}
+        return grouped_bars(["C^{1,2}", "C^{1,1}", "C^{2,2}"], series, percent=True, value_name="coincidence rate",
+                            title=title or f"Coincidence rates over {self.n} comparative samples")
 
 
 def _neuron_sets(sets: Sequence[SetLike], n_layers: int, d_mlp: int, name: str) -> list[frozenset]:

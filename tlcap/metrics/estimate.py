@@ -21,17 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 
-from tlcap.errors import TlcapError
+from tlcap.errors import StatisticsError, TooFewSamplesError  # re-exported: defined in tlcap.errors
 from tlcap.results import Result
-
-
-class StatisticsError(TlcapError, ValueError):
-    """Values a statistic cannot be computed from (NaN, wrong shape, a level outside (0, 1), ...)."""
-
-
-class TooFewSamplesError(StatisticsError):
-    """Fewer samples or random draws than a statistic needs (an empty sample, < 20 null draws, ...)."""
+from tlcap.viz.stats import interval_figure
 
 
 @dataclass(frozen=True)
@@ -123,3 +117,17 @@ class Estimate(Result):
     def to_frame(self) -> pd.DataFrame:
         """One row with every field."""
         return pd.DataFrame([{**self.to_dict(), "low": self.low, "high": self.high}])
+
+    def figure(self, label: str | None = None, title: str | None = None) -> go.Figure:
+        """The point value with its interval (a point alone without one).
+
+        Args:
+            label: Row label (default: the interval's method, level and sample size).
+            title: Figure title (default: the printed estimate).
+        """
+        size = f"n={self.n}" if self.n_groups is None else f"n={self.n}, {self.n_groups} groups"
+        row = label or (f"{self.method} {self.level:.0%} CI ({size})" if self.has_interval else f"no CI ({size})")
+        return interval_figure([row], [self.value], [self.low], [self.high], title=title or str(self))
+
+
+__all__ = ["Estimate", "StatisticsError", "TooFewSamplesError"]

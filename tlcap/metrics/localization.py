@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from tlcap.metrics.bootstrap import (
     Groups,
@@ -42,6 +43,7 @@ from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.permutation import require_draws
 from tlcap.metrics.sets import NeuronSet
 from tlcap.results import Result
+from tlcap.viz.stats import pair_matrix
 
 SetLike = NeuronSet | AbstractSet[Hashable] | Iterable[Any]  # JSON lists of [layer, index] too
 MIN_IPP_DRAWS = 5
@@ -118,6 +120,16 @@ class PairwiseOverlap(Result):
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([(i, j, v) for (i, j), v in zip(self.pairs, self.values)], columns=["i", "j", self.measure])
+
+    def figure(self, labels: Sequence[str] | None = None, title: str | None = None) -> go.Figure:
+        """The ``k × k`` matrix of pair values (diagonal empty); the mean in the title.
+
+        Args:
+            labels: One label per set (default ``0..k-1``), e.g. the rewrites of a fact.
+            title: Figure title.
+        """
+        return pair_matrix(self.k, self.pairs, self.values, value_name=self.measure, labels=labels,
+                           title=title or f"Pairwise {self.measure} of {self.k} sets: mean {self.mean:.3f}")
 
 
 def mean_pairwise_overlap(sets: Sequence[SetLike], measure: str = "overlap") -> PairwiseOverlap:

@@ -29,10 +29,12 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from tlcap.metrics.bootstrap import Values, as_array
 from tlcap.metrics.estimate import StatisticsError, TooFewSamplesError
 from tlcap.results import Result
+from tlcap.viz.stats import null_histogram
 
 MIN_NULL_DRAWS = 20
 """Fewest matched random sets a "located vs random" p-value may rest on (issue 12)."""
@@ -160,6 +162,13 @@ class RandomControlTest(Result):
     def to_frame(self) -> pd.DataFrame:
         rows = [("located", self.observed)] + [(f"random #{i}", v) for i, v in enumerate(self.null_values)]
         return pd.DataFrame(rows, columns=["set", "value"])
+
+    def figure(self, title: str | None = None) -> go.Figure:
+        """Histogram of the random sets' statistic, the located set's value as a red line."""
+        name = self.statistic or "statistic"
+        return null_histogram(self.observed, self.null_values, value_name=name,
+                              title=title or f"{name}: located vs {self.n_null} random sets (p = {self.p_value:.3g}, "
+                                             f"{self.alternative})")
 
 
 def located_vs_random(

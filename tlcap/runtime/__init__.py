@@ -1,6 +1,6 @@
-"""The hook runtime: named sites and hook factories (applied through ``Model.hooks``)."""
+"""The hook runtime: named sites, hook factories (applied through ``Model.hooks``) and positions."""
 
-from tlcap.runtime import hooks
+from tlcap.runtime import hooks, positions
 from tlcap.runtime.sites import SITES, Site, get_site
 
-__all__ = ["hooks", "SITES", "Site", "get_site"]
+__all__ = ["hooks", "positions", "SITES", "Site", "get_site"]
