@@ -3,20 +3,28 @@ equality of the batched trace with the one-cell-at-a-time reference."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from tlcap.errors import InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace import (
     KINDS,
+    TOKEN_CLASSES,
     CausalTrace,
+    DatasetTrace,
     SubjectNotFoundError,
+    TraceConfig,
     causal_trace,
     prepare_trace,
     subject_span,
     token_classes,
+    trace_dataset,
     trace_reference,
     window_layers,
 )
+from tlcap.results import load_result
 
 PROMPT = "The capital of France is"
 SUBJECT = "capital of France"
@@ -97,3 +105,65 @@ def test_token_classes():
                  "further": [5, 6], "last": [7]}
     c1 = token_classes(3, (0, 1))
     assert c1["first subject"] == c1["last subject"] == [0] and c1["middle subject"] == [] and c1["last"] == [2]
+
+
+def test_trace_config_fails_at_construction_before_any_forward(tiny_gpt2, monkeypatch):
+    for kw, msg in [
+        ({"samples": 0}, "samples (--samples) must be >= 1, got 0"),
+        ({"window": 0}, "window (--window) must be >= 1, got 0"),
+        ({"noise_std": 0.0}, "noise_std (--noise) must be > 0, got 0"),
+        ({"kinds": ("resid", "foo")}, "unknown kind 'foo' (--kinds); choose one of: resid, mlp, attn"),
+        ({"kinds": ()}, "kinds (--kinds) must hold at least 1 item, got 0"),
+        ({"layers": (0, -1)}, "layers[1] (--layers) must be >= 0, got -1"),
+        ({"batch_rows": 0}, "batch_rows (--batch-rows) must be >= 1, got 0"),
+    ]:
+        with pytest.raises(InvalidConfigError) as info:
+            TraceConfig(**kw)
+        assert str(info.value) == msg, kw
+    cfg = TraceConfig(kinds=["mlp"], layers=[1, 0])
+    assert cfg.kinds == ("mlp",) and cfg.layers == (1, 0)
+    assert TraceConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+    def no_forward(*a, **k):
+        raise AssertionError("a forward pass ran before the layers were checked")
+
+    monkeypatch.setattr(tiny_gpt2, "run_with_cache", no_forward)
+    with pytest.raises(InvalidConfigError) as info:
+        causal_trace(tiny_gpt2, PROMPT, SUBJECT, layers=[1, 2])
+    assert str(info.value) == "layers (--layers) [2] out of range for gpt2-tiny-random-seed0 (2 layers: 0..1)"
+    with pytest.raises(UnknownNameError):
+        causal_trace(tiny_gpt2, PROMPT, SUBJECT, kinds=("mlpp",))
+
+
+def test_results_meet_the_contract(tiny_llama, tmp_path):
+    cfg = TraceConfig(kinds=("mlp", "attn"), samples=2, window=2, seed=3)
+    tr = causal_trace(tiny_llama, PROMPT, "France", config=cfg)
+    assert tr.provenance.config == cfg.to_dict() and tr.provenance.seed == 3
+    assert tr.provenance.model_name == tiny_llama.name
+    s = tr.summary()
+    assert s["mode"] == "single" and s["model"] == tiny_llama.name and s["scores"]["resid"] is None
+    df = tr.to_frame()
+    assert list(df.columns) == ["kind", "token_idx", "token", "layer", "score", "effect"]
+    assert len(df) == 2 * len(tr.tokens) * tiny_llama.n_layers
+    # effect = score - corrupted, row by row
+    assert (df["score"] - df["effect"]).sub(tr.corrupted_prob).abs().max() < 1e-6
+    back = load_result(tr.save(tmp_path / "t"))
+    assert isinstance(back, CausalTrace) and torch.equal(back.scores, tr.scores) and back.provenance.seed == 3
+    assert back.tokens == tr.tokens and back.summary() == s
+
+    facts = [{"prompt": PROMPT, "subject": "France"}, {"prompt": "Paris is the capital of", "subject": "Paris"}]
+    ds = trace_dataset(tiny_llama, facts, config=cfg)
+    s = ds.summary()
+    assert s["mode"] == "dataset" and s["n_facts"] == 2 and ds.provenance.config["kinds"] == ["mlp", "attn"]
+    df = ds.to_frame()
+    assert list(df.columns) == ["kind", "token_class", "layer", "effect", "n_facts"]
+    assert len(df) == 2 * len(TOKEN_CLASSES) * tiny_llama.n_layers
+    # the per-class average is the mean over facts of each fact's class mean (recomputed here)
+    trs = [causal_trace(tiny_llama, f["prompt"], f["subject"], config=cfg.replace(noise_std=ds.noise_std, seed=3 + i))
+           for i, f in enumerate(facts)]
+    last = torch.stack([t.effect("mlp")[t.subject_range[1] - 1] for t in trs]).mean(0)
+    assert torch.allclose(ds.effect("mlp")[TOKEN_CLASSES.index("last subject")], last, atol=1e-6)
+    back = load_result(ds.save(tmp_path / "d"))
+    assert isinstance(back, DatasetTrace) and torch.equal(back.counts, ds.counts)
+    assert json.dumps(back.summary()) == json.dumps(s)  # NaN for the class no fact has
+    assert len(ds.figure().data) == 2 and len(ds.line_figure().data) == 2

@@ -47,7 +47,6 @@ PENDING: dict[str, tuple[str, ...]] = {
     "MappingResult": ("summary",),
     "ModificationResult": ("summary",),
     "NeuronAttribution": ("summary", "figure"),
-    "RomeEditResult": ("figure",),
     "SizeSweep": ("summary",),
     "SynapseResult": ("summary",),
     "TaskAccuracy": ("summary", "figure"),
