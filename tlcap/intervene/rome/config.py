@@ -42,12 +42,14 @@ class RomeConfig(Config):
     ``fact_token = subject_last`` (the only one implemented), ``layers`` → the ``layer`` argument.
 
     Attributes:
-        steps: Adam steps for δ (ROME 20), ``>= 1``.
+        steps: Iterations of the value optimisation (ROME 20), ``>= 1``; as in the official loop
+            the last one only evaluates the loss, so δ gets at most ``steps − 1`` Adam updates.
         lr: Adam learning rate (ROME 0.5), ``> 0``.
         kl_factor: Weight of the KL essence term (ROME 0.0625), ``>= 0``.
-        weight_decay: ``wd·‖δ‖²/‖v₀‖²`` (ROME 0.5), ``>= 0``.
+        weight_decay: The term ``wd·‖δ‖/‖v₀‖²`` (ROME 0.5; the norm, not its square), ``>= 0``.
         clamp_norm_factor: ‖δ‖ ≤ factor·‖v₀‖ (ROME 4), ``> 0``.
-        stop_loss: Stop when the mean NLL of the new object falls below this (ROME 0.05), ``>= 0``.
+        stop_loss: Stop when the total loss (NLL + KL term + weight decay) falls below this
+            (ROME 0.05), ``>= 0``.
         prefixes: Prefixes the prompt is put after (key average and value optimisation); at
             least one (``""`` = the bare prompt).
         kl_prompt: Essence prompt template, must contain ``{}`` (the subject).

@@ -25,7 +25,7 @@ class RomeEdit(WeightEdit):
         layer: Edited layer. key: ``k*`` (averaged). prompt_key: the prompt's own key.
         delta: Optimised δ. u: ``C⁻¹k*``. right: the column of the update (``ΔW = right ⊗ u``).
         steps: The objective's terms at each optimisation step (:class:`ValueStep`).
-        losses: The loss minimised at each step. seconds: Wall time of the edit.
+        losses: The total loss minimised, at each step. seconds: Wall time of the edit.
     """
 
     layer: int
@@ -130,7 +130,7 @@ def rome_edit(
         raise
     edit.layer, edit.key, edit.prompt_key, edit.delta = layer, k_star, k_prompt, delta
     edit.u, edit.right, edit.steps = u, right, steps
-    edit.losses = [s.nll for s in steps]
+    edit.losses = [s.total for s in steps]
     edit.seconds = time.perf_counter() - t0
     return edit
 

@@ -158,7 +158,20 @@ def value_loss(
     v0_norm: float,
     config: RomeConfig,
 ) -> LossTerms:
-    """The objective of one step of the value optimisation.
+    """The objective of one step of the value optimisation, exactly as ROME's ``compute_v``.
+
+    ``total = nll + kl_factor · kl + weight_decay``, where (official code, ``rome/compute_v.py``):
+
+    - ``nll``: per rewriting row, the new object's token log-probabilities summed and divided by
+      the number of its tokens; then the mean over rows (``nll_loss_each.mean()``);
+    - ``kl`` = KL(current ‖ init) of the next-token distribution at the subject's last token of
+      the KL rows, mean over those rows. The official ``kl_div(kl_distr_init, kl_log_probs,
+      log_target=True, reduction="batchmean")`` passes the *initial* log-probabilities as
+      torch's ``input`` and the *current* ones as its ``target``; torch computes
+      ``Σ target · (log target − input)``, i.e. ``Σ p_cur (log p_cur − log p_init)`` =
+      KL(current ‖ init) — the direction of the paper's eq. 4, D_KL(P_G'[x|p'] ‖ P_G[x|p']);
+    - ``weight_decay`` = ``wd · ‖δ‖ / ‖v₀‖²`` — the norm of δ, not its square, over the squared
+      norm of the initial output (``v_weight_decay * (norm(delta) / norm(target_init) ** 2)``).
 
     Args:
         logits: Logits of the rows with δ added.
@@ -169,13 +182,15 @@ def value_loss(
         config: ``kl_factor`` and ``weight_decay``.
 
     Returns:
-        The :class:`LossTerms`.
+        The :class:`LossTerms` (``kl`` before its factor).
     """
     logp = logits[: rows.n_rewrite].float().log_softmax(-1)
-    nll = -logp[rows.target_rows, rows.target_pos, rows.target_ids].sum() / (rows.n_rewrite * rows.n_target)
+    token_lp = logp[rows.target_rows, rows.target_pos, rows.target_ids]
+    per_row = torch.zeros(rows.n_rewrite, device=logp.device).index_add(0, rows.target_rows, token_lp)
+    nll = -(per_row / rows.n_target).mean()
     cur = kl_logprobs(logits, rows)
-    kl = torch.nn.functional.kl_div(cur, kl_init, log_target=True, reduction="batchmean")
-    wd = config.weight_decay * delta.norm() ** 2 / max(v0_norm**2, 1e-12)
+    kl = (cur.exp() * (cur - kl_init)).sum(-1).mean()  # KL(current ‖ init), batchmean over the KL rows
+    wd = config.weight_decay * delta.norm() / max(v0_norm**2, 1e-12)
     return LossTerms(total=nll + config.kl_factor * kl + wd, nll=nll, kl=kl, weight_decay=wd)
 
 
@@ -199,6 +214,11 @@ def optimise_value(
 ) -> tuple[Float[Tensor, " d_model"], list[ValueStep]]:
     """Optimise δ with Adam (ROME's ``compute_v``); returns δ and the objective at each step.
 
+    As the official loop: at each of ``steps`` iterations the objective (:func:`value_loss`) is
+    evaluated; the loop stops when the *total* loss is below ``stop_loss`` (before updating), and
+    the last iteration only evaluates, so δ gets at most ``steps − 1`` Adam updates; after each
+    update δ is projected into the ball ‖δ‖ ≤ ``clamp_norm_factor`` · ‖v₀‖.
+
     Args:
         model: The model (not modified: δ is added by a hook).
         layer: The edited layer.
@@ -208,7 +228,8 @@ def optimise_value(
         progress: Show a progress bar.
 
     Returns:
-        ``(delta, steps)``.
+        ``(delta, steps)``: δ after the last update, and the objective's terms at every
+        evaluated iteration (the last entry is the final δ's).
     """
     delta = torch.zeros(model.d_model, device=model.device, requires_grad=True)
     opt = torch.optim.Adam([delta], lr=config.lr)
@@ -218,18 +239,17 @@ def optimise_value(
     max_norm = config.clamp_norm_factor * v0_norm
     kl_init: Tensor | None = None
     steps: list[ValueStep] = []
-    for _ in tqdm(range(config.steps), desc=f"ROME value (layer {layer})", disable=not progress):
+    for it in tqdm(range(config.steps), desc=f"ROME value (layer {layer})", disable=not progress):
         opt.zero_grad()
         logits = model.logits(rows.tokens, hooks=[(name, H.add_rows(all_rows, rows.look, delta))])
         if kl_init is None:
             kl_init = kl_logprobs(logits, rows).detach().clone()
         terms = value_loss(logits, rows, kl_init, delta, v0_norm, config)
-        loss = terms.total
-        steps.append(ValueStep(float(loss.detach()), float(terms.nll.detach()), float(terms.kl.detach()),
+        steps.append(ValueStep(float(terms.total.detach()), float(terms.nll.detach()), float(terms.kl.detach()),
                                float(terms.weight_decay.detach())))
-        if steps[-1].nll < config.stop_loss:
+        if steps[-1].total < config.stop_loss or it == config.steps - 1:
             break
-        loss.backward()
+        terms.total.backward()
         opt.step()
         with torch.no_grad():
             if delta.norm() > max_norm:
