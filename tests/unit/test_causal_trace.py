@@ -4,6 +4,7 @@ equality of the batched trace with the one-cell-at-a-time reference."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -17,13 +18,16 @@ from tlcap.locate.causal_trace import (
     SubjectNotFoundError,
     TraceConfig,
     causal_trace,
+    known_subjects,
     prepare_trace,
+    subject_noise_std,
     subject_span,
     token_classes,
     trace_dataset,
     trace_reference,
     window_layers,
 )
+from tlcap.locate.subjects import SubjectWarning
 from tlcap.results import load_result
 
 PROMPT = "The capital of France is"
@@ -167,3 +171,51 @@ def test_results_meet_the_contract(tiny_llama, tmp_path):
     assert isinstance(back, DatasetTrace) and torch.equal(back.counts, ds.counts)
     assert json.dumps(back.summary()) == json.dumps(s)  # NaN for the class no fact has
     assert len(ds.figure().data) == 2 and len(ds.line_figure().data) == 2
+
+
+def test_noise_is_rome_subject_embedding_std(tiny_gpt2):
+    """ν = 3 × std of the subjects' token embeddings (ROME's collect_embedding_std); checked to fail
+    before the fix (ν was 3 × std of all of W_E)."""
+    W = tiny_gpt2.W_E.detach().float()
+    subjects = ["France", "The Eiffel Tower", "France"]  # repeats count, as in ROME
+    ids = [i for s in subjects for i in tiny_gpt2.encode(s, prepend_bos=False)]
+    assert subject_noise_std(tiny_gpt2, subjects) == pytest.approx(3 * float(W[ids].std()), rel=1e-6)
+    # one fact: the subjects of ROME's known facts, as ROME's notebook
+    known = [i for s in known_subjects() for i in tiny_gpt2.encode(s, prepend_bos=False)]
+    setup = prepare_trace(tiny_gpt2, PROMPT, SUBJECT, samples=2, window=1)
+    assert setup.noise_std == pytest.approx(3 * float(W[known].std()), rel=1e-6)
+    assert setup.noise_std != pytest.approx(3 * float(W.std()), rel=1e-3)
+    # the literal W_E variant is kept
+    emb = prepare_trace(tiny_gpt2, PROMPT, SUBJECT, samples=2, window=1, noise_from="embedding", noise_factor=2.0)
+    assert emb.noise_std == pytest.approx(2 * float(W.std()), rel=1e-6)
+    # dataset mode: the traced facts' subjects
+    facts = [{"prompt": PROMPT, "subject": "France"}, {"prompt": "Paris is the capital of", "subject": "Paris"}]
+    ds = trace_dataset(tiny_gpt2, facts, samples=1, window=1, kinds=("mlp",))
+    assert ds.noise_std == pytest.approx(subject_noise_std(tiny_gpt2, ["France", "Paris"]), rel=1e-9)
+
+
+def test_bos_prepends_the_token_and_the_sink_warning(tiny_llama):
+    """bos=True: the BOS is token 0, the subject moves to 1, the clean run is the model's on the
+    BOS-prefixed prompt; a subject at position 0 without it warns (dataset mode counts)."""
+    prompt, subject = "France is a country in", "France"
+    with pytest.warns(SubjectWarning, match=r"subject 'France' starts the prompt .* pass bos=True \(--bos\)"):
+        plain = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",))
+    assert plain.subject_range == (0, 1) and plain.subject_at_start and not plain.bos
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",), bos=True)
+    bos_id = tiny_llama.special_token_id("bos")
+    bos_id = tiny_llama.special_token_id("eos") if bos_id is None else bos_id
+    ids = tiny_llama.encode(prompt, prepend_bos=True)
+    assert ids[0] == bos_id and len(tr.tokens) == len(plain.tokens) + 1
+    assert tr.subject_range == (1, 2) and not tr.subject_at_start and tr.bos
+    probs = tiny_llama.last_logits(tiny_llama.encode_batch([ids]))[0].float().softmax(-1)
+    assert tr.clean_prob == pytest.approx(float(probs[tr.target_id]), rel=1e-5)
+    assert tr.summary()["bos"] is True and tr.summary()["subject_at_start"] is False
+    facts = [{"prompt": prompt, "subject": subject}, {"prompt": PROMPT, "subject": "France"}]
+    with pytest.warns(SubjectWarning, match=r"1 of 2 facts have the subject at the start"):
+        ds = trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",))
+    assert ds.n_subject_at_start == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",), bos=True).n_subject_at_start == 0

@@ -53,8 +53,12 @@ def trace_cmd(
     target: str | None = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
     samples: int = typer.Option(10, help="Noise samples per cell (>= 1)."),
-    noise: float | None = typer.Option(None, help="Noise std ν (> 0; default noise-factor × std of W_E)."),
-    noise_factor: float = typer.Option(3.0, help="ν = factor × std(W_E) when --noise is not given (> 0)."),
+    noise: float | None = typer.Option(None, help="Noise std ν (> 0; default noise-factor × the std --noise-from names)."),
+    noise_factor: float = typer.Option(3.0, help="ν = factor × std when --noise is not given (> 0; ROME: 3)."),
+    noise_from: str = typer.Option("subjects", help="Std of: subjects (token embeddings of the subjects, ROME) | "
+                                                    "embedding (all of W_E)."),
+    bos: bool = typer.Option(False, "--bos", help="Prepend the model's BOS token so the subject is not at position 0 "
+                                                  "(the attention sink)."),
     window: int = typer.Option(10, help="Layers restored per MLP/attention cell (>= 1)."),
     kinds: str = typer.Option("resid,mlp,attn", help="Comma-separated kinds to trace: resid, mlp, attn."),
     layers: str | None = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
@@ -70,8 +74,8 @@ def trace_cmd(
 ) -> None:
     """Causal tracing of one fact (or the average over a dataset with --dataset)."""
     cfg = TraceConfig(kinds=parse_kinds(kinds), layers=parse_layers(layers), window=window, samples=samples,
-                      noise_std=noise, noise_factor=noise_factor, seed=seed, top_k=top_k, use_attribute=use_attribute,
-                      batch_rows=batch_rows)
+                      noise_std=noise, noise_factor=noise_factor, noise_from=noise_from, bos=bos, seed=seed,
+                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows)
     if dataset is not None:
         if prompt is not None or subject is not None or target is not None:
             raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject and --target")

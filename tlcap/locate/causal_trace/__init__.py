@@ -3,8 +3,9 @@
 Three runs of one prompt:
 
 - **clean**: the prompt as is; every state needed later is recorded;
-- **corrupted**: Gaussian noise (std ν, default ``3 × std(W_E)``, ROME's "s3") added to the
-  *subject* tokens' embeddings (the ``embed`` site), ``samples`` fixed noise draws (seeded);
+- **corrupted**: Gaussian noise (std ν, default 3 × the std of subject-token embeddings, ROME's
+  "s3") added to the *subject* tokens' embeddings (the ``embed`` site), ``samples`` fixed noise
+  draws (seeded); ``bos=True`` prepends the BOS so the subject is not the attention sink at 0;
 - **corrupted-with-restoration**: the corrupted run with the clean state of one
   ``(token, layer)`` copied back: the residual stream (``resid_post``, one layer) or the MLP /
   attention output (``mlp_out`` / ``attn_out``) of a *window* of layers centred on the layer
@@ -44,7 +45,7 @@ Example:
 
 from tlcap.data.knowns import load_known_facts  # re-exported: it moved to tlcap.data
 from tlcap.errors import SubjectNotFoundError
-from tlcap.locate.causal_trace.config import KIND_SITES, KINDS, TraceConfig
+from tlcap.locate.causal_trace.config import KIND_SITES, KINDS, NOISE_FROM, TraceConfig
 from tlcap.locate.causal_trace.dataset import (
     TOKEN_CLASSES,
     DatasetEffectRow,
@@ -57,14 +58,17 @@ from tlcap.locate.causal_trace.results import CausalTrace, TraceCellRow
 from tlcap.locate.causal_trace.setup import (
     TraceSetup,
     embedding_noise_std,
+    known_subjects,
+    noise_level,
     prepare_trace,
+    subject_noise_std,
     subject_span,
     window_layers,
 )
 
 __all__ = [
-    "KINDS", "KIND_SITES", "TOKEN_CLASSES", "CausalTrace", "DatasetEffectRow", "DatasetTrace", "SubjectNotFoundError",
-    "TraceCellRow", "TraceConfig", "TraceSetup", "causal_trace", "embedding_noise_std", "load_known_facts",
-    "prepare_trace", "subject_span", "token_classes", "trace_batched", "trace_cell", "trace_dataset",
-    "trace_reference", "window_layers",
+    "KINDS", "KIND_SITES", "NOISE_FROM", "TOKEN_CLASSES", "CausalTrace", "DatasetEffectRow", "DatasetTrace",
+    "SubjectNotFoundError", "TraceCellRow", "TraceConfig", "TraceSetup", "causal_trace", "embedding_noise_std",
+    "known_subjects", "load_known_facts", "noise_level", "prepare_trace", "subject_noise_std", "subject_span",
+    "token_classes", "trace_batched", "trace_cell", "trace_dataset", "trace_reference", "window_layers",
 ]

@@ -23,6 +23,7 @@ from tlcap.errors import InvalidConfigError
 
 KINDS: tuple[str, ...] = ("resid", "mlp", "attn")
 KIND_SITES: dict[str, str] = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
+NOISE_FROM: tuple[str, ...] = ("subjects", "embedding")
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,16 @@ class TraceConfig(Config):
             around a traced layer.
         window: Layers restored per MLP/attention cell (ROME: 10), ``>= 1``.
         samples: Noise draws, i.e. corrupted runs per cell (ROME: 10), ``>= 1``.
-        noise_std: ν, the noise standard deviation, ``> 0`` (``None``: ``noise_factor`` × the
-            standard deviation of the token embedding matrix).
+        noise_std: ν, the noise standard deviation, ``> 0`` (``None``: ``noise_factor`` × a
+            standard deviation chosen by ``noise_from``).
         noise_factor: The factor of the automatic ν (ROME's "s3": 3), ``> 0``.
+        noise_from: What the automatic ν is the standard deviation of: ``subjects`` (ROME's
+            ``collect_embedding_std``: the token embeddings of the subjects, each tokenised on
+            its own — dataset mode: the traced facts' subjects; one fact: the subjects of ROME's
+            known facts, as ROME's notebook does) or ``embedding`` (every entry of ``W_E``).
+        bos: Prepend the model's BOS token, so the subject is not at position 0 (the attention
+            sink of most models; ROME's GPT-2 prompts have no BOS). Without it a subject that
+            starts the prompt gets a :class:`~tlcap.locate.subjects.SubjectWarning`.
         seed: Seed of the noise draws (fixed tensors; dataset mode adds the fact's index), ``>= 0``.
         top_k: Located layers reported per trace (CNL uses 3), ``>= 1``.
         use_attribute: Dataset mode: score each fact's ``target`` / ``attribute`` instead of the
@@ -56,6 +64,8 @@ class TraceConfig(Config):
     samples: int = 10
     noise_std: float | None = None
     noise_factor: float = 3.0
+    noise_from: str = "subjects"
+    bos: bool = False
     seed: int = 0
     top_k: int = 3
     use_attribute: bool = False
@@ -77,6 +87,8 @@ class TraceConfig(Config):
         if self.noise_std is not None:
             check_float("noise_std", self.noise_std, gt=0, cli="--noise")
         check_float("noise_factor", self.noise_factor, gt=0)
+        check_choice("noise_from", self.noise_from, NOISE_FROM)
+        check_bool("bos", self.bos)
         check_int("seed", self.seed, min=0)
         check_int("top_k", self.top_k, min=1)
         check_bool("use_attribute", self.use_attribute)
@@ -100,4 +112,4 @@ class TraceConfig(Config):
         return tuple(self.layers)
 
 
-__all__ = ["KINDS", "KIND_SITES", "TraceConfig"]
+__all__ = ["KINDS", "KIND_SITES", "NOISE_FROM", "TraceConfig"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,8 @@ from tqdm.auto import tqdm
 from tlcap.errors import EmptyDatasetError, UnknownNameError
 from tlcap.locate.causal_trace.config import KINDS, TraceConfig
 from tlcap.locate.causal_trace.engine import causal_trace
-from tlcap.locate.causal_trace.setup import embedding_noise_std
+from tlcap.locate.causal_trace.setup import noise_level
+from tlcap.locate.subjects import SubjectWarning
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
@@ -75,7 +77,9 @@ class DatasetTrace(Result):
         clean_prob / corrupted_prob: Means over facts.
         n_facts: Facts traced.
         kinds, layers, classes: The axes of ``effects``.
-        window, samples, noise_std: The settings of the traces.
+        window, samples, noise_std, bos: The settings of the traces.
+        n_subject_at_start: Facts whose subject starts the prompt (position 0, the attention
+            sink; 0 with ``bos``).
         prompts: The facts' prompts.
         top_layers: Per fact, its top-k MLP layers (at the last subject token).
         seconds: Wall time.
@@ -93,6 +97,8 @@ class DatasetTrace(Result):
     window: int = 10
     samples: int = 10
     noise_std: float = 0.0
+    bos: bool = False
+    n_subject_at_start: int = 0
     prompts: tuple[str, ...] = ()
     top_layers: tuple[tuple[int, ...], ...] = ()
     seconds: float = 0.0
@@ -141,7 +147,8 @@ class DatasetTrace(Result):
             "counts": self.counts.tolist(),
             "average_effects": {k: self.effect(k).tolist() for k in self.kinds},
             "top_layers": [list(t) for t in self.top_layers], "window": self.window, "samples": self.samples,
-            "noise_std": self.noise_std, "seconds": self.seconds,
+            "noise_std": self.noise_std, "bos": self.bos, "n_subject_at_start": self.n_subject_at_start,
+            "seconds": self.seconds,
         }
 
 
@@ -156,7 +163,9 @@ def trace_dataset(
     """Average indirect effect over many facts, grouped by token class.
 
     Each fact is traced with :func:`causal_trace` (noise seed ``seed + index``, one ν for the
-    whole dataset); per fact the class's tokens are averaged, then the facts having that class.
+    whole dataset: with ``noise_from="subjects"`` the std of these facts' subject embeddings, as
+    ROME); per fact the class's tokens are averaged, then the facts having that class. Facts whose
+    subject starts the prompt without a BOS are counted and warned about once.
 
     Args:
         model: The model.
@@ -182,16 +191,19 @@ def trace_dataset(
     facts = list(facts)
     if not facts:
         raise EmptyDatasetError("trace_dataset got no facts; give at least one fact (prompt and subject)")
-    nu = cfg.noise_std if cfg.noise_std is not None else embedding_noise_std(model, cfg.noise_factor)
+    nu = noise_level(model, cfg, [f["subject"] for f in facts])
     kinds = tuple(cfg.kinds)
     sums = torch.zeros(len(kinds), len(TOKEN_CLASSES), len(layers_t), dtype=torch.float64)
     counts = torch.zeros(len(TOKEN_CLASSES), dtype=torch.long)
     clean, corrupt, prompts, tops = [], [], [], []
+    at_start = 0
     for i, f in enumerate(tqdm(facts, desc="trace dataset", disable=not progress)):
         target = None
         if cfg.use_attribute:
             target = f.get("target") or (" " + f["attribute"].strip() if f.get("attribute") else None)
-        tr = causal_trace(model, f["prompt"], f["subject"], target, config=cfg.replace(noise_std=nu, seed=cfg.seed + i))
+        tr = causal_trace(model, f["prompt"], f["subject"], target, config=cfg.replace(noise_std=nu, seed=cfg.seed + i),
+                          warn=False)
+        at_start += tr.subject_at_start
         eff = tr.indirect_effect.double()
         for ci, pos in enumerate(token_classes(len(tr.tokens), tr.subject_range).values()):
             if pos:
@@ -201,12 +213,20 @@ def trace_dataset(
         corrupt.append(tr.corrupted_prob)
         prompts.append(f["prompt"])
         tops.append(tuple(tr.top_layers(cfg.top_k)))
+    if at_start:
+        warnings.warn(
+            f"{at_start} of {len(facts)} facts have the subject at the start of the prompt (position 0, the model's "
+            "attention sink): noising it also corrupts what every later token attends to; pass bos=True (--bos) to "
+            "prepend the BOS token",
+            SubjectWarning, stacklevel=2,
+        )
     effects = (sums / counts.clamp(min=1)[None, :, None]).float()
     effects[:, counts == 0] = float("nan")
     return DatasetTrace(
         effects=effects, counts=counts, clean_prob=float(sum(clean) / len(clean)),
         corrupted_prob=float(sum(corrupt) / len(corrupt)), n_facts=len(facts), kinds=kinds, layers=layers_t,
-        window=cfg.window, samples=cfg.samples, noise_std=float(nu), prompts=tuple(prompts), top_layers=tuple(tops),
+        window=cfg.window, samples=cfg.samples, noise_std=float(nu), bos=cfg.bos, n_subject_at_start=at_start,
+        prompts=tuple(prompts), top_layers=tuple(tops),
         seconds=time.perf_counter() - t0, model_name=model.name,
         provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )

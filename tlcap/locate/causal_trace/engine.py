@@ -26,7 +26,8 @@ def _result(setup: TraceSetup, scores: Tensor, seconds: float) -> CausalTrace:
         prompt=setup.prompt, subject=setup.subject, target=setup.target, target_id=setup.target_id,
         tokens=tuple(m.to_str_tokens(setup.tokens[0])), subject_range=tuple(setup.subject_range),
         kinds=setup.kinds, layers=setup.layers, window=cfg.window, samples=setup.samples,
-        noise_std=setup.noise_std, seed=cfg.seed, top_k=cfg.top_k, seconds=seconds, model_name=m.name,
+        noise_std=setup.noise_std, seed=cfg.seed, bos=cfg.bos, subject_at_start=setup.subject_at_start,
+        top_k=cfg.top_k, seconds=seconds, model_name=m.name,
         provenance=Provenance.collect(m, config=cfg, seed=cfg.seed),
     )
 
@@ -125,6 +126,7 @@ def causal_trace(
     target: str | None = None,
     *,
     config: TraceConfig | None = None,
+    warn: bool = True,
     progress: bool = False,
     **overrides: Any,
 ) -> CausalTrace:
@@ -136,6 +138,7 @@ def causal_trace(
         subject: The subject as written in the prompt (``"France"``); its tokens are noised.
         target: The answer (first token scored); ``None`` = the model's clean prediction.
         config: A :class:`TraceConfig` (default: its defaults).
+        warn: Warn when the subject starts the prompt without a BOS (see :func:`prepare_trace`).
         progress: Show a progress bar.
         **overrides: :class:`TraceConfig` fields overriding ``config`` (``samples=5``,
             ``kinds=("mlp",)``, ``layers=[0, 5]``...).
@@ -153,7 +156,7 @@ def causal_trace(
         >>> tr.figure().show()
     """
     t0 = time.perf_counter()
-    setup = prepare_trace(model, prompt, subject, target, config=config, **overrides)
+    setup = prepare_trace(model, prompt, subject, target, config=config, warn=warn, **overrides)
     scores = trace_batched(setup, progress=progress)
     return _result(setup, scores, time.perf_counter() - t0)
 

@@ -40,6 +40,8 @@ class CausalTrace(Result):
         tokens: The prompt's tokens as strings; ``subject_range`` is ``[start, end)``.
         kinds, layers: The axes of ``scores`` (``layers`` may be a subset of the model's).
         window, samples, noise_std, seed: The settings that made the noise and restorations.
+        bos: Whether a BOS token was prepended (``tokens[0]`` is then the BOS).
+        subject_at_start: The subject's first token is at position 0 (the attention sink).
         top_k: Located layers reported by :meth:`summary`.
         seconds: Wall time.
         model_name: ``Model.name``.
@@ -60,6 +62,8 @@ class CausalTrace(Result):
     samples: int = 10
     noise_std: float = 0.0
     seed: int = 0
+    bos: bool = False
+    subject_at_start: bool = False
     top_k: int = 3
     seconds: float = 0.0
     model_name: str = ""
@@ -152,7 +156,7 @@ class CausalTrace(Result):
             "top_layers": self.top_layers(k),
             "top_layers_by_kind": {kind: self.top_layers(k, kind=kind) for kind in self.kinds},
             "window": self.window, "samples": self.samples, "noise_std": self.noise_std,
-            "seed": self.seed, "seconds": self.seconds,
+            "seed": self.seed, "bos": self.bos, "subject_at_start": self.subject_at_start, "seconds": self.seconds,
         }
 
 

@@ -8,7 +8,8 @@ restorations (:meth:`TraceSetup.restored_prob`) and provides the noise hooks the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tlcap.data.knowns import load_known_facts
+from tlcap.errors import EmptyDatasetError
 from tlcap.locate.causal_trace.config import KIND_SITES, TraceConfig
+from tlcap.locate.subjects import SubjectWarning, sink_message
 from tlcap.models.adapter import HookList, Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
@@ -72,6 +76,54 @@ def embedding_noise_std(model: Model, factor: float = 3.0) -> float:
     return float(factor * model.W_E.detach().float().std())
 
 
+def subject_noise_std(model: Model, subjects: Sequence[str], factor: float = 3.0) -> float:
+    """ν = ``factor`` × the standard deviation of the subjects' token embeddings (ROME's "s3").
+
+    ROME's ``collect_embedding_std`` (``experiments/causal_trace.py``): each subject is tokenised
+    on its own (no BOS, no leading space), the embeddings of all its tokens are gathered over all
+    subjects (repeats included), and the standard deviation is taken over every entry.
+
+    Args:
+        model: The model.
+        subjects: The subjects (ROME: the traced dataset's).
+        factor: The factor (ROME: 3).
+
+    Returns:
+        ν as a float.
+
+    Raises:
+        EmptyDatasetError: no subject gives a token.
+    """
+    ids = [i for s in subjects for i in model.encode(s, prepend_bos=False, check_length=False)]
+    if not ids:
+        raise EmptyDatasetError("no subject tokens to take the embedding standard deviation over; give subjects")
+    W_E = model.W_E.detach()
+    return float(factor * W_E[torch.tensor(ids, device=W_E.device)].float().std())
+
+
+def known_subjects() -> list[str]:
+    """The subjects of ROME's known facts (:func:`tlcap.data.load_known_facts`)."""
+    return [f["subject"] for f in load_known_facts()]
+
+
+def noise_level(model: Model, config: TraceConfig, subjects: Sequence[str] | None = None) -> float:
+    """ν for a trace: ``config.noise_std`` if set, else ``noise_factor`` × the std ``noise_from`` names.
+
+    Args:
+        model: The model.
+        config: The trace settings.
+        subjects: The subjects for ``noise_from="subjects"`` (default: ROME's known facts').
+
+    Returns:
+        ν as a float.
+    """
+    if config.noise_std is not None:
+        return float(config.noise_std)
+    if config.noise_from == "embedding":
+        return embedding_noise_std(model, config.noise_factor)
+    return subject_noise_std(model, known_subjects() if subjects is None else subjects, config.noise_factor)
+
+
 @dataclass
 class TraceSetup:
     """Everything the clean / corrupted runs share: tokens, subject span, noise, clean states.
@@ -90,6 +142,7 @@ class TraceSetup:
         layers: The traced layers.
         clean: Clean states of every restorable hook (``[1, pos, d_model]`` each).
         clean_prob, corrupted_prob: Target probability in the clean / corrupted run.
+        subject_at_start: The subject's first token is at position 0 (no BOS before it).
     """
 
     model: Model
@@ -106,6 +159,7 @@ class TraceSetup:
     clean: dict[str, Tensor]
     clean_prob: float
     corrupted_prob: float = float("nan")
+    subject_at_start: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -195,6 +249,7 @@ def prepare_trace(
     target: str | None = None,
     *,
     config: TraceConfig | None = None,
+    warn: bool = True,
     **overrides: Any,
 ) -> TraceSetup:
     """Clean run, noise draws and corrupted probability for :func:`causal_trace`.
@@ -205,6 +260,8 @@ def prepare_trace(
         subject: The subject as written in the prompt (its tokens are noised).
         target: The answer whose first token is scored (``None``: the clean run's top token).
         config: A :class:`TraceConfig` (default: its defaults).
+        warn: Warn (:class:`~tlcap.locate.subjects.SubjectWarning`) when the subject starts the
+            prompt without a BOS (dataset mode counts these instead).
         **overrides: :class:`TraceConfig` fields overriding ``config`` (``samples=5``...).
 
     Returns:
@@ -220,8 +277,10 @@ def prepare_trace(
     """
     cfg = TraceConfig.resolve(config, **overrides)
     layers = cfg.check_layers(model.n_layers, model.name)
-    tokens = model.to_tokens(prompt)
-    span = subject_span(model, prompt, subject)
+    tokens = model.to_tokens(prompt, prepend_bos=cfg.bos)
+    span = model.subject_span(prompt, subject, prepend_bos=cfg.bos).range
+    if span[0] == 0 and warn:
+        warnings.warn(sink_message(prompt, subject), SubjectWarning, stacklevel=3)
     names = sorted({get_site(KIND_SITES[k]).hook_name(l) for k in cfg.kinds for l in range(model.n_layers)})
     logits, clean = model.run_with_cache(tokens, names)
     probs = logits[0, -1].float().softmax(-1)
@@ -230,15 +289,17 @@ def prepare_trace(
         target = model.to_str_tokens([tid])[0]
     else:
         tid = model.target_ids(prompt, target)[0]
-    nu = float(cfg.noise_std) if cfg.noise_std is not None else embedding_noise_std(model, cfg.noise_factor)
+    nu = noise_level(model, cfg)
     g = torch.Generator(device="cpu").manual_seed(cfg.seed)
     noise = (torch.randn(cfg.samples, span[1] - span[0], model.d_model, generator=g) * nu).to(model.device)
     setup = TraceSetup(
         model=model, prompt=prompt, subject=subject, target=target, tokens=tokens, subject_range=span,
         target_id=tid, noise=noise, noise_std=nu, config=cfg, layers=layers, clean=clean, clean_prob=float(probs[tid]),
+        subject_at_start=span[0] == 0,
     )
     setup.corrupted_prob = setup.restored_prob([])
     return setup
 
 
-__all__ = ["TraceSetup", "embedding_noise_std", "prepare_trace", "subject_span", "window_layers"]
+__all__ = ["TraceSetup", "embedding_noise_std", "known_subjects", "noise_level", "prepare_trace", "subject_noise_std",
+           "subject_span", "window_layers"]
