@@ -82,10 +82,10 @@ def main() -> None:
     key_covariance(model, [layer], n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len)
     t_cov = time.perf_counter() - t0
     edit_times, steps = [], []
-    for i in range(n_edits):
+    for _ in range(n_edits):
         W0 = model.mlp_down_matrix(layer).clone()
         t0 = time.perf_counter()
-        e = rome_edit(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", layer, cfg)
+        e = rome_edit(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", layer, config=cfg)
         edit_times.append(time.perf_counter() - t0)
         steps.append(len(e.losses))
         e.undo()
@@ -111,8 +111,10 @@ def main() -> None:
     print(f"{'speedup (loop / batched)':<62} {res['speedup']:9.1f}x")
     print(f"{'max |batched − loop| on measured cells':<62} {max_err:9.2e}")
     print(f"{'key covariance, ' + str(cfg.cov_tokens) + ' tokens' + (' (cached)' if cached else ''):<62} {t_cov:9.1f}")
-    print(f"{'ROME edit (layer %d, %s Adam steps), mean of %d' % (layer, steps, n_edits):<62} {res['rome_edit_mean_s']:9.1f}")
-    print(f"(cells = 3 kinds × {T} tokens × {L} layers = {n_cells}; {samples} noise samples; 1-min load avg {res['load_avg_1m']:.1f})")
+    edit_label = f"ROME edit (layer {layer}, {steps} Adam steps), mean of {n_edits}"
+    print(f"{edit_label:<62} {res['rome_edit_mean_s']:9.1f}")
+    print(f"(cells = 3 kinds × {T} tokens × {L} layers = {n_cells}; {samples} noise samples; "
+          f"1-min load avg {res['load_avg_1m']:.1f})")
     out = Path(__file__).parent / "results" / "bench_trace.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))

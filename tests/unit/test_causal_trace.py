@@ -3,20 +3,32 @@ equality of the batched trace with the one-cell-at-a-time reference."""
 
 from __future__ import annotations
 
+import json
+import warnings
+
 import pytest
 import torch
 
+from tlcap.errors import InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace import (
     KINDS,
+    TOKEN_CLASSES,
     CausalTrace,
+    DatasetTrace,
     SubjectNotFoundError,
+    TraceConfig,
     causal_trace,
+    known_subjects,
     prepare_trace,
+    subject_noise_std,
     subject_span,
     token_classes,
+    trace_dataset,
     trace_reference,
     window_layers,
 )
+from tlcap.locate.subjects import SubjectWarning
+from tlcap.results import load_result
 
 PROMPT = "The capital of France is"
 SUBJECT = "capital of France"
@@ -97,3 +109,113 @@ def test_token_classes():
                  "further": [5, 6], "last": [7]}
     c1 = token_classes(3, (0, 1))
     assert c1["first subject"] == c1["last subject"] == [0] and c1["middle subject"] == [] and c1["last"] == [2]
+
+
+def test_trace_config_fails_at_construction_before_any_forward(tiny_gpt2, monkeypatch):
+    for kw, msg in [
+        ({"samples": 0}, "samples (--samples) must be >= 1, got 0"),
+        ({"window": 0}, "window (--window) must be >= 1, got 0"),
+        ({"noise_std": 0.0}, "noise_std (--noise) must be > 0, got 0"),
+        ({"kinds": ("resid", "foo")}, "unknown kind 'foo' (--kinds); choose one of: resid, mlp, attn"),
+        ({"kinds": ()}, "kinds (--kinds) must hold at least 1 item, got 0"),
+        ({"layers": (0, -1)}, "layers[1] (--layers) must be >= 0, got -1"),
+        ({"batch_rows": 0}, "batch_rows (--batch-rows) must be >= 1, got 0"),
+    ]:
+        with pytest.raises(InvalidConfigError) as info:
+            TraceConfig(**kw)
+        assert str(info.value) == msg, kw
+    cfg = TraceConfig(kinds=["mlp"], layers=[1, 0])
+    assert cfg.kinds == ("mlp",) and cfg.layers == (1, 0)
+    assert TraceConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+    def no_forward(*a, **k):
+        raise AssertionError("a forward pass ran before the layers were checked")
+
+    monkeypatch.setattr(tiny_gpt2, "run_with_cache", no_forward)
+    with pytest.raises(InvalidConfigError) as info:
+        causal_trace(tiny_gpt2, PROMPT, SUBJECT, layers=[1, 2])
+    assert str(info.value) == "layers (--layers) [2] out of range for gpt2-tiny-random-seed0 (2 layers: 0..1)"
+    with pytest.raises(UnknownNameError):
+        causal_trace(tiny_gpt2, PROMPT, SUBJECT, kinds=("mlpp",))
+
+
+def test_results_meet_the_contract(tiny_llama, tmp_path):
+    cfg = TraceConfig(kinds=("mlp", "attn"), samples=2, window=2, seed=3)
+    tr = causal_trace(tiny_llama, PROMPT, "France", config=cfg)
+    assert tr.provenance.config == cfg.to_dict() and tr.provenance.seed == 3
+    assert tr.provenance.model_name == tiny_llama.name
+    s = tr.summary()
+    assert s["mode"] == "single" and s["model"] == tiny_llama.name and s["scores"]["resid"] is None
+    df = tr.to_frame()
+    assert list(df.columns) == ["kind", "token_idx", "token", "layer", "score", "effect"]
+    assert len(df) == 2 * len(tr.tokens) * tiny_llama.n_layers
+    # effect = score - corrupted, row by row
+    assert (df["score"] - df["effect"]).sub(tr.corrupted_prob).abs().max() < 1e-6
+    back = load_result(tr.save(tmp_path / "t"))
+    assert isinstance(back, CausalTrace) and torch.equal(back.scores, tr.scores) and back.provenance.seed == 3
+    assert back.tokens == tr.tokens and back.summary() == s
+
+    facts = [{"prompt": PROMPT, "subject": "France"}, {"prompt": "Paris is the capital of", "subject": "Paris"}]
+    ds = trace_dataset(tiny_llama, facts, config=cfg)
+    s = ds.summary()
+    assert s["mode"] == "dataset" and s["n_facts"] == 2 and ds.provenance.config["kinds"] == ["mlp", "attn"]
+    df = ds.to_frame()
+    assert list(df.columns) == ["kind", "token_class", "layer", "effect", "n_facts"]
+    assert len(df) == 2 * len(TOKEN_CLASSES) * tiny_llama.n_layers
+    # the per-class average is the mean over facts of each fact's class mean (recomputed here)
+    trs = [causal_trace(tiny_llama, f["prompt"], f["subject"], config=cfg.replace(noise_std=ds.noise_std, seed=3 + i))
+           for i, f in enumerate(facts)]
+    last = torch.stack([t.effect("mlp")[t.subject_range[1] - 1] for t in trs]).mean(0)
+    assert torch.allclose(ds.effect("mlp")[TOKEN_CLASSES.index("last subject")], last, atol=1e-6)
+    back = load_result(ds.save(tmp_path / "d"))
+    assert isinstance(back, DatasetTrace) and torch.equal(back.counts, ds.counts)
+    assert json.dumps(back.summary()) == json.dumps(s)  # NaN for the class no fact has
+    assert len(ds.figure().data) == 2 and len(ds.line_figure().data) == 2
+
+
+def test_noise_is_rome_subject_embedding_std(tiny_gpt2):
+    """ν = 3 × std of the subjects' token embeddings (ROME's collect_embedding_std); checked to fail
+    before the fix (ν was 3 × std of all of W_E)."""
+    W = tiny_gpt2.W_E.detach().float()
+    subjects = ["France", "The Eiffel Tower", "France"]  # repeats count, as in ROME
+    ids = [i for s in subjects for i in tiny_gpt2.encode(s, prepend_bos=False)]
+    assert subject_noise_std(tiny_gpt2, subjects) == pytest.approx(3 * float(W[ids].std()), rel=1e-6)
+    # one fact: the subjects of ROME's known facts, as ROME's notebook
+    known = [i for s in known_subjects() for i in tiny_gpt2.encode(s, prepend_bos=False)]
+    setup = prepare_trace(tiny_gpt2, PROMPT, SUBJECT, samples=2, window=1)
+    assert setup.noise_std == pytest.approx(3 * float(W[known].std()), rel=1e-6)
+    assert setup.noise_std != pytest.approx(3 * float(W.std()), rel=1e-3)
+    # the literal W_E variant is kept
+    emb = prepare_trace(tiny_gpt2, PROMPT, SUBJECT, samples=2, window=1, noise_from="embedding", noise_factor=2.0)
+    assert emb.noise_std == pytest.approx(2 * float(W.std()), rel=1e-6)
+    # dataset mode: the traced facts' subjects
+    facts = [{"prompt": PROMPT, "subject": "France"}, {"prompt": "Paris is the capital of", "subject": "Paris"}]
+    ds = trace_dataset(tiny_gpt2, facts, samples=1, window=1, kinds=("mlp",))
+    assert ds.noise_std == pytest.approx(subject_noise_std(tiny_gpt2, ["France", "Paris"]), rel=1e-9)
+
+
+def test_bos_prepends_the_token_and_the_sink_warning(tiny_llama):
+    """bos=True: the BOS is token 0, the subject moves to 1, the clean run is the model's on the
+    BOS-prefixed prompt; a subject at position 0 without it warns (dataset mode counts)."""
+    prompt, subject = "France is a country in", "France"
+    with pytest.warns(SubjectWarning, match=r"subject 'France' starts the prompt .* pass bos=True \(--bos\)"):
+        plain = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",))
+    assert plain.subject_range == (0, 1) and plain.subject_at_start and not plain.bos
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",), bos=True)
+    bos_id = tiny_llama.special_token_id("bos")
+    bos_id = tiny_llama.special_token_id("eos") if bos_id is None else bos_id
+    ids = tiny_llama.encode(prompt, prepend_bos=True)
+    assert ids[0] == bos_id and len(tr.tokens) == len(plain.tokens) + 1
+    assert tr.subject_range == (1, 2) and not tr.subject_at_start and tr.bos
+    probs = tiny_llama.last_logits(tiny_llama.encode_batch([ids]))[0].float().softmax(-1)
+    assert tr.clean_prob == pytest.approx(float(probs[tr.target_id]), rel=1e-5)
+    assert tr.summary()["bos"] is True and tr.summary()["subject_at_start"] is False
+    facts = [{"prompt": prompt, "subject": subject}, {"prompt": PROMPT, "subject": "France"}]
+    with pytest.warns(SubjectWarning, match=r"1 of 2 facts have the subject at the start"):
+        ds = trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",))
+    assert ds.n_subject_at_start == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",), bos=True).n_subject_at_start == 0

@@ -42,7 +42,6 @@ PENDING: dict[str, tuple[str, ...]] = {
     "KnowledgeSynapses": ("summary", "figure"),
     "MappingResult": ("summary",),
     "ModificationResult": ("summary",),
-    "RomeEditResult": ("figure",),
     "SizeSweep": ("summary",),
     "SynapseResult": ("summary",),
     "TaskAccuracy": ("summary", "figure"),

@@ -3,10 +3,15 @@ covariance caching, and the value optimisation reducing its loss."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from tlcap.errors import InvalidConfigError
 from tlcap.intervene.covariance import covariance_path, key_covariance, solve_key
-from tlcap.intervene.rome import RomeConfig, RomeSweep, _keys, evaluate_rome, rome_edit
+from tlcap.intervene.rome import RomeConfig, RomeSweep, ValueRows, evaluate_rome, rome_edit, subject_keys, value_loss
+from tlcap.intervene.rome import evaluate as rome_evaluate
+from tlcap.results import load_result
+from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 
 PROMPT = "The capital of France is"
@@ -36,13 +41,13 @@ def test_rank_one_update_hits_value_and_undo_is_exact(tiny_gpt2):
     W = tiny_gpt2.mlp_out_weight(layer).param
     before = {n: p.detach().clone() for n, p in tiny_gpt2.backend.named_parameters()}
     W_before = tiny_gpt2.mlp_down_matrix(layer).clone()
-    _, v0 = _keys(tiny_gpt2, layer, [PROMPT], SUBJECT, [0])
+    _, v0 = subject_keys(tiny_gpt2, layer, [PROMPT], SUBJECT, [0])
     cov = key_covariance(tiny_gpt2, [layer], n_tokens=CFG.cov_tokens, seq_len=CFG.cov_seq_len)[layer]
-    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer, CFG, cov=cov) as edit:
+    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer, config=CFG, cov=cov) as edit:
         dW = tiny_gpt2.mlp_down_matrix(layer) - W_before
         assert torch.linalg.matrix_rank(dW.double(), rtol=1e-4).item() == 1  # float32 rounding noise
         # Closed form: the edited layer now outputs v0 + delta at the prompt's subject token.
-        _, v1 = _keys(tiny_gpt2, layer, [PROMPT], SUBJECT, [0])
+        _, v1 = subject_keys(tiny_gpt2, layer, [PROMPT], SUBJECT, [0])
         assert torch.allclose(v1[0], v0[0] + edit.delta, atol=1e-4, rtol=1e-4)
         assert edit.delta.norm() > 0
         # u = C^-1 k* (ridge-regularised).
@@ -70,3 +75,146 @@ def test_evaluate_restores_and_reports(tiny_llama, tmp_path):
     for key in ("efficacy", "paraphrase", "specificity", "new_prob_before", "new_prob_after"):
         assert len(s[key]) == 1
     assert len(sweep.figure().data) >= 4
+
+
+def test_weights_restored_on_every_exit_path(tiny_llama, monkeypatch):
+    W = tiny_llama.mlp_out_weight(0).param
+    W0 = W.detach().clone()
+    # an exception inside the edit context
+    with pytest.raises(KeyError):
+        with rome_edit(tiny_llama, PROMPT, SUBJECT, " Rome", 0, config=CFG):
+            assert not torch.equal(W, W0)  # the edit is in place here
+            raise KeyError("inside the edit")
+    assert torch.equal(W, W0)
+    # a measurement of evaluate_rome failing while the model is edited
+    calls = []
+    real = rome_evaluate.target_logprobs
+
+    def fail_second(model, items):
+        calls.append(torch.equal(W, W0))
+        if len(calls) == 2:
+            raise RuntimeError("measurement failed")
+        return real(model, items)
+
+    monkeypatch.setattr(rome_evaluate, "target_logprobs", fail_second)
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        evaluate_rome(tiny_llama, PROMPT, SUBJECT, " Rome", 0, config=CFG)
+    assert calls == [True, False]  # the second measurement ran on the edited model
+    assert torch.equal(W, W0)
+
+
+def test_layer_and_config_errors_before_any_work(tiny_gpt2, monkeypatch):
+    def no_forward(*a, **k):
+        raise AssertionError("work started before the layer was checked")
+
+    monkeypatch.setattr(tiny_gpt2, "logits", no_forward)
+    with pytest.raises(InvalidConfigError) as info:
+        rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", 2, config=CFG)
+    assert str(info.value) == "layer (--layer) 2 out of range for gpt2-tiny-random-seed0 (2 layers: 0..1)"
+    with pytest.raises(InvalidConfigError, match=r"layer \(--layer\) must be >= 0, got -1"):
+        evaluate_rome(tiny_gpt2, PROMPT, SUBJECT, " Rome", -1, config=CFG)
+    with pytest.raises(InvalidConfigError, match=r"clamp_norm_factor \(--clamp-norm-factor\) must be > 0, got 0"):
+        rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", 0, clamp_norm_factor=0.0)
+
+
+def test_edit_results_meet_the_contract(tiny_llama, tmp_path):
+    res = evaluate_rome(tiny_llama, PROMPT, SUBJECT, " Rome", 1, neighbourhood=["The sky is"], config=CFG)
+    assert res.provenance.config == CFG.to_dict() and res.provenance.model_name == tiny_llama.name
+    s = res.summary()
+    assert s["mode"] == "single" and s["model"] == tiny_llama.name and s["layer"] == 1
+    assert s["losses"] == list(res.losses) and len(res.losses) >= 1
+    assert res.to_frame().to_dict("records")[0]["new_prob_after"] == res.new_prob_after
+    fig = res.figure()
+    assert [t.name for t in fig.data] == ["before", "after", "loss"]
+    assert list(fig.data[1].y) == [res.new_prob_after, res.old_prob_after]
+    back = load_result(res.save(tmp_path / "r"))
+    assert back == res and back.provenance.seed == CFG.seed
+
+
+def _official_terms(model, layer, cfg, delta, kl_init=None):
+    """ROME's compute_v objective written out by hand: rows, NLL per row, KL(current ‖ init), ‖δ‖/‖v₀‖²."""
+    t_ids = model.target_ids(PROMPT, " Rome")
+    texts = [p + PROMPT for p in cfg.prefixes]
+    rows = [model.encode(t) + t_ids[:-1] for t in texts] + [model.encode(SUBJECT + " is a")]
+    look = [model.subject_span(t, SUBJECT, start=len(p)).last for p, t in zip(cfg.prefixes, texts)]
+    look.append(model.subject_span(SUBJECT + " is a", SUBJECT).last)
+    batch = model.encode_batch(rows)
+    hook = (model.hook_name("mlp_out", layer), H.add_rows(torch.arange(len(rows)), torch.tensor(look), delta))
+    logp = model.logits(batch, hooks=[hook]).double().log_softmax(-1)
+    start = [len(model.encode(t)) - 1 for t in texts]
+    nll_each = [-sum(logp[r, start[r] + j, tid] for j, tid in enumerate(t_ids)) / len(t_ids) for r in range(len(texts))]
+    nll = torch.stack(nll_each).mean()
+    cur = logp[len(texts), look[-1]]
+    init = cur.detach() if kl_init is None else kl_init
+    kl = (cur.exp() * (cur - init)).sum()                    # KL(current ‖ init)
+    kl_reverse = (init.exp() * (init - cur)).sum()           # KL(init ‖ current), the old direction
+    _, v0 = subject_keys(model, layer, [PROMPT], SUBJECT, [0])
+    wd = cfg.weight_decay * delta.norm() / v0[0].norm() ** 2
+    return nll, kl, kl_reverse, wd, cur.detach(), v0[0]
+
+
+def test_value_objective_is_the_official_compute_v(tiny_gpt2):
+    """Checked to fail before the fix (KL(init ‖ current), wd·‖δ‖²/‖v₀‖², stop on the NLL, `steps` updates)."""
+    layer = 0
+    cfg = RomeConfig(steps=2, lr=0.5, kl_factor=0.7, weight_decay=0.5, clamp_norm_factor=1e3, stop_loss=0.0,
+                     prefixes=("", "Here is a fact. "), cov_tokens=512, cov_seq_len=64)
+    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer, config=cfg) as edit:
+        pass
+    # step 0 (δ = 0): the total is the NLL alone
+    zero = torch.zeros(tiny_gpt2.d_model, requires_grad=True)
+    nll0, kl0, _, wd0, kl_init, v0 = _official_terms(tiny_gpt2, layer, cfg, zero)
+    assert float(kl0) == 0.0 and float(wd0) == 0.0
+    assert edit.steps[0].total == pytest.approx(float(nll0), rel=1e-5)
+    # steps=2: one Adam update from δ = 0 (the official loop's last iteration only evaluates)
+    (nll0 + cfg.kl_factor * kl0 + wd0).backward()
+    g = zero.grad
+    delta1 = -cfg.lr * g / (g.abs() + 1e-8)  # Adam's first step
+    assert len(edit.steps) == 2
+    assert torch.allclose(edit.delta, delta1.float(), atol=1e-5)
+    # step 1: every term by hand at δ₁
+    nll1, kl1, kl1_rev, wd1, _, _ = _official_terms(tiny_gpt2, layer, cfg, edit.delta.double(), kl_init)
+    s1 = edit.steps[1]
+    assert s1.nll == pytest.approx(float(nll1), rel=1e-5)
+    assert s1.kl == pytest.approx(float(kl1), abs=5e-6)
+    assert abs(float(kl1) - float(kl1_rev)) > 2e-5  # KL(init ‖ current) is 4e-5 away: the test tells them apart
+    assert s1.weight_decay == pytest.approx(0.5 * float(edit.delta.norm() / v0.norm() ** 2), rel=1e-5)
+    assert s1.weight_decay == pytest.approx(float(wd1), rel=1e-5)
+    assert float(wd1) != pytest.approx(0.5 * float(edit.delta.norm() ** 2 / v0.norm() ** 2), rel=1e-2)
+    assert edit.losses == [edit.steps[0].total, s1.total]
+    assert s1.total == pytest.approx(float(nll1 + cfg.kl_factor * kl1 + wd1), rel=1e-5)
+
+    # early stop on the total loss, checked before the update. With a small weight decay the total
+    # falls from step 0 to step 1 (the first update does not depend on the decay: its gradient is 0 at δ = 0)
+    small = cfg.replace(weight_decay=1e-4)
+    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer, config=small) as e:
+        t0, t1 = e.steps
+    assert t1.nll < t1.total < t0.total
+    # a threshold just above the step-1 total stops there, with δ₁ (no update after the check)
+    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer, config=small.replace(steps=5, stop_loss=t1.total + 1e-4)) as e:
+        assert len(e.steps) == 2 and torch.allclose(e.delta, edit.delta)
+    # a threshold between the step-1 NLL and total does not stop there (the NLL alone would have)
+    with rome_edit(tiny_gpt2, PROMPT, SUBJECT, " Rome", layer,
+                   config=small.replace(steps=3, stop_loss=(t1.nll + t1.total) / 2)) as e:
+        assert len(e.steps) == 3
+
+
+def test_value_loss_kl_direction_and_averaging_by_hand():
+    """value_loss on hand-made logits: KL(current ‖ init), NLL per row / n tokens then mean, wd·‖δ‖/‖v₀‖²."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 4, 6, generator=g) * 2  # rows 0-1 rewrite, row 2 the KL row
+    rows = ValueRows(tokens=torch.zeros(3, 4, dtype=torch.long), look=torch.tensor([1, 1, 2]),
+                     target_rows=torch.tensor([0, 0, 1, 1]), target_pos=torch.tensor([1, 2, 0, 1]),
+                     target_ids=torch.tensor([3, 5, 3, 5]), n_rewrite=2, n_target=2)
+    init = torch.log_softmax(torch.tensor([[2.0, -1.0, 0.5, 0.0, 3.0, -2.0]]), -1)
+    delta = torch.tensor([3.0, 4.0])  # ‖δ‖ = 5
+    cfg = RomeConfig(kl_factor=0.25, weight_decay=0.5)
+    t = value_loss(logits, rows, init, delta, 2.0, cfg)
+    lp = logits.log_softmax(-1)
+    nll = -((lp[0, 1, 3] + lp[0, 2, 5]) / 2 + (lp[1, 0, 3] + lp[1, 1, 5]) / 2) / 2
+    p, q = lp[2, 2].exp(), init[0].exp()
+    kl = (p * (p / q).log()).sum()
+    assert float(t.nll) == pytest.approx(float(nll), rel=1e-6)
+    assert float(t.kl) == pytest.approx(float(kl), rel=1e-6)
+    assert float(t.kl) != pytest.approx(float((q * (q / p).log()).sum()), rel=1e-2)
+    assert float(t.weight_decay) == pytest.approx(0.5 * 5 / 4)
+    assert float(t.total) == pytest.approx(float(nll + 0.25 * kl + 0.625), rel=1e-6)

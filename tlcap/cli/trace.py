@@ -1,136 +1,169 @@
-"""``tlcap trace`` (causal tracing) and ``tlcap edit`` (ROME) commands."""
+"""``tlcap trace`` (causal tracing) and ``tlcap edit`` (ROME): parse → config → call → write outputs."""
 
 from __future__ import annotations
 
-import time
+import re
 from pathlib import Path
 
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import load, out_dir, seed_everything, write_summary
-from tlcap.errors import TlcapError
+from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.config import check_int, check_str
+from tlcap.data.knowns import load_known_facts
+from tlcap.errors import InvalidConfigError
+from tlcap.intervene.rome import RomeConfig, evaluate_rome, rome_sweep
+from tlcap.locate.causal_trace import TraceConfig, causal_trace, trace_dataset
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
-class CliOptionError(TlcapError, ValueError):
-    """A missing or out-of-range command-line option."""
+def parse_layers(spec: str | None, option: str = "--layers") -> list[int] | None:
+    """``"0-5,7,10"`` → ``[0, 1, 2, 3, 4, 5, 7, 10]``; ``None`` or ``""`` → ``None`` (all layers).
 
+    Bounds against the model are checked after it is loaded (before any forward pass).
 
-def _parse_layers(spec: str | None, n_layers: int) -> list[int] | None:
-    """``"0-5,7,10"`` → ``[0, 1, 2, 3, 4, 5, 7, 10]``; ``None`` → all."""
-    if not spec:
+    Raises:
+        InvalidConfigError: a part that is not a layer number ``>= 0`` or a range ``a-b`` with ``a <= b``.
+    """
+    if spec is None or not spec.strip():
         return None
     out: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = part.split("-")
-            out.extend(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    bad = [l for l in out if not 0 <= l < n_layers]
-    if bad:
-        raise CliOptionError(f"layers {bad} out of range (the model has {n_layers} layers, 0..{n_layers - 1}).")
+    for part in (p.strip() for p in spec.split(",")):
+        m = _RANGE.match(part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise InvalidConfigError(
+                f"layers ({option}) cannot read {part!r} in {spec!r}; give layer numbers >= 0 and ranges such as 0-5,10"
+            )
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        out.extend(range(a, b + 1))
     return out
+
+
+def parse_kinds(spec: str) -> tuple[str, ...]:
+    """``"resid,mlp"`` → ``("resid", "mlp")`` (checked by :class:`TraceConfig`)."""
+    return tuple(k.strip() for k in spec.split(",") if k.strip())
 
 
 @app.command("trace")
 def trace_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY)."),
+    model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY) or path."),
     prompt: str | None = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
     subject: str | None = typer.Option(None, help="Subject as written in the prompt (its tokens are noised)."),
     target: str | None = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
-    out: Path = typer.Option(..., help="Output folder (summary.json, figures, result)."),
-    samples: int = typer.Option(10, help="Noise samples per cell."),
-    noise: float | None = typer.Option(None, help="Noise std ν (default noise-factor × std of W_E)."),
-    noise_factor: float = typer.Option(3.0, help="ν = factor × std(W_E) when --noise is not given."),
-    window: int = typer.Option(10, help="Layers restored per MLP/attention cell."),
-    kinds: str = typer.Option("resid,mlp,attn", help="Comma-separated kinds to trace."),
+    out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
+    samples: int = typer.Option(10, help="Noise samples per cell (>= 1)."),
+    noise: float | None = typer.Option(None, help="Noise std ν (> 0; default noise-factor × the std --noise-from names)."),
+    noise_factor: float = typer.Option(3.0, help="ν = factor × std when --noise is not given (> 0; ROME: 3)."),
+    noise_from: str = typer.Option("subjects", help="Std of: subjects (token embeddings of the subjects, ROME) | "
+                                                    "embedding (all of W_E)."),
+    bos: bool = typer.Option(False, "--bos", help="Prepend the model's BOS token so the subject is not at position 0 "
+                                                  "(the attention sink)."),
+    window: int = typer.Option(10, help="Layers restored per MLP/attention cell (>= 1)."),
+    kinds: str = typer.Option("resid,mlp,attn", help="Comma-separated kinds to trace: resid, mlp, attn."),
     layers: str | None = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
     top_k: int = typer.Option(3, help="Located layers reported (CNL uses 3)."),
-    seed: int = typer.Option(0, help="Noise seed."),
-    batch_rows: int = typer.Option(256, help="Rows per forward pass."),
+    seed: int = typer.Option(0, help="Noise seed (>= 0)."),
+    batch_rows: int = typer.Option(256, help="Rows per forward pass (exact; >= 1)."),
     dataset: str | None = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
-                                          "known_1000.json-style file of facts."),
-    n_facts: int = typer.Option(20, help="Dataset mode: number of facts."),
+                                                  "known_1000.json-style file of facts."),
+    n_facts: int = typer.Option(20, help="Dataset mode: number of facts (>= 1)."),
+    use_attribute: bool = typer.Option(False, "--use-attribute", help="Dataset mode: score each fact's attribute "
+                                                                      "instead of the model's own prediction."),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Causal tracing of one fact (or the average over a dataset with --dataset)."""
-    from tlcap.data.knowns import load_known_facts
-    from tlcap.locate.causal_trace import causal_trace, trace_dataset
-    from tlcap.viz import save_figure
-
-    seed_everything(seed)
-    kind_list = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    m = load(model)
-    lay = _parse_layers(layers, m.n_layers)
-    o = out_dir(out)
+    cfg = TraceConfig(kinds=parse_kinds(kinds), layers=parse_layers(layers), window=window, samples=samples,
+                      noise_std=noise, noise_factor=noise_factor, noise_from=noise_from, bos=bos, seed=seed,
+                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows)
     if dataset is not None:
+        if prompt is not None or subject is not None or target is not None:
+            raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject and --target")
+        check_int("n_facts", n_facts, min=1)
         facts = load_known_facts(None if dataset == "known" else dataset, n_facts)
-        ds = trace_dataset(m, facts, kind_list, lay, window, samples, noise, noise_factor, seed, top_k=top_k,
-                           batch_rows=batch_rows, progress=True)
-        ds.save(o / "result")
-        figs = save_figure(ds.figure(), o, "average_effect") + save_figure(ds.line_figure(), o, "average_effect_last_subject")
-        summary = {"model": model, "mode": "dataset", **ds.summary(), "figures": [p.name for p in figs]}
-        write_summary(o, summary)
-        return
-    if not prompt or not subject:
-        raise CliOptionError("trace needs --prompt and --subject (or --dataset FILE for dataset mode).")
-    tr = causal_trace(m, prompt, subject, target, kind_list, lay, window, samples, noise, noise_factor, seed,
-                      batch_rows=batch_rows, progress=True)
-    tr.save(o / "result")
-    figs = save_figure(tr.figure(), o, "causal_trace")
-    summary = {"model": model, "mode": "single", **tr.summary(top_k), "figures": [p.name for p in figs]}
-    write_summary(o, summary)
-    typer.echo(f"clean p={tr.clean_prob:.4f}  corrupted p={tr.corrupted_prob:.4f}  top layers {summary['top_layers']}  "
-               f"({tr.seconds:.1f}s)")
+    else:
+        if prompt is None or subject is None:
+            raise InvalidConfigError("trace needs --prompt and --subject (or --dataset for dataset mode)")
+        check_str("prompt", prompt)
+        check_str("subject", subject)
+        if target is not None:
+            check_str("target", target)
+    with staged_output(out, overwrite=overwrite) as stage:
+        seed_everything(seed)
+        m = load(model)
+        if dataset is not None:
+            ds = trace_dataset(m, facts, config=cfg, progress=True)
+            write_outputs(stage.path, ds, figures={"average_effect": ds.figure(),
+                                                   "average_effect_last_subject": ds.line_figure()})
+        else:
+            tr = causal_trace(m, prompt, subject, target, config=cfg, progress=True)
+            summary = write_outputs(stage.path, tr, figures={"causal_trace": tr.figure()})
+    typer.echo(f"wrote {stage.out}")
+    if dataset is not None:
+        typer.echo(f"{ds.n_facts} facts: clean p={ds.clean_prob:.4f}  corrupted p={ds.corrupted_prob:.4f}  "
+                   f"({ds.seconds:.1f}s)")
+    else:
+        typer.echo(f"clean p={tr.clean_prob:.4f}  corrupted p={tr.corrupted_prob:.4f}  top layers "
+                   f"{summary['top_layers']}  ({tr.seconds:.1f}s)")
 
 
 @app.command("edit")
 def edit_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name."),
+    model: str = typer.Option("smollm2-135m", help="Model name or path."),
     prompt: str = typer.Option(..., help="Prompt containing the subject, e.g. 'The Eiffel Tower is located in'."),
     subject: str = typer.Option(..., help="Subject as written in the prompt."),
     target_new: str = typer.Option(..., help="New object, e.g. ' Rome' (leading space)."),
-    out: Path = typer.Option(..., help="Output folder."),
-    layer: int | None = typer.Option(None, help="Layer to edit (required unless --all-layers)."),
+    out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
+    layer: int | None = typer.Option(None, help="Layer to edit (>= 0; required unless --all-layers)."),
     all_layers: bool = typer.Option(False, "--all-layers", help="Edit each layer separately (restored between)."),
     layers: str | None = typer.Option(None, help="With --all-layers: a subset of layers, e.g. '0-5,10' (default all)."),
     target_old: str | None = typer.Option(None, help="Current object (default: the model's top next token)."),
     paraphrase: list[str] = typer.Option([], help="Paraphrase prompt (repeatable); default two prefixed variants."),
     neighbour: list[str] = typer.Option([], help="Unrelated prompt (repeatable); default 10 generic facts."),
-    steps: int = typer.Option(20, help="Adam steps for the value vector."),
-    lr: float = typer.Option(0.5, help="Adam learning rate."),
-    cov_tokens: int = typer.Option(8192, help="WikiText-2 tokens for the key covariance (cached)."),
-    seed: int = typer.Option(0, help="Seed."),
+    steps: int = typer.Option(20, help="Adam steps for the value vector (>= 1)."),
+    lr: float = typer.Option(0.5, help="Adam learning rate (> 0)."),
+    kl_factor: float = typer.Option(0.0625, help="Weight of the KL essence term (>= 0)."),
+    weight_decay: float = typer.Option(0.5, help="Weight decay of the value vector (>= 0)."),
+    clamp_norm_factor: float = typer.Option(4.0, help="Clamp ‖δ‖ to this factor × ‖v₀‖ (> 0)."),
+    stop_loss: float = typer.Option(0.05, help="Stop the optimisation when the loss falls below this (>= 0)."),
+    cov_tokens: int = typer.Option(8192, help="WikiText-2 tokens for the key covariance (cached; >= 1)."),
+    cov_reg: float = typer.Option(0.01, help="Relative ridge added to the key covariance (>= 0; 0 = ROME)."),
+    seed: int = typer.Option(0, help="Seed (>= 0)."),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """ROME edit at one layer (or at every layer with --all-layers) with efficacy/specificity metrics."""
-    from tlcap.intervene.rome import RomeConfig, evaluate_rome, rome_sweep
-    from tlcap.viz import save_figure
-
-    seed_everything(seed)
-    m = load(model)
-    o = out_dir(out)
-    cfg = RomeConfig(steps=steps, lr=lr, cov_tokens=cov_tokens, seed=seed)
+    cfg = RomeConfig(steps=steps, lr=lr, kl_factor=kl_factor, weight_decay=weight_decay,
+                     clamp_norm_factor=clamp_norm_factor, stop_loss=stop_loss, cov_tokens=cov_tokens, cov_reg=cov_reg,
+                     seed=seed)
+    check_str("prompt", prompt)
+    check_str("subject", subject)
+    check_str("target_new", target_new)
+    if all_layers and layer is not None:
+        raise InvalidConfigError("give --layer L or --all-layers, not both")
+    if not all_layers:
+        if layer is None:
+            raise InvalidConfigError("edit needs --layer L (or --all-layers)")
+        check_int("layer", layer, min=0)
+    sweep_layers = parse_layers(layers)
     paras = list(paraphrase) or None
     neigh = list(neighbour) or None
-    t0 = time.perf_counter()
+    with staged_output(out, overwrite=overwrite) as stage:
+        seed_everything(seed)
+        m = load(model)
+        if all_layers:
+            sweep = rome_sweep(m, prompt, subject, target_new, sweep_layers, target_old, paras, neigh, config=cfg,
+                               progress=True)
+            summary = write_outputs(stage.path, sweep, figures={"rome_layers": sweep.figure()},
+                                    tables={"rome_layers": sweep.to_frame()})
+        else:
+            assert layer is not None
+            res = evaluate_rome(m, prompt, subject, target_new, layer, target_old, paras, neigh, config=cfg,
+                                progress=True)
+            write_outputs(stage.path, res, figures={"rome_edit": res.figure()})
+    typer.echo(f"wrote {stage.out}")
     if all_layers:
-        sweep = rome_sweep(m, prompt, subject, target_new, _parse_layers(layers, m.n_layers), target_old, paras, neigh,
-                           cfg, progress=True)
-        sweep.save(o / "result")
-        figs = save_figure(sweep.figure(), o, "rome_layers")
-        summary = {"model": model, "mode": "all_layers", **sweep.summary(), "figures": [p.name for p in figs],
-                   "seconds_total": time.perf_counter() - t0}
-        write_summary(o, summary)
         typer.echo(f"efficacy by layer: {[int(bool(e)) for e in summary['efficacy']]}")
-        return
-    if layer is None:
-        raise CliOptionError("edit needs --layer L (or --all-layers).")
-    if not 0 <= layer < m.n_layers:
-        _parse_layers(str(layer), m.n_layers)
-    res = evaluate_rome(m, prompt, subject, target_new, layer, target_old, paras, neigh, cfg, progress=True)
-    res.save(o / "result")
-    summary = {"model": model, "mode": "single", **res.summary(), "seconds_total": time.perf_counter() - t0}
-    write_summary(o, summary)
-    typer.echo(f"layer {layer}: efficacy={res.efficacy} paraphrase={res.paraphrase:.2f} specificity={res.specificity:.2f} "
-               f"P(new) {res.new_prob_before:.4f} → {res.new_prob_after:.4f} ({res.seconds:.1f}s)")
+    else:
+        typer.echo(f"layer {layer}: efficacy={res.efficacy} paraphrase={res.paraphrase:.2f} "
+                   f"specificity={res.specificity:.2f} P(new) {res.new_prob_before:.4f} → {res.new_prob_after:.4f} "
+                   f"({res.seconds:.1f}s)")

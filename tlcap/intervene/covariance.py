@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,12 +28,21 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.data.wikitext import load_wikitext
+from tlcap.errors import EmptyDatasetError
 from tlcap.models.adapter import Model
 from tlcap.models.loading import cache_dir
 
 
 def model_fingerprint(model: Model) -> str:
-    """Short hash of the model's shape and a slice of its weights (tells random seeds apart)."""
+    """Short hash of the model's shape and a slice of its weights (tells random seeds apart).
+
+    Args:
+        model: The model.
+
+    Returns:
+        12 hex digits.
+    """
     h = hashlib.sha1(f"{model.name}|{model.n_layers}|{model.d_model}|{model.d_mlp}".encode())
     h.update(model.W_E.detach().float().flatten()[:4096].cpu().numpy().tobytes())
     h.update(model.mlp_down_matrix(0).detach().float().flatten()[:4096].cpu().numpy().tobytes())
@@ -40,6 +50,17 @@ def model_fingerprint(model: Model) -> str:
 
 
 def covariance_path(model: Model, layer: int, n_tokens: int, seq_len: int) -> Path:
+    """Where :func:`key_covariance` caches the covariance of ``layer`` for this sample size.
+
+    Args:
+        model: The model.
+        layer: The layer.
+        n_tokens: Tokens in the sample.
+        seq_len: Window length.
+
+    Returns:
+        The ``.safetensors`` path under ``tlcap.models.cache_dir()/rome_cov``.
+    """
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
     return cache_dir() / "rome_cov" / f"{safe}-{model_fingerprint(model)}" / f"L{layer}_n{n_tokens}_s{seq_len}.safetensors"
 
@@ -52,7 +73,10 @@ def _token_windows(model: Model, texts: Sequence[str], n_tokens: int, seq_len: i
             break
     n = (min(len(ids), n_tokens) // seq_len) * seq_len
     if n == 0:
-        raise ValueError(f"The text sample has {len(ids)} tokens, fewer than one window of {seq_len}.")
+        raise EmptyDatasetError(
+            f"the text sample has {len(ids)} tokens, fewer than one window of {seq_len}; give more text or a "
+            "smaller seq_len"
+        )
     return torch.tensor(ids[:n], dtype=torch.long, device=model.device).reshape(-1, seq_len)
 
 
@@ -70,11 +94,23 @@ def key_covariance(
     """Uncentred second moment of ``mlp_post`` keys per layer, from cache or computed.
 
     Args:
+        model: The model.
         layers: Layers to return.
         n_tokens: Tokens in the sample (rounded down to whole windows).
         seq_len: Window length.
         texts: Text sample; default WikiText-2 (:func:`tlcap.data.wikitext.load_wikitext`).
+        batch_size: Windows per forward pass.
         cache: Read/write the on-disk cache (only for the default text sample).
+        progress: Show a progress bar.
+
+    Returns:
+        Layer → ``C = E[k kᵀ]`` (float32).
+
+    Raises:
+        EmptyDatasetError: the text sample is shorter than one window.
+
+    Example:
+        >>> C = key_covariance(model, [6], n_tokens=8192)[6]
     """
     layers = sorted({int(l) for l in layers})
     out: dict[int, Tensor] = {}
@@ -89,8 +125,6 @@ def key_covariance(
     if not missing:
         return out
     if texts is None:
-        from tlcap.data.wikitext import load_wikitext
-
         texts = load_wikitext()
     windows = _token_windows(model, texts, n_tokens, seq_len)
     names = {l: model.hook_name("mlp_post", l) for l in missing}
@@ -109,12 +143,25 @@ def key_covariance(
         if use_cache:
             p = covariance_path(model, l, n_tokens, seq_len)
             p.parent.mkdir(parents=True, exist_ok=True)
-            save_file({"mom2": c.cpu().contiguous(), "count": torch.tensor(count)}, str(p))
+            tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # written whole, then renamed into place
+            save_file({"mom2": c.cpu().contiguous(), "count": torch.tensor(count)}, str(tmp))
+            os.replace(tmp, p)
     return out
 
 
-def solve_key(cov: Float[Tensor, "d_mlp d_mlp"], key: Float[Tensor, "d_mlp"], reg: float = 1e-2) -> Float[Tensor, "d_mlp"]:
-    """``(C + λI)⁻¹ k`` with ``λ = reg × mean(diag C)`` (a relative ridge; ``reg=0`` is ROME's)."""
+def solve_key(
+    cov: Float[Tensor, "d_mlp d_mlp"], key: Float[Tensor, " d_mlp"], reg: float = 1e-2
+) -> Float[Tensor, " d_mlp"]:
+    """``(C + λI)⁻¹ k`` with ``λ = reg × mean(diag C)`` (a relative ridge; ``reg=0`` is ROME's exact inverse).
+
+    Args:
+        cov: The key second moment ``C``.
+        key: ``k*``.
+        reg: Relative ridge.
+
+    Returns:
+        ``u`` (unnormalised; the update ``δ uᵀ / (uᵀk)`` does not depend on its scale).
+    """
     c = cov.double()
     lam = reg * float(torch.diagonal(c).mean())
     eye = torch.eye(c.shape[0], dtype=c.dtype, device=c.device)

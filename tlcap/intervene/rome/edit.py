@@ -1,0 +1,138 @@
+"""The ROME edit: key, value, and the rank-one update applied as a reversible :class:`WeightEdit`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from tlcap.config import check_int
+from tlcap.errors import InvalidConfigError, SubjectNotFoundError
+from tlcap.intervene.covariance import key_covariance, solve_key
+from tlcap.intervene.rome.config import RomeConfig
+from tlcap.intervene.rome.value import ValueStep, optimise_value, subject_keys, value_rows
+from tlcap.intervene.weights import WeightEdit
+from tlcap.models.adapter import Model
+
+
+class RomeEdit(WeightEdit):
+    """A ROME edit applied in place; ``undo()`` / ``with`` restores the weights exactly.
+
+    Attributes:
+        layer: Edited layer. key: ``k*`` (averaged). prompt_key: the prompt's own key.
+        delta: Optimised δ. u: ``C⁻¹k*``. right: the column of the update (``ΔW = right ⊗ u``).
+        steps: The objective's terms at each optimisation step (:class:`ValueStep`).
+        losses: The total loss minimised, at each step. seconds: Wall time of the edit.
+    """
+
+    layer: int
+    key: Tensor
+    prompt_key: Tensor
+    delta: Tensor
+    u: Tensor
+    right: Tensor
+    steps: list[ValueStep]
+    losses: list[float]
+    seconds: float
+
+    @property
+    def update_norm(self) -> float:
+        """‖ΔW‖ (Frobenius norm of the rank-one update)."""
+        return float(self.right.norm() * self.u.norm())
+
+
+def check_layer(model: Model, layer: int) -> int:
+    """Check that ``layer`` is a layer of ``model``; returns it.
+
+    Raises:
+        InvalidConfigError: ``layer`` is negative or beyond the model.
+    """
+    check_int("layer", layer, min=0)
+    if layer >= model.n_layers:
+        raise InvalidConfigError(
+            f"layer (--layer) {layer} out of range for {model.name} ({model.n_layers} layers: 0..{model.n_layers - 1})"
+        )
+    return layer
+
+
+def rome_edit(
+    model: Model,
+    prompt: str,
+    subject: str,
+    target_new: str,
+    layer: int,
+    *,
+    config: RomeConfig | None = None,
+    cov: Float[Tensor, "d_mlp d_mlp"] | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> RomeEdit:
+    """Apply a ROME edit at ``layer`` and return its handle (already applied).
+
+    Args:
+        model: The model (edited in place, reversibly).
+        prompt: A prompt containing ``subject`` whose continuation is the fact's object.
+        subject: The subject as written in the prompt.
+        target_new: The new object, e.g. ``" Rome"`` (all its tokens are optimised).
+        layer: The layer whose MLP down projection is edited.
+        config: Hyper-parameters (:class:`RomeConfig`, default: its defaults).
+        cov: ``C = E[kkᵀ]`` of the layer (default: :func:`key_covariance`, cached on disk).
+        progress: Show a progress bar.
+        **overrides: :class:`RomeConfig` fields overriding ``config`` (``steps=10``...).
+
+    Returns:
+        The applied :class:`RomeEdit` (use it as a context manager, or call ``undo()``).
+
+    Raises:
+        InvalidConfigError: an invalid setting or a layer beyond the model (before any work).
+        SubjectNotFoundError: the subject is not in the prompt.
+
+    Example:
+        >>> with rome_edit(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=6):
+        ...     print(target_prob(model, "The Eiffel Tower is located in", " Rome"))
+    """
+    cfg = RomeConfig.resolve(config, **overrides)
+    check_layer(model, layer)
+    if subject not in prompt:
+        raise SubjectNotFoundError(f"Subject {subject!r} does not occur in the prompt {prompt!r}.")
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    t_ids = model.target_ids(prompt, target_new)
+    if cov is None and cfg.mom2_adjustment:
+        cov = key_covariance(model, [layer], n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len)[layer]
+
+    # 1. key: average over prefixes; the prompt's own key and output.
+    keys, _ = subject_keys(model, layer, [p + prompt for p in cfg.prefixes], subject, [len(p) for p in cfg.prefixes])
+    k_star = keys.mean(0)
+    k_prompt, v0 = (x[0] for x in subject_keys(model, layer, [prompt], subject, [0]))
+
+    # 2. value: optimise delta at the subject's last token.
+    rows = value_rows(model, prompt, subject, t_ids, cfg)
+    delta, steps = optimise_value(model, layer, rows, v0, cfg, progress=progress)
+
+    # 3. rank-one update of the down projection.
+    u = solve_key(cov.to(k_star.device), k_star, cfg.cov_reg) if cov is not None and cfg.mom2_adjustment else k_star.clone()
+    right = delta / torch.dot(u, k_prompt)
+    edit = RomeEdit()
+
+    def apply(e: WeightEdit) -> None:
+        e.touch(model.mlp_out_weight(layer).param)
+        W = model.mlp_down_matrix(layer)  # [d_model, d_mlp] view of the parameter
+        W.add_(torch.outer(right, u).to(W.dtype))
+
+    try:
+        edit.apply(apply)
+    except BaseException:
+        edit.undo()  # a partly applied update never stays in the model
+        raise
+    edit.layer, edit.key, edit.prompt_key, edit.delta = layer, k_star, k_prompt, delta
+    edit.u, edit.right, edit.steps = u, right, steps
+    edit.losses = [s.total for s in steps]
+    edit.seconds = time.perf_counter() - t0
+    return edit
+
+
+__all__ = ["RomeEdit", "check_layer", "rome_edit"]

@@ -1,0 +1,198 @@
+"""Measuring a ROME edit: efficacy, paraphrase, specificity; the same edit at every layer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tlcap.intervene.covariance import key_covariance
+from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD, RomeConfig
+from tlcap.intervene.rome.edit import check_layer, rome_edit
+from tlcap.intervene.rome.results import RomeEditResult, RomeSweep
+from tlcap.models.adapter import Model
+from tlcap.provenance import Provenance
+
+
+@torch.no_grad()
+def target_logprobs(model: Model, items: Sequence[tuple[str, str]]) -> Float[Tensor, " n"]:
+    """Mean log-probability of each ``(prompt, target)``'s tokens (teacher forcing, one batch).
+
+    Args:
+        model: The model.
+        items: ``(prompt, target)`` pairs.
+
+    Returns:
+        One mean token log-probability per pair.
+    """
+    rows, spans = [], []
+    for prompt, target in items:
+        p = model.encode(prompt)
+        t = model.target_ids(prompt, target)
+        rows.append(p + t[:-1])
+        spans.append((len(p) - 1, t))
+    logits = model.logits(model.encode_batch(rows)).float().log_softmax(-1)
+    out = []
+    for r, (start, t) in enumerate(spans):
+        idx = torch.arange(start, start + len(t), device=logits.device)
+        out.append(logits[r, idx, torch.tensor(t, device=logits.device)].mean())
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def next_tokens(model: Model, prompts: Sequence[str]) -> list[int]:
+    """The top next token of each prompt.
+
+    Args:
+        model: The model.
+        prompts: The prompts.
+
+    Returns:
+        Token ids.
+    """
+    return model.last_logits(model.encode_batch(list(prompts))).argmax(-1).tolist()
+
+
+def default_paraphrases(prompt: str) -> list[str]:
+    """Two prefixed variants of the prompt (used when no paraphrases are given).
+
+    Args:
+        prompt: The edited prompt.
+
+    Returns:
+        ``["Fact: " + prompt, "Remember this. " + prompt]``.
+    """
+    return ["Fact: " + prompt, "Remember this. " + prompt]
+
+
+def evaluate_rome(
+    model: Model,
+    prompt: str,
+    subject: str,
+    target_new: str,
+    layer: int,
+    target_old: str | None = None,
+    paraphrases: Sequence[str] | None = None,
+    neighbourhood: Sequence[str] | None = None,
+    *,
+    config: RomeConfig | None = None,
+    cov: Float[Tensor, "d_mlp d_mlp"] | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> RomeEditResult:
+    """Edit at ``layer``, measure efficacy / paraphrase / specificity, restore the weights.
+
+    The weights are restored on every exit path (the edit is a ``with`` block around the
+    measurements), also when a measurement raises.
+
+    Args:
+        model: The model (restored afterwards).
+        prompt: A prompt containing ``subject``.
+        subject: The subject as written in the prompt.
+        target_new: The new object, e.g. ``" Rome"``.
+        layer: The edited layer.
+        target_old: The fact's current object (default: the model's top next token).
+        paraphrases: Other prompts of the same fact (default: :func:`default_paraphrases`).
+        neighbourhood: Unrelated prompts whose answers must not change (default: 10 generic
+            facts, :data:`DEFAULT_NEIGHBOURHOOD`).
+        config: Hyper-parameters (:class:`RomeConfig`).
+        cov: The layer's key covariance (default: computed or read from the cache).
+        progress: Show a progress bar.
+        **overrides: :class:`RomeConfig` fields overriding ``config``.
+
+    Returns:
+        A :class:`RomeEditResult` with provenance.
+
+    Example:
+        >>> res = evaluate_rome(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", 4)
+        >>> res.efficacy, res.paraphrase, res.specificity
+    """
+    t0 = time.perf_counter()
+    cfg = RomeConfig.resolve(config, **overrides)
+    check_layer(model, layer)
+    if target_old is None:
+        target_old = model.to_str_tokens([next_tokens(model, [prompt])[0]])[0]
+    paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
+    neigh = list(neighbourhood) if neighbourhood is not None else list(DEFAULT_NEIGHBOURHOOD)
+    items = [(p, t) for p in [prompt] + paras for t in (target_new, target_old)]
+
+    def measure() -> tuple[Tensor, list[int]]:
+        return target_logprobs(model, items), next_tokens(model, neigh) if neigh else []
+
+    lp0, top0 = measure()
+    with rome_edit(model, prompt, subject, target_new, layer, config=cfg, cov=cov, progress=progress) as edit:
+        lp1, top1 = measure()
+    lp1 = lp1.reshape(-1, 2)
+    lp0 = lp0.reshape(-1, 2)
+    succ = tuple(bool(a > b) for a, b in lp1[1:].tolist())
+    kept = tuple(a == b for a, b in zip(top0, top1))
+    return RomeEditResult(
+        layer=layer, efficacy=bool(lp1[0, 0] > lp1[0, 1]),
+        paraphrase=sum(succ) / len(succ) if succ else float("nan"),
+        specificity=sum(kept) / len(kept) if kept else float("nan"),
+        new_prob_before=float(lp0[0, 0].exp()), new_prob_after=float(lp1[0, 0].exp()),
+        old_prob_before=float(lp0[0, 1].exp()), old_prob_after=float(lp1[0, 1].exp()),
+        prompt=prompt, subject=subject, target_new=target_new, target_old=target_old,
+        paraphrases=tuple(paras), paraphrase_success=succ, neighbourhood=tuple(neigh), neighbourhood_kept=kept,
+        losses=tuple(edit.losses), delta_norm=float(edit.delta.norm()), update_norm=edit.update_norm,
+        seconds=edit.seconds, seconds_total=time.perf_counter() - t0, model_name=model.name,
+        provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
+    )
+
+
+def rome_sweep(
+    model: Model,
+    prompt: str,
+    subject: str,
+    target_new: str,
+    layers: Sequence[int] | None = None,
+    target_old: str | None = None,
+    paraphrases: Sequence[str] | None = None,
+    neighbourhood: Sequence[str] | None = None,
+    *,
+    config: RomeConfig | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> RomeSweep:
+    """The same edit at every layer (or ``layers``) separately; the model is restored between.
+
+    Covariances of all layers come from one pass over the text sample (then cached).
+
+    Args:
+        model: The model.
+        prompt, subject, target_new, target_old, paraphrases, neighbourhood: As in :func:`evaluate_rome`.
+        layers: The layers to edit (default: all).
+        config: Hyper-parameters (:class:`RomeConfig`).
+        progress: Show progress bars.
+        **overrides: :class:`RomeConfig` fields overriding ``config``.
+
+    Returns:
+        A :class:`RomeSweep` with provenance.
+
+    Example:
+        >>> sweep = rome_sweep(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome")
+        >>> sweep.summary()["efficacy_rate"], sweep.figure().show()
+    """
+    t0 = time.perf_counter()
+    cfg = RomeConfig.resolve(config, **overrides)
+    layers = list(range(model.n_layers)) if layers is None else [check_layer(model, int(l)) for l in layers]
+    covs: dict[int, Tensor] = {}
+    if cfg.mom2_adjustment:
+        covs = key_covariance(model, layers, n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len, progress=progress)
+    if target_old is None:
+        target_old = model.to_str_tokens([next_tokens(model, [prompt])[0]])[0]
+    results = []
+    for l in tqdm(layers, desc="ROME all layers", disable=not progress):
+        results.append(evaluate_rome(model, prompt, subject, target_new, l, target_old, paraphrases, neighbourhood,
+                                     config=cfg, cov=covs.get(l)))
+    return RomeSweep(results=tuple(results), prompt=prompt, subject=subject, target_new=target_new,
+                     seconds_total=time.perf_counter() - t0, model_name=model.name,
+                     provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))
+
+
+__all__ = ["default_paraphrases", "evaluate_rome", "next_tokens", "rome_sweep", "target_logprobs"]

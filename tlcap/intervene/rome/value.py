@@ -1,0 +1,261 @@
+"""ROME's key ``k*`` and value δ: the subject's keys, and the optimisation of δ (``compute_v``).
+
+The value δ is added to the edited layer's MLP output at the subject's last token of every row
+(:func:`tlcap.runtime.hooks.add_rows`): the prompt after each prefix, teacher-forced with the new
+object's tokens, plus the KL "essence" prompt ``"{subject} is a"``. :func:`value_loss` is the
+objective of one step; :func:`optimise_value` runs Adam on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tlcap.intervene.rome.config import RomeConfig
+from tlcap.models.adapter import Model
+from tlcap.runtime import hooks as H
+
+
+def subject_last(model: Model, text: str, subject: str, start: int = 0, occurrence: int = 0) -> int:
+    """Index (in ``model.encode(text)``) of the subject's last token, searching from ``start``.
+
+    Args:
+        model: The model.
+        text: The text.
+        subject: The subject as written in the text.
+        start: Character index where the search begins (skip a prefix).
+        occurrence: Which occurrence at or after ``start`` (0-based).
+
+    Returns:
+        The token index.
+    """
+    return model.subject_span(text, subject, occurrence=occurrence, start=start).last
+
+
+@torch.no_grad()
+def subject_keys(
+    model: Model,
+    layer: int,
+    texts: Sequence[str],
+    subject: str,
+    starts: Sequence[int],
+    occurrence: int = 0,
+) -> tuple[Float[Tensor, "n d_mlp"], Float[Tensor, "n d_model"]]:
+    """``mlp_post`` (the key) and ``mlp_out`` (the value) at the subject's last token of each text.
+
+    Args:
+        model: The model.
+        layer: The layer.
+        texts: The texts (one batch, right-padded).
+        subject: The subject as written in the texts.
+        starts: Per text, the character index where the subject search begins.
+        occurrence: Which occurrence at or after each start.
+
+    Returns:
+        ``(keys, values)``.
+    """
+    look = torch.tensor([subject_last(model, t, subject, s, occurrence) for t, s in zip(texts, starts)])
+    k_name, v_name = model.hook_name("mlp_post", layer), model.hook_name("mlp_out", layer)
+    acts = model.record(model.encode_batch(list(texts)), [k_name, v_name])
+    r = torch.arange(len(texts))
+    return acts[k_name][r, look], acts[v_name][r, look]
+
+
+@dataclass(frozen=True)
+class ValueRows:
+    """The rows of the value optimisation (one right-padded batch).
+
+    Attributes:
+        tokens: The rewriting rows (prefix + prompt + new object's tokens but the last), then the
+            KL rows.
+        look: Per row, the subject's last token (where δ is added).
+        target_rows, target_pos, target_ids: The teacher-forced new-object tokens: row, position
+            whose logits predict it, and token id.
+        n_rewrite: Rewriting rows (the KL rows follow them).
+        n_target: Tokens of the new object.
+    """
+
+    tokens: Int[Tensor, "rows pos"]
+    look: Int[Tensor, " rows"]
+    target_rows: Int[Tensor, " n"]
+    target_pos: Int[Tensor, " n"]
+    target_ids: Int[Tensor, " n"]
+    n_rewrite: int
+    n_target: int
+
+
+def value_rows(
+    model: Model,
+    prompt: str,
+    subject: str,
+    target_ids: Sequence[int],
+    config: RomeConfig,
+    occurrence: int = 0,
+) -> ValueRows:
+    """Build the rows of :func:`optimise_value` (ROME's rewriting prompts and KL prompt).
+
+    Args:
+        model: The model.
+        prompt: The edited prompt.
+        subject: The subject as written in the prompt.
+        target_ids: The new object's token ids after the prompt.
+        config: Prefixes and the KL prompt template.
+        occurrence: Which occurrence of the subject in the prompt.
+
+    Returns:
+        The :class:`ValueRows`.
+    """
+    rows, look, tgt = [], [], []
+    for r, p in enumerate(config.prefixes):
+        text = p + prompt
+        ids = model.encode(text)
+        look.append(subject_last(model, text, subject, len(p), occurrence))
+        start = len(ids) - 1
+        rows.append(ids + list(target_ids[:-1]))
+        tgt += [(r, start + j, tid) for j, tid in enumerate(target_ids)]
+    kl_text = config.kl_prompt.format(subject)
+    rows.append(model.encode(kl_text))
+    look.append(subject_last(model, kl_text, subject, 0))
+    dev = model.device
+    return ValueRows(
+        tokens=model.encode_batch(rows).tokens,
+        look=torch.tensor(look, device=dev),
+        target_rows=torch.tensor([a for a, _, _ in tgt], device=dev),
+        target_pos=torch.tensor([b for _, b, _ in tgt], device=dev),
+        target_ids=torch.tensor([c for _, _, c in tgt], device=dev),
+        n_rewrite=len(config.prefixes),
+        n_target=len(target_ids),
+    )
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """The terms of one step's objective (scalars; ``total`` carries the gradient)."""
+
+    total: Tensor
+    nll: Tensor
+    kl: Tensor
+    weight_decay: Tensor
+
+
+def kl_logprobs(logits: Float[Tensor, "rows pos d_vocab"], rows: ValueRows) -> Float[Tensor, "n_kl d_vocab"]:
+    """Log-probabilities of the next token at the subject's last token of the KL rows."""
+    n = rows.n_rewrite
+    kl_rows = torch.arange(n, rows.tokens.shape[0], device=logits.device)
+    return logits[kl_rows, rows.look[n:]].float().log_softmax(-1)
+
+
+def value_loss(
+    logits: Float[Tensor, "rows pos d_vocab"],
+    rows: ValueRows,
+    kl_init: Float[Tensor, "n_kl d_vocab"],
+    delta: Float[Tensor, " d_model"],
+    v0_norm: float,
+    config: RomeConfig,
+) -> LossTerms:
+    """The objective of one step of the value optimisation, exactly as ROME's ``compute_v``.
+
+    ``total = nll + kl_factor · kl + weight_decay``, where (official code, ``rome/compute_v.py``):
+
+    - ``nll``: per rewriting row, the new object's token log-probabilities summed and divided by
+      the number of its tokens; then the mean over rows (``nll_loss_each.mean()``);
+    - ``kl`` = KL(current ‖ init) of the next-token distribution at the subject's last token of
+      the KL rows, mean over those rows. The official ``kl_div(kl_distr_init, kl_log_probs,
+      log_target=True, reduction="batchmean")`` passes the *initial* log-probabilities as
+      torch's ``input`` and the *current* ones as its ``target``; torch computes
+      ``Σ target · (log target − input)``, i.e. ``Σ p_cur (log p_cur − log p_init)`` =
+      KL(current ‖ init) — the direction of the paper's eq. 4, D_KL(P_G'[x|p'] ‖ P_G[x|p']);
+    - ``weight_decay`` = ``wd · ‖δ‖ / ‖v₀‖²`` — the norm of δ, not its square, over the squared
+      norm of the initial output (``v_weight_decay * (norm(delta) / norm(target_init) ** 2)``).
+
+    Args:
+        logits: Logits of the rows with δ added.
+        rows: The :class:`ValueRows`.
+        kl_init: KL rows' log-probabilities before any δ (step 0).
+        delta: δ.
+        v0_norm: ‖v₀‖, the layer's output at the subject's last token of the bare prompt.
+        config: ``kl_factor`` and ``weight_decay``.
+
+    Returns:
+        The :class:`LossTerms` (``kl`` before its factor).
+    """
+    logp = logits[: rows.n_rewrite].float().log_softmax(-1)
+    token_lp = logp[rows.target_rows, rows.target_pos, rows.target_ids]
+    per_row = torch.zeros(rows.n_rewrite, device=logp.device).index_add(0, rows.target_rows, token_lp)
+    nll = -(per_row / rows.n_target).mean()
+    cur = kl_logprobs(logits, rows)
+    kl = (cur.exp() * (cur - kl_init)).sum(-1).mean()  # KL(current ‖ init), batchmean over the KL rows
+    wd = config.weight_decay * delta.norm() / max(v0_norm**2, 1e-12)
+    return LossTerms(total=nll + config.kl_factor * kl + wd, nll=nll, kl=kl, weight_decay=wd)
+
+
+@dataclass(frozen=True)
+class ValueStep:
+    """The objective's terms at one step (``kl`` before its factor)."""
+
+    total: float
+    nll: float
+    kl: float
+    weight_decay: float
+
+
+def optimise_value(
+    model: Model,
+    layer: int,
+    rows: ValueRows,
+    v0: Float[Tensor, " d_model"],
+    config: RomeConfig,
+    progress: bool = False,
+) -> tuple[Float[Tensor, " d_model"], list[ValueStep]]:
+    """Optimise δ with Adam (ROME's ``compute_v``); returns δ and the objective at each step.
+
+    As the official loop: at each of ``steps`` iterations the objective (:func:`value_loss`) is
+    evaluated; the loop stops when the *total* loss is below ``stop_loss`` (before updating), and
+    the last iteration only evaluates, so δ gets at most ``steps − 1`` Adam updates; after each
+    update δ is projected into the ball ‖δ‖ ≤ ``clamp_norm_factor`` · ‖v₀‖.
+
+    Args:
+        model: The model (not modified: δ is added by a hook).
+        layer: The edited layer.
+        rows: From :func:`value_rows`.
+        v0: The layer's output at the subject's last token of the bare prompt.
+        config: The hyper-parameters.
+        progress: Show a progress bar.
+
+    Returns:
+        ``(delta, steps)``: δ after the last update, and the objective's terms at every
+        evaluated iteration (the last entry is the final δ's).
+    """
+    delta = torch.zeros(model.d_model, device=model.device, requires_grad=True)
+    opt = torch.optim.Adam([delta], lr=config.lr)
+    name = model.hook_name("mlp_out", layer)
+    all_rows = torch.arange(rows.tokens.shape[0], device=model.device)
+    v0_norm = float(v0.norm())
+    max_norm = config.clamp_norm_factor * v0_norm
+    kl_init: Tensor | None = None
+    steps: list[ValueStep] = []
+    for it in tqdm(range(config.steps), desc=f"ROME value (layer {layer})", disable=not progress):
+        opt.zero_grad()
+        logits = model.logits(rows.tokens, hooks=[(name, H.add_rows(all_rows, rows.look, delta))])
+        if kl_init is None:
+            kl_init = kl_logprobs(logits, rows).detach().clone()
+        terms = value_loss(logits, rows, kl_init, delta, v0_norm, config)
+        steps.append(ValueStep(float(terms.total.detach()), float(terms.nll.detach()), float(terms.kl.detach()),
+                               float(terms.weight_decay.detach())))
+        if steps[-1].total < config.stop_loss or it == config.steps - 1:
+            break
+        terms.total.backward()
+        opt.step()
+        with torch.no_grad():
+            if delta.norm() > max_norm:
+                delta.mul_(max_norm / delta.norm())
+    return delta.detach(), steps
+
+
+__all__ = ["LossTerms", "ValueRows", "ValueStep", "kl_logprobs", "optimise_value", "subject_keys", "subject_last",
+           "value_loss", "value_rows"]

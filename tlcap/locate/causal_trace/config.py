@@ -1,0 +1,115 @@
+"""``TraceConfig``: the settings of causal tracing (one fact or a dataset of facts).
+
+One frozen, validated value carries what defines a trace (kinds, layers, window, noise, samples,
+seed) and the exact speed knobs (rows per forward pass, corrupted-prefix reuse, skipping the
+cells before the subject — results do not depend on them). :func:`causal_trace`,
+:func:`prepare_trace`, :func:`trace_reference` and :func:`trace_dataset` take it as ``config=``
+plus keyword overrides of its fields (:meth:`tlcap.config.Config.resolve`), so an invalid value
+fails at construction, before any model load or forward pass.
+
+Example:
+    >>> cfg = TraceConfig(samples=5, kinds=("mlp",))
+    >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", config=cfg)
+    >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", samples=5, kinds=("mlp",))  # same
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
+from tlcap.errors import InvalidConfigError
+
+KINDS: tuple[str, ...] = ("resid", "mlp", "attn")
+KIND_SITES: dict[str, str] = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
+NOISE_FROM: tuple[str, ...] = ("subjects", "embedding")
+
+
+@dataclass(frozen=True)
+class TraceConfig(Config):
+    """Settings of causal tracing (the options of ``tlcap trace``).
+
+    Attributes:
+        kinds: States restored, any of ``resid`` (``resid_post`` of one layer), ``mlp`` and
+            ``attn`` (``mlp_out`` / ``attn_out`` of a window of layers); stored as a tuple.
+        layers: Layers traced (``None`` = all; stored as a tuple). Bounds against the model are
+            checked when the trace runs, before any forward pass. Windows still reach the layers
+            around a traced layer.
+        window: Layers restored per MLP/attention cell (ROME: 10), ``>= 1``.
+        samples: Noise draws, i.e. corrupted runs per cell (ROME: 10), ``>= 1``.
+        noise_std: ν, the noise standard deviation, ``> 0`` (``None``: ``noise_factor`` × a
+            standard deviation chosen by ``noise_from``).
+        noise_factor: The factor of the automatic ν (ROME's "s3": 3), ``> 0``.
+        noise_from: What the automatic ν is the standard deviation of: ``subjects`` (ROME's
+            ``collect_embedding_std``: the token embeddings of the subjects, each tokenised on
+            its own — dataset mode: the traced facts' subjects; one fact: the subjects of ROME's
+            known facts, as ROME's notebook does) or ``embedding`` (every entry of ``W_E``).
+        bos: Prepend the model's BOS token, so the subject is not at position 0 (the attention
+            sink of most models; ROME's GPT-2 prompts have no BOS). Without it a subject that
+            starts the prompt gets a :class:`~tlcap.locate.subjects.SubjectWarning`.
+        seed: Seed of the noise draws (fixed tensors; dataset mode adds the fact's index), ``>= 0``.
+        top_k: Located layers reported per trace (CNL uses 3), ``>= 1``.
+        use_attribute: Dataset mode: score each fact's ``target`` / ``attribute`` instead of the
+            model's own prediction (ROME traces the prediction, the default).
+        batch_rows: Most rows (noise sample × restoration) per forward pass, ``>= 1`` (exact).
+        prefix_reuse: Reuse the corrupted prefix's keys/values (exact; off only to compare).
+        skip_pre_subject: Give the cells before the subject the corrupted probability without a
+            forward pass (exact: restoring them is a no-op; off only to compare).
+    """
+
+    kinds: Sequence[str] = KINDS
+    layers: Sequence[int] | None = None
+    window: int = 10
+    samples: int = 10
+    noise_std: float | None = None
+    noise_factor: float = 3.0
+    noise_from: str = "subjects"
+    bos: bool = False
+    seed: int = 0
+    top_k: int = 3
+    use_attribute: bool = False
+    batch_rows: int = 256
+    prefix_reuse: bool = True
+    skip_pre_subject: bool = True
+
+    def validate(self) -> None:
+        kinds = check_sequence("kinds", self.kinds, min_len=1, unique=True,
+                               item=lambda n, x: check_choice("kind", x, KINDS, cli="--kinds"))
+        self._set("kinds", kinds)
+        if self.layers is not None:
+            self._set("layers", check_sequence(
+                "layers", self.layers, min_len=1, unique=True,
+                item=lambda n, x: check_int(n, x, min=0, cli="--layers"),
+            ))
+        check_int("window", self.window, min=1)
+        check_int("samples", self.samples, min=1)
+        if self.noise_std is not None:
+            check_float("noise_std", self.noise_std, gt=0, cli="--noise")
+        check_float("noise_factor", self.noise_factor, gt=0)
+        check_choice("noise_from", self.noise_from, NOISE_FROM)
+        check_bool("bos", self.bos)
+        check_int("seed", self.seed, min=0)
+        check_int("top_k", self.top_k, min=1)
+        check_bool("use_attribute", self.use_attribute)
+        check_int("batch_rows", self.batch_rows, min=1)
+        check_bool("prefix_reuse", self.prefix_reuse, cli=None)
+        check_bool("skip_pre_subject", self.skip_pre_subject, cli=None)
+
+    def check_layers(self, n_layers: int, model_name: str = "the model") -> tuple[int, ...]:
+        """The traced layers for a model of ``n_layers`` layers (all when ``layers`` is ``None``).
+
+        Raises:
+            InvalidConfigError: a layer is ``>= n_layers``.
+        """
+        if self.layers is None:
+            return tuple(range(n_layers))
+        bad = [layer for layer in self.layers if layer >= n_layers]
+        if bad:
+            raise InvalidConfigError(
+                f"layers (--layers) {bad} out of range for {model_name} ({n_layers} layers: 0..{n_layers - 1})"
+            )
+        return tuple(self.layers)
+
+
+__all__ = ["KINDS", "KIND_SITES", "NOISE_FROM", "TraceConfig"]

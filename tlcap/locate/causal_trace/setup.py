@@ -1,0 +1,305 @@
+"""The shared part of every trace of one prompt: tokens, subject span, noise, clean states.
+
+:func:`prepare_trace` runs the clean pass (recording every state a restoration may need), draws
+the fixed noise tensors and runs the corrupted pass; :class:`TraceSetup` then runs any set of
+restorations (:meth:`TraceSetup.restored_prob`) and provides the noise hooks the batched engine
+(:mod:`tlcap.locate.causal_trace.engine`) uses.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tlcap.data.knowns import load_known_facts
+from tlcap.errors import EmptyDatasetError
+from tlcap.locate.causal_trace.config import KIND_SITES, TraceConfig
+from tlcap.locate.subjects import SubjectWarning, sink_message
+from tlcap.models.adapter import HookList, Model
+from tlcap.runtime import hooks as H
+from tlcap.runtime.sites import get_site
+
+
+def subject_span(model: Model, prompt: str, subject: str, start: int = 0, occurrence: int = 0) -> tuple[int, int]:
+    """Token range ``[start, end)`` of an occurrence of ``subject`` in ``prompt`` (default the first).
+
+    ``start`` (a character index) skips occurrences before it, e.g. inside a prefix. A thin
+    wrapper of :meth:`tlcap.models.Model.subject_span`, which also reports how many times the
+    subject occurs.
+
+    Args:
+        model: The model (its tokenizer places the subject).
+        prompt: The prompt.
+        subject: The subject exactly as written in the prompt.
+        start: Character index where the search begins.
+        occurrence: Which occurrence (0-based).
+
+    Returns:
+        ``(first token, one past the last token)``.
+
+    Raises:
+        SubjectNotFoundError: ``subject`` is empty or not a substring of ``prompt``.
+    """
+    return model.subject_span(prompt, subject, occurrence=occurrence, start=start).range
+
+
+def window_layers(layer: int, n_layers: int, window: int) -> list[int]:
+    """ROME's window of layers restored for an MLP/attention cell at ``layer``.
+
+    Args:
+        layer: The cell's layer.
+        n_layers: Layers of the model.
+        window: Window size w.
+
+    Returns:
+        ``range(max(0, layer - w // 2), min(n_layers, layer - (-w // 2)))`` as a list.
+    """
+    return list(range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2))))
+
+
+def embedding_noise_std(model: Model, factor: float = 3.0) -> float:
+    """ν = ``factor`` × the standard deviation of the token embedding matrix's entries.
+
+    Args:
+        model: The model.
+        factor: The factor (ROME: 3).
+
+    Returns:
+        ν as a float.
+    """
+    return float(factor * model.W_E.detach().float().std())
+
+
+def subject_noise_std(model: Model, subjects: Sequence[str], factor: float = 3.0) -> float:
+    """ν = ``factor`` × the standard deviation of the subjects' token embeddings (ROME's "s3").
+
+    ROME's ``collect_embedding_std`` (``experiments/causal_trace.py``): each subject is tokenised
+    on its own (no BOS, no leading space), the embeddings of all its tokens are gathered over all
+    subjects (repeats included), and the standard deviation is taken over every entry.
+
+    Args:
+        model: The model.
+        subjects: The subjects (ROME: the traced dataset's).
+        factor: The factor (ROME: 3).
+
+    Returns:
+        ν as a float.
+
+    Raises:
+        EmptyDatasetError: no subject gives a token.
+    """
+    ids = [i for s in subjects for i in model.encode(s, prepend_bos=False, check_length=False)]
+    if not ids:
+        raise EmptyDatasetError("no subject tokens to take the embedding standard deviation over; give subjects")
+    W_E = model.W_E.detach()
+    return float(factor * W_E[torch.tensor(ids, device=W_E.device)].float().std())
+
+
+def known_subjects() -> list[str]:
+    """The subjects of ROME's known facts (:func:`tlcap.data.load_known_facts`)."""
+    return [f["subject"] for f in load_known_facts()]
+
+
+def noise_level(model: Model, config: TraceConfig, subjects: Sequence[str] | None = None) -> float:
+    """ν for a trace: ``config.noise_std`` if set, else ``noise_factor`` × the std ``noise_from`` names.
+
+    Args:
+        model: The model.
+        config: The trace settings.
+        subjects: The subjects for ``noise_from="subjects"`` (default: ROME's known facts').
+
+    Returns:
+        ν as a float.
+    """
+    if config.noise_std is not None:
+        return float(config.noise_std)
+    if config.noise_from == "embedding":
+        return embedding_noise_std(model, config.noise_factor)
+    return subject_noise_std(model, known_subjects() if subjects is None else subjects, config.noise_factor)
+
+
+@dataclass
+class TraceSetup:
+    """Everything the clean / corrupted runs share: tokens, subject span, noise, clean states.
+
+    Build with :func:`prepare_trace`; :meth:`restored_prob` runs any set of restorations.
+
+    Attributes:
+        model: The model.
+        prompt, subject, target: The fact (``target`` is the scored answer's text).
+        tokens: The prompt's token ids.
+        subject_range: ``[start, end)`` of the noised subject tokens.
+        target_id: The scored token (the target's first token).
+        noise: The fixed noise draws added to the subject embeddings.
+        noise_std: ν.
+        config: The trace's settings.
+        layers: The traced layers.
+        clean: Clean states of every restorable hook (``[1, pos, d_model]`` each).
+        clean_prob, corrupted_prob: Target probability in the clean / corrupted run.
+        subject_at_start: The subject's first token is at position 0 (no BOS before it).
+    """
+
+    model: Model
+    prompt: str
+    subject: str
+    target: str
+    tokens: Int[Tensor, "1 pos"]
+    subject_range: tuple[int, int]
+    target_id: int
+    noise: Float[Tensor, "samples n_subj d_model"]
+    noise_std: float
+    config: TraceConfig
+    layers: tuple[int, ...]
+    clean: dict[str, Tensor]
+    clean_prob: float
+    corrupted_prob: float = float("nan")
+    subject_at_start: bool = False
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def samples(self) -> int:
+        return int(self.noise.shape[0])
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.config.kinds)
+
+    @property
+    def window(self) -> int:
+        return self.config.window
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    def site_layers(self, kind: str, layer: int) -> list[int]:
+        """Layers whose ``kind`` state a cell ``(kind, layer)`` restores."""
+        if kind == "resid":
+            return [layer]
+        return window_layers(layer, self.model.n_layers, self.window)
+
+    def hook(self, kind: str, layer: int) -> str:
+        """The hook name of a ``kind`` state at ``layer``."""
+        return get_site(KIND_SITES[kind]).hook_name(layer)
+
+    def noise_hooks(self, rows_per_sample: int = 1, offset: int = 0, upto: int | None = None) -> HookList:
+        """Noise on the subject embeddings, for a batch of ``samples × rows_per_sample`` rows.
+
+        Args:
+            rows_per_sample: Consecutive rows sharing one noise draw (sample-major batches).
+            offset: Position of the first token in the run (positions before it come from a cache).
+            upto: The run stops before this absolute position (prefix runs).
+
+        Returns:
+            The hook list (empty when no subject token is in the run).
+        """
+        s0, s1 = self.subject_range
+        end = self.n_tokens if upto is None else upto
+        a, b = max(s0, offset), min(s1, end)
+        if b <= a:
+            return []
+        nz = self.noise[:, a - s0 : b - s0]
+        if rows_per_sample > 1:
+            nz = nz.repeat_interleave(rows_per_sample, 0)
+        return [(get_site("embed").hook_name(), H.add_noise(nz, pos=slice(a - offset, b - offset)))]
+
+    def probs(self, last_logits: Float[Tensor, "rows d_vocab"]) -> Float[Tensor, " rows"]:
+        """Target probability of each row from its next-token logits."""
+        return last_logits.float().softmax(-1)[:, self.target_id]
+
+    @torch.no_grad()
+    def restored_prob(self, cells: Iterable[tuple[str, int, int]] = ()) -> float:
+        """Corrupted run with the clean state of every ``(kind, token, layer)`` cell restored.
+
+        Each cell restores its whole window (MLP/attention kinds). With no cells this is the
+        corrupted run. One forward of ``samples`` rows over the full prompt.
+
+        Args:
+            cells: ``(kind, token, layer)`` triples.
+
+        Returns:
+            The target probability, mean over the noise samples.
+        """
+        per_hook: dict[str, set[int]] = {}
+        for kind, t, l in cells:
+            for ll in self.site_layers(kind, l):
+                per_hook.setdefault(self.hook(kind, ll), set()).add(int(t))
+        hooks = list(self.noise_hooks())
+        for name, pos in per_hook.items():
+            hooks.append((name, H.patch(self.clean[name], pos=sorted(pos))))
+        n = self.samples
+        logits = self.model.last_logits(self.tokens.expand(n, -1), hooks=hooks)
+        return float(self.probs(logits).mean())
+
+
+@torch.no_grad()
+def prepare_trace(
+    model: Model,
+    prompt: str,
+    subject: str,
+    target: str | None = None,
+    *,
+    config: TraceConfig | None = None,
+    warn: bool = True,
+    **overrides: Any,
+) -> TraceSetup:
+    """Clean run, noise draws and corrupted probability for :func:`causal_trace`.
+
+    Args:
+        model: The model.
+        prompt: The fact's prompt.
+        subject: The subject as written in the prompt (its tokens are noised).
+        target: The answer whose first token is scored (``None``: the clean run's top token).
+        config: A :class:`TraceConfig` (default: its defaults).
+        warn: Warn (:class:`~tlcap.locate.subjects.SubjectWarning`) when the subject starts the
+            prompt without a BOS (dataset mode counts these instead).
+        **overrides: :class:`TraceConfig` fields overriding ``config`` (``samples=5``...).
+
+    Returns:
+        A :class:`TraceSetup` with the clean and corrupted probabilities.
+
+    Raises:
+        InvalidConfigError: an invalid setting or a layer beyond the model.
+        SubjectNotFoundError: the subject is not in the prompt.
+
+    Example:
+        >>> setup = prepare_trace(model, "The capital of France is", "France", " Paris", samples=3)
+        >>> setup.clean_prob, setup.corrupted_prob, setup.restored_prob([("resid", 3, 0)])
+    """
+    cfg = TraceConfig.resolve(config, **overrides)
+    layers = cfg.check_layers(model.n_layers, model.name)
+    tokens = model.to_tokens(prompt, prepend_bos=cfg.bos)
+    span = model.subject_span(prompt, subject, prepend_bos=cfg.bos).range
+    if span[0] == 0 and warn:
+        warnings.warn(sink_message(prompt, subject), SubjectWarning, stacklevel=3)
+    names = sorted({get_site(KIND_SITES[k]).hook_name(l) for k in cfg.kinds for l in range(model.n_layers)})
+    logits, clean = model.run_with_cache(tokens, names)
+    probs = logits[0, -1].float().softmax(-1)
+    if target is None:
+        tid = int(probs.argmax())
+        target = model.to_str_tokens([tid])[0]
+    else:
+        tid = model.target_ids(prompt, target)[0]
+    nu = noise_level(model, cfg)
+    g = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    noise = (torch.randn(cfg.samples, span[1] - span[0], model.d_model, generator=g) * nu).to(model.device)
+    setup = TraceSetup(
+        model=model, prompt=prompt, subject=subject, target=target, tokens=tokens, subject_range=span,
+        target_id=tid, noise=noise, noise_std=nu, config=cfg, layers=layers, clean=clean, clean_prob=float(probs[tid]),
+        subject_at_start=span[0] == 0,
+    )
+    setup.corrupted_prob = setup.restored_prob([])
+    return setup
+
+
+__all__ = ["TraceSetup", "embedding_noise_std", "known_subjects", "noise_level", "prepare_trace", "subject_noise_std",
+           "subject_span", "window_layers"]
