@@ -33,6 +33,8 @@ class                          also a             raised for
 ``ShapeMismatchError``         ``ValueError``     two inputs that must align and do not
 ``SubjectNotFoundError``       ``ValueError``     a subject that does not occur in its prompt
 ``DatasetUnavailableError``    ``FileNotFoundError`` more data than bundled, no full copy reachable
+``EmptyNeuronSetError``        ``ValueError``     an intervention asked on an empty neuron set
+``OverlappingShardsError``     ``ValueError``     partial results to merge that share samples
 =============================  =================  ==========================================
 """
 
@@ -133,10 +135,18 @@ class ResultTypeError(TlcapError, TypeError):
     """A saved result of another type than the one asked for."""
 
 
+class EmptyNeuronSetError(TlcapError, ValueError):
+    """An intervention (erase, enhance) asked on an empty neuron set: it could only report "no change"."""
+
+
+class OverlappingShardsError(TlcapError, ValueError):
+    """Partial results to merge that share samples (the same shard twice, overlapping shard layouts)."""
+
+
 __all__ = [
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
     "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
-    "ResultIntegrityError", "ResultTypeError",
+    "ResultIntegrityError", "ResultTypeError", "EmptyNeuronSetError", "OverlappingShardsError",
 ]
