@@ -20,7 +20,7 @@ from typing import Any
 
 from tlcap.data.files import find_file, need_file, read_text, text_stream
 from tlcap.data.sample import RowIssues, Sample
-from tlcap.errors import DataFormatError, TlcapError
+from tlcap.errors import DataFormatError, DatasetUnavailableError, UnknownNameError
 
 IMDB_MAX_WORDS = 120
 EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")
@@ -37,17 +37,19 @@ def hf_rows(name: str, *args: Any, split: str) -> Any:
     try:
         import datasets  # noqa: PLC0415 - optional dependency, only for data_dir="hf:"
     except ImportError as exc:  # pragma: no cover - optional path
-        raise TlcapError("loading by HF name needs `pip install datasets`; or pass --data-dir with local files") from exc
+        raise DatasetUnavailableError(
+            "loading by HF name needs `pip install datasets`; or pass --data-dir with local files"
+        ) from exc
     try:
         return datasets.load_dataset(name, *args, split=split)
     except Exception as exc:  # noqa: BLE001 - offline or unknown split
-        raise TlcapError(f"could not load {name!r} split {split!r} from the HF hub ({exc}); omit --data-dir "
+        raise DatasetUnavailableError(f"could not load {name!r} split {split!r} from the HF hub ({exc}); omit --data-dir "
                          "(bundled data) or pass a folder with local files") from exc
 
 
 def check_split(split: str, allowed: Sequence[str], name: str) -> None:
     if split not in allowed:
-        raise TlcapError(f"{name} has splits {', '.join(allowed)}; got {split!r}")
+        raise UnknownNameError(f"{name} has splits {', '.join(allowed)}; got {split!r}")
 
 
 def jsonl_records(path: Path, issues: RowIssues) -> list[tuple[int, dict]]:

@@ -90,9 +90,10 @@ from tlcap.errors import (
     DataFormatError,
     DatasetUnavailableError,
     EmptyDatasetError,
+    InvalidConfigError,
     MissingFileError,
     PromptTooLongError,
-    TlcapError,
+    UnknownNameError,
 )
 
 Split = str
@@ -136,11 +137,11 @@ def register_task(
         >>> register_task("yesno", load_yesno, kind="choice", choices=(" yes", " no"))
     """
     if name in TASKS and not overwrite:
-        raise TlcapError(f"task {name!r} is already registered; pass overwrite=True to replace it")
+        raise InvalidConfigError(f"task {name!r} is already registered; pass overwrite=True to replace it")
     if kind not in ("number", "choice", "code"):
-        raise TlcapError(f"unknown task kind {kind!r}; use 'number', 'choice' or 'code'")
+        raise UnknownNameError(f"unknown task kind {kind!r}; use 'number', 'choice' or 'code'")
     if kind == "choice" and not choices:
-        raise TlcapError(f"choice task {name!r} needs its answer strings in choices=")
+        raise InvalidConfigError(f"choice task {name!r} needs its answer strings in choices=")
     task = Task(name, loader, kind, tuple(choices), hf_name, template, max_new_tokens, description)
     TASKS[name] = task
     return task
@@ -149,7 +150,7 @@ def register_task(
 def get_task(name: str) -> Task:
     """The registered task called ``name``."""
     if name not in TASKS:
-        raise TlcapError(f"unknown dataset {name!r}; known: {', '.join(sorted(TASKS))} (or register_task(...))")
+        raise UnknownNameError(f"unknown dataset {name!r}; known: {', '.join(sorted(TASKS))} (or register_task(...))")
     return TASKS[name]
 
 

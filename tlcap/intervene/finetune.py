@@ -10,9 +10,11 @@ entry only if it ever had a non-zero gradient). The mask is applied to ``param.g
 Modes (CNL §5 Table 2):
 - ``"located"``: train the given neurons (paper: 0.15 % of the neuron parameters).
 - ``"random"``: pass ``neurons.random_like(seed)`` (same count per layer) with ``"located"``.
-- ``"except"``: train every MLP neuron *except* the given ones ("w/o located"; the paper masks
-  the located neurons and tunes the other 99.85 % of the neuron parameters). Attention and
-  embeddings stay frozen in every mode, so the three modes differ only in which neurons learn.
+- ``"except"``: train every MLP neuron *except* the given ones, which keep their values. The
+  paper's "w/o located" (the located neurons set to 0, the other 99.85 % of the neuron
+  parameters tuned) is ``erase_neurons`` + ``"except"``: :func:`tlcap.experiments.cnl.tuned` with
+  ``mode="wo_located"``. Attention and embeddings stay frozen in every mode, so the modes differ
+  only in which neurons learn.
 
 The loss is the mean NLL of the answer tokens under teacher forcing (prompt tokens are context
 only), one sample per step, Adam (lr 1e-5 by default, as in the paper). Every touched parameter is
