@@ -35,6 +35,8 @@ class                          also a             raised for
 ``DatasetUnavailableError``    ``FileNotFoundError`` more data than bundled, no full copy reachable
 ``StatisticsError``            ``ValueError``     values a statistic cannot be computed from (NaN, bad shape or level)
 ``TooFewSamplesError``         ``ValueError``     (a ``StatisticsError``) fewer samples or random draws than needed
+``EmptyNeuronSetError``        ``ValueError``     an intervention asked on an empty neuron set
+``OverlappingShardsError``     ``ValueError``     partial results to merge that share samples
 =============================  =================  ==========================================
 """
 
@@ -143,10 +145,19 @@ class TooFewSamplesError(StatisticsError):
     """Fewer samples or random draws than a statistic needs (an empty sample, < 20 null draws, ...)."""
 
 
+class EmptyNeuronSetError(TlcapError, ValueError):
+    """An intervention (erase, enhance) asked on an empty neuron set: it could only report "no change"."""
+
+
+class OverlappingShardsError(TlcapError, ValueError):
+    """Partial results to merge that share samples (the same shard twice, overlapping shard layouts)."""
+
+
 __all__ = [
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
     "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
     "ResultIntegrityError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
+    "EmptyNeuronSetError", "OverlappingShardsError",
 ]

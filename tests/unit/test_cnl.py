@@ -10,6 +10,7 @@ import socket
 import pytest
 import torch
 
+from tlcap.attribution.checkpoint import load_checkpoint
 from tlcap.attribution.dataset import (
     CheckpointMismatchError,
     from_fixed,
@@ -69,7 +70,7 @@ def test_resume_after_interruption_is_identical(tiny_gpt2, full, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         score_dataset(tiny_gpt2, _samples(), checkpoint_dir=tmp_path, checkpoint_every=1, on_sample=boom, **KW)
-    state = json.loads((tmp_path / "state.json").read_text())
+    _, state = load_checkpoint(tmp_path)
     assert state["n_seen"] == 3
     calls.clear()
     again = score_dataset(tiny_gpt2, _samples(), checkpoint_dir=tmp_path, checkpoint_every=1,
@@ -150,7 +151,8 @@ def test_task_loaders(name, tiny_gpt2):
         assert all(float(s.gold) == float(s.gold) for s in tr)
         assert all(f"The answer is {s.gold}." in s.answer for s in tr)
     if name == "emotion":
-        assert {s.gold.strip() for s in load_task(name, split="train", n=300)} <= {"sadness", "joy", "love", "anger", "fear", "surprise"}
+        labels = {s.gold.strip() for s in load_task(name, split="train", n=300)}
+        assert labels <= {"sadness", "joy", "love", "anger", "fear", "surprise"}
 
 
 def test_register_task_and_errors(tmp_path):
@@ -222,7 +224,9 @@ def test_masked_finetune_changes_only_chosen_neurons(tiny_llama):
     for ws, _ in neuron_params(m, ns, "except"):
         diff = (ws.param.data - before[id(ws.param)]).movedim(ws.neuron_dim, 0)
         per_neuron = diff.reshape(m.d_mlp, -1).abs().sum(1)
-        layer = next(l for l in range(m.n_layers) if any(w.param is ws.param for w in [m.mlp_out_weight(l), *m.mlp_in_weights(l)]))
+        layer = next(
+            l for l in range(m.n_layers) if any(w.param is ws.param for w in [m.mlp_out_weight(l), *m.mlp_in_weights(l)])
+        )
         chosen = torch.zeros(m.d_mlp, dtype=torch.bool)
         chosen[ns.by_layer().get(layer, [])] = True
         assert per_neuron[~chosen].sum() == 0
@@ -250,7 +254,7 @@ def test_cnl_locate_parts_merge_to_whole(tiny_gpt2, tmp_path):
     whole = score_dataset(tiny_gpt2, S, method="joint", **KW)
     torch.testing.assert_close(loc.scores, whole.scores, rtol=0, atol=1e-15)
     assert loc.neuron_set() == whole.select(2.0)
-    assert loc.n_samples == 6 and [r["n_half"] for r in loc.convergence] == [2, 3]
+    assert loc.n_samples == 6 and [r.n_half for r in loc.convergence] == [2, 3]
     assert 0 <= loc.split_iou <= loc.split_overlap <= 1
     runs = [score_parts(tiny_gpt2, S, shard=(i, 2), convergence_points=2, method="joint", **KW) for i in range(2)]
     again = finalize(merge_parts(runs), 2.0)
@@ -298,7 +302,7 @@ def test_enhance_and_cross_dataset(tiny_gpt2):
     a = NeuronSet.from_mask(torch.rand(m.n_layers, m.d_mlp, generator=g) < 0.05)
     b = NeuronSet.from_mask(torch.rand(m.n_layers, m.d_mlp, generator=g) < 0.05)
     enh = enhance_effect(m, "toy_yesno", toy, toy, a, epochs=2, eval_epochs=(1, 2), lr=1e-2, progress=False)
-    assert [(r["mode"], r["epoch"]) for r in enh.rows] == [(mo, e) for mo in ("located", "random", "except") for e in (1, 2)]
+    assert [(r.mode, r.epoch) for r in enh.rows] == [(mo, e) for mo in ("located", "random", "wo_located") for e in (1, 2)]
     assert enh.table().shape == (3, 2)
     w0 = m.mlp_out_weight(0).param.data.clone()
     cr = cross_dataset(m, {"emotion": a, "toy_yesno": b}, {"emotion": emo, "toy_yesno": toy}, n_random=1)

@@ -36,6 +36,10 @@ others in ``train``. ``n`` samples are drawn by a seeded shuffle, so the same
 IMDB subsets keep each record's index in the original file (same ``uid``, same IMDB split), but a
 seed draws from the subset, so it picks other samples than from the full files.
 
+Malformed rows (an Emotion line without ``;label``, a record without its question, a label the
+task does not have) are skipped, counted in ``samples.report`` and warned about with their file
+and line (:mod:`tlcap.data.task_formats`); ``strict=True`` (CLI ``--strict``) refuses them.
+
 Example:
     >>> samples = load_task("emotion", split="train", n=100)        # the bundled subset
     >>> samples = load_task("emotion", "path/to/data", "train", n=5000)  # full files: data/emotion/
@@ -45,85 +49,54 @@ Example:
 
 from __future__ import annotations
 
-import csv
-import json
 import random
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tlcap.data.download import fetch
-from tlcap.data.files import (
-    bundled_dir,
-    bundled_info,
-    data_home,
-    find_file,
-    is_hf,
-    local_root,
-    read_jsonl,
-    read_text,
-    text_stream,
+from tlcap.data.files import bundled_dir, bundled_info, data_home, is_hf, local_root
+from tlcap.data.sample import (
+    MAX_ISSUES_KEPT,
+    DataReport,
+    DataWarning,
+    Kind,
+    Loader,
+    RowIssue,
+    Sample,
+    Task,
+    TaskSamples,
+    summarize_issues,
 )
-from tlcap.errors import DatasetUnavailableError, EmptyDatasetError, MissingFileError, TlcapError
+from tlcap.data.task_formats import (
+    EMOTION_LABELS,
+    EMOTION_TEMPLATE,
+    IMDB_LABELS,
+    IMDB_MAX_WORDS,
+    IMDB_TEMPLATE,
+    emotion_sample,
+    gsm8k_sample,
+    imdb_sample,
+    load_emotion,
+    load_gsm8k,
+    load_imdb,
+    load_mbpp,
+    load_svamp,
+    mbpp_sample,
+    svamp_sample,
+)
+from tlcap.errors import (
+    DataFormatError,
+    DatasetUnavailableError,
+    EmptyDatasetError,
+    InvalidConfigError,
+    MissingFileError,
+    PromptTooLongError,
+    UnknownNameError,
+)
 
-Kind = Literal["number", "choice", "code"]
 Split = str
-
-IMDB_MAX_WORDS = 120
-EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One task example.
-
-    Attributes:
-        prompt: The input x.
-        answer: The answer string y scored by teacher forcing (starts with a space or follows
-            the prompt's trailing newline).
-        gold: What accuracy compares with: the final number (math), the label (choice tasks,
-            equal to ``answer``), or the reference code (code).
-        uid: A stable identifier (dataset id or line number) used for checkpoint fingerprints.
-    """
-
-    prompt: str
-    answer: str
-    gold: str = ""
-    uid: str = ""
-    meta: dict = field(default_factory=dict, compare=False)
-
-
-Loader = Callable[[Path | None, str], list[Sample]]
-
-
-@dataclass(frozen=True)
-class Task:
-    """A registered dataset: how to load it and how to score accuracy on it.
-
-    Attributes:
-        name: Registry name.
-        loader: ``loader(data_dir, split) -> list[Sample]`` (``data_dir`` None = HF datasets);
-            ``data_dir`` holds one folder per dataset, files plain or gzipped.
-        kind: ``"number"`` (exact match of the final number after greedy decoding),
-            ``"choice"`` (label chosen by likelihood among ``choices``) or ``"code"``
-            (reference-solution token accuracy; model code is never executed).
-        choices: Answer strings of a choice task, e.g. ``(" positive", " negative")``.
-        hf_name: The Hugging Face ``datasets`` name read with ``data_dir="hf:"``.
-        template: The prompt template, for documentation and summaries.
-        max_new_tokens: Generation budget for ``number`` tasks.
-    """
-
-    name: str
-    loader: Loader
-    kind: Kind = "choice"
-    choices: tuple[str, ...] = ()
-    hf_name: str = ""
-    template: str = ""
-    max_new_tokens: int = 64
-    description: str = ""
-
 
 TASKS: dict[str, Task] = {}
 
@@ -141,6 +114,22 @@ def register_task(
 ) -> Task:
     """Register a dataset under ``name`` so that the CLI and experiments can use it.
 
+    Args:
+        name: Registry name.
+        loader: ``loader(data_dir, split) -> list[Sample]``; it may return a
+            :class:`~tlcap.data.sample.TaskSamples` listing the rows it skipped
+            (:class:`~tlcap.data.sample.RowIssues` helps), which ``load_task`` then reports.
+        kind: ``"number"``, ``"choice"`` or ``"code"`` (how accuracy is measured).
+        choices: The answer strings of a choice task.
+        hf_name: Hugging Face dataset name (documentation).
+        template: Prompt template (documentation).
+        max_new_tokens: Generation budget of a number task.
+        description: One line for listings.
+        overwrite: Replace a task of the same name.
+
+    Returns:
+        The registered :class:`Task`.
+
     Example:
         >>> def load_yesno(data_dir, split):
         ...     rows = json.loads((Path(data_dir) / "yesno" / f"{split}.json").read_text())
@@ -148,11 +137,11 @@ def register_task(
         >>> register_task("yesno", load_yesno, kind="choice", choices=(" yes", " no"))
     """
     if name in TASKS and not overwrite:
-        raise TlcapError(f"task {name!r} is already registered; pass overwrite=True to replace it")
+        raise InvalidConfigError(f"task {name!r} is already registered; pass overwrite=True to replace it")
     if kind not in ("number", "choice", "code"):
-        raise TlcapError(f"unknown task kind {kind!r}; use 'number', 'choice' or 'code'")
+        raise UnknownNameError(f"unknown task kind {kind!r}; use 'number', 'choice' or 'code'")
     if kind == "choice" and not choices:
-        raise TlcapError(f"choice task {name!r} needs its answer strings in choices=")
+        raise InvalidConfigError(f"choice task {name!r} needs its answer strings in choices=")
     task = Task(name, loader, kind, tuple(choices), hf_name, template, max_new_tokens, description)
     TASKS[name] = task
     return task
@@ -161,12 +150,26 @@ def register_task(
 def get_task(name: str) -> Task:
     """The registered task called ``name``."""
     if name not in TASKS:
-        raise TlcapError(f"unknown dataset {name!r}; known: {', '.join(sorted(TASKS))} (or register_task(...))")
+        raise UnknownNameError(f"unknown dataset {name!r}; known: {', '.join(sorted(TASKS))} (or register_task(...))")
     return TASKS[name]
 
 
-def load_task(name: str, data_dir: str | Path | None = None, split: Split = "train", n: int | None = None, seed: int = 0) -> list[Sample]:
+def load_task(
+    name: str,
+    data_dir: str | Path | None = None,
+    split: Split = "train",
+    n: int | None = None,
+    seed: int = 0,
+    *,
+    strict: bool = False,
+) -> TaskSamples:
     """Load ``n`` samples of a task's split (seeded shuffle; all if ``n`` is None).
+
+    Rows the loader cannot read correctly (malformed, or with a label the task does not have)
+    are skipped and counted, with a :class:`~tlcap.data.sample.DataWarning` naming the file and
+    the first lines; ``strict=True`` refuses them instead. Fewer samples than ``n`` in the source
+    also warn. Both are recorded in the returned list's ``.report``
+    (:class:`~tlcap.data.sample.DataReport`), which CNL results carry.
 
     Args:
         name: A registered task (``gsm8k``, ``svamp``, ``mbpp``, ``emotion``, ``imdb``, ...).
@@ -179,23 +182,46 @@ def load_task(name: str, data_dir: str | Path | None = None, split: Split = "tra
         split: ``"train"`` or ``"test"`` (Emotion also ``"val"``).
         n: Number of samples (None = all of the source; for a bundled subset, the whole subset).
         seed: Shuffle seed.
+        strict: Refuse a file with malformed rows or unknown labels instead of skipping them.
+
+    Returns:
+        A :class:`~tlcap.data.sample.TaskSamples` (a list of samples with ``.report``).
 
     Raises:
+        DataFormatError: with ``strict``, the first skipped row (file and line); or a file
+            missing a whole column.
         DatasetUnavailableError: more samples than the bundled subset holds, offline, and no
             full copy in ``$TLCAP_DATA`` or the data home.
 
     Example:
-        >>> load_task("emotion", split="test", n=100, seed=1)
+        >>> load_task("emotion", split="test", n=100, seed=1).report.used
+        100
     """
     task = get_task(name)
-    if n is not None and n < 1:
+    if n is not None and (isinstance(n, bool) or n < 1):
         raise EmptyDatasetError(f"n must be >= 1, got {n}")
     samples = _source_samples(task, data_dir, split, n)
+    issues: tuple[RowIssue, ...] = tuple(getattr(samples, "issues", ()))
+    if issues and strict:
+        raise DataFormatError(
+            f"{issues[0]}; {name} {split!r} has {summarize_issues(issues, limit=0).split(' (')[0]} in all "
+            "(--strict refuses them; fix the file, or drop --strict to skip them with a warning)"
+        )
+    if issues:
+        warnings.warn(DataWarning(f"{name} {split!r}: skipped {summarize_issues(issues)}; "
+                                  "pass --strict (strict=True) to refuse such files"), stacklevel=2)
     if not samples:
         raise EmptyDatasetError(f"{name} split {split!r} has no samples")
     order = list(range(len(samples)))
     random.Random(seed).shuffle(order)
-    return [samples[i] for i in order[:n]]
+    chosen = [samples[i] for i in order[:n]]
+    if n is not None and len(chosen) < n:
+        warnings.warn(DataWarning(f"{name} {split!r}: asked for {n} samples, the source has {len(samples)}; "
+                                  f"using {len(samples)}"), stacklevel=2)
+    bad = sum(i.kind == "bad_row" for i in issues)
+    report = DataReport(task=name, split=split, requested=n, available=len(samples), used=len(chosen), bad_rows=bad,
+                        unknown_labels=len(issues) - bad, issues=issues[:MAX_ISSUES_KEPT])
+    return TaskSamples(chosen, issues=issues[:MAX_ISSUES_KEPT], report=report)
 
 
 def _source_samples(task: Task, data_dir: str | Path | None, split: str, n: int | None) -> list[Sample]:
@@ -231,162 +257,38 @@ def encode_sample(model: Any, sample: Sample, max_answer_tokens: int | None = No
 
     The answer is tokenized in context (``prompt + answer``) so that what is scored is what the
     model would read; if the joint tokenization does not start with the prompt's tokens, the
-    answer is tokenized on its own.
+    answer is tokenized on its own. Only the part that is used must fit the context window.
+
+    Raises:
+        PromptTooLongError: the prompt plus the used answer tokens do not fit the context.
     """
     p_ids = model.encode(sample.prompt)
-    joint = model.encode(sample.prompt + sample.answer, prepend_bos=model.prepend_bos)
+    joint = model.encode(sample.prompt + sample.answer, prepend_bos=model.prepend_bos, check_length=False)
     if joint[: len(p_ids)] == p_ids and len(joint) > len(p_ids):
         t_ids = joint[len(p_ids):]
     else:
         t_ids = model.encode(sample.answer, prepend_bos=False, check_length=False)
     if max_answer_tokens is not None:
         t_ids = t_ids[:max_answer_tokens]
+    if len(p_ids) + max(len(t_ids) - 1, 0) > model.n_ctx:
+        raise PromptTooLongError(f"prompt + answer is {len(p_ids) + len(t_ids) - 1} tokens; {model.name} has a context "
+                                 f"of {model.n_ctx}")
     return p_ids, t_ids
 
 
-# --------------------------------------------------------------------------- helpers
-def _hf(name: str, *args: Any, split: str) -> Any:
-    try:
-        import datasets  # noqa: PLC0415
-    except ImportError as exc:  # pragma: no cover - optional path
-        raise TlcapError("loading by HF name needs `pip install datasets`; or pass --data-dir with local files") from exc
-    try:
-        return datasets.load_dataset(name, *args, split=split)
-    except Exception as exc:  # noqa: BLE001 - offline or unknown split
-        raise TlcapError(f"could not load {name!r} split {split!r} from the HF hub ({exc}); omit --data-dir "
-                         "(bundled data) or pass a folder with local files") from exc
-
-
-def _check_split(split: str, allowed: Sequence[str], name: str) -> None:
-    if split not in allowed:
-        raise TlcapError(f"{name} has splits {', '.join(allowed)}; got {split!r}")
-
-
-def _fmt_number(x: float | str) -> str:
-    v = float(str(x).replace(",", ""))
-    return str(int(v)) if v == int(v) else f"{v:g}"
-
-
-_CALC = re.compile(r"<<[^>]*>>")
-
-
-def gsm8k_sample(question: str, solution: str, uid: str = "") -> Sample:
-    """GSM8K record → sample (calculator annotations removed, ``#### N`` → ``The answer is N.``)."""
-    body, _, final = solution.rpartition("####")
-    final = final.strip().replace(",", "")
-    text = _CALC.sub("", body).strip()
-    answer = f" {text}\nThe answer is {final}."
-    return Sample(f"Question: {question.strip()}\nAnswer:", answer, final, uid)
-
-
-def _load_gsm8k(d: Path | None, split: str) -> list[Sample]:
-    _check_split(split, ("train", "test"), "gsm8k")
-    if d is None:
-        rows = _hf("openai/gsm8k", "main", split=split)
-    else:
-        rows = read_jsonl(d / "gsm8k" / f"{split}.jsonl")
-    return [gsm8k_sample(r["question"], r["answer"], f"gsm8k-{split}-{i}") for i, r in enumerate(rows)]
-
-
-def svamp_sample(body: str, question: str, equation: str, answer: float, uid: str = "") -> Sample:
-    eq = re.sub(r"(\d+)\.0\b", r"\1", equation.strip())
-    eq = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", eq))
-    n = _fmt_number(answer)
-    return Sample(f"Question: {body.strip()} {question.strip()}\nAnswer:", f" {eq} = {n}. The answer is {n}.", n, uid)
-
-
-def _load_svamp(d: Path | None, split: str) -> list[Sample]:
-    _check_split(split, ("train", "test"), "svamp")
-    if d is None:
-        rows = list(_hf("ChilleD/SVAMP", split="train")) + list(_hf("ChilleD/SVAMP", split="test"))
-    else:
-        rows = json.loads(read_text(d / "svamp" / "SVAMP.json"))
-    keep = [(i, r) for i, r in enumerate(rows) if (i % 5 == 0) == (split == "test")]
-    return [svamp_sample(r["Body"], r["Question"], r["Equation"], r["Answer"], str(r.get("ID", i))) for i, r in keep]
-
-
-def mbpp_sample(text: str, code: str, tests: Sequence[str], uid: str = "") -> Sample:
-    first = tests[0] if tests else ""
-    prompt = f'"""{text.strip()}\n{first.strip()}\n"""\n'
-    ref = code.replace("\r\n", "\n").replace("\r", "\n").rstrip() + "\n"
-    return Sample(prompt, ref, ref, uid)
-
-
-def _load_mbpp(d: Path | None, split: str) -> list[Sample]:
-    _check_split(split, ("train", "test"), "mbpp")
-    if d is None:
-        rows = [r for s in ("train", "test", "validation", "prompt") for r in _hf("google-research-datasets/mbpp", split=s)]
-    else:
-        rows = read_jsonl(d / "mbpp" / "mbpp.jsonl")
-    rows = sorted(rows, key=lambda r: int(r["task_id"]))
-    keep = [r for r in rows if (11 <= int(r["task_id"]) <= 510) == (split == "test")]
-    return [mbpp_sample(r["text"], r["code"], r["test_list"], f"mbpp-{r['task_id']}") for r in keep]
-
-
-EMOTION_TEMPLATE = (
-    "Classify the emotion of the text as sadness, joy, love, anger, fear or surprise.\nText: {text}\nEmotion:"
-)
-
-
-def emotion_sample(text: str, label: str, uid: str = "") -> Sample:
-    return Sample(EMOTION_TEMPLATE.format(text=text.strip()), " " + label, " " + label, uid)
-
-
-def _load_emotion(d: Path | None, split: str) -> list[Sample]:
-    _check_split(split, ("train", "val", "test"), "emotion")
-    if d is None:
-        ds = _hf("dair-ai/emotion", split={"val": "validation"}.get(split, split))
-        return [emotion_sample(r["text"], EMOTION_LABELS[int(r["label"])], f"emotion-{split}-{i}") for i, r in enumerate(ds)]
-    full, subset = d / "emotion" / f"{split}.txt", d / "emotion" / f"{split}_subset.jsonl"
-    if find_file(full) is None and find_file(subset) is not None:  # bundled: original line numbers kept
-        lines = [(int(r["line"]), r["raw"]) for r in read_jsonl(subset)]
-    else:
-        lines = list(enumerate(read_text(full).splitlines()))
-    out = []
-    for i, line in lines:
-        if not line.strip() or i == 0 and line.startswith("text;"):
-            continue
-        text, _, label = line.rpartition(";")
-        out.append(emotion_sample(text, label.strip(), f"emotion-{split}-{i}"))
-    return out
-
-
-IMDB_TEMPLATE = "Classify the sentiment of the movie review as positive or negative.\nReview: {review}\nSentiment:"
-
-
-def imdb_sample(review: str, label: str, uid: str = "", max_words: int = IMDB_MAX_WORDS) -> Sample:
-    text = re.sub(r"<br\s*/?>", " ", review)
-    words = text.split()
-    text = " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
-    return Sample(IMDB_TEMPLATE.format(review=text), " " + label, " " + label, uid)
-
-
-def _load_imdb(d: Path | None, split: str) -> list[Sample]:
-    _check_split(split, ("train", "test"), "imdb")
-    if d is None:
-        ds = _hf("stanfordnlp/imdb", split=split)
-        return [imdb_sample(r["text"], ("negative", "positive")[int(r["label"])], f"imdb-{split}-{i}") for i, r in enumerate(ds)]
-    full, subset = d / "imdb" / "imdb_reviews_2500.csv", d / "imdb" / "reviews_subset.jsonl"
-    if find_file(full) is None and find_file(subset) is not None:  # bundled: original row numbers kept
-        rows = [(int(r["row"]), r) for r in read_jsonl(subset)]
-    else:
-        rows = list(enumerate(csv.DictReader(text_stream(full))))
-    keep = [(i, r) for i, r in rows if (i % 5 == 0) == (split == "test")]
-    return [imdb_sample(r["review"], r["sentiment"].strip(), f"imdb-{i}") for i, r in keep]
-
-
-register_task("gsm8k", _load_gsm8k, kind="number", hf_name="openai/gsm8k", template="Question: {question}\\nAnswer:",
+register_task("gsm8k", load_gsm8k, kind="number", hf_name="openai/gsm8k", template="Question: {question}\\nAnswer:",
               max_new_tokens=96, description="grade-school math; exact match of the final number")
-register_task("svamp", _load_svamp, kind="number", hf_name="ChilleD/SVAMP", template="Question: {Body} {Question}\\nAnswer:",
+register_task("svamp", load_svamp, kind="number", hf_name="ChilleD/SVAMP", template="Question: {Body} {Question}\\nAnswer:",
               max_new_tokens=32, description="one-step math word problems; exact match of the final number")
-register_task("mbpp", _load_mbpp, kind="code", hf_name="google-research-datasets/mbpp",
+register_task("mbpp", load_mbpp, kind="code", hf_name="google-research-datasets/mbpp",
               template='"""{text}\\n{test_list[0]}\\n"""\\n', description="Python problems; reference-solution token accuracy")
-register_task("emotion", _load_emotion, kind="choice", choices=tuple(" " + l for l in EMOTION_LABELS), hf_name="dair-ai/emotion",
+register_task("emotion", load_emotion, kind="choice", choices=tuple(" " + l for l in EMOTION_LABELS), hf_name="dair-ai/emotion",
               template=EMOTION_TEMPLATE, description="6-way emotion of a tweet; label by likelihood")
-register_task("imdb", _load_imdb, kind="choice", choices=(" positive", " negative"), hf_name="stanfordnlp/imdb",
+register_task("imdb", load_imdb, kind="choice", choices=(" positive", " negative"), hf_name="stanfordnlp/imdb",
               template=IMDB_TEMPLATE, description="binary movie-review sentiment; label by likelihood")
 
 __all__ = [
-    "Sample", "Task", "TASKS", "encode_sample", "register_task", "get_task", "load_task", "EMOTION_LABELS", "IMDB_MAX_WORDS",
-    "gsm8k_sample", "svamp_sample", "mbpp_sample", "emotion_sample", "imdb_sample",
+    "Sample", "Task", "TASKS", "TaskSamples", "DataReport", "DataWarning", "RowIssue", "encode_sample", "register_task",
+    "get_task", "load_task", "EMOTION_LABELS", "IMDB_LABELS", "IMDB_MAX_WORDS", "gsm8k_sample", "svamp_sample",
+    "mbpp_sample", "emotion_sample", "imdb_sample",
 ]

@@ -10,9 +10,11 @@ entry only if it ever had a non-zero gradient). The mask is applied to ``param.g
 Modes (CNL §5 Table 2):
 - ``"located"``: train the given neurons (paper: 0.15 % of the neuron parameters).
 - ``"random"``: pass ``neurons.random_like(seed)`` (same count per layer) with ``"located"``.
-- ``"except"``: train every MLP neuron *except* the given ones ("w/o located"; the paper masks
-  the located neurons and tunes the other 99.85 % of the neuron parameters). Attention and
-  embeddings stay frozen in every mode, so the three modes differ only in which neurons learn.
+- ``"except"``: train every MLP neuron *except* the given ones, which keep their values. The
+  paper's "w/o located" (the located neurons set to 0, the other 99.85 % of the neuron
+  parameters tuned) is ``erase_neurons`` + ``"except"``: :func:`tlcap.experiments.cnl.tuned` with
+  ``mode="wo_located"``. Attention and embeddings stay frozen in every mode, so the modes differ
+  only in which neurons learn.
 
 The loss is the mean NLL of the answer tokens under teacher forcing (prompt tokens are context
 only), one sample per step, Adam (lr 1e-5 by default, as in the paper). Every touched parameter is
@@ -34,8 +36,10 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from tlcap.data.tasks import Sample, encode_sample
-from tlcap.errors import EmptyDatasetError, TlcapError
+from tlcap.config import check_float, check_int
+from tlcap.data.sample import Sample
+from tlcap.data.tasks import encode_sample
+from tlcap.errors import EmptyDatasetError, EmptyNeuronSetError, PromptTooLongError, UnknownNameError
 from tlcap.intervene.weights import WeightEdit
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model, WeightSlice
@@ -46,7 +50,7 @@ Mode = Literal["located", "except"]
 def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> list[tuple[WeightSlice, torch.Tensor]]:
     """The MLP weight slices to train and their boolean masks (same shape as the parameter)."""
     if mode not in ("located", "except"):
-        raise TlcapError(f"unknown fine-tuning mode {mode!r}; use 'located' or 'except'")
+        raise UnknownNameError.of("fine-tuning mode", mode, ("located", "except"))
     by_layer = neurons.by_layer()
     layers = sorted(by_layer) if mode == "located" else list(range(model.n_layers))
     out = []
@@ -95,36 +99,52 @@ def masked_finetune(
         progress: Show a progress bar.
 
     Returns:
-        The :class:`WeightEdit` holding the snapshots (``.undo()`` restores the weights).
+        The :class:`WeightEdit` holding the snapshots (``.undo()`` restores the weights);
+        ``edit.meta`` records ``{"steps": ..., "skipped": ...}``.
+
+    Raises:
+        InvalidConfigError: ``epochs < 1`` or ``lr <= 0``.
+        EmptyNeuronSetError: ``mode="located"`` with no neurons.
+        EmptyDatasetError: no training sample (or none that fits the context window).
+
+    Any exception raised while training (or by ``on_epoch``) first restores every parameter this
+    edit touched (with ``edit=`` given: everything recorded in it), then propagates.
     """
+    check_int("epochs", epochs, min=1)
+    check_float("lr", lr, gt=0)
     if not samples:
         raise EmptyDatasetError("masked_finetune needs training samples")
     if mode == "located" and not len(neurons):
-        raise TlcapError("no neurons to fine-tune (the located set is empty); lower sigma or use more samples")
-    edit = edit or WeightEdit()
+        raise EmptyNeuronSetError("the neuron set to fine-tune is empty (0 neurons); lower sigma or locate on more samples")
     plan = neuron_params(model, neurons, mode)
-    params = []
-    for ws, _ in plan:
-        edit.touch(ws.param)
-        params.append(ws.param)
-    uniq = list({id(p): p for p in params}.values())
+    encoded, skipped = [], 0
+    for s in samples:
+        try:
+            encoded.append(encode_sample(model, s, max_answer_tokens))
+        except PromptTooLongError:
+            skipped += 1
+    encoded = [(p, t) for p, t in encoded if t]
+    if not encoded:
+        raise EmptyDatasetError(f"none of the {len(samples)} training samples has answer tokens within the context window")
+    edit = edit if edit is not None else WeightEdit()
+    uniq = list({id(ws.param): ws.param for ws, _ in plan}.values())
     masks: dict[int, torch.Tensor] = {}
     for ws, m in plan:
         masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
-    opt = torch.optim.Adam(uniq, lr=lr)
-    encoded = [encode_sample(model, s, max_answer_tokens) for s in samples]
-    rng = random.Random(seed)
     for p in uniq:
-        p.requires_grad_(True)
+        edit.touch(p)
+    opt = torch.optim.Adam(uniq, lr=lr)
+    rng = random.Random(seed)
     model.eval()
+    steps = 0
     try:
+        for p in uniq:
+            p.requires_grad_(True)
         for epoch in range(1, epochs + 1):
             order = list(range(len(encoded)))
             rng.shuffle(order)
             for k in tqdm(order, desc=f"finetune {mode} epoch {epoch}", disable=not progress, leave=False):
                 p_ids, t_ids = encoded[k]
-                if not t_ids:
-                    continue
                 toks = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
                 logits = model.logits(toks)[0, len(p_ids) - 1 :].float()
                 loss = torch.nn.functional.cross_entropy(logits, torch.tensor(t_ids, device=model.device))
@@ -134,17 +154,26 @@ def masked_finetune(
                     if p.grad is not None:
                         p.grad.mul_(masks[id(p)])
                 opt.step()
+                steps += 1
             if on_epoch is not None:
                 for p in uniq:
                     p.requires_grad_(False)
                 on_epoch(epoch)
                 for p in uniq:
                     p.requires_grad_(True)
-    finally:
-        for p in uniq:
-            p.requires_grad_(False)
-            p.grad = None
+    except BaseException:
+        _release(uniq)
+        edit.undo()
+        raise
+    _release(uniq)
+    edit.meta = {"steps": steps, "skipped": skipped}
     return edit
+
+
+def _release(params: list[torch.nn.Parameter]) -> None:
+    for p in params:
+        p.requires_grad_(False)
+        p.grad = None
 
 
 def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -> float:

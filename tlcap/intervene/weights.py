@@ -1,7 +1,8 @@
 """Weight interventions with exact undo: erase neurons, and a general edit handle.
 
 Every edit snapshots the parameters it touches before changing them; ``undo()`` (or leaving
-the ``with`` block) copies the snapshots back bit for bit, so nothing leaks into later calls.
+the ``with`` block, also by an exception) copies the snapshots back bit for bit, so nothing leaks
+into later calls. An edit whose function raises half-way is undone before the error propagates.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class WeightEdit:
     def __init__(self) -> None:
         self._saved: dict[int, tuple[torch.nn.Parameter, Tensor]] = {}
         self.active = True
+        self.meta: dict = {}
 
     def touch(self, param: torch.nn.Parameter) -> Tensor:
         """Snapshot ``param`` (once) and return its data for in-place editing."""
@@ -34,9 +36,21 @@ class WeightEdit:
             self._saved[id(param)] = (param, param.data.clone())
         return param.data
 
-    def apply(self, fn: Callable[["WeightEdit"], None]) -> "WeightEdit":
-        with torch.no_grad():
-            fn(self)
+    def apply(self, fn: Callable[[WeightEdit], None]) -> WeightEdit:
+        """Run ``fn(self)`` without gradients; if it raises, every touched parameter is restored first.
+
+        Args:
+            fn: Edits parameters through :meth:`touch`.
+
+        Returns:
+            ``self``.
+        """
+        try:
+            with torch.no_grad():
+                fn(self)
+        except BaseException:
+            self.undo()
+            raise
         return self
 
     def undo(self) -> None:
@@ -51,7 +65,7 @@ class WeightEdit:
     def params(self) -> list[torch.nn.Parameter]:
         return [p for p, _ in self._saved.values()]
 
-    def __enter__(self) -> "WeightEdit":
+    def __enter__(self) -> WeightEdit:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -64,16 +78,29 @@ def _set_neurons(edit: WeightEdit, ws: WeightSlice, idx: list[int], value: float
     view[torch.tensor(idx, dtype=torch.long)] = value
 
 
-def erase_neurons(model: Model, neurons: NeuronSet | Iterable[tuple[int, int]], include_input: bool = False) -> WeightEdit:
+def erase_neurons(
+    model: Model,
+    neurons: NeuronSet | Iterable[tuple[int, int]],
+    include_input: bool = False,
+    edit: WeightEdit | None = None,
+) -> WeightEdit:
     """Zero the located neurons' down-projection rows (their write into the residual).
 
     Args:
         model: The model (edited in place, reversibly).
         neurons: The neurons to erase.
         include_input: Also zero their input weights/biases (the neuron then never fires).
+        edit: An existing :class:`WeightEdit` to record into (default a new one).
+
+    Returns:
+        The edit; ``undo()`` or leaving ``with`` restores the weights exactly.
+
+    Example:
+        >>> with erase_neurons(model, located):
+        ...     acc = task_accuracy(model, "imdb", test)
     """
     ns = neurons if isinstance(neurons, NeuronSet) else NeuronSet.from_list(neurons, (model.n_layers, model.d_mlp))
-    edit = WeightEdit()
+    edit = edit if edit is not None else WeightEdit()
 
     def fn(e: WeightEdit) -> None:
         for l, idx in ns.by_layer().items():

@@ -13,7 +13,11 @@
   argmax. Model-written code is never executed.
 
 All functions take ``hooks`` (activation interventions) and see weight edits already applied
-to the model, so the same call measures base, erased and fine-tuned models.
+to the model, so the same call measures base, erased and fine-tuned models. A sample whose prompt
+does not fit the context window is skipped and counted (``TaskAccuracy.n_skipped``), never
+scored. ``TaskAccuracy.summary()`` reports what the model predicted and the share of the most
+frequent gold label: a model that answers one label for everything scores exactly that share
+(SmolLM2-135M on Emotion, see ``docs/cnl.md``).
 
 Example:
     >>> acc = task_accuracy(model, "emotion", load_task("emotion", data_dir, "test", n=100))
@@ -23,22 +27,36 @@ Example:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.data.tasks import Sample, Task, encode_sample, get_task
-from tlcap.errors import EmptyDatasetError
+from tlcap.errors import EmptyDatasetError, PromptTooLongError
 from tlcap.models.adapter import HookList, Model
-from tlcap.results import Result
+from tlcap.results import Result, frame
+from tlcap.viz.cnl import accuracy_figure
 
 CODE_TOKENS = 64
 _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class AccuracyRow:
+    """One row of :meth:`TaskAccuracy.to_frame`: a scored sample."""
+
+    sample: int
+    score: float
+    prediction: str
+    gold: str
 
 
 @dataclass(frozen=True)
@@ -46,9 +64,13 @@ class TaskAccuracy(Result):
     """Accuracy of a model on a list of samples.
 
     Attributes:
-        accuracy: Mean of ``scores``.
+        task: Task name.
+        metric: How a sample is scored (see the module docstring).
+        accuracy: Mean of ``scores`` (over the scored samples).
         scores: Per-sample score (1/0 for math and choice tasks, token accuracy for code).
         predictions: What the model answered (number, label, or "" for code).
+        golds: The gold answers.
+        n_skipped: Samples not scored because the prompt does not fit the context window.
     """
 
     task: str
@@ -58,13 +80,36 @@ class TaskAccuracy(Result):
     predictions: tuple[str, ...] = ()
     golds: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    n_skipped: int = 0
 
     @property
     def n(self) -> int:
         return len(self.scores)
 
+    @property
+    def majority_share(self) -> float:
+        """Share of the most frequent gold answer: the accuracy of a constant predictor (choice tasks)."""
+        if not self.golds or not any(self.golds):
+            return float("nan")
+        return Counter(self.golds).most_common(1)[0][1] / len(self.golds)
+
+    def summary(self) -> dict[str, Any]:
+        """Accuracy, counts, and what the model predicted vs the gold labels."""
+        return {
+            "task": self.task, "metric": self.metric, "accuracy": self.accuracy, "n": self.n, "n_skipped": self.n_skipped,
+            "majority_share": self.majority_share, "prediction_counts": dict(Counter(p for p in self.predictions if p)),
+            "gold_counts": dict(Counter(g for g in self.golds if g)),
+        }
+
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"score": self.scores, "prediction": self.predictions, "gold": self.golds})
+        """One :class:`AccuracyRow` per scored sample."""
+        return frame([AccuracyRow(i, float(s), p, g) for i, (s, p, g) in
+                      enumerate(zip(self.scores, self.predictions, self.golds))], AccuracyRow)
+
+    def figure(self) -> go.Figure:
+        """Predicted vs gold label counts."""
+        return accuracy_figure(Counter(p for p in self.predictions if p), Counter(g for g in self.golds if g),
+                               title=f"{self.task}: accuracy {self.accuracy:.3f} ({self.metric}, n={self.n})")
 
 
 def greedy_generate(
@@ -165,26 +210,40 @@ def task_accuracy(
     eos_id = model.special_token_id("eos")
     eos = [eos_id] if eos_id is not None else []
     stops = ("\n\n", "Question:")
+    skipped = 0
     for s in tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False):
-        if t.kind == "number":
-            gen = greedy_generate(model, model.encode(s.prompt), max_new_tokens or t.max_new_tokens, hooks, eos, stops)
-            text = _cut(model.decode(gen), stops)
-            num = extract_number(text)
-            scores.append(float(_same_number(num, s.gold)))
-            preds.append(num or "")
-            golds.append(s.gold)
-        elif t.kind == "choice":
-            lp = choice_logprobs(model, s.prompt, t.choices, hooks)
-            pick = t.choices[int(lp.argmax())]
-            scores.append(float(pick.strip() == s.gold.strip()))
-            preds.append(pick.strip())
-            golds.append(s.gold.strip())
-        else:
-            scores.append(reference_token_accuracy(model, s, code_tokens, hooks))
-            preds.append("")
-            golds.append("")
+        try:
+            score, pred, gold = _score_one(model, t, s, hooks, max_new_tokens, code_tokens, eos, stops)
+        except PromptTooLongError:
+            skipped += 1
+            continue
+        scores.append(score)
+        preds.append(pred)
+        golds.append(gold)
+    if not scores:
+        raise EmptyDatasetError(f"none of the {len(samples)} {t.name} samples fits the context window of {model.name}")
     metric = {"number": "exact match (final number)", "choice": "label by likelihood", "code": "reference token accuracy"}[t.kind]
-    return TaskAccuracy(t.name, metric, sum(scores) / len(scores), tuple(scores), tuple(preds), tuple(golds))
+    return TaskAccuracy(t.name, metric, sum(scores) / len(scores), tuple(scores), tuple(preds), tuple(golds),
+                        n_skipped=skipped)
 
 
-__all__ = ["TaskAccuracy", "task_accuracy", "greedy_generate", "extract_number", "choice_logprobs", "reference_token_accuracy"]
+def _score_one(
+    model: Model, t: Task, s: Sample, hooks: HookList, max_new_tokens: int | None, code_tokens: int, eos: list[int],
+    stops: tuple[str, ...],
+) -> tuple[float, str, str]:
+    """``(score, prediction, gold)`` of one sample (see the module docstring)."""
+    if t.kind == "number":
+        gen = greedy_generate(model, model.encode(s.prompt), max_new_tokens or t.max_new_tokens, hooks, eos, stops)
+        num = extract_number(_cut(model.decode(gen), stops))
+        return float(_same_number(num, s.gold)), num or "", s.gold
+    if t.kind == "choice":
+        lp = choice_logprobs(model, s.prompt, t.choices, hooks)
+        pick = t.choices[int(lp.argmax())]
+        return float(pick.strip() == s.gold.strip()), pick.strip(), s.gold.strip()
+    return reference_token_accuracy(model, s, code_tokens, hooks), "", ""
+
+
+__all__ = [
+    "TaskAccuracy", "AccuracyRow", "task_accuracy", "greedy_generate", "extract_number", "choice_logprobs",
+    "reference_token_accuracy",
+]
