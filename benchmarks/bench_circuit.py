@@ -29,7 +29,17 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import sys  # noqa: E402
+
 import torch  # noqa: E402
+from transformer_lens.tools.analysis import attribution_patching as ap  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tl_compat import gqa_edges, tl_edge_matrix  # noqa: E402
+
+from tlcap import load_model  # noqa: E402
+from tlcap.locate.circuits import edge_attribution, make_task  # noqa: E402
+from tlcap.models import make_gpt2  # noqa: E402
 
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
 # A longer pair (17 tokens): TL's per-position edge loop grows with length, the passes barely do.
@@ -48,29 +58,7 @@ def _timed(fn, reps: int):  # noqa: ANN001, ANN202
     return (best, best_cpu), out
 
 
-def _gqa_edges(model, seq_len: int):  # noqa: ANN001, ANN202
-    """TL ``enumerate_edges`` with k/v readers per kv head (what GQA needs)."""
-    from transformer_lens.tools.analysis.attribution_patching import Node
-
-    L, H, K = model.n_layers, model.n_heads, model.n_kv_heads
-    edges = []
-    for p in range(seq_len):
-        avail = [Node(kind="embed", position=p)]
-        for l in range(L):
-            readers = [Node(kind="q_input", layer=l, head=h, position=p) for h in range(H)]
-            readers += [Node(kind=k, layer=l, head=g, position=p) for k in ("k_input", "v_input") for g in range(K)]
-            for r in readers:
-                edges += [(w, r) for w in avail]
-            avail = avail + [Node(kind="attn_head_out", layer=l, head=h, position=p) for h in range(H)]
-            edges += [(w, Node(kind="mlp_in", layer=l, position=p)) for w in avail]
-            avail = avail + [Node(kind="mlp_out", layer=l, position=p)]
-        edges += [(w, Node(kind="logits", layer=L - 1, position=p)) for w in avail]
-    return edges
-
-
 def tl_scores(model, task, gqa: bool):  # noqa: ANN001, ANN202
-    from transformer_lens.tools.analysis import attribution_patching as ap
-
     metric = lambda lg: task.metric_rows(lg)[0]  # noqa: E731
     model.W_E.requires_grad_(True)  # TL differentiates through the graph; tlcap freezes parameters
     try:
@@ -83,15 +71,13 @@ def tl_scores(model, task, gqa: bool):  # noqa: ANN001, ANN202
             clean = ap.cache_activation_and_gradient(model.backend, task.clean, metric, names_filter=names,
                                                      compute_gradient=False)
             cor = ap.cache_activation_and_gradient(model.backend, task.corrupt, metric, names_filter=names)
-            return ap._edge_effects(clean, cor, _gqa_edges(model, task.clean.shape[1]))
+            edges = gqa_edges(model.n_layers, model.n_heads, model.n_kv_heads, task.clean.shape[1])
+            return ap._edge_effects(clean, cor, edges)
     finally:
         model.W_E.requires_grad_(False)
 
 
 def bench(model, label: str, reps: int, gqa: bool, pair: tuple[str, str, str] = (PROMPT, TARGET, CORRUPT)) -> dict:  # noqa: ANN001
-    from tlcap.locate.circuits import edge_attribution, make_task
-    from tlcap.locate.circuits.eap import tl_edge_matrix
-
     PROMPT, TARGET, CORRUPT = pair  # noqa: N806
 
     task = make_task(model, PROMPT, TARGET, CORRUPT)
@@ -101,10 +87,8 @@ def bench(model, label: str, reps: int, gqa: bool, pair: tuple[str, str, str] = 
                  "seq_len": int(task.clean.shape[1])}
     if gqa:
         try:
-            from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
-
-            attribution_patch(model.backend, task.clean, task.corrupt, lambda lg: task.metric_rows(lg)[0],
-                              EdgeAttributionConfig(granularity="edge"))
+            ap.attribution_patch(model.backend, task.clean, task.corrupt, lambda lg: task.metric_rows(lg)[0],
+                                 ap.EdgeAttributionConfig(granularity="edge"))
             row["tl_edge_mode_on_gqa"] = "ran"
         except Exception as exc:  # noqa: BLE001 - we report the refusal verbatim
             row["tl_edge_mode_on_gqa"] = f"{type(exc).__name__}: {str(exc)[:160]}"
@@ -130,18 +114,14 @@ def bench(model, label: str, reps: int, gqa: bool, pair: tuple[str, str, str] = 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="one repetition per timing")
-    ap.add_argument("--skip-smollm2", action="store_true")
-    args = ap.parse_args()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="one repetition per timing")
+    parser.add_argument("--skip-smollm2", action="store_true")
+    args = parser.parse_args()
     reps = 1 if args.quick else 3
-    from tlcap.models import make_gpt2
-
     g2 = make_gpt2("small", seed=0)
     rows = [bench(g2, "gpt2-small-random", reps, gqa=False), bench(g2, "gpt2-small-random", reps, gqa=False, pair=LONG)]
     if not args.skip_smollm2:
-        from tlcap import load_model
-
         sm = load_model("smollm2-135m")
         rows += [bench(sm, "smollm2-135m", reps, gqa=True), bench(sm, "smollm2-135m", reps, gqa=True, pair=LONG)]
     print(f"\n{'model':<20}{'pos':>4}{'edges':>8}{'TL s':>9}{'tlcap s':>9}{'ratio':>8}{'TL cpu':>9}{'tlcap cpu':>10}{'ratio':>8}"

@@ -1,27 +1,43 @@
 """Knowledge circuits (Yao et al. 2024): edge attribution patching and circuit-only evaluation.
 
+Modules, bottom up (each imports only the ones above it):
+
+=======================  ==============================================================
+``config``               :class:`EAPConfig`, the validated settings; task-string checks
+``graph``                :class:`EdgeGraph`: nodes, readers, edges, parameter groups
+``circuit``              :class:`Circuit`, selection and pruning (depends only on the graph)
+``task``                 :class:`CircuitTask` (items, targets, metric), :func:`make_task`
+``passes``               :func:`run_pass`, the pass engine (record, gradients, circuit-only runs)
+``ablation``             ablation sources: corrupted run, zero (pluggable)
+``eap``                  :func:`edge_attribution` (EAP, EAP-IG) → :class:`EdgeScores`
+``evaluate``             circuit-only evaluation → :class:`CircuitEvaluation`
+``sweep``                :func:`size_sweep` → :class:`SizeSweep`
+``knowledge_circuit``    :func:`knowledge_circuit`: all of it for one fact (``tlcap circuit``)
+=======================  ==============================================================
+
 Example:
     >>> from tlcap.locate.circuits import edge_attribution, evaluate_circuit
     >>> scores = edge_attribution(model, "The capital of France is", " Paris",
-    ...                           corrupt_prompt="The capital of Italy is")
+    ...                           corrupt_prompt="The capital of Italy is", steps=5)
     >>> circuit = scores.select(top_n=300)
     >>> evaluate_circuit(model, circuit).circuit_target_rank
 """
 
-from tlcap.locate.circuits.eap import CircuitTask, EdgeScores, edge_attribution, make_task
-from tlcap.locate.circuits.evaluate import (
-    Circuit,
-    CircuitEvaluation,
-    SizeSweep,
-    evaluate_circuit,
-    evaluate_masks,
-    prune_dead,
-    size_sweep,
-)
-from tlcap.locate.circuits.graph import EdgeGraph, edge_hooks_enabled
+from tlcap.locate.circuits.ablation import AblatedRun, AblationSource, CorruptedAblation, ZeroAblation, ablation_source
+from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_edges
+from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
+from tlcap.locate.circuits.eap import EdgeScores, edge_attribution
+from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit, evaluate_circuits, evaluate_masks
+from tlcap.locate.circuits.graph import EdgeGraph, NodeRow, UnsupportedModelError, edge_hooks_enabled
+from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit, knowledge_circuit
+from tlcap.locate.circuits.passes import PassOutput, run_pass
+from tlcap.locate.circuits.sweep import SizeSweep, SweepRow, size_sweep
+from tlcap.locate.circuits.task import CircuitTask, make_task
 
 __all__ = [
-    "Circuit", "CircuitEvaluation", "CircuitTask", "EdgeGraph", "EdgeScores", "SizeSweep",
-    "edge_attribution", "edge_hooks_enabled", "evaluate_circuit", "evaluate_masks", "make_task",
-    "prune_dead", "size_sweep",
+    "AblatedRun", "AblationSource", "Circuit", "CircuitEvaluation", "CircuitTask", "CorruptedAblation", "EAPConfig",
+    "EdgeGraph", "EdgeRow", "EdgeScores", "KnowledgeCircuit", "NodeRow", "PassOutput", "SizeSweep", "SweepRow",
+    "UnsupportedModelError", "ZeroAblation", "ablation_source", "check_circuit_inputs", "edge_attribution",
+    "edge_hooks_enabled", "evaluate_circuit", "evaluate_circuits", "evaluate_masks", "knowledge_circuit", "make_task",
+    "prune_dead", "run_pass", "select_edges", "size_sweep",
 ]

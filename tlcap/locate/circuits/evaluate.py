@@ -1,148 +1,49 @@
-"""Circuits (edge sets) and circuit-only evaluation.
+"""Circuit-only evaluation: run the model with every non-circuit edge ablated.
 
-Circuit-only run: every reader's input is rebuilt as
-
-    input_v = (this run's residual at v) + sum_{u -> v not in circuit} (replacement_u - current_u)
-
-i.e. circuit edges carry the upstream node's output *in this run* (which itself depends on
-the circuit), every other edge carries the node's corrupted output (or zero). Because the
-pre-norm residual is a plain sum of upstream outputs plus constant biases, this is exact:
-the full circuit reproduces the clean model and the empty circuit reproduces the corrupted
-(or all-zero) run. Many circuits are evaluated as one batch (one row per circuit).
+Circuit-only runs are :func:`~.passes.run_pass` with ``keep`` = the circuit's edges and
+``replacement`` = an ablation source's outputs (:mod:`.ablation`): exact, so the full circuit
+reproduces the clean model and the empty circuit the ablated run. Many circuits are
+evaluated as one batch (one row per circuit).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
-from jaxtyping import Bool
+from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tlcap.locate.circuits.eap import CircuitTask, EdgeScores, corrupted_upstream, make_task, run_pass
+from tlcap.locate.circuits.ablation import ablation_source
+from tlcap.locate.circuits.circuit import Circuit
 from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.circuits.passes import run_pass
+from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
 from tlcap.results import Result
+from tlcap.viz.circuit import evaluation_figure
 
 
-def prune_dead(graph: EdgeGraph, mask: Bool[Tensor, "n_up n_readers"]) -> Bool[Tensor, "n_up n_readers"]:
-    """Drop edges that cannot matter, until nothing changes.
+def ablated_upstream(
+    model: Model, graph: EdgeGraph, task: CircuitTask, ablation: str | None = None
+) -> Float[Tensor, "item n_up pos d_model"]:
+    """The upstream outputs that replace dropped edges (:mod:`.ablation`).
 
-    An edge ``u -> v`` is dropped when ``u`` (not the input) has no incoming circuit edge
-    into any of its readers, or when no node fed by ``v`` (the logits, or a node with an
-    outgoing circuit edge that survives) uses its output. A GQA kv reader feeds every head of
-    its group.
+    Args:
+        model: The model.
+        graph: Its edge graph.
+        task: The task.
+        ablation: ``"corrupt"`` or ``"zero"`` (default: ``corrupt`` when the task has corrupted rows).
+
+    Returns:
+        ``[item, n_up, pos, d_model]`` replacement outputs.
     """
-    rn = graph.reader_nodes()  # [n_readers, n_nodes]
-    n_up = graph.n_upstream
-    mask = mask.clone() & graph.valid_mask()
-    logits_node = len(graph.nodes) - 1
-    while True:
-        incoming = (mask.any(0).float() @ rn.float()) > 0  # node has an incoming edge
-        incoming[0] = True  # input
-        outgoing = torch.zeros(len(graph.nodes), dtype=torch.bool)
-        outgoing[:n_up] = mask.any(1)
-        outgoing[logits_node] = True
-        reader_alive = (rn.float() @ outgoing.float()) > 0
-        new = mask & incoming[:n_up, None] & reader_alive[None, :]
-        if torch.equal(new, mask):
-            return new
-        mask = new
-
-
-@dataclass(frozen=True)
-class Circuit(Result):
-    """A set of edges of the graph (a knowledge circuit).
-
-    Attributes:
-        mask: ``[n_upstream, n_readers]`` bool, ``True`` for circuit edges.
-        scores: The edge scores it was selected from.
-        graph: The :class:`EdgeGraph`.
-        n_selected: Edges selected before pruning dead nodes.
-        selection: How it was selected (``"top_n=300"``).
-        model_name, prompt, target, corrupt_prompt: The task.
-    """
-
-    mask: Tensor
-    scores: Tensor
-    graph: EdgeGraph
-    n_selected: int = 0
-    selection: str = ""
-    model_name: str = ""
-    prompt: str = ""
-    target: str = ""
-    corrupt_prompt: str | None = None
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.mask.sum())
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """Nodes touched by a circuit edge (upstream ends and the nodes readers feed)."""
-        rn = self.graph.reader_nodes()
-        alive = torch.zeros(len(self.graph.nodes), dtype=torch.bool)
-        alive[: self.graph.n_upstream] = self.mask.any(1)
-        alive |= (self.mask.any(0).float() @ rn.float()) > 0
-        return tuple(n for n, a in zip(self.graph.nodes, alive.tolist()) if a)
-
-    @property
-    def n_nodes(self) -> int:
-        return len(self.nodes)
-
-    @property
-    def param_fraction(self) -> float:
-        """Share of the model's parameters held by the circuit's nodes."""
-        params = dict(zip(self.graph.nodes, self.graph.node_params))
-        return sum(params[n] for n in self.nodes) / max(1, sum(self.graph.node_params))
-
-    @property
-    def param_fraction_blocks(self) -> float:
-        """Share of the transformer blocks' parameters (heads and MLPs; embeddings excluded)."""
-        params = dict(zip(self.graph.nodes, self.graph.node_params))
-        blocks = [n for n in self.graph.nodes if n not in ("input", "logits")]
-        inside = sum(params[n] for n in self.nodes if n in blocks)
-        return inside / max(1, sum(params[n] for n in blocks))
-
-    @property
-    def edges(self) -> list[tuple[str, str, float]]:
-        """``(upstream, reader, score)`` of every circuit edge, by decreasing ``|score|``."""
-        us, vs = torch.nonzero(self.mask, as_tuple=True)
-        sc = self.scores[us, vs]
-        order = sc.abs().argsort(descending=True)
-        return [(self.graph.upstream[int(us[i])], self.graph.readers[int(vs[i])], float(sc[i])) for i in order]
-
-    def node_importance(self) -> dict[str, float]:
-        """Sum of ``|score|`` of the circuit edges touching each circuit node."""
-        imp = {n: 0.0 for n in self.nodes}
-        for u, v, s in self.edges:
-            imp[u] = imp.get(u, 0.0) + abs(s)
-            for n in self.graph.reader_node_names(v):
-                if n in imp:
-                    imp[n] += abs(s) / len(self.graph.reader_node_names(v))
-        return imp
-
-    def random_like(self, seed: int = 0) -> "Circuit":
-        """A circuit of as many edges drawn uniformly from the valid edges (no pruning)."""
-        valid = self.graph.valid_mask().flatten()
-        idx = torch.nonzero(valid).flatten()
-        g = torch.Generator().manual_seed(seed)
-        pick = idx[torch.randperm(len(idx), generator=g)[: self.n_edges]]
-        mask = torch.zeros_like(valid)
-        mask[pick] = True
-        return Circuit(mask=mask.view_as(self.mask), scores=self.scores, graph=self.graph, n_selected=self.n_edges,
-                       selection=f"random(seed={seed})", model_name=self.model_name, prompt=self.prompt,
-                       target=self.target, corrupt_prompt=self.corrupt_prompt)
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.edges, columns=["upstream", "reader", "score"])
-
-    def figure(self, title: str | None = None):  # noqa: ANN201 - plotly Figure
-        """The circuit as a plotly graph (see :func:`tlcap.viz.circuit.circuit_graph`)."""
-        from tlcap.viz.circuit import circuit_graph
-
-        return circuit_graph(self, title=title)
+    name = ablation or ("corrupt" if task.corrupt is not None else "zero")
+    return ablation_source(name).run(model, graph, task).upstream
 
 
 def evaluate_masks(
@@ -151,21 +52,33 @@ def evaluate_masks(
     task: CircuitTask,
     masks: Bool[Tensor, "n_circuits n_up n_readers"],
     batch: int = 8,
-    corrupt_up: Tensor | None = None,
+    replacement: Float[Tensor, "item n_up pos d_model"] | None = None,
     return_logits: bool = False,
+    ablation: str | None = None,
 ) -> dict[str, Tensor]:
-    """Circuit-only runs of many circuits; per circuit: ``nll``, ``rank``, ``target_logit``, ``metric``.
+    """Circuit-only runs of many circuits on a one-item task.
 
-    ``rank`` is the 1-based rank of the (first) target token. With ``return_logits`` the
-    logits ``[n_circuits, pos, d_vocab]`` are returned too.
+    Args:
+        model: The model.
+        graph: Its edge graph.
+        task: The task (one item).
+        masks: One edge mask per circuit.
+        batch: Circuits per forward pass (exact: results do not depend on it).
+        replacement: Ablated upstream outputs (default: :func:`ablated_upstream`).
+        return_logits: Also return the logits ``[n_circuits, pos, d_vocab]``.
+        ablation: The ablation source when ``replacement`` is not given.
+
+    Returns:
+        Per circuit: ``nll``, ``rank`` (1-based, of the first target token), ``target_logit``,
+        ``metric`` (and ``logits``).
     """
-    if corrupt_up is None:
-        corrupt_up, _ = corrupted_upstream(model, graph, task)
+    if replacement is None:
+        replacement = ablated_upstream(model, graph, task, ablation)
     out: dict[str, list[Tensor]] = {"nll": [], "rank": [], "target_logit": [], "metric": [], "logits": []}
     for i in range(0, masks.shape[0], batch):
         m = masks[i : i + batch].to(model.device)
         toks = task.clean.expand(m.shape[0], -1)
-        res = run_pass(model, graph, task, toks, ablate=(m.float(), corrupt_up))
+        res = run_pass(model, graph, task, toks, keep=m.float(), replacement=replacement[:1])
         st = task.target_stats(res.logits)
         for k in ("nll", "rank", "target_logit"):
             out[k].append(st[k].cpu())
@@ -204,109 +117,91 @@ class CircuitEvaluation(Result):
     metric: str = "nll"
     full_metric: float = float("nan")
     circuit_metric: float = float("nan")
+    selection: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        """Every field (the headline numbers of a circuit-only run)."""
+        return self.to_dict()
 
     def to_frame(self) -> pd.DataFrame:
+        """One row with every field."""
         return pd.DataFrame([self.to_dict()])
 
+    def figure(self, title: str | None = None) -> go.Figure:
+        """Target NLL and rank: full model, circuit alone, every edge ablated."""
+        return evaluation_figure(
+            ["full model", "circuit alone", "all edges ablated"], [self.full_nll, self.circuit_nll, self.ablated_nll],
+            [self.full_target_rank, self.circuit_target_rank, self.ablated_target_rank],
+            title or f"Circuit alone ({self.n_edges} edges, {self.selection or 'selected'}; {self.ablation} ablation)",
+        )
 
-def task_for(model: Model, obj: EdgeScores | Circuit, metric: str = "nll", corrupt_target: str | None = None) -> CircuitTask:
-    """Rebuild the :class:`CircuitTask` a score matrix or circuit was computed on."""
-    metric = getattr(obj, "metric", metric)
-    corrupt_target = getattr(obj, "corrupt_target", corrupt_target)
-    return make_task(model, obj.prompt, obj.target, obj.corrupt_prompt, metric, corrupt_target)  # type: ignore[arg-type]
+
+def task_for(model: Model, obj: Any) -> CircuitTask:
+    """Rebuild the :class:`CircuitTask` an :class:`EdgeScores` or :class:`Circuit` was computed on.
+
+    Args:
+        model: The model.
+        obj: Anything with ``prompt``, ``target``, ``corrupt_prompt``, ``metric`` and ``corrupt_target``.
+
+    Returns:
+        The task.
+    """
+    return make_task(model, obj.prompt, obj.target, obj.corrupt_prompt, obj.metric, obj.corrupt_target)
+
+
+def evaluate_circuits(
+    model: Model, circuits: Sequence[Circuit], task: CircuitTask | None = None, batch: int = 8
+) -> list[CircuitEvaluation]:
+    """Evaluate several circuits of the same scores in one batch (with the full and the empty circuit).
+
+    Args:
+        model: The model.
+        circuits: Circuits over the same graph and task.
+        task: The task (default: rebuilt from the first circuit).
+        batch: Circuits per forward pass.
+
+    Returns:
+        One :class:`CircuitEvaluation` per circuit.
+    """
+    first = circuits[0]
+    task = task or task_for(model, first)
+    full = torch.ones_like(first.mask)
+    masks = torch.stack([full, torch.zeros_like(first.mask)] + [c.mask for c in circuits])
+    r = evaluate_masks(model, first.graph, task, masks, batch=batch, ablation=first.ablation or None)
+    nll, rank, tl, met = r["nll"].tolist(), r["rank"].tolist(), r["target_logit"].tolist(), r["metric"].tolist()
+    gap = nll[1] - nll[0]
+    out = []
+    for i, c in enumerate(circuits, start=2):
+        out.append(CircuitEvaluation(
+            n_edges=c.n_edges, n_nodes=c.n_nodes, param_fraction=c.param_fraction,
+            param_fraction_blocks=c.param_fraction_blocks, ablation=c.ablation or ("corrupt" if task.corrupt is not None
+                                                                                     else "zero"),
+            full_nll=nll[0], circuit_nll=nll[i], ablated_nll=nll[1],
+            full_target_rank=int(rank[0]), circuit_target_rank=int(rank[i]), ablated_target_rank=int(rank[1]),
+            hit_at_1=bool(rank[i] == 1), hit_at_10=bool(rank[i] <= 10),
+            full_target_logit=tl[0], circuit_target_logit=tl[i], logit_diff_vs_full=tl[i] - tl[0],
+            recovered=(nll[1] - nll[i]) / gap if gap != 0 else float("nan"),
+            metric=task.metric, full_metric=met[0], circuit_metric=met[i], selection=c.selection,
+        ))
+    return out
 
 
 def evaluate_circuit(model: Model, circuit: Circuit, task: CircuitTask | None = None) -> CircuitEvaluation:
     """Run the model with every non-circuit edge ablated and compare with the full / ablated runs.
 
+    Args:
+        model: The model.
+        circuit: The circuit.
+        task: The task (default: rebuilt from the circuit's strings).
+
+    Returns:
+        The :class:`CircuitEvaluation`.
+
     Example:
         >>> ev = evaluate_circuit(model, scores.select(top_n=300))
         >>> ev.circuit_target_rank, ev.hit_at_10
     """
-    task = task or task_for(model, circuit)
-    graph = circuit.graph
-    full = torch.ones_like(circuit.mask)
-    masks = torch.stack([full, circuit.mask, torch.zeros_like(circuit.mask)])
-    r = evaluate_masks(model, graph, task, masks)
-    nll, rank, tl, met = r["nll"].tolist(), r["rank"].tolist(), r["target_logit"].tolist(), r["metric"].tolist()
-    gap = nll[2] - nll[0]
-    return CircuitEvaluation(
-        n_edges=circuit.n_edges, n_nodes=circuit.n_nodes, param_fraction=circuit.param_fraction,
-        param_fraction_blocks=circuit.param_fraction_blocks, ablation=task.ablation, full_nll=nll[0], circuit_nll=nll[1], ablated_nll=nll[2],
-        full_target_rank=int(rank[0]), circuit_target_rank=int(rank[1]), ablated_target_rank=int(rank[2]),
-        hit_at_1=bool(rank[1] == 1), hit_at_10=bool(rank[1] <= 10),
-        full_target_logit=tl[0], circuit_target_logit=tl[1], logit_diff_vs_full=tl[1] - tl[0],
-        recovered=(nll[2] - nll[1]) / gap if gap != 0 else float("nan"),
-        metric=task.metric, full_metric=met[0], circuit_metric=met[1],
-    )
+    return evaluate_circuits(model, [circuit], task)[0]
 
 
-@dataclass(frozen=True)
-class SizeSweep(Result):
-    """Faithfulness of circuits of growing size (top-n edges, pruned).
-
-    Attributes:
-        top_n: Requested sizes; n_edges / n_nodes / param_fraction: after pruning.
-        nll, rank, hit_at_1, hit_at_10, recovered: Per size (circuit alone).
-        random_nll, random_rank: Random circuits with the same number of edges.
-        full_nll, ablated_nll: The full model and the fully ablated run.
-    """
-
-    top_n: tuple[int, ...]
-    n_edges: tuple[int, ...]
-    n_nodes: tuple[int, ...]
-    param_fraction: tuple[float, ...]
-    nll: tuple[float, ...]
-    rank: tuple[int, ...]
-    hit_at_1: tuple[bool, ...]
-    hit_at_10: tuple[bool, ...]
-    recovered: tuple[float, ...]
-    random_nll: tuple[float, ...]
-    random_rank: tuple[int, ...]
-    full_nll: float
-    ablated_nll: float
-    total_edges: int
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({
-            "top_n": self.top_n, "n_edges": self.n_edges, "n_nodes": self.n_nodes,
-            "param_fraction": self.param_fraction, "nll": self.nll, "rank": self.rank,
-            "hit_at_1": self.hit_at_1, "hit_at_10": self.hit_at_10, "recovered": self.recovered,
-            "random_nll": self.random_nll, "random_rank": self.random_rank,
-        })
-
-    def figure(self, title: str | None = None):  # noqa: ANN201 - plotly Figure
-        from tlcap.viz.circuit import size_sweep_figure
-
-        return size_sweep_figure(self, title=title)
-
-
-def size_sweep(model: Model, scores: EdgeScores, sizes: list[int] | None = None, seed: int = 0) -> SizeSweep:
-    """Evaluate the top-n circuits for several ``n`` (and random circuits of equal size).
-
-    Args:
-        sizes: Values of ``n``; default: a log-spaced grid from 10 to all edges.
-    """
-    total = scores.n_edges
-    if sizes is None:
-        sizes = sorted({int(round(x)) for x in torch.logspace(1, torch.log10(torch.tensor(float(total))), 10).tolist()})
-    sizes = [min(int(n), total) for n in sizes]
-    task = task_for(model, scores)
-    circuits = [scores.select(top_n=n) for n in sizes]
-    randoms = [c.random_like(seed + i) for i, c in enumerate(circuits)]
-    masks = torch.stack([torch.ones_like(scores.valid), torch.zeros_like(scores.valid)]
-                        + [c.mask for c in circuits] + [c.mask for c in randoms])
-    r = evaluate_masks(model, scores.graph, task, masks)
-    nll, rank = r["nll"].tolist(), r["rank"].tolist()
-    full, abl = nll[0], nll[1]
-    k = len(sizes)
-    c_nll, c_rank = nll[2 : 2 + k], rank[2 : 2 + k]
-    gap = abl - full
-    return SizeSweep(
-        top_n=tuple(sizes), n_edges=tuple(c.n_edges for c in circuits), n_nodes=tuple(c.n_nodes for c in circuits),
-        param_fraction=tuple(c.param_fraction for c in circuits), nll=tuple(c_nll), rank=tuple(int(x) for x in c_rank),
-        hit_at_1=tuple(x == 1 for x in c_rank), hit_at_10=tuple(x <= 10 for x in c_rank),
-        recovered=tuple((abl - x) / gap if gap else float("nan") for x in c_nll),
-        random_nll=tuple(nll[2 + k :]), random_rank=tuple(int(x) for x in rank[2 + k :]),
-        full_nll=full, ablated_nll=abl, total_edges=total,
-    )
+__all__ = ["CircuitEvaluation", "ablated_upstream", "evaluate_circuit", "evaluate_circuits", "evaluate_masks", "task_for"]

@@ -41,15 +41,29 @@ exactly additive there and the norm is part of the reader.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import pandas as pd
+import plotly.graph_objects as go
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from tlcap.errors import TlcapError
 from tlcap.models import Model
-from tlcap.results import Result
+from tlcap.results import Result, frame
 from tlcap.runtime.sites import get_site
+from tlcap.viz.circuit import node_kind, node_parameter_figure
+
+# Parameter-group owners named as graph nodes (tlcap.models.params calls them embed/unembed).
+_GROUP_ALIAS = {"embed": "input", "unembed": "logits"}
+BOUNDARY_NODES = ("input", "logits")
+
+
+class UnsupportedModelError(TlcapError, NotImplementedError):
+    """A model whose computation graph the circuit code cannot build (parallel attention/MLP blocks)."""
 
 
 def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
@@ -89,6 +103,26 @@ class ReaderHook:
 
 
 @dataclass(frozen=True)
+class NodeRow:
+    """One row of :meth:`EdgeGraph.to_frame`: a node, its parameters and its possible edges.
+
+    Attributes:
+        node: Node name. kind: ``input``, ``head``, ``MLP`` or ``logits``.
+        layer: Layer (input -1, logits ``n_layers``).
+        params: Parameters held by the node (shared groups split evenly, :attr:`EdgeGraph.node_params`).
+        in_edges: Edges into the node's readers (a GQA kv reader's edges count for each head of its group).
+        out_edges: Edges out of the node.
+    """
+
+    node: str
+    kind: str
+    layer: int
+    params: int
+    in_edges: int
+    out_edges: int
+
+
+@dataclass(frozen=True)
 class EdgeGraph(Result):
     """Upstream nodes, readers and the valid edges between them for one model.
 
@@ -106,6 +140,9 @@ class EdgeGraph(Result):
             layer's ``b_O``/``ln1``; the MLP with its ``ln2``; the embeddings in ``input``;
             the final norm and an untied unembedding in ``logits``); they sum to the model's
             parameter count.
+        param_groups: ``(key, n_params, users)`` of every parameter group
+            (:class:`tlcap.models.ParameterGroups`, users named as graph nodes): what
+            :meth:`count_params` counts exactly for a set of nodes.
     """
 
     upstream: tuple[str, ...]
@@ -115,19 +152,32 @@ class EdgeGraph(Result):
     n_heads: int
     n_kv_heads: int
     node_params: tuple[int, ...]
+    param_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
     # ------------------------------------------------------------------ build
     @classmethod
     def from_model(cls, model: Model) -> "EdgeGraph":
-        """The graph of ``model`` (GPT-2 and Llama-family sequential blocks)."""
+        """The graph of ``model`` (GPT-2 and Llama-family sequential blocks).
+
+        Args:
+            model: The model.
+
+        Returns:
+            Its :class:`EdgeGraph`, with the parameter groups of :meth:`tlcap.models.Model.parameter_groups`.
+
+        Raises:
+            UnsupportedModelError: parallel attention/MLP blocks, or heads not grouped evenly into kv heads.
+        """
         if model.parallel_attn_mlp:
-            raise NotImplementedError(
-                "Parallel attention/MLP blocks (GPT-J, NeoX) read the layer input in the MLP; "
-                "their edge graph is not implemented. Use a sequential model (GPT-2, Llama)."
+            raise UnsupportedModelError(
+                f"{model.name} has parallel attention/MLP blocks (GPT-J, NeoX: the MLP reads the layer input); "
+                "its edge graph is not implemented; use a model with sequential blocks (GPT-2, Llama family)"
             )
         L, H, K = model.n_layers, model.n_heads, model.n_kv_heads
         if H % K:
-            raise ValueError(f"n_heads={H} is not a multiple of n_kv_heads={K}")
+            raise UnsupportedModelError(
+                f"{model.name} has n_heads={H}, not a multiple of n_kv_heads={K}; its kv groups are not defined"
+            )
         upstream = ["input"]
         readers: list[str] = []
         for l in range(L):
@@ -141,7 +191,43 @@ class EdgeGraph(Result):
             upstream += [f"a{l}.h{h}" for h in range(H)] + [f"m{l}"]
         readers.append("logits")
         nodes = tuple(upstream) + ("logits",)
-        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, tuple(_node_params(model, nodes)))
+        pg = model.parameter_groups()
+        counts = pg.node_counts()
+        groups = tuple((g.key, g.numel, tuple(_GROUP_ALIAS.get(u, u) for u in g.users)) for g in pg.groups)
+        owner = {v: k for k, v in _GROUP_ALIAS.items()}
+        node_params = tuple(counts[owner.get(n, n)] for n in nodes)
+        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, node_params, groups)
+
+    # ------------------------------------------------------------------ parameters
+    @property
+    def total_params(self) -> int:
+        """Every parameter of the model (tensors that share storage counted once)."""
+        return sum(n for _, n, _ in self.param_groups)
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of the transformer blocks: every group but the embeddings and the final norm/unembedding."""
+        return sum(n for _, n, users in self.param_groups if not set(users) & set(BOUNDARY_NODES))
+
+    def count_params(self, nodes: Iterable[str]) -> int:
+        """Exact number of parameters that ``nodes`` use together.
+
+        A group counts in full, once, when any of ``nodes`` uses it: a head brings its own
+        W_Q/b_Q/W_O slices, its kv group's W_K/W_V slices (shared by the ``n_heads /
+        n_kv_heads`` query heads of a GQA group: counted once however many of them are in
+        ``nodes``) and its layer's ``b_O``/``ln1``; an MLP its weights and ``ln2``.
+
+        Args:
+            nodes: Node names (``"a3.h2"``, ``"m5"``, ``"input"``, ``"logits"``).
+
+        Returns:
+            The size of the union of the parameter groups the nodes use.
+        """
+        wanted = set(nodes)
+        unknown = wanted - set(self.nodes)
+        if unknown:
+            raise KeyError(f"unknown nodes {sorted(unknown)}; nodes are 'input', 'a{{l}}.h{{h}}', 'm{{l}}', 'logits'")
+        return sum(n for _, n, users in self.param_groups if wanted.intersection(users))
 
     # ------------------------------------------------------------------ sizes and indices
     @property
@@ -235,12 +321,33 @@ class EdgeGraph(Result):
         return [base]
 
 
+    # ------------------------------------------------------------------ result contract
+    def summary(self) -> dict[str, Any]:
+        """Shape facts, the number of edges and the parameter totals."""
+        return {
+            "n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads,
+            "n_upstream": self.n_upstream, "n_readers": self.n_readers, "n_edges": int(self.valid_mask().sum()),
+            "n_params": self.total_params, "n_block_params": self.block_params,
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One :class:`NodeRow` per node (computation order)."""
+        valid = self.valid_mask()
+        in_edges = (valid.sum(0).float() @ self.reader_nodes().float()).long().tolist()
+        out_edges = valid.sum(1).tolist() + [0]  # logits: no outgoing edge
+        rows = [NodeRow(n, node_kind(n), self.layer_of(n), p, int(i), int(o))
+                for n, p, i, o in zip(self.nodes, self.node_params, in_edges, out_edges)]
+        return frame(rows, NodeRow)
+
+    def figure(self) -> go.Figure:
+        """Parameters per node (:func:`tlcap.viz.circuit.node_parameter_figure`)."""
+        return node_parameter_figure(
+            list(self.nodes), list(self.node_params),
+            f"Parameters per node ({self.n_layers} layers, {self.n_heads} heads / {self.n_kv_heads} kv heads)",
+        )
+
+
 def _hook(site: str, layer: int | None = None) -> str:
     return get_site(site).hook_name(layer)
 
 
-def _node_params(model: Model, nodes: tuple[str, ...]) -> list[int]:
-    """Parameters per node (:meth:`tlcap.models.ParameterGroups.node_counts`); they sum to the model's."""
-    counts = model.parameter_groups().node_counts()
-    alias = {"input": "embed", "logits": "unembed"}
-    return [counts[alias.get(n, n)] for n in nodes]
