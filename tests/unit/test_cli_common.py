@@ -23,11 +23,6 @@ PENDING_HELP: dict[str, tuple[str, ...]] = {
     "cnl erase": ("model", "seed", "out"),
     "cnl enhance": ("model", "dataset", "epochs", "seed", "out"),
     "cnl cross": ("model", "n_random", "n_train", "epochs", "lr", "seed", "out"),
-    "ql consistency": ("seed",),
-    "ql modify": ("lambda1", "lambda2", "seed"),
-    "ql cas": ("operations", "edit_queries", "beta1", "beta2", "cas_threshold", "seed"),
-    "ql mapping": ("seed",),
-    "ql synapses": ("seed",),
 }
 
 
