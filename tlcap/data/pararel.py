@@ -25,10 +25,17 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any
 
+from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence, check_str
 from tlcap.data.files import bundled_dir, find_file, local_root, read_jsonl
-from tlcap.errors import EmptyDatasetError, MissingFileError, TargetTokenizationError
+from tlcap.errors import (
+    EmptyDatasetError,
+    InvalidConfigError,
+    MissingFileError,
+    PromptTooLongError,
+    TargetTokenizationError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tlcap.models.adapter import Model
@@ -156,19 +163,76 @@ def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2)
             yield Fact(relation, s, o, tuple(qs), row.get("uuid", ""))
 
 
+KNOWN_POLICIES: tuple[str, ...] = ("all", "any", "first")
+
+
+@dataclass(frozen=True)
+class ParaRelConfig(Config):
+    """Which ParaRel facts to load and how to filter them (the data options of ``tlcap ql``).
+
+    Attributes:
+        relations: Relation ids (``None``: every relation with enough causal patterns).
+        n_facts: Total number of facts, taken round-robin over the relations (``None``: all), ``>= 1``.
+        single_token: Keep only facts whose target is one token after every query.
+        known_top_k: Keep only facts the model answers within its top-k (first answer token),
+            ``>= 1`` (``None``: no filter).
+        known_policy: ``"all"`` queries, ``"any"`` query or the ``"first"`` query must be known.
+        min_queries: Fewest neighbor queries a fact needs, ``>= 2``.
+        max_queries: Keep at most this many queries per fact, ``>= 1`` (``None``: all).
+        shuffle: Shuffle each relation's facts with ``seed`` before taking them.
+        seed: Seed of ``shuffle``, ``>= 0``.
+    """
+
+    relations: tuple[str, ...] | None = None
+    n_facts: int | None = None
+    single_token: bool = True
+    known_top_k: int | None = None
+    known_policy: str = "all"
+    min_queries: int = 2
+    max_queries: int | None = None
+    shuffle: bool = False
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.relations is not None:
+            self._set("relations", check_sequence("relations", list(self.relations), min_len=1, unique=True,
+                                                  item=lambda n, x: check_str(n, x, cli="--relations").strip()))
+        if self.n_facts is not None:
+            check_int("n_facts", self.n_facts, min=1)
+        check_bool("single_token", self.single_token, cli=None)
+        if self.known_top_k is not None:
+            check_int("known_top_k", self.known_top_k, min=1)
+        check_choice("known_policy", self.known_policy, KNOWN_POLICIES, cli=None)
+        check_int("min_queries", self.min_queries, min=2, cli=None)
+        if self.max_queries is not None:
+            check_int("max_queries", self.max_queries, min=1)
+        check_bool("shuffle", self.shuffle, cli=None)
+        check_int("seed", self.seed, min=0)
+
+    def check_relations(self, data_dir: str | Path | None = None) -> tuple[str, ...]:
+        """The relations to load, checked against the data (before any model is loaded).
+
+        Raises:
+            MissingFileError: an unknown relation (the message lists the available ones).
+        """
+        known = list_relations(data_dir)
+        rels = tuple(self.relations) if self.relations else tuple(known)
+        bad = [r for r in rels if r not in known]
+        if bad:
+            raise MissingFileError(f"Unknown ParaRel relation(s) {bad} (--relations); available: {', '.join(known)}")
+        if not rels:
+            raise EmptyDatasetError("No ParaRel relations selected.")
+        return rels
+
+
 def load_pararel(
     data_dir: str | Path | None = None,
     relations: Sequence[str] | None = None,
     n_facts: int | None = None,
     model: "Model | None" = None,
     *,
-    single_token: bool = True,
-    known_top_k: int | None = None,
-    known_policy: Literal["all", "any", "first"] = "all",
-    min_queries: int = 2,
-    max_queries: int | None = None,
-    shuffle: bool = False,
-    seed: int = 0,
+    config: ParaRelConfig | None = None,
+    **overrides: Any,
 ) -> list[Fact]:
     """Facts with neighbor queries, balanced over relations.
 
@@ -178,30 +242,33 @@ def load_pararel(
         relations: Relation ids (default all that have ≥ ``min_queries`` causal patterns).
         n_facts: Total number of facts, taken round-robin over the relations (default all).
         model: Needed for ``single_token`` and ``known_top_k`` filtering.
-        single_token: Keep only facts whose target is one token after every query.
-        known_top_k: Keep only facts the model answers within its top-k (first answer token).
-        known_policy: ``"all"`` queries, ``"any"`` query or the ``"first"`` query must be known;
-            with ``"any"``, the unknown queries are dropped (the fact keeps ≥ ``min_queries``).
-        min_queries: Fewest neighbor queries a fact needs (consistency needs 2).
-        max_queries: Keep at most this many queries per fact (first patterns first).
-        shuffle: Shuffle each relation's facts with ``seed`` before taking them.
-        seed: Seed for ``shuffle``.
+        config: A :class:`ParaRelConfig` (the filters); ``relations``/``n_facts`` override it.
+        **overrides: :class:`ParaRelConfig` fields (``known_top_k=10``, ``max_queries=3``, ...).
+            With ``known_policy="any"``, the unknown queries are dropped (the fact keeps
+            ≥ ``min_queries``).
 
     Returns:
         A list of :class:`Fact`.
 
     Raises:
         EmptyDatasetError: nothing survives the filters.
+        MissingFileError: an unknown relation.
+        InvalidConfigError: an invalid filter, or a filter that needs ``model`` without one.
+
+    Example:
+        >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
     """
-    rels = list(relations) if relations else list_relations(data_dir)
-    if not rels:
-        raise EmptyDatasetError("No ParaRel relations selected.")
-    if (single_token or known_top_k) and model is None:
-        raise ValueError("load_pararel needs `model` to filter by single-token targets or known facts")
-    known = set(list_relations(data_dir))
-    bad = [r for r in rels if r not in known]
-    if bad:
-        raise MissingFileError(f"Unknown ParaRel relation(s) {bad}; available: {', '.join(sorted(known, key=lambda r: int(r[1:])))}")
+    if relations is not None:
+        overrides["relations"] = tuple(relations)
+    if n_facts is not None:
+        overrides["n_facts"] = n_facts
+    cfg = ParaRelConfig.resolve(config, **overrides)
+    if (cfg.single_token or cfg.known_top_k) and model is None:
+        raise InvalidConfigError("load_pararel needs `model` to filter by single-token targets or known facts")
+    rels = cfg.check_relations(data_dir)
+    single_token, known_top_k, known_policy = cfg.single_token, cfg.known_top_k, cfg.known_policy
+    min_queries, max_queries, n_facts = cfg.min_queries, cfg.max_queries, cfg.n_facts
+    shuffle, seed = cfg.shuffle, cfg.seed
 
     def gen(rel: str) -> Iterator[Fact]:
         facts = list(iter_facts(data_dir, rel, min_queries))
@@ -212,7 +279,7 @@ def load_pararel(
             if model is not None:
                 try:
                     ok = [q for q in qs if len(model.encode(q)) > 0]
-                except Exception:  # noqa: BLE001 - prompt too long etc.
+                except PromptTooLongError:
                     continue
                 qs = ok
             if max_queries and known_policy != "any":

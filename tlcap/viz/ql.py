@@ -1,7 +1,10 @@
 """Figures and table layouts of the Query Localization paper (plotly figures, pandas tables).
 
-- :func:`cs2_violin` — CS2 per relation with the threshold line (QL Fig. 3, 8, 9).
+Every function takes values (data frames, arrays, thresholds), never a result or experiment type.
+
+- :func:`cs2_violin` — CS2 per relation with the threshold lines (QL Fig. 3, 8, 9).
 - :func:`table1_frame` — Table 1 layout (St/Ot rows; R:I, S:I, R:II, S:II, t per method; ∩:II).
+- :func:`synapse_count_heatmap` — knowledge synapses per (layer, token).
 - :func:`modification_table` / :func:`modification_bars` — Table 2 / 3 layout.
 - :func:`enh_sup_table` / :func:`enh_sup_bars` — Fig. 4 (query-KN mapping) layout.
 - :func:`synapse_bars` — Fig. 6 (ΔValue, ΔProb of self vs irrelevant synapses).
@@ -11,51 +14,63 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+from jaxtyping import Float, Int
 from plotly.subplots import make_subplots
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tlcap.experiments.ql import ConsistencyResult
+from torch import Tensor
 
 GROUP_COLORS = {"K_I": "#1f77b4", "K_II": "#d62728"}
 
 
-def cs2_violin(res: "ConsistencyResult", method: str | None = None) -> go.Figure:
-    """Violin of CS2 per relation (x) for one method, with the static threshold as a dashed line."""
-    m = method or res.methods[0]
-    df = res.to_frame()
-    df = df[df.method == m]
+def cs2_violin(
+    df: pd.DataFrame, static_threshold: float, otsu_threshold: float | None = None, method: str = "ig"
+) -> go.Figure:
+    """Violin of CS2 per relation (x) for one method, with the static (and Otsu) threshold lines.
+
+    Args:
+        df: One row per fact with columns ``relation``, ``cs2``, ``subject``.
+        static_threshold: The static CS2 threshold (dashed line).
+        otsu_threshold: Otsu's threshold (dotted line; ``None``/NaN: not drawn).
+        method: Method name for the title.
+    """
     fig = go.Figure()
-    for rel in sorted(df.relation.unique(), key=lambda r: int(str(r)[1:]) if str(r)[1:].isdigit() else 0):
+    rels = sorted(df.relation.unique(), key=lambda r: int(str(r)[1:]) if str(r)[1:].isdigit() else 0) if len(df) else []
+    for rel in rels:
         sub = df[df.relation == rel]
         fig.add_trace(go.Violin(x=[rel] * len(sub), y=sub.cs2, name=rel, box_visible=True, meanline_visible=True,
                                 points="all", text=sub.subject, hovertemplate="%{text}<br>CS2 %{y:.3f}<extra></extra>"))
-    th = res.threshold(m, "static")
-    fig.add_hline(y=th, line_dash="dash", line_color="black", annotation_text=f"static threshold {th:g}")
-    if m in res.otsu_thresholds and not math.isnan(res.otsu_thresholds[m]):
-        fig.add_hline(y=res.otsu_thresholds[m], line_dash="dot", line_color="gray",
-                      annotation_text=f"Otsu {res.otsu_thresholds[m]:.3f}", annotation_position="bottom right")
-    fig.update_layout(title=f"KN-consistency CS2 per relation ({m}; below the line: K_II)", xaxis_title="relation",
-                      yaxis_title="CS2", template="plotly_white", showlegend=False, width=max(500, 120 * df.relation.nunique() + 200),
+    fig.add_hline(y=static_threshold, line_dash="dash", line_color="black",
+                  annotation_text=f"static threshold {static_threshold:g}")
+    if otsu_threshold is not None and not math.isnan(otsu_threshold):
+        fig.add_hline(y=otsu_threshold, line_dash="dot", line_color="gray",
+                      annotation_text=f"Otsu {otsu_threshold:.3f}", annotation_position="bottom right")
+    fig.update_layout(title=f"KN-consistency CS2 per relation ({method}; below the line: K_II)", xaxis_title="relation",
+                      yaxis_title="CS2", template="plotly_white", showlegend=False, width=max(500, 120 * len(rels) + 200),
                       height=450, yaxis=dict(range=[-0.05, 1.05]))
     return fig
 
 
-def table1_frame(res: "ConsistencyResult") -> pd.DataFrame:
-    """Table 1 layout: one row per threshold type, columns ``(method, stat)`` plus ``∩:II``."""
+def table1_frame(stats: Mapping[tuple[str, str], Mapping[str, float]], k2_all: Mapping[str, float]) -> pd.DataFrame:
+    """Table 1 layout: one row per threshold type, columns ``(method, stat)`` plus ``∩:II``.
+
+    Args:
+        stats: ``{(method, split): {"k1_ratio", "mean_cs2_k1", "k2_ratio", "mean_cs2_k2", "welch_t",
+            "welch_p", "threshold"}}`` with split ``"static"`` or ``"otsu"``.
+        k2_all: ``{split: share of facts that are K_II under every method}``.
+    """
+    methods = list(dict.fromkeys(m for m, _ in stats))
     rows = []
     for split, label in (("static", "St"), ("otsu", "Ot")):
         row: dict = {("T", ""): label}
-        for m in res.methods:
-            s = res.stats(m, split)
+        for m in methods:
+            s = stats[(m, split)]
             row.update({(m, "R: I"): s["k1_ratio"], (m, "S: I"): s["mean_cs2_k1"], (m, "R: II"): s["k2_ratio"],
                         (m, "S: II"): s["mean_cs2_k2"], (m, "t"): s["welch_t"], (m, "p"): s["welch_p"],
                         (m, "threshold"): s["threshold"]})
-        row[("∩", "II")] = res.k2_all_methods(split)
+        row[("∩", "II")] = k2_all.get(split, math.nan)
         rows.append(row)
     df = pd.DataFrame(rows)
     df.columns = pd.MultiIndex.from_tuples(df.columns)
@@ -145,4 +160,23 @@ def predominance_violin(df: pd.DataFrame) -> go.Figure:
                                     text=sub.subject, hovertemplate="%{text}: P=%{y:.2f}<extra></extra>"))
     fig.update_layout(title="Predominance score P of the most-attended token (QL Fig. 5)", yaxis_title="P",
                       template="plotly_white", width=500, height=450, yaxis=dict(range=[0, 1.05]))
+    return fig
+
+
+def synapse_count_heatmap(
+    counts: Int[Tensor, "layer key"] | Float[Tensor, "layer key"], tokens: Sequence[str], title: str = "Knowledge synapses"
+) -> go.Figure:
+    """Heatmap of synapse counts per (layer, token column) — e.g. a mask summed over heads.
+
+    Args:
+        counts: ``[n_layers, n_tokens]``.
+        tokens: Token strings labelling the columns.
+        title: Figure title.
+    """
+    z = counts.detach().float().cpu().numpy()
+    labels = [f"{i}:{t}" for i, t in enumerate(tokens)] if len(tokens) == z.shape[1] else [str(i) for i in range(z.shape[1])]
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=list(range(z.shape[0])), colorscale="Blues", colorbar=dict(title="heads"),
+                               hovertemplate="layer %{y}<br>%{x}<br>%{z} heads<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="token", yaxis_title="layer", template="plotly_white",
+                      width=max(500, 60 * z.shape[1] + 200), height=max(320, 18 * z.shape[0] + 160))
     return fig

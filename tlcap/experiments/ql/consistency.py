@@ -1,0 +1,214 @@
+"""KN-consistency (QL §2.1, Table 1, Fig. 3): CS1/CS2 per fact, K_I/K_II splits, Welch's t-test.
+
+Example:
+    >>> cons = consistency_analysis({"ig": localize_facts(model, facts, "ig")})
+    >>> cons.summary()["k2_ratio"], cons.table1(), cons.figure()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from tlcap.experiments.ql.config import STATIC_THRESHOLD, QLConfig
+from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
+from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
+from tlcap.provenance import Provenance
+from tlcap.results import Result, frame
+from tlcap.viz.ql import cs2_violin, table1_frame
+
+
+@dataclass(frozen=True)
+class ConsistencyRow:
+    """One (method, fact) row of :class:`ConsistencyResult`."""
+
+    method: str
+    relation: str
+    subject: str
+    object: str
+    n_queries: int
+    cs1: float
+    cs2: float
+    kn_sizes: list
+    union: int
+    intersection: int
+    mean_prob: float
+    group_static: str
+    group_otsu: str
+
+
+@dataclass(frozen=True)
+class ConsistencyResult(Result):
+    """KN-consistency of every fact under one or more localization methods.
+
+    Attributes:
+        rows: One :class:`ConsistencyRow` (as a dict) per (method, fact).
+        methods: Methods in order (the first one is the headline).
+        static_threshold: The static CS2 threshold.
+        otsu_thresholds: Otsu's threshold per method.
+        split: Which threshold defines ``group`` (``"static"`` or ``"otsu"``).
+    """
+
+    rows: tuple[dict, ...] = ()
+    methods: tuple[str, ...] = ("ig",)
+    static_threshold: float = STATIC_THRESHOLD
+    otsu_thresholds: dict = field(default_factory=dict)
+    split: str = "static"
+
+    def to_frame(self) -> pd.DataFrame:
+        """One :class:`ConsistencyRow` per (method, fact)."""
+        return frame([ConsistencyRow(**r) for r in self.rows], ConsistencyRow)
+
+    def threshold(self, method: str | None = None, split: str | None = None) -> float:
+        """The CS2 threshold of ``split`` (default the result's) for ``method`` (default the first)."""
+        split = split or self.split
+        m = method or self.methods[0]
+        return self.static_threshold if split == "static" else float(self.otsu_thresholds[m])
+
+    def groups(self, method: str | None = None, split: str | None = None) -> list[str]:
+        """K_I / K_II per fact (in fact order) under ``method`` and ``split``."""
+        m = method or self.methods[0]
+        col = f"group_{split or self.split}"
+        return [r[col] for r in self.rows if r["method"] == m]
+
+    def stats(self, method: str | None = None, split: str | None = None) -> dict[str, float]:
+        """R/S of K_I and K_II, Welch's t and p (one cell block of Table 1)."""
+        m = method or self.methods[0]
+        df = self.to_frame()
+        df = df[df.method == m]
+        g = df[f"group_{split or self.split}"]
+        c1, c2 = df.cs2[g == "K_I"], df.cs2[g == "K_II"]
+        t, p = welch_t_test(c1, c2)
+        n = max(len(df), 1)
+        return {
+            "threshold": self.threshold(m, split),
+            "k1_ratio": len(c1) / n, "k2_ratio": len(c2) / n,
+            "mean_cs2_k1": float(c1.mean()) if len(c1) else math.nan,
+            "mean_cs2_k2": float(c2.mean()) if len(c2) else math.nan,
+            "mean_cs1": float(df.cs1.mean()) if len(df) else math.nan,
+            "mean_cs2": float(df.cs2.mean()) if len(df) else math.nan,
+            "welch_t": t, "welch_p": p,
+        }
+
+    def k2_all_methods(self, split: str | None = None) -> float:
+        """Share of facts that are K_II under every method (Table 1's ∩:II)."""
+        per = [self.groups(m, split) for m in self.methods]
+        n = len(per[0]) if per else 0
+        if n == 0:
+            return math.nan
+        return sum(all(p[i] == "K_II" for p in per) for i in range(n)) / n
+
+    def table1(self) -> pd.DataFrame:
+        """Table 1 layout: rows St/Ot, columns (method, R:I, S:I, R:II, S:II, t) and ∩:II."""
+        stats = {(m, s): self.stats(m, s) for m in self.methods for s in ("static", "otsu")}
+        return table1_frame(stats, {s: self.k2_all_methods(s) for s in ("static", "otsu")})
+
+    def violin(self, method: str | None = None) -> go.Figure:
+        """CS2 per relation (QL Fig. 3) with the static and Otsu thresholds drawn."""
+        m = method or self.methods[0]
+        df = self.to_frame()
+        return cs2_violin(df[df.method == m], self.static_threshold, self.otsu_thresholds.get(m), m)
+
+    def figure(self) -> go.Figure:
+        """:meth:`violin` of the headline method."""
+        return self.violin()
+
+    def summary(self) -> dict[str, Any]:
+        """The ``summary.json`` of ``tlcap ql consistency``."""
+        m0 = self.methods[0]
+        head = self.stats(m0)
+        facts = []
+        for r in self.rows:
+            if r["method"] != m0:
+                continue
+            facts.append({k: r[k] for k in ("relation", "subject", "object", "cs1", "cs2")} | {
+                "group": r[f"group_{self.split}"], "n_queries": r["n_queries"], "kn_sizes": r["kn_sizes"],
+                "union": r["union"], "intersection": r["intersection"]})
+        per_method = {m: {s: self.stats(m, s) for s in ("static", "otsu")} for m in self.methods}
+        return {
+            "n_facts": len(facts), "method": m0, "methods": list(self.methods), "split": self.split,
+            **head,
+            "static_threshold": self.static_threshold, "otsu_threshold": self.otsu_thresholds.get(m0),
+            "k2_all_methods": {s: self.k2_all_methods(s) for s in ("static", "otsu")},
+            "per_method": per_method,
+            "facts": facts,
+        }
+
+
+def consistency_analysis(
+    locs: Mapping[str, Sequence[FactKNs]],
+    *,
+    config: QLConfig | None = None,
+    **overrides: Any,
+) -> ConsistencyResult:
+    """CS1/CS2 for every fact and method, K_I/K_II splits and Welch's t-test (QL §2.1).
+
+    Args:
+        locs: ``{method: [FactKNs per fact]}`` (same facts, same order for every method).
+        config: A :class:`QLConfig` (``static_threshold``, ``split``).
+        **overrides: :class:`QLConfig` fields (``split="otsu"``, ``static_threshold=0.2``).
+
+    Returns:
+        A :class:`ConsistencyResult` with provenance.
+
+    Raises:
+        InvalidConfigError: an invalid threshold or split.
+
+    Example:
+        >>> cons = consistency_analysis({"ig": locs}, split="otsu")
+        >>> cons.summary()["k2_ratio"]
+    """
+    cfg = QLConfig.build(config, **overrides)
+    rows: list[dict] = []
+    otsu: dict[str, float] = {}
+    for m, fl in locs.items():
+        vals = []
+        block = []
+        for fk in fl:
+            sets = fk.sets()
+            c1, c2 = cs1(sets), cs2(sets)
+            vals.append(c2)
+            block.append(dict(
+                method=m, relation=fk.fact["relation"], subject=fk.fact["subject"], object=fk.fact["object"],
+                n_queries=fk.k, cs1=c1, cs2=c2, kn_sizes=[len(s) for s in sets],
+                union=len(union_of(sets, fk.shape)), intersection=len(intersection_of(sets, fk.shape)),
+                mean_prob=float(np.mean(fk.probs)) if fk.probs else math.nan,
+            ))
+        th = otsu_threshold(vals) if vals else math.nan
+        otsu[m] = th
+        for r, gs, go_ in zip(block, split_groups(vals, cfg.static_threshold), split_groups(vals, th)):
+            rows.append(dataclasses.asdict(ConsistencyRow(**r, group_static=gs, group_otsu=go_)))
+    first = next(iter(locs.values()), [])
+    model_prov = first[0].provenance if first else None
+    split_cfg = {"static_threshold": cfg.static_threshold, "split": cfg.split, "methods": list(locs)}
+    prov = (Provenance.collect(None, split_cfg) if model_prov is None
+            else dataclasses.replace(model_prov, config={**model_prov.config, **split_cfg}))
+    return ConsistencyResult(tuple(rows), tuple(locs), cfg.static_threshold, otsu, cfg.split, provenance=prov)
+
+
+def groups_for(
+    locs: Sequence[FactKNs], *, config: QLConfig | None = None, **overrides: Any
+) -> tuple[list[str], ConsistencyResult]:
+    """K_I / K_II of each fact from its own KN sets (static threshold or Otsu).
+
+    Args:
+        locs: Per-fact localizations of one method.
+        config: A :class:`QLConfig` (``static_threshold``, ``split``).
+        **overrides: :class:`QLConfig` fields.
+
+    Returns:
+        ``(groups, consistency result)``.
+    """
+    method = locs[0].method if locs else "ig"
+    cons = consistency_analysis({method: locs}, config=config, **overrides)
+    return cons.groups(method), cons
+
+
+__all__ = ["ConsistencyResult", "ConsistencyRow", "consistency_analysis", "groups_for"]

@@ -1,0 +1,236 @@
+"""Dynamic KN selection (QL §3.2): predominance (Fig. 5), knowledge synapses (Fig. 6), heatmaps (Figs. 1/7/10).
+
+For each query q_i of each fact: locate its synapses S (:func:`tlcap.locate.synapses.locate_synapses`)
+and irrelevant synapses S_ir (another fact's query, or a fixed prompt); enhance (×factor) /
+suppress (×0) them at the ``attn_pattern`` site and measure ΔValue (mean |activation| of N_i at
+the last position: gated-MLP activations can be negative) and ΔProb.
+
+Example:
+    >>> syn = synapse_experiment(model, locs, groups)
+    >>> syn.table(), syn.figure(), syn.predominance_figure(), syn.heatmap()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from tlcap.experiments.ql.config import SynapseConfig
+from tlcap.experiments.ql.facts import FactKNs
+from tlcap.locate.synapses import KnowledgeSynapses, locate_synapses, most_attended_token
+from tlcap.metrics.sets import NeuronSet
+from tlcap.metrics.stats import predominance, relative_change
+from tlcap.models.adapter import HookList, Model
+from tlcap.provenance import Provenance
+from tlcap.results import Result, frame
+from tlcap.runtime.sites import get_site
+from tlcap.viz.heatmaps import activation_heatmap
+from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars
+
+DEFAULT_IRRELEVANT = "The weather today is"
+
+
+@dataclass(frozen=True)
+class SynapseEditRow:
+    """One (fact, query, synapse set, operation) row of :class:`SynapseResult`."""
+
+    fact: int
+    relation: str
+    subject: str
+    group: str
+    query: int
+    synapses: str
+    op: str
+    n_synapses: int
+    value_before: float
+    value_after: float
+    dvalue: float
+    p_before: float
+    p_after: float
+    dprob: float
+
+
+@dataclass(frozen=True)
+class PredominanceRow:
+    """Predominance of one fact (QL eq. 4): its queries' most-attended tokens and P."""
+
+    fact: int
+    relation: str
+    subject: str
+    group: str
+    tokens: list
+    predominance: float
+
+
+@dataclass(frozen=True)
+class SynapseResult(Result):
+    """Dynamic KN selection: predominance per fact and ΔValue / ΔProb of synapse edits.
+
+    Attributes:
+        rows: One :class:`SynapseEditRow` (as a dict) per (fact, query, synapses, op).
+        predominance: One :class:`PredominanceRow` (as a dict) per fact.
+        heatmap_values: ``[n_rows, n_kns]`` KN activations of one fact (none / suppressed /
+            enhanced synapses per query), or ``None``.
+        heatmap_rows: Row labels of the heatmap.
+        heatmap_cols: Column labels (``L{layer}.{neuron}``).
+        alpha: α of the synapse threshold.
+        factor: Enhancement factor.
+        groups: K_I / K_II of each fact.
+        method: Localization method of the KNs.
+    """
+
+    rows: tuple[dict, ...] = ()
+    predominance: tuple[dict, ...] = ()
+    heatmap_values: Float[Tensor, "hrow hcol"] | None = None
+    heatmap_rows: tuple[str, ...] = ()
+    heatmap_cols: tuple[str, ...] = ()
+    alpha: float = 0.3
+    factor: float = 2.0
+    groups: tuple[str, ...] = ()
+    method: str = "ig"
+
+    def to_frame(self) -> pd.DataFrame:
+        """One :class:`SynapseEditRow` per (fact, query, synapses, operation)."""
+        return frame([SynapseEditRow(**r) for r in self.rows], SynapseEditRow)
+
+    def predominance_frame(self) -> pd.DataFrame:
+        """One :class:`PredominanceRow` per fact."""
+        return frame([PredominanceRow(**r) for r in self.predominance], PredominanceRow)
+
+    def table(self) -> pd.DataFrame:
+        """Mean ΔValue and ΔProb by (group, synapses) with Enh/Sup/Avg (Fig. 6 numbers)."""
+        df = self.to_frame()
+        a = enh_sup_table(df, "synapses", "dvalue", order=["self", "irrelevant"]).assign(metric="ΔValue")
+        b = enh_sup_table(df, "synapses", "dprob", order=["self", "irrelevant"]).assign(metric="ΔProb")
+        return pd.concat([a, b], ignore_index=True)
+
+    def figure(self) -> go.Figure:
+        """QL Fig. 6: ΔValue and ΔProb of self vs irrelevant synapses, per group."""
+        return synapse_bars(self.table())
+
+    def predominance_figure(self) -> go.Figure:
+        """QL Fig. 5: the distribution of the predominance score P per group."""
+        return predominance_violin(self.predominance_frame())
+
+    def heatmap(self) -> go.Figure:
+        """KN activations before / after suppressing / enhancing the synapses (Figs. 1, 7, 10)."""
+        vals = self.heatmap_values if self.heatmap_values is not None else torch.zeros(0, 0)
+        return activation_heatmap(vals, list(self.heatmap_rows), list(self.heatmap_cols),
+                                  title="KN activations: none / suppressed / enhanced knowledge synapses")
+
+    def summary(self) -> dict[str, Any]:
+        """The ``summary.json`` of ``tlcap ql synapses``."""
+        pdf = self.predominance_frame()
+        return {"method": self.method, "n_facts": len(self.groups), "groups": list(self.groups), "alpha": self.alpha,
+                "factor": self.factor, "mean_predominance": float(pdf.predominance.mean()) if len(pdf) else None,
+                "predominance": [dict(r) for r in self.predominance], "table": self.table().to_dict("records"),
+                "rows": [dict(r) for r in self.rows]}
+
+
+@torch.no_grad()
+def _kn_value_prob(model: Model, prompt: str, tid: int, kns: NeuronSet, hooks: HookList = ()) -> tuple[float, float, Tensor]:
+    """(mean |activation| of the KNs at the last position, P(target), all last-position activations [L, d])."""
+    site = get_site("mlp_post")
+    names = [site.hook_name(l) for l in range(model.n_layers)]
+    acts, logits = model.last_position_activations(model.to_tokens(prompt), names, hooks=hooks)
+    acts, logits = acts[0].float(), logits[0].float()
+    v = float(acts[kns.mask()].abs().mean()) if len(kns) else math.nan
+    return v, float(logits.softmax(-1)[tid]), acts
+
+
+def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig) -> KnowledgeSynapses:
+    """S_ir for query i of fact fi: the same-index query of the next fact of another relation."""
+    others = [j for j in range(len(locs)) if j != fi]
+    other_rel = [j for j in others if locs[j].fact["relation"] != locs[fi].fact["relation"]]
+    jj = (other_rel or others or [None])[0]
+    if cfg.irrelevant_prompt is not None or jj is None:
+        return locate_synapses(model, cfg.irrelevant_prompt or DEFAULT_IRRELEVANT, cfg.alpha, cfg.skip_first)
+    return locate_synapses(model, locs[jj].queries[i % locs[jj].k], cfg.alpha, cfg.skip_first)
+
+
+def synapse_experiment(
+    model: Model,
+    locs: Sequence[FactKNs],
+    groups: Sequence[str],
+    *,
+    config: SynapseConfig | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> SynapseResult:
+    """Predominance (Fig. 5) and knowledge-synapse manipulation (Fig. 6, heatmaps Figs. 1/7/10).
+
+    Args:
+        model: The model.
+        locs: Per-fact localizations.
+        groups: ``"K_I"``/``"K_II"`` per fact.
+        config: A :class:`SynapseConfig`.
+        progress: Show a progress bar.
+        **overrides: :class:`SynapseConfig` fields (``alpha=0.2``, ``skip_first=False``).
+
+    Returns:
+        A :class:`SynapseResult` with provenance.
+
+    Example:
+        >>> syn = synapse_experiment(model, locs, groups, alpha=0.3)
+        >>> syn.table()
+    """
+    cfg = SynapseConfig.resolve(config, **overrides)
+    rows: list[dict] = []
+    pred: list[dict] = []
+    heat_vals: list[Tensor] = []
+    heat_rows: list[str] = []
+    heat_cols: list[str] = []
+    bar = tqdm(total=sum(fk.k for fk in locs), desc="knowledge synapses", disable=not progress)
+    for fi, (fk, grp) in enumerate(zip(locs, groups)):
+        toks_i = [most_attended_token(model, q, cfg.skip_first)[1] for q in fk.queries]
+        pred.append(dataclasses.asdict(PredominanceRow(fi, fk.fact["relation"], fk.fact["subject"], grp, toks_i,
+                                                       predominance(toks_i))))
+        sets_i = fk.sets()
+        union = fk.global_set()
+        idx_l: list[int] = []
+        idx_j: list[int] = []
+        if fi == cfg.heatmap_fact and len(union):
+            order = fk.scores.max(0).values[union.mask()].argsort(descending=True)[: cfg.heatmap_max_cols]
+            cols_n = [union.neurons[int(o)] for o in order]
+            heat_cols = [f"L{l}.{j}" for l, j in cols_n]
+            idx_l, idx_j = [l for l, _ in cols_n], [j for _, j in cols_n]
+        for i, q in enumerate(fk.queries):
+            n_tok = len(model.encode(q))
+            tid = model.target_ids(q, fk.target)[0]
+            syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first)
+            ir = _irrelevant(model, locs, fi, i, cfg)
+            v_b, p_b, acts_b = _kn_value_prob(model, q, tid, sets_i[i])
+            if idx_l:
+                heat_vals.append(acts_b[idx_l, idx_j])
+                heat_rows.append(f"q{i} none")
+            for sname, S in (("self", syn), ("irrelevant", ir)):
+                for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0)):
+                    v_a, p_a, acts_a = _kn_value_prob(model, q, tid, sets_i[i], S.hooks(f, n_tok))
+                    rows.append(dataclasses.asdict(SynapseEditRow(
+                        fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], group=grp, query=i,
+                        synapses=sname, op=op, n_synapses=int(S.mask_for(n_tok).sum()), value_before=v_b,
+                        value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
+                        dprob=relative_change(p_a, p_b, sign))))
+                    if idx_l and sname == "self":
+                        heat_vals.append(acts_a[idx_l, idx_j])
+                        heat_rows.append(f"q{i} {'suppressed' if op == 'sup' else 'enhanced'}")
+            bar.update(1)
+    bar.close()
+    hv = torch.stack(heat_vals) if heat_vals else None
+    method = locs[0].method if locs else "ig"
+    prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
+    return SynapseResult(tuple(rows), tuple(pred), hv, tuple(heat_rows), tuple(heat_cols), cfg.alpha, cfg.factor,
+                         tuple(groups), method, provenance=prov)
+
+
+__all__ = ["PredominanceRow", "SynapseEditRow", "SynapseResult", "synapse_experiment"]

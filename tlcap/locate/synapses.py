@@ -1,0 +1,200 @@
+"""Knowledge synapses (QL §3.2, eqs. 4–6): the attention columns a query's answer relies on.
+
+For a prompt with attention patterns ``A^{l,h}`` (``[query, key]``, rows summing to 1):
+
+- column mass ``m^{l,h}_c = Σ_r A^{l,h}[r, c]`` (the attention token ``c`` receives);
+- ``τ = α · (1/LH) Σ_{l,h,r,c} A^{l,h}[r, c]`` (eq. 5; = α · #tokens for softmax patterns);
+- synapses ``S = {(c, l, h) : m^{l,h}_c > τ}`` (eq. 6).
+
+Position 0 is an attention sink in GPT-2 and SmolLM2 (it receives most of every head's mass);
+``skip_first=True`` (default) leaves it out, so the synapses are the *content* tokens heads focus
+on. The most-attended token of eq. 4 is the column argmax of the layer/head-mean pattern (the row
+sums of a softmax pattern are all 1, so eq. 4's ``argmax_r Σ_c`` is read as a column argmax, like
+eq. 6). Scaling synapses is :func:`tlcap.intervene.synapses.scale_synapses`.
+
+Example:
+    >>> ks = locate_synapses(model, "The capital of France is", alpha=0.3)
+    >>> len(ks), ks.to_frame().head()
+    >>> with model.hooks(ks.hooks(0.0)):                  # suppress them
+    ...     ...
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from tlcap.intervene.synapses import scale_synapses
+from tlcap.models.adapter import HookList, Model
+from tlcap.results import Result, frame
+from tlcap.runtime.sites import get_site
+from tlcap.viz.ql import synapse_count_heatmap
+
+
+@torch.no_grad()
+def attention_patterns(model: Model, prompt: str, hooks: HookList = ()) -> Float[Tensor, "layer head query key"]:
+    """Every layer's attention pattern for ``prompt`` (the ``attn_pattern`` site), float32.
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+        hooks: Forward hooks applied to the run.
+
+    Returns:
+        ``[n_layers, n_heads, n_tokens, n_tokens]``.
+    """
+    site = get_site("attn_pattern")
+    names = [site.hook_name(l) for l in range(model.n_layers)]
+    rec = model.record(model.to_tokens(prompt), names, hooks=hooks)
+    return torch.stack([rec[n][0] for n in names]).float()
+
+
+def synapse_mask(
+    patterns: Float[Tensor, "layer head query key"], alpha: float = 0.3, skip_first: bool = True
+) -> tuple[Bool[Tensor, "layer head key"], Float[Tensor, "layer head key"], float]:
+    """QL eqs. 5–6 on a stack of patterns.
+
+    Args:
+        patterns: ``[L, H, query, key]`` attention patterns.
+        alpha: Scaling factor α of τ (paper: 0.3).
+        skip_first: Never count key position 0 (the attention sink) as a synapse.
+
+    Returns:
+        ``(mask, column mass, τ)``: mask and mass are ``[L, H, key]``.
+    """
+    col = patterns.sum(-2)
+    tau = alpha * float(patterns.sum((-1, -2)).mean())
+    mask = col > tau
+    if skip_first:
+        mask[..., 0] = False
+    return mask, col, tau
+
+
+def most_attended_token(model: Model, prompt: str, skip_first: bool = True) -> tuple[int, str]:
+    """``t_i`` of QL eq. 4: the position whose column of the layer/head-mean pattern has most mass.
+
+    Args:
+        model: The model.
+        prompt: The query.
+        skip_first: Leave position 0 (the attention sink) out.
+
+    Returns:
+        ``(position, token string)``.
+    """
+    col = attention_patterns(model, prompt).mean((0, 1)).sum(0)
+    if skip_first and col.numel() > 1:
+        col = col.clone()
+        col[0] = -math.inf
+    c = int(col.argmax())
+    return c, model.to_str_tokens([model.encode(prompt)[c]])[0]
+
+
+@dataclass(frozen=True)
+class SynapseRow:
+    """One row of :meth:`KnowledgeSynapses.to_frame`: a synapse ``(layer, head, column)``."""
+
+    layer: int
+    head: int
+    column: int
+    token: str
+    mass: float
+
+
+@dataclass(frozen=True)
+class KnowledgeSynapses(Result):
+    """Knowledge synapses of one query: ``(column c, layer l, head h)`` with ``Σ_r A[r, c] > τ``.
+
+    Attributes:
+        mask: ``[n_layers, n_heads, n_tokens]``: True at synapses.
+        col_mass: ``[n_layers, n_heads, n_tokens]``: ``Σ_r A^{l,h}[r, c]``.
+        tau: ``τ = α · (1/LH) Σ_{l,h,r,c} A`` (QL eq. 5).
+        alpha: α.
+        prompt: The query.
+        tokens: The query's tokens.
+        skip_first: Whether position 0 was left out.
+    """
+
+    mask: Bool[Tensor, "layer head key"]
+    col_mass: Float[Tensor, "layer head key"]
+    tau: float = 0.0
+    alpha: float = 0.3
+    prompt: str = ""
+    tokens: tuple[str, ...] = ()
+    skip_first: bool = True
+
+    def __len__(self) -> int:
+        return int(self.mask.sum())
+
+    def mask_for(self, n_tokens: int) -> Bool[Tensor, "layer head k"]:
+        """The mask cropped or zero-padded to ``n_tokens`` columns (by position index)."""
+        L, Hh, C = self.mask.shape
+        out = torch.zeros(L, Hh, n_tokens, dtype=torch.bool)
+        c = min(C, n_tokens)
+        out[..., :c] = self.mask[..., :c]
+        return out
+
+    def hooks(self, factor: float, n_tokens: int | None = None) -> HookList:
+        """Hooks scaling the synapses' pattern columns by ``factor`` (0 suppresses, 2 enhances).
+
+        Args:
+            factor: The scale.
+            n_tokens: Apply to a prompt of this many tokens (see :meth:`mask_for`); default the
+                query's own length.
+        """
+        m = self.mask if n_tokens is None else self.mask_for(n_tokens)
+        return scale_synapses(m, factor)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers: prompt, τ, number of synapses, synapses per token column."""
+        per_col = self.mask.sum((0, 1)).tolist()
+        return {
+            "prompt": self.prompt, "tokens": list(self.tokens), "alpha": self.alpha, "tau": self.tau,
+            "skip_first": self.skip_first, "n_synapses": len(self), "per_token": [int(x) for x in per_col],
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One :class:`SynapseRow` per synapse."""
+        rows = [
+            SynapseRow(l, h, c, self.tokens[c] if c < len(self.tokens) else "", float(self.col_mass[l, h, c]))
+            for l, h, c in self.mask.nonzero().tolist()
+        ]
+        return frame(rows, SynapseRow)
+
+    def figure(self) -> go.Figure:
+        """Synapses per (layer, token column), summed over heads."""
+        return synapse_count_heatmap(self.mask.sum(1), list(self.tokens),
+                                     title=f"Knowledge synapses of {self.prompt!r} (α={self.alpha:g}, τ={self.tau:.3g})")
+
+
+def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: bool = True) -> KnowledgeSynapses:
+    """Knowledge synapses of ``prompt`` (QL eqs. 5–6; ``skip_first`` drops the attention sink).
+
+    Args:
+        model: The model.
+        prompt: The query.
+        alpha: α of τ (paper: 0.3).
+        skip_first: Leave position 0 out.
+
+    Returns:
+        A :class:`KnowledgeSynapses`.
+
+    Example:
+        >>> ks = locate_synapses(model, "The capital of France is")
+        >>> ks.summary()["n_synapses"]
+    """
+    A = attention_patterns(model, prompt)
+    mask, col, tau = synapse_mask(A, alpha, skip_first)
+    toks = tuple(model.to_str_tokens(model.encode(prompt)))
+    return KnowledgeSynapses(mask, col, tau, alpha, prompt, toks, skip_first)
+
+
+__all__ = [
+    "KnowledgeSynapses", "SynapseRow", "attention_patterns", "locate_synapses", "most_attended_token", "synapse_mask",
+]
