@@ -249,7 +249,7 @@ def integrated_gradients(
     bar = tqdm(total=nT * per_token, desc=f"IG {prompt[:30]!r}", disable=not progress, leave=False)
     for t in range(nT):
         run = _Run(model, p_ids + t_ids[:t], t_ids[t], hook_names, layer_list, cfg)
-        acts_all[t, layer_list] = run.w_bar.float()
+        acts_all[t, layer_list] = run.w_bar.float().cpu()
         base = torch.zeros_like(run.w_bar) if baseline is None else baseline[layer_list].to(run.w_bar)
         p_full[t, layer_list] = run.p_clean
         if cfg.method == "ig":
@@ -310,25 +310,28 @@ class _Run:
         p_base = torch.zeros(n_li, dtype=torch.float64)
         for start, stop in layer_chunks(n_li, m + 1, self.cfg.batch_rows, self.cfg.layer_chunks):
             rl = row_layer[start:stop]
-            vals = base[rl] + row_alpha[start:stop].to(self.w_bar.dtype)[:, None] * diff[rl]
+            ra = row_alpha[start:stop].to(self.w_bar.device, torch.float32)  # path points in float32, then model dtype
+            vals = (base[rl].float() + ra[:, None] * diff[rl].float()).to(self.w_bar.dtype)
             probs, grad = self._batch(rl, vals, late_expand=self.cfg.late_expand)
             assert grad is not None
-            grad_acc.index_add_(0, rl, grad.double() * row_w[start:stop, None])
+            grad_acc.index_add_(0, rl, grad.double().cpu() * row_w[start:stop, None])
             is_base = torch.arange(start, stop) % (m + 1) == m  # each layer's last row: the baseline
             for r in is_base.nonzero().flatten().tolist():
                 p_base[int(rl[r])] = float(probs[r])
             bar.update(1)
-        return diff.double() * grad_acc, p_base
+        return diff.double().cpu() * grad_acc, p_base
 
     def joint(self, base: Tensor, alphas: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
         """All layers scaled together (completeness holds jointly)."""
         diff = self.w_bar - base
-        vals = base[None] + alphas.to(self.w_bar.dtype)[:, None, None] * diff[None]
+        a32 = alphas.to(self.w_bar.device, torch.float32)
+        vals = (base[None].float() + a32[:, None, None] * diff[None].float()).to(self.w_bar.dtype)
         vals = torch.cat([vals, base[None]])  # last row: all layers at baseline
         probs, grad = self._batch(torch.full((len(alphas) + 1,), -1), vals, late_expand=self.cfg.late_expand)
         assert grad is not None
         w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
-        return diff.double() * (grad.double() * w_row[:, None, None]).sum(0), probs[-1].double().expand(len(self.layers))
+        attr = diff.double().cpu() * (grad.double().cpu() * w_row[:, None, None]).sum(0)
+        return attr, probs[-1].double().cpu().expand(len(self.layers))
 
     def grad_x_act(self, base: Tensor) -> tuple[Tensor, Tensor]:
         """Gradient × (activation − baseline), one backward pass."""
@@ -336,7 +339,7 @@ class _Run:
         _, grad = self._batch(torch.full((1,), -1), self.w_bar[None])
         assert grad is not None
         pb, _ = self._batch(torch.full((1,), -1), base[None], need_grad=False)
-        return diff.double() * grad[0].double(), pb[0].double().expand(len(self.layers))
+        return diff.double().cpu() * grad[0].double().cpu(), pb[0].double().cpu().expand(len(self.layers))
 
 
 __all__ = ["NeuronAttribution", "NeuronScoreRow", "CompletenessRow", "integrated_gradients", "quadrature", "RULES",

@@ -43,6 +43,7 @@ import typer
 from tlcap.errors import OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
 from tlcap.results import Result
+from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype
 from tlcap.viz.export import save_figure
 
 SUMMARY = "summary.json"
@@ -267,6 +268,18 @@ def write_outputs(
     return summary
 
 
-def load(model: str, device: str | None = None) -> Model:
-    typer.echo(f"loading {model} ...", err=True)
-    return load_model(model, device=device)
+def device_option() -> Any:
+    """The ``--device`` option every command that loads a model takes."""
+    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N.")
+
+
+def dtype_option() -> Any:
+    """The ``--dtype`` option every command that loads a model takes."""
+    return typer.Option("float32", "--dtype", help="Model dtype: float32, bfloat16 or float16 (scores accumulate in float32).")
+
+
+def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:
+    """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error)."""
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    typer.echo(f"loading {model} ({dev}, {dtype_name(dt)}) ...", err=True)
+    return load_model(model, device=dev, dtype=dt)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs, parse_sizes
 from tlcap.locate.circuits.knowledge_circuit import knowledge_circuit
 
@@ -19,6 +19,8 @@ def _say(text: str) -> None:
 @app.command("circuit")
 def circuit(
     model: str = typer.Option(..., help="Model name (smollm2-135m, gpt2-tiny, gpt2-small-random, ...) or path."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="The query, e.g. 'The capital of France is'."),
     target: str = typer.Option(..., help="The answer with its leading space, e.g. ' Paris'."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
@@ -47,7 +49,7 @@ def circuit(
     cfg = check_circuit_inputs(prompt, target, corrupt_prompt, corrupt_target, cfg)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         res = knowledge_circuit(m, prompt, target, corrupt_prompt, corrupt_target=corrupt_target, config=cfg, log=_say)
         write_outputs(stage.path, res, figures=res.figures(), tables={"circuit_edges": res.to_frame()})
     s = res.summary()

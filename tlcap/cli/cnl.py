@@ -29,6 +29,8 @@ from tlcap.cli._cnl import floats, ints, layers, neuron_source, print_warnings, 
 from tlcap.cli._common import (
     StagedOutput,
     checkpoint_dir,
+    device_option,
+    dtype_option,
     load,
     overwrite_option,
     seed_everything,
@@ -91,6 +93,8 @@ def _stage(out: Path, overwrite: bool, rank: int) -> Iterator[StagedOutput]:
 @cnl_app.command("locate")
 def locate(
     model: str = _MODEL,
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     dataset: str = typer.Option(..., help="Task: gsm8k, svamp, mbpp, emotion, imdb (or a registered one)."),
     data_dir: Path | None = _DATA_DIR,
     n: int = typer.Option(200, help="Samples to score (>= 2; split into two halves for the split-half test)."),
@@ -127,7 +131,7 @@ def locate(
     with print_warnings(), _stage(out, overwrite, rank) as stage:
         seed_everything(seed)
         samples = load_task(dataset, data_dir, split, n, seed, strict=strict)
-        m = load(model)
+        m = load(model, device, dtype)
         t0 = time.perf_counter()
         parts = score_parts(m, samples, config=cfg, task=dataset, checkpoint_dir=checkpoint_dir_ or stage.checkpoints,
                             checkpoint_every=checkpoint_every, resume=resume, shard=shard, distributed=distributed)
@@ -181,6 +185,8 @@ def merge(
 @cnl_app.command("erase")
 def erase(
     model: str = _MODEL,
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     dataset: str = typer.Option(..., help="Task evaluated."),
     data_dir: Path | None = _DATA_DIR,
     neurons: Path = typer.Option(..., help="--out folder (or summary.json) of `tlcap cnl locate`."),
@@ -206,7 +212,7 @@ def erase(
     with print_warnings(), staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         samples = load_task(dataset, data_dir, split, n, seed, strict=strict)
-        m = load(model)
+        m = load(model, device, dtype)
         extra = {"model": model, "split": split, "neurons_file": str(src.summary_path)}
         if sigmas is not None:
             sweep = erase_sweep(m, dataset, samples, src.location(m), sigmas, spread=spread, config=cfg, progress=True)
@@ -229,6 +235,8 @@ def erase(
 @cnl_app.command("enhance")
 def enhance(
     model: str = _MODEL,
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     dataset: str = typer.Option(..., help="Task trained (train split) and evaluated (test split)."),
     data_dir: Path | None = _DATA_DIR,
     neurons: Path = typer.Option(..., help="--out folder (or summary.json) of `tlcap cnl locate`."),
@@ -259,7 +267,7 @@ def enhance(
         seed_everything(seed)
         train = load_task(dataset, data_dir, "train", n_train, seed, strict=strict)
         test = load_task(dataset, data_dir, "test", n, seed, strict=strict)
-        m = load(model)
+        m = load(model, device, dtype)
         res = enhance_effect(m, dataset, train, test, src.neuron_set(m), config=cfg, source=src.task)
         write_outputs(stage.path, res, figures={"enhance": res.figure()}, tables={"enhance": res.to_frame()},
                       extra={"model": model, "neurons_file": str(src.summary_path)})
@@ -271,6 +279,8 @@ def enhance(
 @cnl_app.command("cross")
 def cross(
     model: str = _MODEL,
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     neurons: list[str] = typer.Option(..., help="NAME=path per dataset (a `tlcap cnl locate` --out folder or summary.json; "
                                                 "NAME a task; repeat the option)."),
     data_dir: Path | None = _DATA_DIR,
@@ -306,7 +316,7 @@ def cross(
         seed_everything(seed)
         evals = {k: load_task(k, data_dir, "test", n, seed, strict=strict) for k in sources}
         trains = {k: load_task(k, data_dir, "train", n_train, seed, strict=strict) for k in sources} if enhance else None
-        m = load(model)
+        m = load(model, device, dtype)
         located = {k: s.neuron_set(m) for k, s in sources.items()}
         res = cross_dataset(m, located, evals, train_sets=trains, config=cfg, progress=True)
         figs = {"located_neurons": located_sets_figure(located)}

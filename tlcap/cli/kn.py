@@ -8,7 +8,7 @@ import typer
 
 from tlcap.attribution.config import IGConfig
 from tlcap.cli import app
-from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
 
 
@@ -19,6 +19,8 @@ def _pct(x: float | None) -> str:
 @app.command("kn")
 def kn(
     model: str = typer.Option(..., help="Model name (smollm2-135m, gpt2, gpt2-small-random, ...) or path."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="The query, e.g. 'The capital of France is'."),
     target: str = typer.Option(..., help="The answer with its leading space, e.g. ' Paris'."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
@@ -45,7 +47,7 @@ def kn(
     paraphrases = check_fact(prompt, target, paraphrase or [])
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         res = locate_knowledge_neurons(m, prompt, target, paraphrases, config=cfg)
         write_outputs(stage.path, res, figures={"kn_heatmap": res.heatmap(), "kn_activations": res.activation_heatmap()},
                       tables={"kn_neurons": res.to_frame()})

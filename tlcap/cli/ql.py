@@ -21,7 +21,7 @@ import typer
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import METHODS
 from tlcap.cli import app
-from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.config import check_choice, check_int
 from tlcap.data.pararel import Fact, ParaRelConfig, load_pararel
 from tlcap.errors import InvalidConfigError
@@ -46,6 +46,8 @@ _KNOWN = typer.Option(10, "--known-top-k",
                       help="Keep facts whose answer is in the model's top-k for every query (0: keep all).")
 _MAXQ = typer.Option(4, "--max-queries", help="At most this many neighbor queries per fact (0: all).")
 _OUT = typer.Option(Path("runs/ql"), "--out", "-o", help="Output folder; must not hold a finished run (see --overwrite).")
+_DEVICE = device_option()
+_DTYPE = dtype_option()
 _SEED = typer.Option(0, "--seed", help="Seed of torch, numpy and random (>= 0).")
 
 
@@ -105,7 +107,8 @@ def _extra(model: str, plan: _Plan, facts: list[Fact]) -> dict[str, Any]:
 
 
 @ql_app.command("consistency")
-def consistency(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def consistency(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
+        data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
                 method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
                 split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, out: Path = _OUT,
                 seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
@@ -114,7 +117,7 @@ def consistency(model: str = _MODEL, data_dir: Path | None = _DATA, relations: s
                  static_threshold, split, seed, many=True)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         facts = _facts(m, data_dir, plan)
         locs = {me: ql.localize_facts(m, facts, me, config=plan.config) for me in plan.methods}
         res = ql.consistency_analysis(locs, config=plan.config)
@@ -127,11 +130,11 @@ def consistency(model: str = _MODEL, data_dir: Path | None = _DATA, relations: s
     typer.echo(f"wrote {stage.out}")
 
 
-def _modification(model: str, data_dir: Path | None, plan: _Plan, out: Path, overwrite: bool, seed: int,
+def _modification(model: str, device: str, dtype: str, data_dir: Path | None, plan: _Plan, out: Path, overwrite: bool, seed: int,
                   cfg: ql.ModificationConfig, stem: str, cas: bool) -> None:
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         facts = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         run = ql.cas_experiment if cas else ql.modification_experiment
@@ -146,7 +149,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 @ql_app.command("modify")
-def modify(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
+        data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
            method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
            split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
            operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
@@ -161,11 +165,12 @@ def modify(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = 
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=_names(sets), lambda1=lambda1, lambda2=lambda2,
                                 edit_queries=edit_queries or None)
-    _modification(model, data_dir, plan, out, overwrite, seed, cfg, "table2", cas=False)
+    _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table2", cas=False)
 
 
 @ql_app.command("cas")
-def cas(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
+        data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
         method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
         split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
         operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
@@ -180,11 +185,12 @@ def cas(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RE
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=("local", "global", "cas"), beta1=beta1, beta2=beta2,
                                 cas_threshold=cas_threshold, edit_queries=edit_queries or None)
-    _modification(model, data_dir, plan, out, overwrite, seed, cfg, "table3", cas=True)
+    _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table3", cas=True)
 
 
 @ql_app.command("mapping")
-def mapping(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def mapping(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
+        data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
             method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
             split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
             factor: float = typer.Option(2.0, help="Enhancement factor of the KN activations (>= 0)."),
@@ -195,7 +201,7 @@ def mapping(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str =
     cfg = ql.MappingConfig(factor=factor)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         facts = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.query_kn_mapping(m, locs, groups, config=cfg)
@@ -205,7 +211,8 @@ def mapping(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str =
 
 
 @ql_app.command("synapses")
-def synapses(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
+def synapses(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
+        data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
              method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
              split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
              alpha: float = typer.Option(0.3, help="Synapse scaling factor α > 0 (τ = α · mean attention mass; paper 0.3)."),
@@ -218,7 +225,7 @@ def synapses(model: str = _MODEL, data_dir: Path | None = _DATA, relations: str 
     cfg = ql.SynapseConfig(alpha=alpha, factor=factor, skip_first=not keep_first)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         facts = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.synapse_experiment(m, locs, groups, config=cfg)

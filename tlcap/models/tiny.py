@@ -48,7 +48,8 @@ def gpt2_tokenizer() -> Any | None:
         return None
 
 
-def make_gpt2(size: str = "tiny", seed: int = 0, device: str | None = None) -> Model:
+def make_gpt2(size: str = "tiny", seed: int = 0, device: str | torch.device | None = None,
+              dtype: torch.dtype = torch.float32) -> Model:
     """A GPT-2-architecture HF model with random weights, booted through TransformerBridge.
 
     Args:
@@ -56,6 +57,7 @@ def make_gpt2(size: str = "tiny", seed: int = 0, device: str | None = None) -> M
             12 layers, d_model 768, d_mlp 3072).
         seed: Seed of the random initialisation (same seed, same weights).
         device: Torch device.
+        dtype: Parameter dtype (weights are drawn in float32, then cast: same seed, same values).
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -68,12 +70,14 @@ def make_gpt2(size: str = "tiny", seed: int = 0, device: str | None = None) -> M
     tok = gpt2_tokenizer()
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=50257, **GPT2_SHAPES[size])
-    hf = GPT2LMHeadModel(cfg).eval()
-    bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device=device)
+    hf = GPT2LMHeadModel(cfg).eval().to(dtype)
+    bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device=device, dtype=dtype)
     return Model(bridge, tok, name=f"gpt2-{size}-random-seed{seed}")
 
 
-def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2, d_mlp: int = 128, vocab: int = 49152, device: str | None = None) -> Model:
+def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2, d_mlp: int = 128, vocab: int = 49152,
+               device: str | torch.device | None = None,
+               dtype: torch.dtype = torch.float32) -> Model:
     """A tiny random Llama (grouped-query attention) using the SmolLM2 tokenizer when cached.
 
     Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
@@ -101,6 +105,7 @@ def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int
         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, max_position_embeddings=256,
         tie_word_embeddings=True,
     )
-    hf = LlamaForCausalLM(cfg).eval()
-    bridge = TransformerBridge.boot_transformers("HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device)
+    hf = LlamaForCausalLM(cfg).eval().to(dtype)
+    bridge = TransformerBridge.boot_transformers("HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device,
+                                                 dtype=dtype)
     return Model(bridge, tok, name=f"llama-tiny-random-seed{seed}")
