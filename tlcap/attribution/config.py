@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tlcap.attribution.quadrature import RULES
 from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence
+from tlcap.runtime.batching import parse_memory
 
 ESTIMATORS: tuple[str, ...] = ("ig", "joint", "grad_x_act")
 NEURON_SITES: tuple[str, ...] = ("mlp_post", "mlp_pre")
@@ -39,8 +40,10 @@ class IGConfig(Config):
         site: Neuron site: ``mlp_post`` (activations, the papers' neurons) or ``mlp_pre``.
         layers: Layers to attribute (``None`` = all; stored as a tuple); layer bounds are checked against the
             model when the attribution runs.
-        batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1`` (exact: results
-            do not depend on it).
+        batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1``, or ``"auto"``: the
+            largest that fits ``max_memory``, halved on out-of-memory
+            (:mod:`tlcap.runtime.batching`). Exact: results do not depend on it.
+        max_memory: Memory budget of ``batch_rows="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
             compare).
@@ -53,10 +56,11 @@ class IGConfig(Config):
     method: str = "ig"
     site: str = "mlp_post"
     layers: Sequence[int] | None = None
-    batch_rows: int = 256
+    batch_rows: int | str = 256
     prefix_reuse: bool = True
     late_expand: bool = True
     layer_chunks: int = 4
+    max_memory: int | str | None = None
 
     def validate(self) -> None:
         check_int("steps", self.steps, min=1)
@@ -69,7 +73,10 @@ class IGConfig(Config):
                 check_sequence("layers", self.layers, min_len=1, unique=True,
                                item=lambda n, x: check_int(n, x, min=0, cli="--layers")),
             )
-        check_int("batch_rows", self.batch_rows, min=1)
+        if self.batch_rows != "auto":
+            check_int("batch_rows", self.batch_rows, min=1)
+        if self.max_memory is not None:
+            parse_memory(self.max_memory)
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("late_expand", self.late_expand, cli=None)
         check_int("layer_chunks", self.layer_chunks, min=1, cli=None)

@@ -33,6 +33,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
+from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import neuron_heatmap
 
@@ -235,6 +236,11 @@ def integrated_gradients(
         raise InvalidConfigError(
             f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
         )
+    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
+        n_rows = len(layer_list) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
+        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
+        return run_auto_batched(lambda b: integrated_gradients(model, prompt, target, config=cfg.replace(batch_rows=b),
+                                                               baseline=baseline, progress=progress), rows, model.device)
     s = get_site(cfg.site)
     hook_names = [s.hook_name(l) for l in layer_list]
     alphas, weights = quadrature(cfg.steps, cfg.rule)

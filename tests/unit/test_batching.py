@@ -1,0 +1,104 @@
+"""``batch_rows="auto"``: budget arithmetic, out-of-memory detection, halve-and-retry, IG identity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tlcap.attribution.ig as ig_module
+from tlcap.attribution import integrated_gradients
+from tlcap.errors import InvalidConfigError
+from tlcap.runtime.batching import SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
+
+
+def test_parse_memory():
+    assert parse_memory("8GiB") == 8 * 2**30
+    assert parse_memory("500MB") == 500 * 10**6
+    assert parse_memory(" 1.5 kib ") == 1536
+    assert parse_memory(4096) == 4096
+    for bad in ("lots", "-1GB", 0, "8 GiBs", True):
+        with pytest.raises(InvalidConfigError, match="max_memory"):
+            parse_memory(bad)
+
+
+def test_auto_batch_rows_fits_the_budget():
+    # 10 000 bytes at SAFETY 0.8 = 8 000 usable; 100 bytes a row -> 80 rows
+    assert auto_batch_rows(row_bytes=100, total_rows=1000, max_memory=10_000) == int(10_000 * SAFETY) // 100 == 80
+    assert auto_batch_rows(row_bytes=100, total_rows=30, max_memory=10_000) == 30  # no more rows than there are
+    assert auto_batch_rows(row_bytes=10**12, total_rows=30, max_memory=10_000) == 1  # at least one row
+    assert auto_batch_rows(row_bytes=1, total_rows=7) == 7  # default budget: free memory (>> 7 bytes)
+
+
+def test_is_oom():
+    assert is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_oom(MemoryError())
+    assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
+    assert is_oom(RuntimeError("CUDA error: out of memory"))
+    assert not is_oom(RuntimeError("shape mismatch"))
+    assert not is_oom(ValueError("out of memory"))  # not an error an allocator raises
+
+
+def test_run_auto_batched_halves_until_it_fits():
+    tried: list[int] = []
+    retries: list[int] = []
+
+    def fn(rows: int) -> int:
+        tried.append(rows)
+        if rows > 50:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (fake)")
+        return rows * 2
+
+    assert run_auto_batched(fn, 200, on_retry=lambda r, msg: retries.append(r)) == 100
+    assert tried == [200, 100, 50] and retries == [100, 50]
+
+
+def test_run_auto_batched_reraises():
+    def other(rows: int) -> int:
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_auto_batched(other, 8)
+    calls: list[int] = []
+
+    def never(rows: int) -> int:
+        calls.append(rows)
+        raise MemoryError
+
+    with pytest.raises(MemoryError):
+        run_auto_batched(never, 5)
+    assert calls == [5, 2, 1]
+
+
+def test_ig_auto_batch_equals_fixed_batch_under_fake_oom(tiny_gpt2, monkeypatch):
+    """An OOM injected for batches over 2 rows: auto halves 10 -> 5 -> 2 and equals batch_rows=2 exactly."""
+    prompt, target = "The capital of France is", " Paris"
+    fixed = integrated_gradients(tiny_gpt2, prompt, target, steps=4, batch_rows=2)
+    real = ig_module.scaled_batch
+    ooms: list[int] = []
+
+    def fake(model, context, prefix, hook_names, row_layer, values, *args, **kwargs):
+        if values.shape[0] > 2:
+            ooms.append(int(values.shape[0]))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(model, context, prefix, hook_names, row_layer, values, *args, **kwargs)
+
+    monkeypatch.setattr(ig_module, "scaled_batch", fake)
+    auto = integrated_gradients(tiny_gpt2, prompt, target, steps=4, batch_rows="auto", max_memory="1GiB")
+    # 2 layers x (4 steps + 1 baseline row) = 10 rows fit 1 GiB; chunks of one layer (5 rows) OOM twice
+    assert ooms == [5, 5]
+    assert torch.equal(auto.scores, fixed.scores)
+    assert torch.equal(auto.prob_baseline, fixed.prob_baseline) and torch.equal(auto.layer_sums, fixed.layer_sums)
+
+
+def test_ig_auto_without_oom_matches_default(tiny_gpt2):
+    a = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4, batch_rows="auto")
+    b = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4)
+    assert torch.allclose(a.scores, b.scores, rtol=1e-5, atol=1e-9)
+
+
+def test_row_bytes_grows_with_context_and_config_validation(tiny_gpt2):
+    assert ig_row_bytes(tiny_gpt2, 100) > ig_row_bytes(tiny_gpt2, 10) > 0
+    with pytest.raises(InvalidConfigError, match="batch_rows"):
+        integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", batch_rows="big")
+    with pytest.raises(InvalidConfigError, match="max_memory"):
+        integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", batch_rows="auto", max_memory="lots")

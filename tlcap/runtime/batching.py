@@ -1,0 +1,145 @@
+"""``batch_rows="auto"``: the largest batch that fits a memory budget, halved on out-of-memory.
+
+A method whose batch size does not change its result (exact IG, tracing, EAP: rows are
+independent) takes ``batch_rows="auto"`` and calls :func:`run_auto_batched`:
+
+1. the start size is the largest number of rows whose estimated memory (``row_bytes`` each)
+   fits the budget: ``max_memory`` (bytes or ``"8GiB"``/``"500MB"``; default: the device's free
+   memory), less a safety margin, capped at the rows there are;
+2. the whole computation runs at that size; on an out-of-memory error (CUDA's
+   ``torch.cuda.OutOfMemoryError``, CPU ``MemoryError`` or a ``RuntimeError`` saying "out of
+   memory") it is rerun from the start at half the size, down to one row.
+
+The rerun starts from scratch, so the result is exactly the result of a fixed batch of the
+final size (no partial sums from the failed size are kept).
+
+Example:
+    >>> rows = auto_batch_rows(row_bytes=2_000_000, total_rows=630, device="cuda")
+    >>> res = run_auto_batched(lambda b: integrated_gradients(m, p, t, batch_rows=b), rows, device="cuda")
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from tlcap.errors import InvalidConfigError
+
+T = TypeVar("T")
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+SAFETY = 0.8  # use at most this share of the budget (allocator fragmentation, estimate error)
+
+
+def parse_memory(value: Any) -> int:
+    """Bytes of a memory budget: an int/float of bytes or a string such as ``"8GiB"``, ``"500MB"``.
+
+    Raises:
+        InvalidConfigError: not a positive size.
+    """
+    if isinstance(value, bool):
+        raise InvalidConfigError(f"max_memory (--max-memory) must be a size such as 8GiB or 500MB, got {value!r}")
+    if isinstance(value, (int, float)):
+        n = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise InvalidConfigError(f"max_memory (--max-memory) must be a size such as 8GiB or 500MB, got {value!r}")
+        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not n > 0:
+        raise InvalidConfigError(f"max_memory (--max-memory) must be > 0, got {value!r}")
+    return int(n)
+
+
+def free_memory(device: torch.device | str) -> int:
+    """Free bytes on ``device``: ``torch.cuda.mem_get_info`` on CUDA, ``MemAvailable`` on the CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(dev)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def auto_batch_rows(row_bytes: int, total_rows: int, max_memory: Any = None, device: torch.device | str = "cpu") -> int:
+    """The largest batch (rows) whose estimated memory fits the budget, in ``[1, total_rows]``.
+
+    Args:
+        row_bytes: Estimated bytes one row needs (activations kept for the backward pass).
+        total_rows: Rows there are (no point in a larger batch).
+        max_memory: Budget (see :func:`parse_memory`); default the device's free memory.
+        device: The device the rows run on.
+    """
+    budget = parse_memory(max_memory) if max_memory is not None else free_memory(device)
+    rows = int(budget * SAFETY) // max(int(row_bytes), 1)
+    return max(1, min(int(total_rows), rows))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory error (CUDA, or the CPU allocator)."""
+    oom_cls = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_cls is not None and isinstance(exc, oom_cls):
+        return True
+    if isinstance(exc, MemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.device | str = "cpu",
+                     on_retry: Callable[[int, str], None] | None = None) -> T:
+    """Run ``fn(batch_rows)``; on out-of-memory rerun it from scratch at half the rows, down to 1.
+
+    Args:
+        fn: The whole computation at a given batch size (its result must not depend on it).
+        batch_rows: The start size (e.g. :func:`auto_batch_rows`).
+        device: Its device (the CUDA cache is emptied before a retry).
+        on_retry: Called as ``on_retry(new_rows, error_message)`` before each retry.
+
+    Returns:
+        ``fn``'s result at the first size that fits: exactly the result of that fixed size.
+
+    Raises:
+        The out-of-memory error when even one row does not fit; any other error at once.
+    """
+    rows = max(1, int(batch_rows))
+    while True:
+        try:
+            return fn(rows)
+        except (RuntimeError, MemoryError) as exc:
+            if not is_oom(exc) or rows == 1:
+                raise
+            rows, message = max(1, rows // 2), f"{type(exc).__name__}: {exc}"
+        gc.collect()  # outside the except block: the traceback's frames (and tensors) are gone
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        if on_retry is not None:
+            on_retry(rows, message)
+
+
+def ig_row_bytes(model: Any, context_len: int) -> int:
+    """Estimated bytes of one exact-IG row (one position through every layer, kept for backward).
+
+    Per layer: the residual stream and attention/MLP intermediates (~12·d_model + 4·d_mlp
+    values) and one attention row over the context per head (scores and pattern, 2·n_heads·T);
+    plus the logits in the model dtype and in float32 for the softmax (3·d_vocab). Counted in the
+    model's parameter dtype, then doubled for the backward pass's gradients.
+    """
+    elem = next(model.backend.parameters()).element_size()
+    per_layer = 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * max(int(context_len), 1)
+    values = model.n_layers * per_layer + 3 * model.d_vocab
+    return int(2 * values * max(elem, 2))
