@@ -1,0 +1,293 @@
+"""GPU benchmark: exact-IG KN and CNL throughput, causal trace and EAP seconds, peak memory, MFU.
+
+One call measures, on ``--device`` (default CUDA when available) and each ``--dtype``:
+
+- ``matmul``: the device's measured dense matmul throughput (bf16 ``N×N @ N×N``, N = 8192 on a
+  GPU), TFLOP/s = 2·N³ / seconds — the denominator of the achieved fractions below.
+- On the SmolLM2-135M shape with random weights (``smollm2-135m-shape``; fixed-step methods cost
+  the same as with the real weights), per dtype:
+  ``kn``: exact IG of every MLP neuron for single facts (20 midpoint steps, all layers), samples/s;
+  ``cnl``: CNL dataset scoring (:func:`tlcap.attribution.dataset.score_dataset`, exact IG,
+  20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s;
+  ``trace``: causal trace of the canonical subject-first prompt (3 kinds, window 10, 10 noise
+  samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt.
+- On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` as above
+  on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
+
+Every measurement records peak GPU memory (``torch.cuda.max_memory_allocated``) and, for the
+attribution runs, model FLOPs per sample counted by ``torch.utils.flop_counter.FlopCounterMode``
+on one sample (2·m·n·k per matmul, forward and backward as executed — i.e. ≈ 2·params·tokens per
+forward and ≈ 3× that with the backward pass, where tokens are the rows actually pushed through
+each layer after prefix reuse and late expansion), and the achieved fraction of the measured
+matmul throughput = FLOPs/sample × samples/s ÷ matmul FLOP/s.
+
+Every section has a wall-clock cap (``--section-seconds``): it times whole samples until the cap
+or ``--samples`` is reached and reports how many it ran. The JSON is rewritten after every
+section, so a run cut short keeps what it measured; a section that fails records its error.
+
+Usage::
+
+    python benchmarks/bench_gpu.py --device cuda --dtype float32,bfloat16 --out gpu.json
+    python benchmarks/bench_gpu.py --device cpu --tiny --out /tmp/gpu_tiny.json   # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._util import env_info  # noqa: E402
+from tlcap.attribution import integrated_gradients  # noqa: E402
+from tlcap.attribution.dataset import score_dataset  # noqa: E402
+from tlcap.data.tasks import load_task  # noqa: E402
+from tlcap.locate.causal_trace import causal_trace  # noqa: E402
+from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
+from tlcap.models import Model, load_model, make_llama  # noqa: E402
+from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
+
+GSM8K_TRAIN = 7473
+FACTS = [
+    ("The capital of France is", " Paris"), ("The Eiffel Tower is located in the city of", " Paris"),
+    ("The mother tongue of Danielle Darrieux is", " French"), ("Michael Jordan plays the sport of", " basketball"),
+    ("The official language of Italy is", " Italian"), ("Toko Yasuda plays the", " guitar"),
+]
+TRACE = ("The Eiffel Tower is located in the city of", "The Eiffel Tower")
+EAP = ("The capital of France is", " Paris", "The capital of Italy is")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def matmul_tflops(device: torch.device, n: int, seconds: float = 3.0) -> dict[str, Any]:
+    """Measured bf16 ``n×n @ n×n`` throughput (TFLOP/s = 2·n³ / seconds), best of repeated runs."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    best, t_end = math.inf, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        sync(device)
+        best = min(best, (time.perf_counter() - t0) / 10)
+    return {"n": n, "dtype": "bfloat16", "seconds": best, "tflops": 2 * n**3 / best / 1e12,
+            "formula": "2*n^3 / seconds per matmul"}
+
+
+def count_flops(fn: Callable[[], Any]) -> float:
+    """Matmul FLOPs (forward and backward as executed) of one call, by FlopCounterMode."""
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    return float(fc.get_total_flops())
+
+
+def run_timed(fns: list[Callable[[], Any]], device: torch.device, cap: float, warmup: bool = True) -> dict[str, Any]:
+    """Time calls of ``fns`` (one per sample) until ``cap`` seconds; the first is a warm-up when ``warmup``."""
+    out: dict[str, Any] = {}
+    if warmup and len(fns) > 1:
+        t0 = time.perf_counter()
+        fns[0]()
+        sync(device)
+        out["warmup_seconds"] = time.perf_counter() - t0
+        fns = fns[1:]
+    reset_peak(device)
+    times: list[float] = []
+    t_start = time.perf_counter()
+    for fn in fns:
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - t_start > cap:
+            break
+    total = sum(times)
+    out.update(n=len(times), seconds=total, seconds_per_sample=total / len(times), samples_per_s=len(times) / total,
+               peak_gib=peak_gib(device))
+    return out
+
+
+def with_flops(res: dict[str, Any], fn: Callable[[], Any], peak_tflops: float | None) -> dict[str, Any]:
+    """Add the counted FLOPs of one call of ``fn`` and the achieved fraction of the matmul peak."""
+    try:
+        flops = count_flops(fn)
+    except Exception as exc:  # noqa: BLE001 - the timing stands without the FLOP count
+        res["flops_error"] = f"{type(exc).__name__}: {exc}"
+        return res
+    res["flops_per_sample"] = flops
+    res["achieved_tflops"] = flops * res["samples_per_s"] / 1e12
+    res["fraction_of_matmul_peak"] = res["achieved_tflops"] / peak_tflops if peak_tflops else None
+    return res
+
+
+def bench_kn(model: Model, n: int, steps: int, cap: float, peak: float | None) -> dict[str, Any]:
+    facts = [FACTS[i % len(FACTS)] for i in range(n + 1)]
+    fns = [lambda p=p, t=t: integrated_gradients(model, p, t, steps=steps) for p, t in facts]
+    res = run_timed(fns, model.device, cap)
+    return with_flops(res, fns[0], peak)
+
+
+def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) -> dict[str, Any]:
+    samples = load_task("gsm8k", split="train", n=n + 1, seed=0)
+    fns = [lambda s=s: score_dataset(model, [s], steps=steps, progress=False) for s in samples]
+    res = run_timed(fns, model.device, cap)
+    res = with_flops(res, fns[0], peak)
+    res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
+    res["prompt_tokens_mean"] = sum(len(model.to_tokens(s.prompt)[0]) for s in samples[1:]) / max(1, len(samples) - 1)
+    return res
+
+
+def bench_trace(model: Model, n: int, samples: int, cap: float) -> dict[str, Any]:
+    prompt, subject = TRACE
+    fns = [lambda: causal_trace(model, prompt, subject, samples=samples) for _ in range(n + 1)]
+    return run_timed(fns, model.device, cap) | {"prompt": prompt, "noise_samples": samples}
+
+
+def bench_eap(model: Model, n: int, steps: int, cap: float) -> dict[str, Any]:
+    prompt, target, corrupt = EAP
+    if len(model.to_tokens(prompt)[0]) != len(model.to_tokens(corrupt)[0]):
+        corrupt = None  # zero ablation when the two subjects tokenize to different lengths
+    fns = [lambda: edge_attribution(model, prompt, target, corrupt, steps=steps) for _ in range(n + 1)]
+    return run_timed(fns, model.device, cap) | {"steps": steps, "corrupt_prompt": corrupt}
+
+
+class Report:
+    """The JSON payload, rewritten after every section."""
+
+    def __init__(self, path: Path, payload: dict[str, Any]) -> None:
+        self.path, self.payload = path, payload
+        self.write()
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.payload, indent=1, default=str))
+
+    def section(self, key: tuple[str, ...], fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        node = self.payload
+        for k in key[:-1]:
+            node = node.setdefault(k, {})
+        t0 = time.perf_counter()
+        print(f"[bench_gpu] {'/'.join(key)} ...", flush=True)
+        try:
+            res = fn()
+        except Exception as exc:  # noqa: BLE001 - a failed section is recorded, the others still run
+            res = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+        res["wall_seconds"] = time.perf_counter() - t0
+        node[key[-1]] = res
+        self.write()
+        print(f"[bench_gpu] {'/'.join(key)}: " + json.dumps({k: v for k, v in res.items() if k != "traceback"}, default=str),
+              flush=True)
+        return res
+
+
+def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool) -> Model:
+    if tiny:  # a 2-layer GQA Llama: the same code paths at unit-test cost
+        return make_llama(seed=0, device=device, dtype=dtype)
+    return load_model(name, device=device, dtype=dtype)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    ap.add_argument("--dtype", default="float32,bfloat16", help="comma list of model dtypes for the SmolLM2-shape runs")
+    ap.add_argument("--out", type=Path, required=True, help="JSON output path")
+    ap.add_argument("--tiny", action="store_true", help="tiny random Llama instead of the real shapes (CPU smoke run)")
+    ap.add_argument("--samples", type=int, default=20, help="most timed samples per KN/CNL section (after one warm-up)")
+    ap.add_argument("--big-samples", type=int, default=4, help="most timed samples per Llama-7B-shape section")
+    ap.add_argument("--prompts", type=int, default=3, help="most timed prompts per trace/EAP section")
+    ap.add_argument("--steps", type=int, default=20, help="IG steps")
+    ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
+    ap.add_argument("--section-seconds", type=float, default=30.0, help="wall-clock cap of each timed section")
+    ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
+    ap.add_argument("--skip-7b", action="store_true", help="skip the Llama-2-7B-shape runs")
+    args = ap.parse_args(argv)
+
+    device = resolve_device(args.device)
+    dtypes = [resolve_dtype(d) for d in args.dtype.split(",") if d.strip()]
+    cap = args.section_seconds
+    payload: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device_type": device.type, "tiny": args.tiny, "env": env_info(),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "flops_note": "FLOPs counted by torch.utils.flop_counter.FlopCounterMode on one sample (matmuls, forward and "
+                      "backward as executed: ~2*params*tokens per forward, ~3x that with backward); "
+                      "fraction_of_matmul_peak = flops_per_sample * samples_per_s / matmul.tflops",
+    }
+    rep = Report(args.out, payload)
+    mm = rep.section(("matmul",), lambda: matmul_tflops(device, args.matmul_n or (8192 if device.type == "cuda" else 512)))
+    peak = mm.get("tflops") if mm else None
+    small = "smollm2-135m-shape"
+    models: dict[str, Model] = {}
+
+    def load_small(dt: torch.dtype) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        m = models[dtype_name(dt)] = build(small, device, dt, args.tiny)
+        return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()),
+                "n_layers": m.n_layers, "d_mlp": m.d_mlp, "load_seconds": time.perf_counter() - t0}
+
+    # the headline numbers first (exact IG on both shapes), then tracing and EAP
+    for dt in dtypes:
+        key = dtype_name(dt)
+        rep.section(("smollm2_shape", key, "model"), lambda dt=dt: load_small(dt))
+        if key in models:
+            m = models[key]
+            rep.section(("smollm2_shape", key, "kn_exact_ig"), lambda m=m: bench_kn(m, args.samples, args.steps, cap, peak))
+            rep.section(("smollm2_shape", key, "cnl_exact_ig"), lambda m=m: bench_cnl(m, args.samples, args.steps, cap, peak))
+    if not args.skip_7b:
+        holder: dict[str, Model] = {}
+
+        def load_big() -> dict[str, Any]:
+            reset_peak(device)
+            t0 = time.perf_counter()
+            holder["m"] = build("llama-7b-shape", device, torch.bfloat16, args.tiny)
+            m = holder["m"]
+            sync(device)
+            return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()), "n_layers": m.n_layers,
+                    "d_mlp": m.d_mlp, "load_seconds": time.perf_counter() - t0, "weights_gib": peak_gib(device)}
+
+        rep.section(("llama7b_shape", "bfloat16", "model"), load_big)
+        if "m" in holder:
+            big = holder["m"]
+            rep.section(("llama7b_shape", "bfloat16", "kn_exact_ig"),
+                        lambda: bench_kn(big, args.big_samples, args.steps, cap, peak))
+            rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig"),
+                        lambda: bench_cnl(big, args.big_samples, args.steps, cap, peak))
+            del big
+        holder.clear()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for key, m in models.items():
+        rep.section(("smollm2_shape", key, "causal_trace"), lambda m=m: bench_trace(m, args.prompts, args.trace_samples, cap))
+        rep.section(("smollm2_shape", key, "eap"), lambda m=m: bench_eap(m, args.prompts, 1, cap))
+        rep.section(("smollm2_shape", key, "eap_ig5"), lambda m=m: bench_eap(m, args.prompts, 5, cap))
+    print(f"[bench_gpu] wrote {args.out}", flush=True)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
