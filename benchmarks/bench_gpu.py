@@ -34,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sys
@@ -54,7 +55,7 @@ from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import load_task  # noqa: E402
 from tlcap.locate.causal_trace import causal_trace  # noqa: E402
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
-from tlcap.models import Model, load_model, make_llama  # noqa: E402
+from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
 
 GSM8K_TRAIN = 7473
@@ -176,6 +177,32 @@ def bench_eap(model: Model, n: int, steps: int, cap: float) -> dict[str, Any]:
     return run_timed(fns, model.device, cap) | {"steps": steps, "corrupt_prompt": corrupt}
 
 
+def cast_copy(model: Model, dtype: torch.dtype) -> Model:
+    """The same weights in another dtype (a cast deep copy of the HF model, booted again)."""
+    hf = copy.deepcopy(model.hf_model).to(dtype)
+    bridge = transformer_bridge_class().boot_transformers(
+        "HuggingFaceTB/SmolLM2-135M-Instruct" if model.architecture == "llama" else "gpt2", hf_model=hf,
+        tokenizer=model.tokenizer, device=model.device, dtype=dtype)
+    return Model(bridge, model.tokenizer, name=f"{model.name}-{dtype_name(dtype)}")
+
+
+def bench_agreement(model: Model, n: int, steps: int) -> dict[str, Any]:
+    """bf16 vs float32 exact IG on the same weights: IoU of the located sets, max relative score error."""
+    low = cast_copy(model, torch.bfloat16)
+    rows = []
+    for prompt, target in FACTS[:n]:
+        a = integrated_gradients(model, prompt, target, steps=steps)
+        b = integrated_gradients(low, prompt, target, steps=steps)
+        rows.append({"prompt": prompt, "iou_t0.2": float(a.select(threshold=0.2).iou(b.select(threshold=0.2))),
+                     "iou_top50": float(a.select(threshold=None, top_k=50).iou(b.select(threshold=None, top_k=50))),
+                     "max_rel_score_error": float((a.scores - b.scores).abs().max() / a.scores.abs().max()),
+                     "completeness_error_fp32": a.completeness_rel_error,
+                     "completeness_error_bf16": b.completeness_rel_error})
+    return {"model": model.name, "steps": steps, "facts": rows,
+            "min_iou_t0.2": min(r["iou_t0.2"] for r in rows),
+            "max_rel_score_error": max(r["max_rel_score_error"] for r in rows)}
+
+
 class Report:
     """The JSON payload, rewritten after every section."""
 
@@ -225,6 +252,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--section-seconds", type=float, default=30.0, help="wall-clock cap of each timed section")
     ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
     ap.add_argument("--skip-7b", action="store_true", help="skip the Llama-2-7B-shape runs")
+    ap.add_argument("--agreement", type=int, default=3, help="facts of the bf16-vs-float32 IG agreement (0: skip)")
+    ap.add_argument("--agreement-model", default=None,
+                    help="model of the agreement check (default: the float32 SmolLM2-shape model; e.g. smollm2-135m)")
+    ap.add_argument("--only-agreement", action="store_true", help="run only the agreement check")
     args = ap.parse_args(argv)
 
     device = resolve_device(args.device)
@@ -250,6 +281,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()),
                 "n_layers": m.n_layers, "d_mlp": m.d_mlp, "load_seconds": time.perf_counter() - t0}
 
+    if args.agreement > 0 and (args.agreement_model or args.only_agreement):
+        rep.section(("agreement_bf16_vs_float32",), lambda: bench_agreement(
+            load_model(args.agreement_model or small, device=device), args.agreement, args.steps))
+    if args.only_agreement:
+        return payload
     # the headline numbers first (exact IG on both shapes), then tracing and EAP
     for dt in dtypes:
         key = dtype_name(dt)
@@ -258,6 +294,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             m = models[key]
             rep.section(("smollm2_shape", key, "kn_exact_ig"), lambda m=m: bench_kn(m, args.samples, args.steps, cap, peak))
             rep.section(("smollm2_shape", key, "cnl_exact_ig"), lambda m=m: bench_cnl(m, args.samples, args.steps, cap, peak))
+    if args.agreement > 0 and not args.agreement_model and "float32" in models:
+        rep.section(("agreement_bf16_vs_float32",), lambda: bench_agreement(models["float32"], args.agreement, args.steps))
     if not args.skip_7b:
         holder: dict[str, Model] = {}
 
