@@ -38,6 +38,10 @@ class                          also a             raised for
 ``EmptyNeuronSetError``        ``ValueError``     an intervention asked on an empty neuron set
 ``OverlappingShardsError``     ``ValueError``     partial results to merge that share samples
 =============================  =================  ==========================================
+
+Warnings tlcap issues on purpose (input it corrected, and says so) are :class:`TlcapWarning`
+subclasses: ``PromptBoundaryWarning`` (a prompt's trailing whitespace removed before a target
+that starts with a space), ``EmptyNeuronSetWarning`` (an empty located set: no intervention run).
 """
 
 from __future__ import annotations
@@ -153,6 +157,18 @@ class OverlappingShardsError(TlcapError, ValueError):
     """Partial results to merge that share samples (the same shard twice, overlapping shard layouts)."""
 
 
+class TlcapWarning(UserWarning):
+    """Base class of the warnings tlcap issues when it corrects an input (and records that it did)."""
+
+
+class PromptBoundaryWarning(TlcapWarning):
+    """A prompt's trailing whitespace was removed because the target starts with a space."""
+
+
+class EmptyNeuronSetWarning(TlcapWarning):
+    """A located neuron set is empty, so the interventions on it were not run (their effects are ``None``)."""
+
+
 __all__ = [
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
@@ -160,4 +176,5 @@ __all__ = [
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
     "ResultIntegrityError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
     "EmptyNeuronSetError", "OverlappingShardsError",
+    "TlcapWarning", "PromptBoundaryWarning", "EmptyNeuronSetWarning",
 ]

@@ -46,8 +46,9 @@ def test_cli_clear_error_for_unknown_model(tmp_path):
     "extra, message",
     [
         (["--steps", "0"], "steps (--steps) must be >= 1, got 0"),
-        (["--threshold", "1.5"], "threshold (--threshold) must be in (0, 1], got 1.5"),
-        (["--threshold", "0"], "threshold (--threshold) must be in (0, 1], got 0"),
+        (["--threshold", "1.5"], "threshold (--threshold) must be in (0, 1), got 1.5"),
+        (["--threshold", "1"], "threshold (--threshold) must be in (0, 1), got 1"),  # score > max: always empty
+        (["--threshold", "0"], "threshold (--threshold) must be in (0, 1), got 0"),
         (["--top-k", "0"], "top_k (--top-k) must be >= 1, got 0"),
         (["--refine-p", "1"], "refine_p (--refine-p) must be in [0, 1), got 1"),
         (["--n-random", "-1"], "n_random (--n-random) must be >= 0, got -1"),

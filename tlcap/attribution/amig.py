@@ -33,7 +33,9 @@ from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
 
 
-def eos_baseline(model: Model, n_tokens: int, site: str = "mlp_post", token_id: int | None = None) -> Float[Tensor, "layer d_mlp"]:
+def eos_baseline(
+    model: Model, n_tokens: int, site: str = "mlp_post", token_id: int | None = None
+) -> Float[Tensor, "layer d_mlp"]:
     """Neuron activations at the last position of an all-``<eos>`` sentence of ``n_tokens`` tokens."""
     if token_id is None:
         token_id = model.special_token_id("eos")

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from tlcap.attribution.batched import clean_last, fact_tokens, layer_chunks, scaled_batch
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.quadrature import RULES, quadrature
+from tlcap.config import check_float, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
@@ -137,11 +138,11 @@ class NeuronAttribution(Result):
         """Located neurons: ``Attr > threshold · max`` (Dai: 0.2), or the ``top_k`` best.
 
         Raises:
-            InvalidConfigError: ``threshold`` outside (0, 1] or ``top_k < 1``.
+            InvalidConfigError: ``threshold`` outside (0, 1) (at 1 no neuron is kept) or ``top_k < 1``.
         """
         if top_k is not None:
-            return top_k_select(self.scores, top_k)
-        return threshold_select(self.scores, threshold if threshold is not None else 0.2)
+            return top_k_select(self.scores, check_int("top_k", top_k, min=1))
+        return threshold_select(self.scores, check_float("threshold", 0.2 if threshold is None else threshold, gt=0, lt=1))
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers: the fact, the settings, P(target), completeness, the top neurons.

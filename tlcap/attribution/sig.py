@@ -103,7 +103,8 @@ def sig(
     for i in range(len(ids)):
         a = integrated_gradients(model, prompt, target, config=cfg, baseline=bases[i], progress=progress)
         if total is None:
-            total, acc, sums, pb = a, a.scores.double().clone(), a.layer_sums.double().clone(), (a.prob_full - a.prob_baseline).double()
+            total, acc, sums = a, a.scores.double().clone(), a.layer_sums.double().clone()
+            pb = (a.prob_full - a.prob_baseline).double()
         else:
             acc += a.scores.double()
             sums += a.layer_sums.double()

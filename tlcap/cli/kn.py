@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from tlcap.attribution.config import IGConfig
 from tlcap.cli import app
 from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.errors import EmptyNeuronSetWarning, PromptBoundaryWarning, TlcapWarning
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
 
 
@@ -32,7 +34,7 @@ def kn(
     ),
     method: str = typer.Option("ig", help="ig (exact) | joint | grad_x_act (cheaper estimators)."),
     site: str = typer.Option("mlp_post", help="mlp_post (neuron activations) or mlp_pre."),
-    threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2)."),
+    threshold: float = typer.Option(0.2, help="Keep neurons with score > threshold * max, in (0, 1) (Dai: 0.2)."),
     top_k: int | None = typer.Option(None, help="Keep the top-k neurons (>= 1) instead of thresholding."),
     refine_p: float = typer.Option(
         0.5, help="With paraphrases: keep neurons found in more than this share of prompts, in [0, 1)."
@@ -44,15 +46,32 @@ def kn(
     """Locate the knowledge neurons of a fact and test them by suppression and enhancement."""
     cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site), threshold=threshold, top_k=top_k,
                    refine_p=refine_p, n_random=n_random, seed=seed)
-    paraphrases = check_fact(prompt, target, paraphrase or [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PromptBoundaryWarning)
+        check_fact(prompt, target, paraphrase or [])  # before any model load; locate records the notes
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        res = locate_knowledge_neurons(m, prompt, target, paraphrases, config=cfg)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", EmptyNeuronSetWarning)
+            res = locate_knowledge_neurons(m, prompt, target, paraphrase or [], config=cfg)
+        for w in caught:
+            if issubclass(w.category, PromptBoundaryWarning):
+                continue  # printed above
+            if issubclass(w.category, TlcapWarning):
+                typer.echo(f"warning: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         write_outputs(stage.path, res, figures={"kn_heatmap": res.heatmap(), "kn_activations": res.activation_heatmap()},
                       tables={"kn_neurons": res.to_frame()})
     e = res.effects
     typer.echo(f"wrote {stage.out}")
+    if len(res.neurons) == 0:
+        typer.echo(f"0 neurons (empty located set: no intervention run); P(target)={res.target_prob:.3f}; "
+                   f"completeness error {res.completeness_rel_error:.2%}")
+        return
     typer.echo(
         f"{len(res.neurons)} neurons; P(target)={res.target_prob:.3f}; suppress located "
         f"{_pct(e['suppress_located'])} vs random {_pct(e['suppress_random'])}; completeness error "

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,12 +28,13 @@ from tqdm.auto import tqdm
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
 from tlcap.config import Config, check_float, check_int, check_sequence, check_str
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import EmptyNeuronSetWarning, InvalidConfigError
 from tlcap.intervene.activations import enhance, suppress
 from tlcap.locate.selection import refine, threshold_select, top_k_select
 from tlcap.metrics.probs import target_prob
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
+from tlcap.models.boundary import fix_prompt_boundary
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
 from tlcap.viz.heatmaps import activation_heatmap, activations_for, neuron_heatmap, neuron_labels
@@ -48,7 +50,8 @@ class KNConfig(Config):
     Attributes:
         ig: Attribution settings: ``steps``, quadrature ``rule``, estimator ``method``, neuron
             ``site``, ``layers`` and the exact speed knobs.
-        threshold: Keep neurons with score > threshold · max, in ``(0, 1]`` (Dai: 0.2).
+        threshold: Keep neurons with score > threshold · max, in ``(0, 1)`` (Dai: 0.2; at 1 no
+            neuron could ever be kept).
         top_k: Keep the top-k neurons instead of thresholding (``None`` = threshold), ``>= 1``.
         refine_p: With paraphrases, keep neurons found in more than this share of the prompts,
             in ``[0, 1)`` (at 1 no neuron could ever be kept).
@@ -72,7 +75,7 @@ class KNConfig(Config):
     def validate(self) -> None:
         if not isinstance(self.ig, IGConfig):
             raise InvalidConfigError(f"ig must be an IGConfig, got a {type(self.ig).__name__}")
-        check_float("threshold", self.threshold, gt=0, le=1)
+        check_float("threshold", self.threshold, gt=0, lt=1)
         if self.top_k is not None:
             check_int("top_k", self.top_k, min=1)
         check_float("refine_p", self.refine_p, ge=0, lt=1)
@@ -88,15 +91,36 @@ class KNConfig(Config):
         return cfg.replace(ig=cfg.ig.replace(**ig_over)) if ig_over else cfg
 
 
-def check_fact(prompt: str, target: str, paraphrases: Sequence[str] = ()) -> tuple[str, ...]:
-    """Check the inputs of :func:`locate_knowledge_neurons`; returns the paraphrases as a tuple.
+def check_fact(prompt: str, target: str, paraphrases: Sequence[str] = ()) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Check the inputs of :func:`locate_knowledge_neurons` before any model is loaded.
+
+    A prompt or paraphrase that ends with whitespace before a target that starts with a space
+    is used without that whitespace (:func:`~tlcap.models.boundary.fix_prompt_boundary`, with a
+    :class:`~tlcap.errors.PromptBoundaryWarning`).
+
+    Args:
+        prompt: The query.
+        target: The answer with its leading space.
+        paraphrases: Other phrasings of the query.
+
+    Returns:
+        ``(prompt, paraphrases, notes)``: the prompts to use and the boundary corrections made.
 
     Raises:
         InvalidConfigError: an empty prompt, target or paraphrase.
+        TargetTokenizationError: a prompt ending with whitespace before a target without it.
     """
     check_str("prompt", prompt)
     check_str("target", target)
-    return check_sequence("paraphrase", list(paraphrases), item=lambda n, x: check_str(n, x))
+    paraphrases = check_sequence("paraphrase", list(paraphrases), item=lambda n, x: check_str(n, x))
+    prompt, note = fix_prompt_boundary(prompt, target, "--prompt")
+    notes = [note] if note else []
+    fixed = []
+    for p in paraphrases:
+        p, note = fix_prompt_boundary(p, target, "--paraphrase")
+        fixed.append(p)
+        notes += [note] if note else []
+    return prompt, tuple(fixed), tuple(notes)
 
 
 @dataclass(frozen=True)
@@ -129,6 +153,8 @@ class KnowledgeNeurons(Result):
         config: :meth:`KNConfig.to_dict` of the run.
         model_name: ``Model.name``.
         target_tokens: The target's tokens as the model splits them.
+        notes: What the run corrected or could not do (a prompt's trailing whitespace removed,
+            an empty located set), also issued as warnings.
     """
 
     scores: Float[Tensor, "prompt layer d_mlp"]
@@ -143,6 +169,7 @@ class KnowledgeNeurons(Result):
     config: dict = field(default_factory=dict)
     model_name: str = ""
     target_tokens: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The ``tlcap kn`` summary: located neurons, P(target), completeness, intervention effects."""
@@ -165,6 +192,7 @@ class KnowledgeNeurons(Result):
             "suppress_random_draws": list(e.get("suppress_random_draws", [])),
             "n_random": int(self.config.get("n_random", len(e.get("suppress_random_draws", [])))),
             "config": dict(self.config),
+            "notes": list(self.notes),
         }
 
     def to_frame(self) -> pd.DataFrame:
@@ -236,7 +264,7 @@ def locate_knowledge_neurons(
         >>> res.neurons.to_list(), res.effects["suppress_located"]
     """
     cfg = KNConfig.resolve(config, **overrides)
-    paraphrases = check_fact(prompt, target, paraphrases)
+    prompt, paraphrases, notes = check_fact(prompt, target, paraphrases)
     prompts = [prompt, *paraphrases]
     attrs: list[NeuronAttribution] = []
     for p in tqdm(prompts, desc="attributing prompts", disable=not progress):
@@ -252,16 +280,27 @@ def locate_knowledge_neurons(
         vals = [_rel_change(b, target_prob(model, p, target, hooks=hooks_for)) for p, b in zip(prompts, base)]
         return float(sum(vals) / len(vals))
 
-    effects: dict[str, Any] = {
-        "base_prob": base,
-        "suppress_located": mean_change(suppress(model, located, site=cfg.ig.site)),
-        "enhance_located": mean_change(enhance(model, located, site=cfg.ig.site)),
-    }
-    sup_r, enh_r = [], []
-    for k in tqdm(range(cfg.n_random), desc="random controls", disable=not progress):
-        r = located.random_like(seed=cfg.seed + k)
-        sup_r.append(mean_change(suppress(model, r, site=cfg.ig.site)))
-        enh_r.append(mean_change(enhance(model, r, site=cfg.ig.site)))
+    effects: dict[str, Any] = {"base_prob": base}
+    if len(located) == 0:
+        rule = f"top-{cfg.top_k}" if cfg.top_k is not None else f"score > {cfg.threshold} * max"
+        refined = f", kept only if found in more than {cfg.refine_p:.0%} of {len(prompts)} prompts" if len(prompts) > 1 else ""
+        empty = (f"the located neuron set is empty ({rule}{refined}): suppress/enhance and the random controls were "
+                 "not run; lower --threshold or --refine-p, or use --top-k")
+        warnings.warn(empty, EmptyNeuronSetWarning, stacklevel=2)
+        notes = (*notes, empty)
+        sup_r: list[float] = []
+        enh_r: list[float] = []
+        effects.update(suppress_located=None, enhance_located=None)
+    else:
+        effects.update(
+            suppress_located=mean_change(suppress(model, located, site=cfg.ig.site)),
+            enhance_located=mean_change(enhance(model, located, site=cfg.ig.site)),
+        )
+        sup_r, enh_r = [], []
+        for k in tqdm(range(cfg.n_random), desc="random controls", disable=not progress):
+            r = located.random_like(seed=cfg.seed + k)
+            sup_r.append(mean_change(suppress(model, r, site=cfg.ig.site)))
+            enh_r.append(mean_change(enhance(model, r, site=cfg.ig.site)))
     effects.update(
         suppress_random=float(sum(sup_r) / len(sup_r)) if sup_r else None,
         enhance_random=float(sum(enh_r) / len(enh_r)) if enh_r else None,
@@ -282,5 +321,6 @@ def locate_knowledge_neurons(
         config={**cfg.to_dict(), "model": model.name},
         model_name=model.name,
         target_tokens=tuple(model.to_str_tokens(model.target_ids(prompt, target))),
+        notes=notes,
         provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )
