@@ -52,8 +52,8 @@ def test_cli_clear_error_for_unknown_model(tmp_path):
         (["--top-k", "0"], "top_k (--top-k) must be >= 1, got 0"),
         (["--refine-p", "1"], "refine_p (--refine-p) must be in [0, 1), got 1"),
         (["--n-random", "-1"], "n_random (--n-random) must be >= 0, got -1"),
-        (["--rule", "simpson"], "unknown rule 'simpson' (--rule); choose one of: midpoint, left, right, linspace, trapezoid, cnl, "
-                               "gauss_legendre"),
+        (["--rule", "simpson"], "unknown rule 'simpson' (--rule); choose one of: midpoint, left, right, linspace, "
+                               "trapezoid, cnl, gauss_legendre"),
         (["--site", "resid_post"], "unknown site 'resid_post' (--site); choose one of: mlp_post, mlp_pre"),
         (["--method", "sig"], "unknown method 'sig' (--method); choose one of: ig, joint, grad_x_act"),
         (["--steps", "abc"], "Invalid value for '--steps': Input should be a valid integer, unable to parse string "

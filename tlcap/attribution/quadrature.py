@@ -16,9 +16,9 @@ rule                points α and weights w                           source
 ==================  ===============================================  ==========================================
 
 ``cnl`` is the paper's literal ``(1/S) Σ_{n=0}^{S} ∂P(n/S · w̄)/∂w``: its weights sum to
-``(S+1)/S``, so it over-counts the integral by about ``f(1)/S`` — a completeness error that only
-shrinks as 1/S. ``docs/kn.md`` tabulates the completeness error of every rule against m on
-SmolLM2.
+``(S+1)/S``: it is the trapezoid rule plus ``(f(0) + f(1))/(2S)``, so it over-counts the
+integral by that much — a completeness error that only shrinks as 1/S. ``docs/kn.md``
+tabulates the completeness error of every rule against m on SmolLM2.
 """
 
 from __future__ import annotations
