@@ -245,7 +245,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     # weights are restored exactly after the modification experiment
     before = {n: p.detach().clone() for n, p in m.backend.named_parameters()}
     texts = ["The quick brown fox jumps over the lazy dog. " * 3]
-    mod = ql.cas_experiment(m, locs, groups, edit_queries=1, ppl_texts=texts, progress=False)
+    mod = ql.cas_experiment(m, locs, groups, edit_queries=1, ppl_texts=texts, only_known=False, progress=False)
     for n, p in m.backend.named_parameters():
         assert torch.equal(p, before[n]), n
     df = mod.to_frame()
