@@ -124,3 +124,40 @@ def test_ppl_texts_are_a_seeded_random_draw_of_wikitext():
     assert a == wikitext_sample(5, seed=0) and a != b
     assert len(set(a)) == 5 and set(a) <= set(pool) and a != pool[:5]
 
+
+def test_irrelevant_synapse_columns_are_mapped_by_token_role():
+    """Item 9: S_ir moves to the query's columns by role (subject, relation, last), not by index."""
+    from tlcap.locate.synapses import map_columns
+
+    src = ("relation", "subject", "subject", "relation", "last")
+    dst = ("relation", "relation", "subject", "relation", "relation", "last")
+    mask = torch.zeros(1, 1, 5, dtype=torch.bool)
+    mask[0, 0, [1, 2, 3, 4]] = True
+    out = map_columns(mask, src, dst, skip_first=False)
+    # subject k=0,1 → dst subject (one token); relation k=1 → dst relation k=1 (col 1); last → last
+    assert out[0, 0].nonzero().flatten().tolist() == [1, 2, 5]
+    first = torch.zeros(1, 1, 5, dtype=torch.bool)
+    first[0, 0, 0] = True
+    assert not map_columns(first, src, dst, skip_first=True).any()
+    assert map_columns(first, src, dst, skip_first=False)[0, 0].nonzero().flatten().tolist() == [0]
+
+
+def test_irrelevant_synapses_come_from_a_random_fact_of_another_relation(tiny_gpt2):
+    """Item 9: the source of S_ir is a query of a fact of another relation, drawn with the seed."""
+    from tlcap.experiments.ql import synapse_experiment
+    from tlcap.locate.synapses import token_roles
+
+    m = tiny_gpt2
+    assert token_roles(m, "The capital of France is", "France") == ("relation",) * 3 + ("subject", "last")
+    locs = [_fk(m, "P36", "France", "Paris", ["The capital of France is", "France's capital is"], 0),
+            _fk(m, "P36", "Italy", "Rome", ["The capital of Italy is", "Italy's capital is"], 1),
+            _fk(m, "P103", "Victor Hugo", "French", ["The native language of Victor Hugo is"] * 2, 2),
+            _fk(m, "P30", "Kenya", "Africa", ["Kenya is located in", "Kenya is a part of the continent of"], 3)]
+    res = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
+    df = res.to_frame()
+    ir = df[df.synapses == "irrelevant"]
+    rel_of = {q: fk.fact["relation"] for fk in locs for q in fk.queries}
+    assert all(rel_of[s] != r for s, r in zip(ir.source, ir.relation))
+    assert len(set(ir[ir.relation == "P36"].source)) > 1  # drawn, not always the next fact's query
+    again = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
+    assert list(again.to_frame().source) == list(df.source)
