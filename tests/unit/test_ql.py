@@ -154,7 +154,8 @@ def test_sig_amig_completeness_and_normalisation(tiny_llama):
     # SIG = Σ_i IG(baseline = prompt with word i masked), normalised
     ids = tiny_llama.encode(prompt)
     bases = masked_baselines(tiny_llama, ids, s.meta["mask_id"])
-    tot = sum(integrated_gradients(tiny_llama, prompt, target, steps=6, baseline=bases[i]).scores.double() for i in range(len(ids)))
+    tot = sum(integrated_gradients(tiny_llama, prompt, target, steps=6, baseline=bases[i]).scores.double()
+              for i in range(len(ids)))
     assert torch.allclose(s.scores.double(), tot / tot.norm(), atol=1e-5)
     # masked baseline for the last word differs from the clean activations
     assert not torch.allclose(bases[-1], ig_b.activations[0])

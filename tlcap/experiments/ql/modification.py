@@ -121,8 +121,10 @@ class ModificationResult(Result):
         return frame([EditRow(**r) for r in self.rows], EditRow)
 
     def table(self) -> pd.DataFrame:
-        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group)."""
-        return modification_table(self.to_frame())
+        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule."""
+        t = modification_table(self.to_frame())
+        t.insert(1, "rule", ["erasure" if op == "erasure" else self.update_rule for op in t.operation])
+        return t
 
     def figure(self, title: str | None = None) -> go.Figure:
         """Bars of Rel/Gen/Loc/Avg per (set, group), one panel per operation."""
