@@ -154,7 +154,8 @@ def test_sig_amig_completeness_and_normalisation(tiny_llama):
     # SIG = Σ_i IG(baseline = prompt with word i masked), normalised
     ids = tiny_llama.encode(prompt)
     bases = masked_baselines(tiny_llama, ids, s.meta["mask_id"])
-    tot = sum(integrated_gradients(tiny_llama, prompt, target, steps=6, baseline=bases[i]).scores.double() for i in range(len(ids)))
+    tot = sum(integrated_gradients(tiny_llama, prompt, target, steps=6, baseline=bases[i]).scores.double()
+              for i in range(len(ids)))
     assert torch.allclose(s.scores.double(), tot / tot.norm(), atol=1e-5)
     # masked baseline for the last word differs from the clean activations
     assert not torch.allclose(bases[-1], ig_b.activations[0])
@@ -245,7 +246,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     # weights are restored exactly after the modification experiment
     before = {n: p.detach().clone() for n, p in m.backend.named_parameters()}
     texts = ["The quick brown fox jumps over the lazy dog. " * 3]
-    mod = ql.cas_experiment(m, locs, groups, edit_queries=1, ppl_texts=texts, progress=False)
+    mod = ql.cas_experiment(m, locs, groups, edit_queries=1, ppl_texts=texts, only_known=False, progress=False)
     for n, p in m.backend.named_parameters():
         assert torch.equal(p, before[n]), n
     df = mod.to_frame()

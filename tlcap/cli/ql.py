@@ -21,9 +21,17 @@ import typer
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import METHODS
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import (
+    device_option,
+    dtype_option,
+    load,
+    overwrite_option,
+    seed_everything,
+    staged_output,
+    write_outputs,
+)
 from tlcap.config import check_choice, check_int
-from tlcap.data.pararel import Fact, ParaRelConfig, load_pararel
+from tlcap.data.pararel import Fact, ParaRelConfig, ParaRelSample, relation_objects, scan_pararel
 from tlcap.errors import InvalidConfigError
 from tlcap.experiments import ql
 from tlcap.models.adapter import Model
@@ -42,10 +50,25 @@ _STEPS = typer.Option(20, "--steps", help="Riemann steps per layer (per word for
 _KN_T = typer.Option(0.2, "--kn-threshold", help="KNs of a query: score > t · max, t in (0, 1] (Dai: 0.2).")
 _STATIC = typer.Option(0.1, "--static-threshold", help="CS2 threshold of the static K_I/K_II split, in [0, 1] (QL Table 4: 0.1).")
 _SPLIT = typer.Option("static", "--split", help="static | otsu: the split the headline numbers use.")
+_RULE = typer.Option("activation", "--rule",
+                     help="Update rule: activation (sign/size of each KN's activation at the query) | paper (eq. 2 as printed).")
+_ALLQ = typer.Option(False, "--all-queries",
+                     help="Edit every query, also those the model does not answer top-1 before the edit.")
 _KNOWN = typer.Option(10, "--known-top-k",
                       help="Keep facts whose answer is in the model's top-k for every query (0: keep all).")
-_MAXQ = typer.Option(4, "--max-queries", help="At most this many neighbor queries per fact (0: all).")
-_OUT = typer.Option(Path("runs/ql"), "--out", "-o", help="Output folder; must not hold a finished run (see --overwrite).")
+_MAXQ = typer.Option(0, "--max-queries", help="At most this many neighbor queries per fact (0: all, the paper).")
+_SCAN = typer.Option(1000, "--max-scan",
+                     help="Known-fact filter: test at most this many facts per relation (>= 1); report the hit rate.")
+
+
+def _out(cmd: str) -> Any:
+    return typer.Option(Path(f"runs/ql_{cmd}"), "--out", "-o",
+                        help="Output folder; must not hold another run unless --overwrite.")
+
+
+_OUT = {c: _out(c) for c in ("consistency", "modify", "cas", "mapping", "synapses")}
+
+
 _DEVICE = device_option()
 _DTYPE = dtype_option()
 _SEED = typer.Option(0, "--seed", help="Seed of torch, numpy and random (>= 0).")
@@ -71,14 +94,15 @@ def _methods(method: str, many: bool) -> tuple[str, ...]:
 
 
 def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int, max_queries: int, method: str,
-          steps: int, kn_threshold: float, static_threshold: float, split: str, seed: int, many: bool = False) -> _Plan:
+          steps: int, kn_threshold: float, static_threshold: float, split: str, seed: int, max_scan: int = 1000,
+          many: bool = False) -> _Plan:
     """Every shared option checked (raises before any model load)."""
     check_int("seed", seed, min=0)
     check_int("known_top_k", known_top_k, min=0)
     check_int("max_queries", max_queries, min=0)
     rels = tuple(r.strip() for r in relations.split(",") if r.strip())
     data = ParaRelConfig(relations=rels or None, n_facts=n_facts, known_top_k=known_top_k or None,
-                         max_queries=max_queries or None, seed=seed)
+                         max_queries=max_queries or None, max_scan=max_scan, seed=seed)
     qcfg = ql.QLConfig(attribution=IGConfig(steps=steps), kn_threshold=kn_threshold,
                        static_threshold=static_threshold, split=split)
     methods = _methods(method, many)
@@ -87,11 +111,15 @@ def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int,
     return _Plan(data, qcfg, methods, data.check_relations(data_dir))
 
 
-def _facts(m: Model, data_dir: Path | None, plan: _Plan) -> list[Fact]:
+def _facts(m: Model, data_dir: Path | None, plan: _Plan) -> tuple[list[Fact], ParaRelSample]:
     typer.echo(f"loading ParaRel facts {list(plan.relations)} ...", err=True)
-    facts = load_pararel(data_dir, model=m, config=plan.data)
+    sample = scan_pararel(data_dir, model=m, config=plan.data)
+    for r in sample.relations:
+        rate = f", {r.kept}/{r.tested} known ({r.hit_rate:.0%})" if r.tested else ""
+        typer.echo(f"  {r.relation}: {r.used} facts used, {r.n_patterns} queries/fact{rate}, scan {r.stopped}", err=True)
+    facts = list(sample.facts)
     typer.echo(f"{len(facts)} facts, {sum(len(f.queries) for f in facts)} queries", err=True)
-    return facts
+    return facts, sample
 
 
 def _locs_and_groups(m: Model, facts: list[Fact], plan: _Plan) -> tuple[list[ql.FactKNs], list[str]]:
@@ -100,8 +128,9 @@ def _locs_and_groups(m: Model, facts: list[Fact], plan: _Plan) -> tuple[list[ql.
     return locs, groups
 
 
-def _extra(model: str, plan: _Plan, facts: list[Fact]) -> dict[str, Any]:
-    return {"model": model, "relations": list(plan.relations), "steps": plan.config.attribution.steps,
+def _extra(model: str, plan: _Plan, facts: list[Fact], sample: ParaRelSample) -> dict[str, Any]:
+    return {"pararel": sample.summary(), "model": model, "relations": list(plan.relations),
+            "steps": plan.config.attribution.steps,
             "kn_threshold": plan.config.kn_threshold, "data": plan.data.to_dict(), "config": plan.config.to_dict(),
             "n_queries": sum(len(f.queries) for f in facts)}
 
@@ -110,20 +139,21 @@ def _extra(model: str, plan: _Plan, facts: list[Fact]) -> dict[str, Any]:
 def consistency(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
                 method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
-                split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, out: Path = _OUT,
+                split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
+                out: Path = _OUT["consistency"],
                 seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """KN-consistency CS1/CS2 per fact, K_I/K_II split, Welch's t-test (QL Table 1, Fig. 3)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, many=True)
+                 static_threshold, split, seed, max_scan, many=True)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan)
         locs = {me: ql.localize_facts(m, facts, me, config=plan.config) for me in plan.methods}
         res = ql.consistency_analysis(locs, config=plan.config)
         table1 = res.table1()
         table1.columns = [":".join(c for c in col if c) for col in table1.columns]
-        extra = _extra(model, plan, facts) | {
+        extra = _extra(model, plan, facts, sample) | {
             "seconds_per_fact": {me: sum(fk.seconds for fk in ls) / max(len(ls), 1) for me, ls in locs.items()}}
         write_outputs(stage.path, res, figures={f"cs2_violin_{me}": res.violin(me) for me in plan.methods},
                       tables={"facts": res.to_frame(), "table1": table1}, extra=extra)
@@ -135,12 +165,13 @@ def _modification(model: str, device: str, dtype: str, data_dir: Path | None, pl
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         run = ql.cas_experiment if cas else ql.modification_experiment
-        res = run(m, locs, groups, config=cfg)
+        objs = {r: relation_objects(data_dir, r) for r in plan.relations}
+        res = run(m, locs, groups, config=cfg, new_objects=objs)
         write_outputs(stage.path, res, figures={stem: res.figure()}, tables={"edits": res.to_frame(), stem: res.table()},
-                      extra=_extra(model, plan, facts))
+                      extra=_extra(model, plan, facts, sample))
     typer.echo(f"wrote {stage.out}")
 
 
@@ -152,19 +183,21 @@ def _names(text: str) -> tuple[str, ...]:
 def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
            method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
-           split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
+           split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
            operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
            sets: str = typer.Option("local,global", help="Comma list of KN sets: local (N_i), global (∪N_j), cas."),
            edit_queries: int = typer.Option(0, help="Edit only the first n queries of each fact (0: all)."),
            lambda1: float = typer.Option(2.0, help="Update: weight of the old object's embedding removed (>= 0; paper 2)."),
            lambda2: float = typer.Option(2.0, help="Update: weight of the new object's embedding added (>= 0; paper 2)."),
-           out: Path = _OUT, seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
+           rule: str = _RULE, all_queries: bool = _ALLQ,
+           out: Path = _OUT["modify"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Erasure / update of N_i vs N_g: Rel, Gen, Loc, ΔPPL per K_I / K_II (QL Table 2)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed)
+                 static_threshold, split, seed, max_scan)
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=_names(sets), lambda1=lambda1, lambda2=lambda2,
-                                edit_queries=edit_queries or None)
+                                edit_queries=edit_queries or None, update_rule=rule, only_known=not all_queries,
+                                seed=seed)
     _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table2", cas=False)
 
 
@@ -172,19 +205,21 @@ def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
 def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
         method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
-        split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
+        split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
         operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
         edit_queries: int = typer.Option(0, help="Edit only the first n queries of each fact (0: all)."),
         beta1: float = typer.Option(0.7, help="CAS weight β1 of the mean score over the queries (paper 0.7)."),
         beta2: float = typer.Option(0.3, help="CAS weight β2 of the scores' spread (paper 0.3)."),
         cas_threshold: float = typer.Option(0.3, help="CAS KNs: CAS > t · max, t in (0, 1] (paper 0.3)."),
-        out: Path = _OUT, seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
+        rule: str = _RULE, all_queries: bool = _ALLQ,
+        out: Path = _OUT["cas"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Consistency-Aware KN modification vs N_i and N_g (QL Table 3)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed)
+                 static_threshold, split, seed, max_scan)
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=("local", "global", "cas"), beta1=beta1, beta2=beta2,
-                                cas_threshold=cas_threshold, edit_queries=edit_queries or None)
+                                cas_threshold=cas_threshold, edit_queries=edit_queries or None, update_rule=rule,
+                                only_known=not all_queries, seed=seed)
     _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table3", cas=True)
 
 
@@ -192,21 +227,21 @@ def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
 def mapping(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
             method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
-            split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
+            split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
             factor: float = typer.Option(2.0, help="Enhancement factor of the KN activations (>= 0)."),
-            out: Path = _OUT, seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
+            out: Path = _OUT["mapping"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Query-KN mapping: enhance / suppress N_i vs union / intersection / refine of neighbors (QL Fig. 4)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed)
+                 static_threshold, split, seed, max_scan)
     cfg = ql.MappingConfig(factor=factor)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.query_kn_mapping(m, locs, groups, config=cfg)
         write_outputs(stage.path, res, figures={"fig4_query_kn_mapping": res.figure()},
-                      tables={"mapping": res.to_frame(), "fig4": res.table()}, extra=_extra(model, plan, facts))
+                      tables={"mapping": res.to_frame(), "fig4": res.table()}, extra=_extra(model, plan, facts, sample))
     typer.echo(f"wrote {stage.out}")
 
 
@@ -214,24 +249,24 @@ def mapping(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
 def synapses(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
              method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
-             split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ,
+             split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
              alpha: float = typer.Option(0.3, help="Synapse scaling factor α > 0 (τ = α · mean attention mass; paper 0.3)."),
              factor: float = typer.Option(2.0, help="Enhancement factor of the synapses' attention (>= 0)."),
              keep_first: bool = typer.Option(False, help="Keep position 0 (the attention sink) as a synapse candidate."),
-             out: Path = _OUT, seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
+             out: Path = _OUT["synapses"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Dynamic KN selection: predominance (Fig. 5), knowledge synapses (Fig. 6), KN heatmaps (Figs. 1/7/10)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed)
-    cfg = ql.SynapseConfig(alpha=alpha, factor=factor, skip_first=not keep_first)
+                 static_threshold, split, seed, max_scan)
+    cfg = ql.SynapseConfig(alpha=alpha, factor=factor, skip_first=not keep_first, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.synapse_experiment(m, locs, groups, config=cfg)
         figs = {"fig6_synapses": res.figure(), "fig5_predominance": res.predominance_figure()}
         if res.heatmap_values is not None:
             figs["fig7_kn_activations"] = res.heatmap()
         write_outputs(stage.path, res, figures=figs, tables={"synapses": res.to_frame(), "fig6": res.table()},
-                      extra=_extra(model, plan, facts))
+                      extra=_extra(model, plan, facts, sample))
     typer.echo(f"wrote {stage.out}")

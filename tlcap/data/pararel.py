@@ -1,169 +1,54 @@
-"""ParaRel (Elazar et al. 2021): facts with their neighbor queries for a causal LM.
+"""ParaRel (Elazar et al. 2021): facts with their neighbor queries, filtered for a model.
 
-Files (bundled with tlcap, 31 relations; see ``docs/data.md``): ``graphs_json/PXX.jsonl`` holds the relation's
-paraphrase patterns (``[X]`` = subject, ``[Y]`` = object), ``trex_lms_vocab/PXX.jsonl`` its
-facts. A causal LM can only answer patterns whose object slot comes last, so only patterns
-ending in ``[Y]`` (optionally followed by ``.`` / `` .``) are used; the prompt is the pattern
-up to ``[Y]`` with the trailing space removed and the target is ``" " + obj_label``.
+Reading the files (relations, patterns cut before ``[Y]``, facts) is :mod:`tlcap.data.pararel_files`
+(re-exported here). This module picks facts: single-token objects (the QL analyses edit with the
+object's embedding and score its first token), facts the model knows (its answer in the model's
+top-k), round-robin over the requested relations.
 
-Facts whose object is more than one token are skipped by default (``single_token=True``): the
-QL analyses edit with the object's embedding ``E(o)`` and score the first-token probability.
-The attribution methods themselves support multi-token targets by teacher forcing; pass
-``single_token=False`` to keep them.
+The known-fact filter runs in batches (:meth:`Model.encode_batch` + :meth:`Model.last_logits`),
+shows its progress (facts tested / kept per relation) and stops a relation after ``max_scan``
+tested facts: :func:`scan_pararel` returns the facts with a per-relation report (hit rate, why
+the scan stopped), and warns when a requested relation yields no fact, when fewer facts than
+requested could be found, and when a relation has fewer than 3 queries per fact (then CS1 ≡ CS2).
 
 Example:
-    >>> facts = load_pararel(None, relations=["P36", "P103"], n_facts=4, model=model,
-    ...                      known_top_k=10)
-    >>> facts[0].queries, facts[0].target
-    (('The capital of Cook County is', "Cook County's capital is", ...), ' Chicago')
+    >>> sample = scan_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
+    >>> sample.facts[0].queries, sample.to_frame()          # the facts, the scan report
+    >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
 """
 
 from __future__ import annotations
 
 import random
-import re
+import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
 from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence, check_str
-from tlcap.data.files import bundled_dir, find_file, local_root, read_jsonl
-from tlcap.errors import (
-    EmptyDatasetError,
-    InvalidConfigError,
-    MissingFileError,
-    PromptTooLongError,
-    TargetTokenizationError,
+from tlcap.data.pararel_files import (
+    Fact,
+    causal_patterns,
+    facts_of_other_relations,
+    iter_facts,
+    list_relations,
+    pararel_root,
+    query_pattern,
+    relation_objects,
 )
+from tlcap.errors import EmptyDatasetError, InvalidConfigError, MissingFileError, PromptTooLongError, TargetTokenizationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tlcap.models.adapter import Model
 
-_END_Y = re.compile(r"\[Y\]\s*\.?\s*$")
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One fact ⟨subject, relation, object⟩ with its neighbor queries.
-
-    Attributes:
-        relation: ParaRel relation id, e.g. ``"P36"``.
-        subject: ``sub_label``.
-        object: ``obj_label`` (without the leading space).
-        queries: Neighbor queries (prompts that the object completes), at least two.
-        uuid: The T-REx fact id.
-    """
-
-    relation: str
-    subject: str
-    object: str
-    queries: tuple[str, ...]
-    uuid: str = ""
-
-    @property
-    def target(self) -> str:
-        """The answer as the model should produce it: ``" " + object``."""
-        return " " + self.object
-
-    def to_dict(self) -> dict:
-        return {"relation": self.relation, "subject": self.subject, "object": self.object,
-                "queries": list(self.queries), "uuid": self.uuid}
-
-
-def pararel_root(data_dir: str | Path | None = None) -> Path:
-    """The ParaRel folder: ``data_dir/pararel`` or ``data_dir`` itself; default ``$TLCAP_DATA/pararel``
-    when it exists, else the copy bundled with tlcap."""
-    d = local_root(data_dir, "pararel") or bundled_dir()
-    for cand in (d / "pararel", d):
-        if (cand / "graphs_json").is_dir() and (cand / "trex_lms_vocab").is_dir():
-            return cand
-    raise MissingFileError(
-        f"{d} holds no ParaRel data: expected {d}/pararel/graphs_json and trex_lms_vocab (or those two folders in {d})."
-    )
-
-
-def list_relations(data_dir: str | Path | None = None) -> list[str]:
-    """Relation ids that have both patterns and facts, sorted by number."""
-    root = pararel_root(data_dir)
-    pats = {_relation(p) for p in (root / "graphs_json").glob("P*.jsonl*")}
-    facts = {_relation(p) for p in (root / "trex_lms_vocab").glob("P*.jsonl*")}
-    return sorted(pats & facts, key=lambda r: int(r[1:]))
-
-
-def _relation(path: Path) -> str:
-    """``P17.jsonl`` or ``P17.jsonl.gz`` → ``P17``."""
-    return path.name.split(".", 1)[0]
-
-
-def causal_patterns(data_dir: str | Path | None, relation: str) -> list[str]:
-    """The relation's patterns that end in the object slot, cut before ``[Y]`` (deduplicated).
-
-    ``"The capital of [X] is [Y] ."`` → ``"The capital of [X] is"``.
-    """
-    root = pararel_root(data_dir)
-    path = root / "graphs_json" / f"{relation}.jsonl"
-    if find_file(path) is None:
-        raise MissingFileError(f"No patterns for relation {relation!r} at {path}; known: {', '.join(list_relations(data_dir))}")
-    out: list[str] = []
-    for row in read_jsonl(path):
-        pat = row["pattern"]
-        if "[X]" not in pat or not _END_Y.search(pat):
-            continue
-        prompt = " ".join(_END_Y.sub("", pat).split())
-        if prompt and prompt not in out:
-            out.append(prompt)
-    return out
-
-
-def _single_token_ok(model: "Model", queries: Sequence[str], target: str) -> bool:
-    try:
-        for q in queries:
-            model.target_ids(q, target, single_token=True)
-    except TargetTokenizationError:
-        return False
-    return True
-
-
-def _known(model: "Model", queries: Sequence[str], target: str, top_k: int, policy: str) -> list[bool]:
-    """Is the target's first token in the model's top-k for each query (one padded batch)?"""
-    import torch
-
-    hits = []
-    with torch.no_grad():
-        for q in queries:
-            ids = model.encode(q)
-            tid = model.target_ids(q, target)[0]
-            logits = model.logits(torch.tensor([ids], device=model.device))[0, -1]
-            hits.append(bool((logits > logits[tid]).sum().item() < top_k))
-            if not hits[-1] and policy in ("all", "first"):
-                break  # the fact is rejected: skip the remaining forward passes
-            if policy == "first":
-                break
-    return hits + [False] * (len(queries) - len(hits)) if policy == "all" else hits + [True] * (len(queries) - len(hits))
-
-
-def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2) -> Iterator[Fact]:
-    """All facts of ``relation`` with at least ``min_queries`` causal queries (file order)."""
-    root = pararel_root(data_dir)
-    pats = causal_patterns(data_dir, relation)
-    if len(pats) < min_queries:
-        return
-    path = root / "trex_lms_vocab" / f"{relation}.jsonl"
-    if find_file(path) is None:
-        raise MissingFileError(f"No facts for relation {relation!r} at {path}")
-    for row in read_jsonl(path):
-        s, o = row["sub_label"], row["obj_label"]
-        qs: list[str] = []
-        for p in pats:
-            q = p.replace("[X]", s)
-            if q not in qs:
-                qs.append(q)
-        if len(qs) >= min_queries:
-            yield Fact(relation, s, o, tuple(qs), row.get("uuid", ""))
-
-
 KNOWN_POLICIES: tuple[str, ...] = ("all", "any", "first")
+MIN_CONSISTENCY_QUERIES = 3
+CHUNK = 32
 
 
 @dataclass(frozen=True)
@@ -171,14 +56,18 @@ class ParaRelConfig(Config):
     """Which ParaRel facts to load and how to filter them (the data options of ``tlcap ql``).
 
     Attributes:
-        relations: Relation ids (``None``: every relation with enough causal patterns).
+        relations: Relation ids (``None``: every relation).
         n_facts: Total number of facts, taken round-robin over the relations (``None``: all), ``>= 1``.
         single_token: Keep only facts whose target is one token after every query.
         known_top_k: Keep only facts the model answers within its top-k (first answer token),
             ``>= 1`` (``None``: no filter).
-        known_policy: ``"all"`` queries, ``"any"`` query or the ``"first"`` query must be known.
+        known_policy: ``"all"`` queries, ``"any"`` query or the ``"first"`` query must be known
+            (with ``"any"`` the unknown queries are dropped).
         min_queries: Fewest neighbor queries a fact needs, ``>= 2``.
-        max_queries: Keep at most this many queries per fact, ``>= 1`` (``None``: all).
+        max_queries: Keep at most this many queries per fact, ``>= 1`` (``None``: all, the paper).
+        max_scan: Test at most this many facts of each relation against the model (the known
+            filter), ``>= 1``; a relation that yields too few facts by then is reported with its
+            hit rate instead of being scanned on.
         shuffle: Shuffle each relation's facts with ``seed`` before taking them.
         seed: Seed of ``shuffle``, ``>= 0``.
     """
@@ -190,6 +79,7 @@ class ParaRelConfig(Config):
     known_policy: str = "all"
     min_queries: int = 2
     max_queries: int | None = None
+    max_scan: int = 1000
     shuffle: bool = False
     seed: int = 0
 
@@ -206,6 +96,7 @@ class ParaRelConfig(Config):
         check_int("min_queries", self.min_queries, min=2, cli=None)
         if self.max_queries is not None:
             check_int("max_queries", self.max_queries, min=1)
+        check_int("max_scan", self.max_scan, min=1)
         check_bool("shuffle", self.shuffle, cli=None)
         check_int("seed", self.seed, min=0)
 
@@ -220,43 +111,199 @@ class ParaRelConfig(Config):
         bad = [r for r in rels if r not in known]
         if bad:
             raise MissingFileError(f"Unknown ParaRel relation(s) {bad} (--relations); available: {', '.join(known)}")
-        if not rels:
-            raise EmptyDatasetError("No ParaRel relations selected.")
         return rels
 
 
-def load_pararel(
+@dataclass
+class RelationScan:
+    """What loading found for one relation.
+
+    Attributes:
+        relation: The relation id.
+        n_patterns: Its queries per fact (patterns usable by a causal LM).
+        candidates: Facts with enough queries in the file.
+        multi_token: Facts skipped because the object is not one token after every query.
+        tested: Facts tested against the model (the known filter; 0 without it).
+        kept: Facts that passed every filter.
+        used: Facts of this relation in the returned sample.
+        stopped: Why the relation stopped: ``"enough"`` (the sample was full), ``"exhausted"``
+            (every fact seen) or ``"max_scan"`` (the scan bound).
+    """
+
+    relation: str
+    n_patterns: int = 0
+    candidates: int = 0
+    multi_token: int = 0
+    tested: int = 0
+    kept: int = 0
+    used: int = 0
+    stopped: str = "enough"
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of tested facts the model knows (``kept / tested``; NaN when none was tested)."""
+        return self.kept / self.tested if self.tested else float("nan")
+
+
+@dataclass(frozen=True)
+class ParaRelSample:
+    """Facts picked by :func:`scan_pararel`, with the per-relation report.
+
+    Attributes:
+        facts: The facts, round-robin over the relations.
+        relations: One :class:`RelationScan` per requested relation (in request order).
+        requested: The requested number of facts (``None``: all).
+        config: The :class:`ParaRelConfig` as a dict.
+    """
+
+    facts: tuple[Fact, ...]
+    relations: tuple[RelationScan, ...] = ()
+    requested: int | None = None
+    config: dict = field(default_factory=dict)
+
+    @property
+    def used(self) -> int:
+        return len(self.facts)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per relation: patterns, candidates, tested, kept, used, hit rate, why it stopped."""
+        return pd.DataFrame([{**vars(r), "hit_rate": r.hit_rate} for r in self.relations])
+
+    def summary(self) -> dict[str, Any]:
+        """Requested vs used facts and the per-relation report (JSON-ready)."""
+        return {"requested_facts": self.requested, "used_facts": self.used,
+                "relations": [{**vars(r), "hit_rate": r.hit_rate} for r in self.relations]}
+
+
+def _queries(model: Model | None, f: Fact, cfg: ParaRelConfig) -> list[str] | None:
+    """The fact's queries after the tokenizer-only filters, or ``None`` if the fact is skipped."""
+    qs = list(f.queries)
+    if model is not None:
+        try:
+            qs = [q for q in qs if model.encode(q)]
+        except PromptTooLongError:
+            return None
+    if cfg.max_queries and cfg.known_policy != "any":
+        qs = qs[: cfg.max_queries]
+    if cfg.single_token:
+        try:
+            for q in qs:
+                model.target_ids(q, f.target, single_token=True)  # type: ignore[union-attr]
+        except TargetTokenizationError:
+            return None
+    return qs
+
+
+@torch.no_grad()
+def _known_hits(model: Model, batch: list[tuple[Fact, list[str]]], top_k: int, policy: str) -> list[list[bool]]:
+    """For each (fact, queries): is the target's first token in the model's top-k after each query?"""
+    asked = [(bi, q) for bi, (f, qs) in enumerate(batch) for q in (qs[:1] if policy == "first" else qs)]
+    hits: list[list[bool]] = [[] for _ in batch]
+    for start in range(0, len(asked), 128):
+        part = asked[start:start + 128]
+        logits = model.last_logits(model.encode_batch([q for _, q in part])).float()
+        for (bi, q), row in zip(part, logits):
+            tid = model.target_ids(q, batch[bi][0].target)[0]
+            hits[bi].append(bool(int((row > row[tid]).sum()) < top_k))
+    return hits
+
+
+def _stream(model: Model | None, rel: str, cfg: ParaRelConfig, scan: RelationScan, bar: Any,
+            data_dir: str | Path | None) -> Iterator[Fact]:
+    """The relation's facts that pass every filter, tested against the model in chunks."""
+    facts = list(iter_facts(data_dir, rel, cfg.min_queries))
+    scan.candidates = len(facts)
+    if cfg.shuffle:
+        random.Random(cfg.seed).shuffle(facts)
+    pending: list[tuple[Fact, list[str]]] = []
+
+    def flush() -> Iterator[Fact]:
+        if cfg.known_top_k and pending:
+            scan.tested += len(pending)
+            hit_lists = _known_hits(model, pending, cfg.known_top_k, cfg.known_policy)  # type: ignore[arg-type]
+            bar.update(len(pending))
+        else:
+            hit_lists = [[True] * len(qs) for _, qs in pending]
+        for (f, qs), hits in zip(pending, hit_lists):
+            if cfg.known_policy == "all" and not all(hits) or cfg.known_policy == "first" and not hits[0]:
+                continue
+            if cfg.known_policy == "any":
+                qs = [q for q, h in zip(qs, hits) if h]
+            qs = qs[: cfg.max_queries] if cfg.max_queries else qs
+            if len(qs) < cfg.min_queries:
+                continue
+            scan.kept += 1
+            yield Fact(f.relation, f.subject, f.object, tuple(qs), f.uuid)
+        bar.set_postfix_str(f"{rel}: kept {scan.kept} of {scan.tested} tested")
+        pending.clear()
+
+    for f in facts:
+        if cfg.known_top_k and scan.tested + len(pending) >= cfg.max_scan:
+            scan.stopped = "max_scan"
+            break
+        qs = _queries(model, f, cfg)
+        if qs is None:
+            scan.multi_token += 1
+            continue
+        pending.append((f, qs))
+        if len(pending) >= CHUNK or not cfg.known_top_k:
+            yield from flush()
+    else:
+        scan.stopped = "exhausted"
+    yield from flush()
+    if scan.stopped == "enough":
+        scan.stopped = "exhausted"
+
+
+def _warn(sample: ParaRelSample, cfg: ParaRelConfig) -> None:
+    for r in sample.relations:
+        if r.used == 0:
+            why = (f"{r.kept} of {r.tested} tested facts known (top-{cfg.known_top_k}), scan stopped: {r.stopped}"
+                   if cfg.known_top_k else f"{r.candidates} facts with ≥ {cfg.min_queries} queries, {r.multi_token} multi-token")
+            warnings.warn(f"ParaRel relation {r.relation} gave no fact ({why}); raise --max-scan or --known-top-k, "
+                          "or pick another relation", stacklevel=3)
+        elif 0 < r.n_patterns < MIN_CONSISTENCY_QUERIES:
+            warnings.warn(f"ParaRel relation {r.relation} has {r.n_patterns} queries per fact: CS1 ≡ CS2 for its facts "
+                          "(consistency reports them separately)", stacklevel=3)
+    if sample.requested is not None and sample.used < sample.requested:
+        rates = ", ".join(f"{r.relation} {r.used} ({r.kept}/{r.tested} known)" if r.tested else f"{r.relation} {r.used}"
+                          for r in sample.relations)
+        warnings.warn(f"{sample.requested} ParaRel facts requested (--n-facts), {sample.used} found: {rates}", stacklevel=3)
+
+
+def scan_pararel(
     data_dir: str | Path | None = None,
     relations: Sequence[str] | None = None,
     n_facts: int | None = None,
-    model: "Model | None" = None,
+    model: Model | None = None,
     *,
     config: ParaRelConfig | None = None,
+    progress: bool = True,
     **overrides: Any,
-) -> list[Fact]:
-    """Facts with neighbor queries, balanced over relations.
+) -> ParaRelSample:
+    """Facts with neighbor queries, round-robin over relations, with a per-relation report.
 
     Args:
         data_dir: Folder holding ``pararel/`` (or the ParaRel folder itself); default
-            ``$TLCAP_DATA/pararel`` when it exists, else the copy bundled with tlcap (all 31 relations).
-        relations: Relation ids (default all that have ≥ ``min_queries`` causal patterns).
+            ``$TLCAP_DATA/pararel`` when it exists, else the copy bundled with tlcap (31 relations).
+        relations: Relation ids (default all).
         n_facts: Total number of facts, taken round-robin over the relations (default all).
         model: Needed for ``single_token`` and ``known_top_k`` filtering.
         config: A :class:`ParaRelConfig` (the filters); ``relations``/``n_facts`` override it.
-        **overrides: :class:`ParaRelConfig` fields (``known_top_k=10``, ``max_queries=3``, ...).
-            With ``known_policy="any"``, the unknown queries are dropped (the fact keeps
-            ≥ ``min_queries``).
+        progress: Show the known-fact scan's progress (facts tested / kept per relation).
+        **overrides: :class:`ParaRelConfig` fields (``known_top_k=10``, ``max_scan=200``, ...).
 
     Returns:
-        A list of :class:`Fact`.
+        A :class:`ParaRelSample` (warnings as in the module docstring).
 
     Raises:
-        EmptyDatasetError: nothing survives the filters.
+        EmptyDatasetError: nothing survives the filters (the message gives each relation's hit rate).
         MissingFileError: an unknown relation.
         InvalidConfigError: an invalid filter, or a filter that needs ``model`` without one.
 
     Example:
-        >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
+        >>> sample = scan_pararel(None, ["P36", "P19"], n_facts=10, model=model, known_top_k=1)
+        >>> sample.to_frame()[["relation", "tested", "kept", "hit_rate"]]
     """
     if relations is not None:
         overrides["relations"] = tuple(relations)
@@ -266,56 +313,57 @@ def load_pararel(
     if (cfg.single_token or cfg.known_top_k) and model is None:
         raise InvalidConfigError("load_pararel needs `model` to filter by single-token targets or known facts")
     rels = cfg.check_relations(data_dir)
-    single_token, known_top_k, known_policy = cfg.single_token, cfg.known_top_k, cfg.known_policy
-    min_queries, max_queries, n_facts = cfg.min_queries, cfg.max_queries, cfg.n_facts
-    shuffle, seed = cfg.shuffle, cfg.seed
-
-    def gen(rel: str) -> Iterator[Fact]:
-        facts = list(iter_facts(data_dir, rel, min_queries))
-        if shuffle:
-            random.Random(seed).shuffle(facts)
-        for f in facts:
-            qs = list(f.queries)
-            if model is not None:
-                try:
-                    ok = [q for q in qs if len(model.encode(q)) > 0]
-                except PromptTooLongError:
-                    continue
-                qs = ok
-            if max_queries and known_policy != "any":
-                qs = qs[:max_queries]
-            if single_token and not _single_token_ok(model, qs, f.target):
-                continue
-            if known_top_k:
-                try:
-                    hits = _known(model, qs, f.target, known_top_k, known_policy)
-                except TargetTokenizationError:
-                    continue
-                if known_policy == "all" and not all(hits):
-                    continue
-                if known_policy == "first" and not hits[0]:
-                    continue
-                if known_policy == "any":
-                    qs = [q for q, h in zip(qs, hits) if h]
-            if max_queries:
-                qs = qs[:max_queries]
-            if len(qs) < min_queries:
-                continue
-            yield Fact(f.relation, f.subject, f.object, tuple(qs), f.uuid)
-
-    gens = {r: gen(r) for r in rels}
+    scans = {r: RelationScan(r, n_patterns=len(causal_patterns(data_dir, r))) for r in rels}
+    bar = tqdm(desc="ParaRel known-fact scan (facts tested)", unit="fact",
+               disable=not (progress and cfg.known_top_k), leave=False)
+    gens = {r: _stream(model, r, cfg, scans[r], bar, data_dir) for r in rels}
     out: list[Fact] = []
-    while gens and (n_facts is None or len(out) < n_facts):
+    while gens and (cfg.n_facts is None or len(out) < cfg.n_facts):
         for r in list(gens):
-            if n_facts is not None and len(out) >= n_facts:
+            if cfg.n_facts is not None and len(out) >= cfg.n_facts:
                 break
             try:
                 out.append(next(gens[r]))
+                scans[r].used += 1
             except StopIteration:
                 del gens[r]
+    bar.close()
+    sample = ParaRelSample(tuple(out), tuple(scans[r] for r in rels), cfg.n_facts, cfg.to_dict())
     if not out:
+        rates = "; ".join(f"{s.relation}: {s.kept} kept of {s.tested} tested, {s.multi_token} multi-token"
+                          for s in sample.relations)
         raise EmptyDatasetError(
-            f"No ParaRel facts in {rels} survive the filters (single_token={single_token}, known_top_k={known_top_k}, "
-            f"min_queries={min_queries}); relax them or pick other relations."
+            f"No ParaRel facts in {list(rels)} survive the filters (single_token={cfg.single_token}, "
+            f"known_top_k={cfg.known_top_k}, min_queries={cfg.min_queries}): {rates}; relax them or pick other relations."
         )
-    return out
+    _warn(sample, cfg)
+    return sample
+
+
+def load_pararel(
+    data_dir: str | Path | None = None,
+    relations: Sequence[str] | None = None,
+    n_facts: int | None = None,
+    model: Model | None = None,
+    *,
+    config: ParaRelConfig | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> list[Fact]:
+    """The facts of :func:`scan_pararel` (same arguments; same warnings and errors).
+
+    Returns:
+        A list of :class:`Fact`.
+
+    Example:
+        >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
+        >>> facts[0].queries, facts[0].target
+    """
+    return list(scan_pararel(data_dir, relations, n_facts, model, config=config, progress=progress, **overrides).facts)
+
+
+__all__ = [
+    "KNOWN_POLICIES", "Fact", "ParaRelConfig", "ParaRelSample", "RelationScan", "causal_patterns",
+    "facts_of_other_relations", "iter_facts", "list_relations", "load_pararel", "pararel_root", "query_pattern",
+    "relation_objects", "scan_pararel",
+]

@@ -96,6 +96,65 @@ def most_attended_token(model: Model, prompt: str, skip_first: bool = True) -> t
     return c, model.to_str_tokens([model.encode(prompt)[c]])[0]
 
 
+ROLES: tuple[str, ...] = ("subject", "relation", "last")
+
+
+def token_roles(model: Model, prompt: str, subject: str | None = None) -> tuple[str, ...]:
+    """The role of each token of ``prompt``: ``"subject"``, ``"last"`` or ``"relation"`` (the rest).
+
+    Args:
+        model: The model (its tokenizer).
+        prompt: The query.
+        subject: The subject as written in the prompt (``None``: no subject tokens).
+
+    Returns:
+        One role per token of :meth:`Model.encode` (the last token is always ``"last"``).
+    """
+    n = len(model.encode(prompt))
+    roles = ["relation"] * n
+    if subject:
+        sp = model.subject_span(prompt, subject)
+        for c in range(sp.start, min(sp.end, n)):
+            roles[c] = "subject"
+    if n:
+        roles[-1] = "last"
+    return tuple(roles)
+
+
+def map_columns(
+    mask: Bool[Tensor, "layer head key"], src_roles: tuple[str, ...], dst_roles: tuple[str, ...],
+    skip_first: bool = True,
+) -> Bool[Tensor, "layer head k"]:
+    """Move a synapse mask from one prompt's columns to another's by token role.
+
+    The k-th token of a role in the source goes to the k-th token of the same role in the
+    destination (the role's last token when the destination has fewer); a role the destination
+    lacks is dropped.
+
+    Args:
+        mask: ``[L, H, n_src]`` synapse mask of the source prompt.
+        src_roles: :func:`token_roles` of the source prompt.
+        dst_roles: :func:`token_roles` of the destination prompt.
+        skip_first: Never mark the destination's position 0 (the attention sink).
+
+    Returns:
+        ``[L, H, n_dst]`` mask.
+    """
+    L, H, _ = mask.shape
+    out = torch.zeros(L, H, len(dst_roles), dtype=torch.bool)
+    dst = {r: [c for c, x in enumerate(dst_roles) if x == r] for r in ROLES}
+    seen = dict.fromkeys(ROLES, 0)
+    for c, r in enumerate(src_roles[: mask.shape[-1]]):
+        k = seen[r]
+        seen[r] += 1
+        if dst[r]:
+            d = dst[r][min(k, len(dst[r]) - 1)]
+            out[..., d] |= mask[..., c]
+    if skip_first and out.shape[-1]:
+        out[..., 0] = False
+    return out
+
+
 @dataclass(frozen=True)
 class SynapseRow:
     """One row of :meth:`KnowledgeSynapses.to_frame`: a synapse ``(layer, head, column)``."""
@@ -196,5 +255,6 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
 
 
 __all__ = [
+    "ROLES", "map_columns", "token_roles",
     "KnowledgeSynapses", "SynapseRow", "attention_patterns", "locate_synapses", "most_attended_token", "synapse_mask",
 ]

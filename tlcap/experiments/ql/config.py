@@ -22,6 +22,7 @@ from typing import Any
 from tlcap.attribution.config import IGConfig
 from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence, check_str
 from tlcap.errors import InvalidConfigError
+from tlcap.intervene.update import UPDATE_RULES
 
 SPLITS: tuple[str, ...] = ("static", "otsu")
 OPERATIONS: tuple[str, ...] = ("erasure", "update")
@@ -84,6 +85,12 @@ class ModificationConfig(Config):
         beta1: CAS weight of the mean score (paper: 0.7).
         beta2: CAS weight of the score's spread (paper: 0.3).
         cas_threshold: CAS KNs: ``CAS > cas_threshold · max``, in ``(0, 1]`` (paper: 0.3).
+        update_rule: ``"activation"`` (default: each KN's change follows the sign and size of
+            its activation at the query) or ``"paper"`` (eq. 2 as printed);
+            :mod:`tlcap.intervene.update`.
+        only_known: Edit and score only queries the model answers top-1 before the edit (Gen
+            over such neighbors); ``False`` edits every query.
+        seed: Seed of the draws (o', locality prompts, ΔPPL texts), ``>= 0``.
     """
 
     operations: tuple[str, ...] = OPERATIONS
@@ -97,6 +104,9 @@ class ModificationConfig(Config):
     beta1: float = 0.7
     beta2: float = 0.3
     cas_threshold: float = 0.3
+    update_rule: str = "activation"
+    only_known: bool = True
+    seed: int = 0
 
     def validate(self) -> None:
         self._set("operations", _check_names("operations", self.operations, OPERATIONS, "operation"))
@@ -111,6 +121,9 @@ class ModificationConfig(Config):
         check_float("beta1", self.beta1, ge=0)
         check_float("beta2", self.beta2, ge=0)
         check_float("cas_threshold", self.cas_threshold, gt=0, le=1)
+        check_choice("update_rule", self.update_rule, UPDATE_RULES, cli="--rule")
+        check_bool("only_known", self.only_known, cli="--all-queries")
+        check_int("seed", self.seed, min=0)
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,7 @@ class SynapseConfig(Config):
             another fact's query (``None``: another fact).
         heatmap_fact: Fact whose KN activations are drawn (Figs. 1, 7, 10), ``>= 0``.
         heatmap_max_cols: Most KNs in that heatmap, ``>= 1``.
+        seed: Seed of the irrelevant fact and query drawn for each query, ``>= 0``.
     """
 
     alpha: float = 0.3
@@ -147,6 +161,7 @@ class SynapseConfig(Config):
     irrelevant_prompt: str | None = None
     heatmap_fact: int = 0
     heatmap_max_cols: int = 40
+    seed: int = 0
 
     def validate(self) -> None:
         check_float("alpha", self.alpha, gt=0)
@@ -156,6 +171,7 @@ class SynapseConfig(Config):
             check_str("irrelevant_prompt", self.irrelevant_prompt, cli=None)
         check_int("heatmap_fact", self.heatmap_fact, min=0, cli=None)
         check_int("heatmap_max_cols", self.heatmap_max_cols, min=1, cli=None)
+        check_int("seed", self.seed, min=0)
 
 
 __all__ = [

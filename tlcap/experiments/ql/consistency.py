@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tlcap.data.pararel import MIN_CONSISTENCY_QUERIES as MIN_QUERIES
 from tlcap.experiments.ql.config import STATIC_THRESHOLD, QLConfig
 from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
@@ -79,10 +81,16 @@ class ConsistencyResult(Result):
         return [r[col] for r in self.rows if r["method"] == m]
 
     def stats(self, method: str | None = None, split: str | None = None) -> dict[str, float]:
-        """R/S of K_I and K_II, Welch's t and p (one cell block of Table 1)."""
+        """R/S of K_I and K_II, Welch's t and p (one cell block of Table 1).
+
+        Facts with fewer than 3 queries (where CS1 ≡ CS2) are left out and counted in
+        ``n_few_queries`` / ``mean_cs2_few_queries``.
+        """
         m = method or self.methods[0]
         df = self.to_frame()
         df = df[df.method == m]
+        few = df[df.n_queries < MIN_QUERIES]
+        df = df[df.n_queries >= MIN_QUERIES]
         g = df[f"group_{split or self.split}"]
         c1, c2 = df.cs2[g == "K_I"], df.cs2[g == "K_II"]
         t, p = welch_t_test(c1, c2)
@@ -95,15 +103,18 @@ class ConsistencyResult(Result):
             "mean_cs1": float(df.cs1.mean()) if len(df) else math.nan,
             "mean_cs2": float(df.cs2.mean()) if len(df) else math.nan,
             "welch_t": t, "welch_p": p,
+            "n_few_queries": len(few), "mean_cs2_few_queries": float(few.cs2.mean()) if len(few) else math.nan,
         }
 
     def k2_all_methods(self, split: str | None = None) -> float:
-        """Share of facts that are K_II under every method (Table 1's ∩:II)."""
+        """Share of facts (with ≥ 3 queries) that are K_II under every method (Table 1's ∩:II)."""
         per = [self.groups(m, split) for m in self.methods]
-        n = len(per[0]) if per else 0
-        if n == 0:
+        m0 = self.methods[0] if self.methods else None
+        ok = [r["n_queries"] >= MIN_QUERIES for r in self.rows if r["method"] == m0]
+        idx = [i for i, o in enumerate(ok) if o]
+        if not per or not idx:
             return math.nan
-        return sum(all(p[i] == "K_II" for p in per) for i in range(n)) / n
+        return sum(all(p[i] == "K_II" for p in per) for i in idx) / len(idx)
 
     def table1(self) -> pd.DataFrame:
         """Table 1 layout: rows St/Ot, columns (method, R:I, S:I, R:II, S:II, t) and ∩:II."""
@@ -166,6 +177,11 @@ def consistency_analysis(
         >>> cons.summary()["k2_ratio"]
     """
     cfg = QLConfig.build(config, **overrides)
+    few = sorted({(fk.fact["relation"], fk.fact["subject"]) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
+    if few:
+        warnings.warn(f"{len(few)} fact(s) have fewer than {MIN_QUERIES} queries (CS1 ≡ CS2 for them), e.g. "
+                      f"{few[0][1]!r} of {few[0][0]}: they are reported separately (n_few_queries) and left out of "
+                      "K_I/K_II, Welch and Otsu", stacklevel=2)
     rows: list[dict] = []
     otsu: dict[str, float] = {}
     for m, fl in locs.items():
@@ -181,7 +197,8 @@ def consistency_analysis(
                 union=len(union_of(sets, fk.shape)), intersection=len(intersection_of(sets, fk.shape)),
                 mean_prob=float(np.mean(fk.probs)) if fk.probs else math.nan,
             ))
-        th = otsu_threshold(vals) if vals else math.nan
+        enough = [v for v, fk in zip(vals, fl) if fk.k >= MIN_QUERIES]
+        th = otsu_threshold(enough) if enough else math.nan
         otsu[m] = th
         for r, gs, go_ in zip(block, split_groups(vals, cfg.static_threshold), split_groups(vals, th)):
             rows.append(dataclasses.asdict(ConsistencyRow(**r, group_static=gs, group_otsu=go_)))

@@ -2,9 +2,17 @@
 
 Metrics (QL §2.2, A.5): argmax accuracy of the edited query (Rel) and of its neighbor queries
 (Gen), inverted (1 − acc) for erasure and measured against the new object o' for update; Loc =
-share of unrelated prompts whose argmax is unchanged; Avg = mean(Rel, Gen, Loc);
-ΔPPL = (PPL_a − PPL_b)/PPL_b on WikiText-2 text. Every edit is a reversible
+share of unrelated prompts (queries of facts of other relations with other objects, a seeded
+sample) whose argmax is unchanged; Avg = mean(Rel, Gen, Loc); ΔPPL = (PPL_a − PPL_b)/PPL_b on
+``n_ppl_texts`` random WikiText-2 paragraphs drawn per edit (seeded). Every edit is a reversible
 :class:`~tlcap.intervene.weights.WeightEdit`, undone on every exit path.
+
+Only what the model knew is scored (``only_known=True``, default): a query is edited only when
+the model answers it top-1 before the edit, and Gen counts only neighbors answered top-1;
+the rest are listed in ``skipped`` with the reason. The new object o' of an update is drawn
+(seeded) from the objects of the same relation that are one token after every query; a fact
+with none is skipped with the reason. The Update rule is ``update_rule`` (default
+``"activation"``, the literal eq. 2 is ``"paper"``; :mod:`tlcap.intervene.update`).
 
 Example:
     >>> mod = modification_experiment(model, locs, groups, operations=("erasure",))
@@ -15,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +44,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
+from tlcap.runtime.sites import get_site
 from tlcap.viz.ql import modification_bars, modification_table
 
 
@@ -61,6 +71,21 @@ class EditRow:
     dppl: float
     p_before: float
     p_after: float
+    p_new_before: float
+    p_new_after: float
+    rule: str
+
+
+@dataclass(frozen=True)
+class SkipRow:
+    """One (fact, query, operation) that was not edited, and why."""
+
+    fact: int
+    relation: str
+    subject: str
+    query: int
+    operation: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -84,14 +109,22 @@ class ModificationResult(Result):
     groups: tuple[str, ...] = ()
     method: str = "ig"
     title: str = "Knowledge modification (QL Table 2)"
+    update_rule: str = "activation"
+    skipped: tuple[dict, ...] = ()
+
+    def skipped_frame(self) -> pd.DataFrame:
+        """One :class:`SkipRow` per (fact, query, operation) left out, with the reason."""
+        return frame([SkipRow(**r) for r in self.skipped], SkipRow)
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`EditRow` per edit."""
         return frame([EditRow(**r) for r in self.rows], EditRow)
 
     def table(self) -> pd.DataFrame:
-        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group)."""
-        return modification_table(self.to_frame())
+        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule."""
+        t = modification_table(self.to_frame())
+        t.insert(1, "rule", ["erasure" if op == "erasure" else self.update_rule for op in t.operation])
+        return t
 
     def figure(self, title: str | None = None) -> go.Figure:
         """Bars of Rel/Gen/Loc/Avg per (set, group), one panel per operation."""
@@ -105,8 +138,13 @@ class ModificationResult(Result):
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of ``tlcap ql modify`` / ``tlcap ql cas``."""
+        reasons: dict[str, int] = {}
+        for r in self.skipped:
+            reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
         return {
             "title": self.title, "method": self.method, "n_facts": len(self.groups), "groups": list(self.groups),
+            "update_rule": self.update_rule, "n_edits": len(self.rows), "n_skipped": len(self.skipped),
+            "skipped_reasons": reasons, "skipped": [dict(r) for r in self.skipped],
             "ppl_before": self.ppl_before, "lambda1": self.lambda1, "lambda2": self.lambda2,
             "table": self.table().to_dict("records"), "edits": [dict(r) for r in self.rows],
             "own_prob_drop_local_erasure": self.own_prob_drop(),
@@ -114,21 +152,29 @@ class ModificationResult(Result):
 
 
 def wikitext_sample(n_texts: int = 5, data_dir: Any = None, seed: int = 0) -> list[str]:
-    """The first ``n_texts`` WikiText-2 paragraphs for ΔPPL (:func:`tlcap.data.load_wikitext`; ``seed`` unused)."""
-    return load_wikitext(data_dir, n_texts=n_texts)
+    """``n_texts`` random WikiText-2 paragraphs (seeded) from :func:`tlcap.data.load_wikitext`.
+
+    Args:
+        n_texts: How many paragraphs.
+        data_dir: WikiText-2 file or data folder (default: the bundled copy).
+        seed: Seed of the draw.
+
+    Returns:
+        The paragraphs.
+    """
+    pool = load_wikitext(data_dir)
+    return random.Random(seed).sample(pool, min(n_texts, len(pool)))
 
 
 def _first_id(model: Model, prompt: str, target: str) -> int:
     return model.target_ids(prompt, target)[0]
 
 
-def _pick_new_object(model: Model, fk: FactKNs, pool: Sequence[FactKNs]) -> str | None:
-    """o' for Update: another fact's object (same relation first), single-token after every query."""
-    cands = [f for f in pool if f.fact["relation"] == fk.fact["relation"]] + list(pool)
-    for f in cands:
-        o = f.fact["object"]
-        if o == fk.fact["object"]:
-            continue
+def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
+    """o' for Update: a random (seeded) other object of the same relation, one token after every query."""
+    cands = [o for o in dict.fromkeys(candidates) if o != fk.fact["object"]]
+    rng.shuffle(cands)
+    for o in cands:
         try:
             for q in fk.queries:
                 model.target_ids(q, " " + o, single_token=True)
@@ -157,6 +203,7 @@ def modification_experiment(
     *,
     config: ModificationConfig | None = None,
     ppl_texts: Sequence[str] | None = None,
+    new_objects: Mapping[str, Sequence[str]] | None = None,
     title: str = "Knowledge modification (QL Table 2)",
     progress: bool = True,
     **overrides: Any,
@@ -168,69 +215,113 @@ def modification_experiment(
         locs: Per-fact localizations.
         groups: ``"K_I"``/``"K_II"`` per fact.
         config: A :class:`ModificationConfig`.
-        ppl_texts: Texts for ΔPPL (default the first ``n_ppl_texts`` WikiText-2 paragraphs).
+        ppl_texts: Pool of texts for ΔPPL (default all WikiText-2 paragraphs); ``n_ppl_texts``
+            of them are drawn per edit (seeded).
+        new_objects: Extra candidates for o' per relation (e.g. every object of the relation in
+            ParaRel, :func:`tlcap.data.pararel.relation_objects`); the objects of ``locs`` of the
+            same relation are always candidates.
         title: What the table reproduces (kept in the result).
         progress: Show a progress bar.
         **overrides: :class:`ModificationConfig` fields (``operations=("erasure",)``, ``lambda1=1``).
 
     Returns:
         A :class:`ModificationResult` with provenance; ``p_before``/``p_after`` give the edited
-        query's probability of the original object.
+        query's probability of the original object, ``p_new_*`` of o'; ``skipped`` lists the
+        edits left out and why.
 
     Example:
         >>> mod = modification_experiment(model, locs, groups, sets=("local",), edit_queries=1)
         >>> mod.table()
     """
     cfg = ModificationConfig.resolve(config, **overrides)
-    texts = list(ppl_texts) if ppl_texts is not None else wikitext_sample(cfg.n_ppl_texts)
-    ppl_b = perplexity(model, texts, cfg.ppl_max_tokens)
+    pool = list(ppl_texts) if ppl_texts is not None else load_wikitext()
+    rng = random.Random(cfg.seed)
+    ppl_cache: dict[tuple[int, ...], float] = {}
+
+    def ppl_texts_for_edit() -> tuple[list[str], float]:
+        idx = tuple(sorted(rng.sample(range(len(pool)), min(cfg.n_ppl_texts, len(pool)))))
+        texts = [pool[j] for j in idx]
+        if idx not in ppl_cache:
+            ppl_cache[idx] = perplexity(model, texts, cfg.ppl_max_tokens)
+        return texts, ppl_cache[idx]
+
+    by_rel: dict[str, list[str]] = {}
+    for fk in locs:
+        by_rel.setdefault(fk.fact["relation"], []).append(fk.fact["object"])
+    if new_objects is not None:
+        for rel, objs in new_objects.items():
+            by_rel[rel] = list(by_rel.get(rel, [])) + list(objs)
+    site = get_site("mlp_post")
+    post_names = [site.hook_name(l) for l in range(model.n_layers)]
     rows: list[dict] = []
-    loc_prompts = [fk.queries[0] for fk in locs]
-    clean_loc = next_token_logits(model, loc_prompts).argmax(-1)
+    skipped: list[dict] = []
     n_edits = sum(min(fk.k, cfg.edit_queries or fk.k) for fk in locs) * len(cfg.operations) * len(cfg.sets)
     bar = tqdm(total=n_edits, desc="modification", disable=not progress)
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         qs = fk.queries
         obj_id = _first_id(model, qs[0], fk.target)
-        new_obj = _pick_new_object(model, fk, locs) if "update" in cfg.operations else None
+        new_obj = _pick_new_object(model, fk, by_rel.get(fk.fact["relation"], []), random.Random(f"{cfg.seed}:{fi}")) \
+            if "update" in cfg.operations else None
         new_id = _first_id(model, qs[0], " " + new_obj) if new_obj else None
-        others = [j for j in range(len(locs)) if j != fi][: cfg.n_locality]
+        others = [j for j, o in enumerate(locs) if o.fact["relation"] != fk.fact["relation"]
+                  and o.fact["object"] != fk.fact["object"]]
+        others = random.Random(f"{cfg.seed}:loc:{fi}").sample(others, min(cfg.n_locality, len(others)))
+        loc_prompts = [locs[j].queries[0] for j in others]
+        clean_loc = next_token_logits(model, loc_prompts).argmax(-1) if loc_prompts else None
         clean_q = next_token_logits(model, qs)
+        known = (clean_q.argmax(-1) == obj_id).tolist()
         sets_i = fk.sets()
         for i in range(min(fk.k, cfg.edit_queries or fk.k)):
             chosen = _chosen_sets(fk, i, sets_i, cfg)
+            acts = None
             for op in cfg.operations:
+                reason = None
+                if cfg.only_known and not known[i]:
+                    reason = "not answered top-1 before the edit"
+                elif op == "update" and new_id is None:
+                    reason = "no other single-token object of the same relation"
+                if reason is not None:
+                    skipped.append(dataclasses.asdict(SkipRow(fi, fk.fact["relation"], fk.fact["subject"], i, op, reason)))
+                    bar.update(len(chosen))
+                    continue
+                if op == "update" and cfg.update_rule == "activation" and acts is None:
+                    acts = model.last_position_activations(model.to_tokens(qs[i]), post_names)[0][0].float()
                 for sname, ns in chosen.items():
-                    if op == "update" and new_id is None:
-                        bar.update(1)
-                        continue
+                    texts, ppl_b = ppl_texts_for_edit()
                     edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
-                        model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2)  # type: ignore[arg-type]
+                        model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
+                        rule=cfg.update_rule, activations=acts)
                     with edit:
                         lg = next_token_logits(model, qs)
                         ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
-                        loc_pred = next_token_logits(model, [loc_prompts[j] for j in others]).argmax(-1) if others else None
+                        loc_pred = next_token_logits(model, loc_prompts).argmax(-1) if loc_prompts else None
                     pred = lg.argmax(-1)
-                    nb = [j for j in range(fk.k) if j != i]
+                    nb = [j for j in range(fk.k) if j != i and (known[j] or not cfg.only_known)]
                     target = obj_id if op == "erasure" else int(new_id)  # type: ignore[arg-type]
                     rel = float(pred[i] == target)
                     gen = float(np.mean([float(pred[j] == target) for j in nb])) if nb else math.nan
                     if op == "erasure":
-                        rel, gen = 1.0 - rel, 1.0 - gen
-                    loc = float((loc_pred == clean_loc[others]).float().mean()) if loc_pred is not None else math.nan
+                        rel, gen = 1.0 - rel, (1.0 - gen if nb else math.nan)
+                    loc = float((loc_pred == clean_loc).float().mean()) if loc_pred is not None else math.nan
                     vals = [v for v in (rel, gen, loc) if not math.isnan(v)]
+                    p_new_b = float(clean_q[i].softmax(-1)[new_id]) if new_id is not None else math.nan
+                    p_new_a = float(lg[i].softmax(-1)[new_id]) if new_id is not None else math.nan
                     rows.append(dataclasses.asdict(EditRow(
                         fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], object=fk.fact["object"],
                         new_object=new_obj if op == "update" else None, group=grp, query=i, operation=op, set=sname,
                         n_neurons=len(ns), rel=rel, gen=gen, loc=loc, avg=float(np.mean(vals)) if vals else math.nan,
                         ppl_before=ppl_b, ppl_after=ppl_a, dppl=(ppl_a - ppl_b) / ppl_b,
                         p_before=float(clean_q[i].softmax(-1)[obj_id]), p_after=float(lg[i].softmax(-1)[obj_id]),
+                        p_new_before=p_new_b, p_new_after=p_new_a,
+                        rule=cfg.update_rule if op == "update" else "erasure",
                     )))
                     bar.update(1)
     bar.close()
     method = locs[0].method if locs else "ig"
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
-    return ModificationResult(tuple(rows), cfg.lambda1, cfg.lambda2, ppl_b, tuple(groups), method, title, provenance=prov)
+    ppl_b = float(np.mean(list(ppl_cache.values()))) if ppl_cache else math.nan
+    return ModificationResult(tuple(rows), cfg.lambda1, cfg.lambda2, ppl_b, tuple(groups), method, title,
+                              cfg.update_rule, tuple(skipped), provenance=prov)
 
 
 def cas_experiment(
@@ -264,4 +355,4 @@ def cas_experiment(
     return modification_experiment(model, locs, groups, config=config, **kwargs)
 
 
-__all__ = ["EditRow", "ModificationResult", "cas_experiment", "modification_experiment", "wikitext_sample"]
+__all__ = ["EditRow", "ModificationResult", "SkipRow", "cas_experiment", "modification_experiment", "wikitext_sample"]

@@ -1,7 +1,8 @@
 """Dynamic KN selection (QL §3.2): predominance (Fig. 5), knowledge synapses (Fig. 6), heatmaps (Figs. 1/7/10).
 
 For each query q_i of each fact: locate its synapses S (:func:`tlcap.locate.synapses.locate_synapses`)
-and irrelevant synapses S_ir (another fact's query, or a fixed prompt); enhance (×factor) /
+and irrelevant synapses S_ir (a random query of a random fact of another relation, seeded, its
+columns mapped onto the query's by token role: subject, relation, last; or a fixed prompt); enhance (×factor) /
 suppress (×0) them at the ``attn_pattern`` site and measure ΔValue (mean |activation| of N_i at
 the last position: gated-MLP activations can be negative) and ΔProb.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +29,8 @@ from tqdm.auto import tqdm
 
 from tlcap.experiments.ql.config import SynapseConfig
 from tlcap.experiments.ql.facts import FactKNs
-from tlcap.locate.synapses import KnowledgeSynapses, locate_synapses, most_attended_token
+from tlcap.intervene.synapses import scale_synapses
+from tlcap.locate.synapses import locate_synapses, map_columns, most_attended_token, token_roles
 from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import predominance, relative_change
 from tlcap.models.adapter import HookList, Model
@@ -51,6 +54,7 @@ class SynapseEditRow:
     query: int
     synapses: str
     op: str
+    source: str
     n_synapses: int
     value_before: float
     value_after: float
@@ -148,14 +152,24 @@ def _kn_value_prob(model: Model, prompt: str, tid: int, kns: NeuronSet, hooks: H
     return v, float(logits.softmax(-1)[tid]), acts
 
 
-def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig) -> KnowledgeSynapses:
-    """S_ir for query i of fact fi: the same-index query of the next fact of another relation."""
+def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig,
+                roles_i: tuple[str, ...]) -> tuple[str, Tensor]:
+    """S_ir for query i of fact fi, mapped onto the query's columns by token role.
+
+    The source is a random (seeded) query of a random fact of another relation (another fact
+    when every fact shares the relation; ``irrelevant_prompt`` when set or no other fact exists).
+    """
+    rng = random.Random(f"{cfg.seed}:{fi}:{i}")
     others = [j for j in range(len(locs)) if j != fi]
     other_rel = [j for j in others if locs[j].fact["relation"] != locs[fi].fact["relation"]]
-    jj = (other_rel or others or [None])[0]
-    if cfg.irrelevant_prompt is not None or jj is None:
-        return locate_synapses(model, cfg.irrelevant_prompt or DEFAULT_IRRELEVANT, cfg.alpha, cfg.skip_first)
-    return locate_synapses(model, locs[jj].queries[i % locs[jj].k], cfg.alpha, cfg.skip_first)
+    pool = other_rel or others
+    if cfg.irrelevant_prompt is not None or not pool:
+        prompt, subject = cfg.irrelevant_prompt or DEFAULT_IRRELEVANT, None
+    else:
+        jj = rng.choice(pool)
+        prompt, subject = rng.choice(locs[jj].queries), locs[jj].fact["subject"]
+    ks = locate_synapses(model, prompt, cfg.alpha, cfg.skip_first)
+    return prompt, map_columns(ks.mask, token_roles(model, prompt, subject), roles_i, cfg.skip_first)
 
 
 def synapse_experiment(
@@ -208,17 +222,17 @@ def synapse_experiment(
             n_tok = len(model.encode(q))
             tid = model.target_ids(q, fk.target)[0]
             syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first)
-            ir = _irrelevant(model, locs, fi, i, cfg)
+            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact["subject"]))
             v_b, p_b, acts_b = _kn_value_prob(model, q, tid, sets_i[i])
             if idx_l:
                 heat_vals.append(acts_b[idx_l, idx_j])
                 heat_rows.append(f"q{i} none")
-            for sname, S in (("self", syn), ("irrelevant", ir)):
+            for sname, src, mask in (("self", q, syn.mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask)):
                 for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0)):
-                    v_a, p_a, acts_a = _kn_value_prob(model, q, tid, sets_i[i], S.hooks(f, n_tok))
+                    v_a, p_a, acts_a = _kn_value_prob(model, q, tid, sets_i[i], scale_synapses(mask, f))
                     rows.append(dataclasses.asdict(SynapseEditRow(
                         fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], group=grp, query=i,
-                        synapses=sname, op=op, n_synapses=int(S.mask_for(n_tok).sum()), value_before=v_b,
+                        synapses=sname, op=op, source=src, n_synapses=int(mask.sum()), value_before=v_b,
                         value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
                         dprob=relative_change(p_a, p_b, sign))))
                     if idx_l and sname == "self":

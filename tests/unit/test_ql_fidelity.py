@@ -1,0 +1,163 @@
+"""QL fidelity (issue 10 items 3–5): the Update rule, scoring only known queries, o' of the same relation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.data.pararel import Fact
+from tlcap.errors import TlcapError
+from tlcap.experiments.ql import FactKNs, ModificationConfig, modification_experiment
+from tlcap.intervene.update import update_coefficients, update_neurons
+from tlcap.metrics.sets import NeuronSet
+from tlcap.runtime.sites import get_site
+
+TEXTS = ["The quick brown fox jumps over the lazy dog. " * 3, "A second text about the weather in the city today."]
+
+
+def _acts(m, prompt):
+    names = [get_site("mlp_post").hook_name(l) for l in range(m.n_layers)]
+    return m.last_position_activations(m.to_tokens(prompt), names)[0][0].float()
+
+
+def test_update_activation_rule_writes_sum_of_abs_activations_at_query(tiny_llama):
+    """Item 3: at the query the KNs write (Σ|a|)·δ under the default rule, (Σa)·δ under the literal one."""
+    m = tiny_llama
+    acts = _acts(m, "The capital of France is")
+    flat = acts.flatten()
+    pos, neg = int(flat.argmax()), int(flat.argmin())
+    assert flat[pos] > 0 > flat[neg]  # a mixed-sign KN set, as on SwiGLU models
+    d = m.d_mlp
+    kns = NeuronSet.from_list([(pos // d, pos % d), (neg // d, neg % d)], (m.n_layers, d))
+    delta = (-2.0 * m.W_E[10] + 2.0 * m.W_E[20]).float()
+    a = torch.tensor([float(acts[l, p]) for l, p in kns.neurons])
+
+    def write(rule):
+        before = {l: m.mlp_down_matrix(l).clone() for l in range(m.n_layers)}
+        with update_neurons(m, kns, 10, 20, 2.0, 2.0, rule=rule, activations=acts):
+            return sum((m.mlp_down_matrix(l)[:, p] - before[l][:, p]).float() * float(acts[l, p]) for l, p in kns.neurons)
+
+    assert torch.allclose(write("activation"), a.abs().sum() * delta, atol=1e-4)
+    assert torch.allclose(write("paper"), a.sum() * delta, atol=1e-4)
+    # the coefficients follow the sign of each activation; the literal rule is c = 1
+    c = update_coefficients(kns, acts, "activation")
+    assert all((c[n] > 0) == (float(acts[n]) > 0) for n in kns.neurons)
+    assert update_coefficients(kns, acts, "paper") == {n: 1.0 for n in kns.neurons}
+    assert ModificationConfig().update_rule == "activation"
+
+
+def _fk(m, relation, subject, obj, queries, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(len(queries), m.n_layers, m.d_mlp, generator=g)
+    return FactKNs(scores, tuple(0.0 for _ in queries), Fact(relation, subject, obj, tuple(queries)).to_dict())
+
+
+def _ranked_word(m, query, rank):
+    """The model's rank-th token after ``query`` when it is a space-led word (else ``None``)."""
+    tid = int(m.last_logits(m.to_tokens(query))[0].argsort(descending=True)[rank])
+    word = m.to_str_tokens([tid])[0]
+    if not word.startswith(" ") or not word.strip() or m.target_ids(query, word) != [tid]:
+        return None
+    return word[1:]
+
+
+def test_modification_scores_only_queries_answered_top1(tiny_gpt2):
+    """Item 4: queries the model does not answer top-1 before the edit are skipped with a reason."""
+    m = tiny_gpt2
+    locs = []
+    for i, subj in enumerate(["France", "Italy", "Spain", "Japan", "Canada", "Peru"]):
+        qs = [f"The capital of {subj} is", f"{subj}'s capital is", f"The capital city of {subj} is"]
+        obj = _ranked_word(m, qs[0], 0 if i % 2 == 0 else 1)  # odd facts: the model's second choice
+        if obj is not None:
+            locs.append(_fk(m, "P36", subj, obj, qs, seed=i))
+    assert len(locs) >= 2
+    known = {(fi, qi) for fi, fk in enumerate(locs) for qi, q in enumerate(fk.queries)
+             if int(m.last_logits(m.to_tokens(q))[0].argmax()) == m.target_ids(q, fk.target)[0]}
+    assert (0, 0) in known and 0 < len(known) < 3 * len(locs)
+    res = modification_experiment(m, locs, ["K_I"] * len(locs), operations=("erasure",), sets=("local",),
+                                  ppl_texts=TEXTS, n_ppl_texts=1, progress=False)
+    df = res.to_frame()
+    assert set(zip(df.fact, df["query"])) == known
+    sk = res.skipped_frame()
+    assert set(zip(sk.fact, sk["query"])) == {(fi, qi) for fi in range(len(locs)) for qi in range(3)} - known
+    assert set(sk.reason) == {"not answered top-1 before the edit"}
+    assert res.summary()["n_skipped"] == len(sk)
+    everything = modification_experiment(m, locs, ["K_I"] * len(locs), operations=("erasure",), sets=("local",),
+                                         ppl_texts=TEXTS, n_ppl_texts=1, only_known=False, progress=False)
+    assert len(everything.to_frame()) == 3 * len(locs) and not everything.skipped
+
+
+def test_new_object_comes_from_the_same_relation_or_is_skipped(tiny_gpt2):
+    """Item 5: o' is another object of the fact's relation (seeded); a relation with none is skipped."""
+    m = tiny_gpt2
+    qs36 = ["The capital of {} is", "{}'s capital is"]
+    qs103 = ["The native language of {} is", "{} spoke the language"]
+    locs = [_fk(m, "P36", "France", "Paris", [q.format("France") for q in qs36], 0),
+            _fk(m, "P36", "Italy", "Rome", [q.format("Italy") for q in qs36], 1),
+            _fk(m, "P103", "Victor Hugo", "French", [q.format("Victor Hugo") for q in qs103], 2)]
+    kw = dict(operations=("update",), sets=("local",), ppl_texts=TEXTS, n_ppl_texts=1, only_known=False,
+              edit_queries=1, progress=False)
+    res = modification_experiment(m, locs, ["K_I"] * 3, **kw)
+    df = res.to_frame()
+    assert dict(zip(df.subject, df.new_object)) == {"France": "Rome", "Italy": "Paris"}
+    sk = res.skipped_frame()
+    assert list(sk.subject) == ["Victor Hugo"] and list(sk.reason) == ["no other single-token object of the same relation"]
+    more = modification_experiment(m, locs, ["K_I"] * 3, new_objects={"P103": ["English", "German", "Dutch"]}, **kw)
+    again = modification_experiment(m, locs, ["K_I"] * 3, new_objects={"P103": ["English", "German", "Dutch"]}, **kw)
+    hugo = more.to_frame().set_index("subject").new_object["Victor Hugo"]
+    assert hugo in {"English", "German", "Dutch"}
+    assert list(again.to_frame().new_object) == list(more.to_frame().new_object)
+
+
+def test_update_rule_is_validated():
+    with pytest.raises(TlcapError, match="--rule"):
+        ModificationConfig(update_rule="foo")
+
+
+def test_ppl_texts_are_a_seeded_random_draw_of_wikitext():
+    """Item 6: ΔPPL texts are random WikiText-2 paragraphs (seeded), not the first n."""
+    from tlcap.data.wikitext import load_wikitext
+    from tlcap.experiments.ql import wikitext_sample
+
+    pool = load_wikitext()
+    a, b = wikitext_sample(5, seed=0), wikitext_sample(5, seed=1)
+    assert a == wikitext_sample(5, seed=0) and a != b
+    assert len(set(a)) == 5 and set(a) <= set(pool) and a != pool[:5]
+
+
+def test_irrelevant_synapse_columns_are_mapped_by_token_role():
+    """Item 9: S_ir moves to the query's columns by role (subject, relation, last), not by index."""
+    from tlcap.locate.synapses import map_columns
+
+    src = ("relation", "subject", "subject", "relation", "last")
+    dst = ("relation", "relation", "subject", "relation", "relation", "last")
+    mask = torch.zeros(1, 1, 5, dtype=torch.bool)
+    mask[0, 0, [1, 2, 3, 4]] = True
+    out = map_columns(mask, src, dst, skip_first=False)
+    # subject k=0,1 → dst subject (one token); relation k=1 → dst relation k=1 (col 1); last → last
+    assert out[0, 0].nonzero().flatten().tolist() == [1, 2, 5]
+    first = torch.zeros(1, 1, 5, dtype=torch.bool)
+    first[0, 0, 0] = True
+    assert not map_columns(first, src, dst, skip_first=True).any()
+    assert map_columns(first, src, dst, skip_first=False)[0, 0].nonzero().flatten().tolist() == [0]
+
+
+def test_irrelevant_synapses_come_from_a_random_fact_of_another_relation(tiny_gpt2):
+    """Item 9: the source of S_ir is a query of a fact of another relation, drawn with the seed."""
+    from tlcap.experiments.ql import synapse_experiment
+    from tlcap.locate.synapses import token_roles
+
+    m = tiny_gpt2
+    assert token_roles(m, "The capital of France is", "France") == ("relation",) * 3 + ("subject", "last")
+    locs = [_fk(m, "P36", "France", "Paris", ["The capital of France is", "France's capital is"], 0),
+            _fk(m, "P36", "Italy", "Rome", ["The capital of Italy is", "Italy's capital is"], 1),
+            _fk(m, "P103", "Victor Hugo", "French", ["The native language of Victor Hugo is"] * 2, 2),
+            _fk(m, "P30", "Kenya", "Africa", ["Kenya is located in", "Kenya is a part of the continent of"], 3)]
+    res = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
+    df = res.to_frame()
+    ir = df[df.synapses == "irrelevant"]
+    rel_of = {q: fk.fact["relation"] for fk in locs for q in fk.queries}
+    assert all(rel_of[s] != r for s, r in zip(ir.source, ir.relation))
+    assert len(set(ir[ir.relation == "P36"].source)) > 1  # drawn, not always the next fact's query
+    again = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
+    assert list(again.to_frame().source) == list(df.source)
