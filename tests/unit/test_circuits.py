@@ -275,11 +275,13 @@ def test_knowledge_circuit_composes_the_pieces_and_round_trips(tiny_gpt2, tmp_pa
     s = res.summary()
     old_cli_keys = {  # the summary.json keys tlcap circuit wrote before the results owned them
         "model", "prompt", "target", "corrupt_prompt", "ablation", "method", "ig_steps", "metric", "selection",
-        "n_selected", "n_edges", "n_nodes", "total_edges", "param_fraction", "param_fraction_blocks", "full_nll",
+        "n_selected", "n_edges", "n_nodes", "total_edges", "param_fraction", "full_nll",
         "circuit_nll", "ablated_nll", "full_target_rank", "circuit_target_rank", "ablated_target_rank", "hit_at_1",
         "hit_at_10", "logit_diff_vs_full", "recovered", "full_metric", "circuit_metric", "random_circuit_nll",
         "random_circuit_target_rank", "nodes", "edges", "sweep"}
     assert old_cli_keys <= set(s)
+    assert s["param_fraction"] == circ.param_fraction and s["n_block_params"] == circ.n_block_params
+    assert s["param_fraction_with_embeddings"] == circ.param_fraction_with_embeddings
     assert s["ablation"] == "corrupt" and s["method"] == "eap-ig" and s["n_edges"] == circ.n_edges
     assert s["circuit_nll"] == ev.circuit_nll and s["sweep"]["top_n"] == [0, 5, 20]
     assert res.provenance is not None and res.provenance.config == cfg.replace(ablation="corrupt").to_dict()
@@ -360,3 +362,50 @@ def test_no_function_level_imports_and_no_tl_compat_in_the_library():
     assert not [p for p in pkg.rglob("*.py") if "tl_compat" in p.read_text() or "tl_edge_matrix" in p.read_text()]
     viz = (pkg / "viz" / "circuit.py").read_text()
     assert "import tlcap.locate" not in viz and "from tlcap.locate" not in viz  # viz takes values
+
+
+def _hand_circuit(model, edges):
+    g = EdgeGraph.from_model(model)
+    mask = torch.zeros(g.n_upstream, g.n_readers, dtype=torch.bool)
+    for u, v in edges:
+        mask[g.upstream.index(u), g.readers.index(v)] = True
+    return Circuit(mask=mask, scores=mask.float(), graph=g)
+
+
+def test_circuit_size_is_the_share_of_block_parameters_gpt2(tiny_gpt2):
+    # gpt2-tiny: 2 layers, d_model 64, 4 heads of 16, d_mlp 256, biases and LayerNorm weight + bias.
+    head = 4 * 64 * 16 + 3 * 16  # W_Q/W_K/W_V/W_O slices + b_Q/b_K/b_V slices
+    layer_attn = 64 + 2 * 64  # b_O + ln1 (shared by the layer's heads, counted once)
+    mlp = 64 * 256 + 256 + 256 * 64 + 64 + 2 * 64  # W_in, b_in, W_out, b_out, ln2
+    blocks = 2 * (4 * head + layer_attn + mlp)
+    c = _hand_circuit(tiny_gpt2, [("input", "a0.h1<q>"), ("a0.h1", "m1"), ("m1", "logits")])
+    assert c.graph.block_params == blocks == 99968
+    assert c.block_nodes == ("a0.h1", "m1")
+    assert c.n_block_params == head + layer_attn + mlp
+    assert c.param_fraction == (head + layer_attn + mlp) / blocks
+    # a second head of the same layer adds only its own slices
+    c2 = _hand_circuit(tiny_gpt2, [("input", "a0.h1<q>"), ("input", "a0.h2<q>"), ("a0.h1", "m1"), ("a0.h2", "m1"),
+                                   ("m1", "logits")])
+    assert c2.n_block_params == 2 * head + layer_attn + mlp
+    # the old number (embeddings and unembedding included, over all parameters) stays, under its own name
+    g = c.graph
+    params = dict(zip(g.nodes, g.node_params))
+    assert c.param_fraction_with_embeddings == sum(params[n] for n in ("input", "a0.h1", "m1", "logits")) / sum(
+        g.node_params)
+    assert c.param_fraction_with_embeddings > 0.9  # the tied 50257 x 64 embedding dominates gpt2-tiny
+    s = c.summary()
+    assert (s["param_fraction"], s["n_block_params"], s["block_params"]) == (c.param_fraction, head + layer_attn + mlp,
+                                                                            blocks)
+
+
+def test_circuit_size_counts_a_gqa_kv_group_once(tiny_llama):
+    # make_llama: 2 layers, d_model 64, 4 query heads of 16 in 2 kv groups, d_mlp 128, no biases, RMSNorm.
+    head = 2 * 64 * 16  # W_Q and W_O slices
+    kv = 2 * 64 * 16  # the kv group's W_K and W_V slices
+    mlp = 3 * 64 * 128 + 64  # gate, up, down + ln2
+    blocks = 2 * (4 * head + 2 * kv + 64 + mlp)
+    c = _hand_circuit(tiny_llama, [("input", "a0.h0<q>"), ("input", "a0.h1<q>"), ("a0.h0", "m1"), ("a0.h1", "m1"),
+                                   ("m1", "logits")])
+    assert c.graph.block_params == blocks
+    assert c.n_block_params == 2 * head + kv + 64 + mlp  # h0 and h1 share kv group 0: counted once
+    assert c.param_fraction == c.n_block_params / blocks

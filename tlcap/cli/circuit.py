@@ -55,7 +55,8 @@ def circuit(
     s = res.summary()
     typer.echo(f"wrote {stage.out}")
     typer.echo(
-        f"circuit: {s['n_edges']} edges, {s['n_nodes']} nodes, {100 * s['param_fraction']:.2f}% of params; "
+        f"circuit: {s['n_edges']} edges, {s['n_nodes']} nodes, {100 * s['param_fraction']:.2f}% of block params "
+        f"({100 * s['param_fraction_with_embeddings']:.2f}% of all, embeddings included); "
         f"NLL full {s['full_nll']:.3f} / circuit {s['circuit_nll']:.3f} / ablated {s['ablated_nll']:.3f}; "
         f"target rank {s['circuit_target_rank']} (full {s['full_target_rank']}, "
         f"random circuit {s['random_circuit_target_rank']})"

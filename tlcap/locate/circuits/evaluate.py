@@ -95,12 +95,14 @@ class CircuitEvaluation(Result):
     NLLs are MatchNLL of the target; ranks are 1-based ranks of the (first) target token;
     ``logit_diff_vs_full`` is the target logit with the circuit alone minus with the full
     model; ``recovered`` = (ablated NLL - circuit NLL) / (ablated NLL - full NLL).
+    ``param_fraction`` is the share of the transformer-block parameters in the circuit,
+    ``param_fraction_with_embeddings`` the older all-parameter share (:class:`Circuit`).
     """
 
     n_edges: int
     n_nodes: int
     param_fraction: float
-    param_fraction_blocks: float
+    param_fraction_with_embeddings: float
     ablation: str
     full_nll: float
     circuit_nll: float
@@ -174,8 +176,8 @@ def evaluate_circuits(
     for i, c in enumerate(circuits, start=2):
         out.append(CircuitEvaluation(
             n_edges=c.n_edges, n_nodes=c.n_nodes, param_fraction=c.param_fraction,
-            param_fraction_blocks=c.param_fraction_blocks, ablation=c.ablation or ("corrupt" if task.corrupt is not None
-                                                                                     else "zero"),
+            param_fraction_with_embeddings=c.param_fraction_with_embeddings,
+            ablation=c.ablation or ("corrupt" if task.corrupt is not None else "zero"),
             full_nll=nll[0], circuit_nll=nll[i], ablated_nll=nll[1],
             full_target_rank=int(rank[0]), circuit_target_rank=int(rank[i]), ablated_target_rank=int(rank[1]),
             hit_at_1=bool(rank[i] == 1), hit_at_10=bool(rank[i] <= 10),

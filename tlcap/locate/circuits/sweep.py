@@ -42,7 +42,8 @@ class SizeSweep(Result):
     """Faithfulness of circuits of growing size (top-n edges, pruned).
 
     Attributes:
-        top_n: Requested sizes; n_edges / n_nodes / param_fraction: after pruning.
+        top_n: Requested sizes; n_edges / n_nodes / param_fraction: after pruning
+            (``param_fraction``: share of the transformer-block parameters, :attr:`Circuit.param_fraction`).
         nll, rank, hit_at_1, hit_at_10, recovered: Per size (circuit alone).
         random_nll, random_rank: Random circuits with the same number of edges.
         full_nll, ablated_nll: The full model and the fully ablated run.
