@@ -8,6 +8,7 @@ import typer
 
 from tlcap.cli import app
 from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs, parse_sizes
 from tlcap.locate.circuits.knowledge_circuit import knowledge_circuit
 
@@ -43,6 +44,8 @@ def circuit(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Find the knowledge circuit of a fact with EAP / EAP-IG and evaluate it alone."""
+    if sweep is not None and no_sweep:
+        raise InvalidConfigError("give --sweep SIZES or --no-sweep, not both")
     sizes = parse_sizes(sweep) if sweep is not None else None
     cfg = EAPConfig(steps=ig_steps, metric=metric, ablation="zero" if zero_ablate else "corrupt", top_n=top_n,
                     threshold=threshold, sweep=not no_sweep, sweep_sizes=sizes, seed=seed)
