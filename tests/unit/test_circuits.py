@@ -187,6 +187,9 @@ def test_size_sweep_monotone_ends(tiny_gpt2):
     assert sw.nll[0] == pytest.approx(sw.ablated_nll, abs=1e-5)
     assert sw.nll[-1] == pytest.approx(sw.full_nll, abs=1e-5)
     assert len(sw.figure().data) >= 4 and len(sw.to_frame()) == 3
+    assert sw.provenance.config == {"sweep_sizes": [0, 5, sc.n_edges], "batch": 8} and sw.provenance.seed == 0
+    ev = evaluate_circuit(tiny_gpt2, sc.select(top_n=5))
+    assert ev.provenance.model_name == tiny_gpt2.name and ev.provenance.config == {"batch": 8, "metric": "nll"}
 
 
 def test_logit_diff_metric(tiny_gpt2):

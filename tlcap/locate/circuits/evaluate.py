@@ -24,6 +24,7 @@ from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.circuits.passes import run_pass
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
+from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.viz.circuit import evaluation_figure
 
@@ -163,7 +164,7 @@ def evaluate_circuits(
         batch: Circuits per forward pass.
 
     Returns:
-        One :class:`CircuitEvaluation` per circuit.
+        One :class:`CircuitEvaluation` per circuit, with provenance.
     """
     first = circuits[0]
     task = task or task_for(model, first)
@@ -173,6 +174,7 @@ def evaluate_circuits(
     nll, rank, tl, met = r["nll"].tolist(), r["rank"].tolist(), r["target_logit"].tolist(), r["metric"].tolist()
     gap = nll[1] - nll[0]
     out = []
+    prov = Provenance.collect(model, config={"batch": batch, "metric": task.metric}, seed=None)
     for i, c in enumerate(circuits, start=2):
         out.append(CircuitEvaluation(
             n_edges=c.n_edges, n_nodes=c.n_nodes, param_fraction=c.param_fraction,
@@ -183,7 +185,7 @@ def evaluate_circuits(
             hit_at_1=bool(rank[i] == 1), hit_at_10=bool(rank[i] <= 10),
             full_target_logit=tl[0], circuit_target_logit=tl[i], logit_diff_vs_full=tl[i] - tl[0],
             recovered=(nll[1] - nll[i]) / gap if gap != 0 else float("nan"),
-            metric=task.metric, full_metric=met[0], circuit_metric=met[i], selection=c.selection,
+            metric=task.metric, full_metric=met[0], circuit_metric=met[i], selection=c.selection, provenance=prov,
         ))
     return out
 
@@ -197,7 +199,7 @@ def evaluate_circuit(model: Model, circuit: Circuit, task: CircuitTask | None = 
         task: The task (default: rebuilt from the circuit's strings).
 
     Returns:
-        The :class:`CircuitEvaluation`.
+        The :class:`CircuitEvaluation`, with provenance.
 
     Example:
         >>> ev = evaluate_circuit(model, scores.select(top_n=300))

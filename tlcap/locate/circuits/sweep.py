@@ -16,6 +16,7 @@ from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.evaluate import evaluate_masks, task_for
 from tlcap.locate.circuits.task import CircuitTask
 from tlcap.models import Model
+from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
 from tlcap.viz.circuit import size_sweep_figure
 
@@ -110,7 +111,7 @@ def size_sweep(
         batch: Circuits per forward pass.
 
     Returns:
-        The :class:`SizeSweep`.
+        The :class:`SizeSweep`, with provenance (its sizes and seed).
 
     Example:
         >>> sweep = size_sweep(model, scores, [10, 30, 100, 300])
@@ -142,6 +143,7 @@ def size_sweep(
         recovered=tuple((abl - x) / gap if gap else float("nan") for x in c_nll),
         random_nll=tuple(nll[2 + k :]), random_rank=tuple(int(x) for x in rank[2 + k :]),
         full_nll=full, ablated_nll=abl, total_edges=total,
+        provenance=Provenance.collect(model, config={"sweep_sizes": list(sizes), "batch": batch}, seed=seed),
     )
 
 
