@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli_helpers import assert_cli_error
 from tlcap.errors import InvalidConfigError
-from tlcap.locate.circuits import EAPConfig, check_circuit_inputs, edge_attribution
+from tlcap.locate.circuits import EAPConfig, check_circuit_inputs, edge_attribution, size_sweep
 
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
 
@@ -129,3 +129,16 @@ def test_top_n_beyond_the_graph_warns_and_records_requested_and_used(tiny_gpt2):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sc.select(top_n=sc.n_edges)  # exactly every edge: no warning
+
+
+def test_sweep_sizes_beyond_the_graph_warn_and_keep_the_requested_size(tiny_gpt2):
+    sc = edge_attribution(tiny_gpt2, PROMPT, TARGET, CORRUPT)
+    big = sc.n_edges + 7
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sw = size_sweep(tiny_gpt2, sc, [3, big])
+    assert [str(w.message) for w in caught] == [
+        f"sweep sizes [{big}] are more than the {sc.n_edges} edges of the graph: each keeps all of them "
+        "(top_n records the requested size, n_edges the edges kept)"]
+    assert sw.top_n == (3, big) and sw.n_edges[1] == sc.n_edges
+    assert sw.nll[1] == pytest.approx(sw.full_nll, abs=1e-5)

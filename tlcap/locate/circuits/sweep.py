@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,9 @@ def size_sweep(
     Returns:
         The :class:`SizeSweep`, with provenance (its sizes and seed).
 
+    Warns:
+        UserWarning: a size above the graph's number of edges (it keeps every edge).
+
     Example:
         >>> sweep = size_sweep(model, scores, [10, 30, 100, 300])
         >>> sweep.to_frame(), sweep.figure()
@@ -120,13 +124,20 @@ def size_sweep(
     total = scores.n_edges
     if sizes is None:
         sizes = default_sizes(total)
-    sizes = [min(n, total) for n in check_sequence("sweep_sizes", sizes, min_len=1, cli="--sweep",
-                                                   item=lambda n, x: check_int(n, x, min=0, cli="--sweep"))]
+    sizes = list(check_sequence("sweep_sizes", sizes, min_len=1, cli="--sweep",
+                                item=lambda n, x: check_int(n, x, min=0, cli="--sweep")))
+    beyond = [n for n in sizes if n > total]
+    if beyond:
+        warnings.warn(
+            f"sweep sizes {beyond} are more than the {total} edges of the graph: each keeps all of them "
+            "(top_n records the requested size, n_edges the edges kept)", UserWarning, stacklevel=2,
+        )
     task = task or task_for(model, scores)
     circuits = []
     for n in sizes:
         mask = prune_dead(scores.graph, select_edges(scores.scores, scores.valid, top_n=n))
-        circuits.append(Circuit(mask=mask, scores=scores.scores, graph=scores.graph, n_selected=n, selection=f"top_n={n}"))
+        circuits.append(Circuit(mask=mask, scores=scores.scores, graph=scores.graph, n_selected=min(n, total),
+                                selection=f"top_n={n}"))
     randoms = [c.random_like(seed + i) for i, c in enumerate(circuits)]
     masks = torch.stack([torch.ones_like(scores.valid), torch.zeros_like(scores.valid)]
                         + [c.mask for c in circuits] + [c.mask for c in randoms])
