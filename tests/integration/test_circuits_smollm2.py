@@ -22,7 +22,7 @@ def test_small_circuit_keeps_fact_random_does_not(smollm2):
     task = make_task(m, prompt, target, corrupt)
     r = evaluate_masks(m, g, task, torch.stack([g.valid_mask(), circ.mask, rnd.mask, torch.zeros_like(circ.mask)]))
     rank = r["rank"].tolist()
-    print(f"circuit {circ.n_edges} edges / {circ.n_nodes} nodes ({circ.param_fraction:.1%} params): "
+    print(f"circuit {circ.n_edges} edges / {circ.n_nodes} nodes ({circ.param_fraction:.1%} of block params): "
           f"rank full {rank[0]}, circuit {rank[1]}, random {rank[2]}, ablated {rank[3]}; NLL {r['nll'].tolist()}")
     assert rank[0] == 1  # the model knows the fact
     assert rank[3] > 10  # corrupting everything loses it

@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from scipy.stats import spearmanr
 from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
+import tlcap
 from benchmarks.tl_compat import tl_edge_matrix
-from tlcap.errors import ShapeMismatchError
+from tests.cli_helpers import run_cli
+from tlcap.errors import InvalidConfigError, ShapeMismatchError, UnknownNameError
 from tlcap.locate.circuits import (
     Circuit,
+    CircuitTask,
+    CorruptedAblation,
+    EAPConfig,
     EdgeGraph,
     EdgeScores,
+    KnowledgeCircuit,
     edge_attribution,
     edge_hooks_enabled,
     evaluate_circuit,
     evaluate_masks,
+    knowledge_circuit,
     make_task,
     prune_dead,
+    run_pass,
     size_sweep,
 )
+from tlcap.models import make_gpt2, make_llama
+from tlcap.results import load_result
 from tlcap.runtime import hooks as H
 
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
@@ -102,8 +120,6 @@ def test_eap_agrees_with_patching_every_edge(arch):
     A float64 tiny model whose corrupted subject embedding is 5% of the way from ' France'
     to ' Italy' keeps the perturbation small, so the first-order estimate should be close.
     """
-    from tlcap.models import make_gpt2, make_llama
-
     m = make_gpt2("tiny", seed=1) if arch == "gpt2" else make_llama(seed=1)
     m.backend.to(torch.float64)
     a, b = m.encode(" France")[0], m.encode(" Italy")[0]
@@ -187,6 +203,9 @@ def test_size_sweep_monotone_ends(tiny_gpt2):
     assert sw.nll[0] == pytest.approx(sw.ablated_nll, abs=1e-5)
     assert sw.nll[-1] == pytest.approx(sw.full_nll, abs=1e-5)
     assert len(sw.figure().data) >= 4 and len(sw.to_frame()) == 3
+    assert sw.provenance.config == {"sweep_sizes": [0, 5, sc.n_edges], "batch": 8} and sw.provenance.seed == 0
+    ev = evaluate_circuit(tiny_gpt2, sc.select(top_n=5))
+    assert ev.provenance.model_name == tiny_gpt2.name and ev.provenance.config == {"batch": 8, "metric": "nll"}
 
 
 def test_logit_diff_metric(tiny_gpt2):
@@ -198,11 +217,6 @@ def test_logit_diff_metric(tiny_gpt2):
 
 
 def test_cli_contract(tmp_path):
-    import json
-
-    from tests.cli_helpers import run_cli
-    from tlcap.locate.circuits import KnowledgeCircuit
-
     out = tmp_path / "run"
     run = run_cli(["circuit", "--model", "gpt2-tiny", "--prompt", PROMPT, "--target", TARGET, "--corrupt-prompt", CORRUPT,
                    "--top-n", "20", "--ig-steps", "1", "--sweep", "5,20", "--out", str(out)])
@@ -219,13 +233,16 @@ def test_cli_contract(tmp_path):
     assert (out / "circuit.png").exists()
     assert len((out / "circuit_edges.csv").read_text().splitlines()) == s["n_edges"] + 1
     assert f"{s['n_edges']} edges" in run.stdout
+    # what the CLI wrote loads in a fresh process (no tlcap.locate.circuits import beforehand)
+    code = "import sys, tlcap; r = tlcap.load_result(sys.argv[1]); print(type(r).__name__, r.circuit.n_edges)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    fresh = subprocess.run([sys.executable, "-c", code, str(out / "result")], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert fresh.stdout.split() == ["KnowledgeCircuit", str(s["n_edges"])], fresh.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------- config, results, structure
 def test_eap_config_validates_at_construction():
-    from tlcap.errors import InvalidConfigError, UnknownNameError
-    from tlcap.locate.circuits import EAPConfig
-
     cases = [
         (dict(steps=0), "steps (--ig-steps) must be >= 1, got 0"),
         (dict(top_n=0), "top_n (--top-n) must be >= 1, got 0"),
@@ -251,15 +268,6 @@ def test_eap_config_validates_at_construction():
 
 
 def test_knowledge_circuit_composes_the_pieces_and_round_trips(tiny_gpt2, tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from tlcap.locate.circuits import EAPConfig, KnowledgeCircuit, knowledge_circuit
-    from tlcap.results import load_result
-
     m = tiny_gpt2
     cfg = EAPConfig(steps=2, top_n=20, sweep_sizes=(0, 5, 20))
     res = knowledge_circuit(m, PROMPT, TARGET, CORRUPT, config=cfg)
@@ -275,11 +283,13 @@ def test_knowledge_circuit_composes_the_pieces_and_round_trips(tiny_gpt2, tmp_pa
     s = res.summary()
     old_cli_keys = {  # the summary.json keys tlcap circuit wrote before the results owned them
         "model", "prompt", "target", "corrupt_prompt", "ablation", "method", "ig_steps", "metric", "selection",
-        "n_selected", "n_edges", "n_nodes", "total_edges", "param_fraction", "param_fraction_blocks", "full_nll",
+        "n_selected", "n_edges", "n_nodes", "total_edges", "param_fraction", "full_nll",
         "circuit_nll", "ablated_nll", "full_target_rank", "circuit_target_rank", "ablated_target_rank", "hit_at_1",
         "hit_at_10", "logit_diff_vs_full", "recovered", "full_metric", "circuit_metric", "random_circuit_nll",
         "random_circuit_target_rank", "nodes", "edges", "sweep"}
     assert old_cli_keys <= set(s)
+    assert s["param_fraction"] == circ.param_fraction and s["n_block_params"] == circ.n_block_params
+    assert s["param_fraction_with_embeddings"] == circ.param_fraction_with_embeddings
     assert s["ablation"] == "corrupt" and s["method"] == "eap-ig" and s["n_edges"] == circ.n_edges
     assert s["circuit_nll"] == ev.circuit_nll and s["sweep"]["top_n"] == [0, 5, 20]
     assert res.provenance is not None and res.provenance.config == cfg.replace(ablation="corrupt").to_dict()
@@ -325,8 +335,6 @@ def test_edge_graph_result(model):
 
 def test_pass_engine_runs_a_batch_of_items(tiny_llama):
     """Rows of different items in one pass give each item's own metric (the engine is item-general)."""
-    from tlcap.locate.circuits import CircuitTask, run_pass
-
     m = tiny_llama
     a = make_task(m, PROMPT, TARGET, CORRUPT)
     b = make_task(m, CORRUPT, " Rome", PROMPT)
@@ -340,18 +348,11 @@ def test_pass_engine_runs_a_batch_of_items(tiny_llama):
     one_a, one_b = run_pass(m, g, a, a.clean), run_pass(m, g, b, b.clean)
     torch.testing.assert_close(out.metric, torch.cat([one_a.metric, one_b.metric]), atol=1e-5, rtol=1e-5)
     # the corrupted rows of item 1 are item 0's clean rows: its ablated run is item 0's clean run
-    from tlcap.locate.circuits import CorruptedAblation
-
     abl = CorruptedAblation().run(m, g, both)
     torch.testing.assert_close(abl.upstream[1], out.upstream[0], atol=1e-5, rtol=1e-5)
 
 
 def test_no_function_level_imports_and_no_tl_compat_in_the_library():
-    import re
-    from pathlib import Path
-
-    import tlcap
-
     pkg = Path(tlcap.__file__).resolve().parent
     files = [*sorted((pkg / "locate" / "circuits").glob("*.py")), pkg / "viz" / "circuit.py", pkg / "cli" / "circuit.py"]
     nested = re.compile(r"^\s+(import \w|from [\w.]+ import )")
@@ -360,3 +361,63 @@ def test_no_function_level_imports_and_no_tl_compat_in_the_library():
     assert not [p for p in pkg.rglob("*.py") if "tl_compat" in p.read_text() or "tl_edge_matrix" in p.read_text()]
     viz = (pkg / "viz" / "circuit.py").read_text()
     assert "import tlcap.locate" not in viz and "from tlcap.locate" not in viz  # viz takes values
+    # no import cycle among the circuit modules (module-level imports, the package __init__ aside)
+    deps = {}
+    for f in (pkg / "locate" / "circuits").glob("*.py"):
+        if f.stem == "__init__":
+            continue
+        mods = {n.module for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
+        deps[f.stem] = {m.rsplit(".", 1)[1] for m in mods if m.startswith("tlcap.locate.circuits.")}
+    done: list[str] = []
+    while len(done) < len(deps):  # topological order exists <=> no cycle
+        ready = sorted(m for m in deps if m not in done and deps[m] <= set(done))
+        assert ready, f"import cycle among {sorted(set(deps) - set(done))}"
+        done += ready
+    assert deps["circuit"] == {"graph"} and deps["graph"] == set() and "eap" not in deps["passes"]
+
+
+def _hand_circuit(model, edges):
+    g = EdgeGraph.from_model(model)
+    mask = torch.zeros(g.n_upstream, g.n_readers, dtype=torch.bool)
+    for u, v in edges:
+        mask[g.upstream.index(u), g.readers.index(v)] = True
+    return Circuit(mask=mask, scores=mask.float(), graph=g)
+
+
+def test_circuit_size_is_the_share_of_block_parameters_gpt2(tiny_gpt2):
+    # gpt2-tiny: 2 layers, d_model 64, 4 heads of 16, d_mlp 256, biases and LayerNorm weight + bias.
+    head = 4 * 64 * 16 + 3 * 16  # W_Q/W_K/W_V/W_O slices + b_Q/b_K/b_V slices
+    layer_attn = 64 + 2 * 64  # b_O + ln1 (shared by the layer's heads, counted once)
+    mlp = 64 * 256 + 256 + 256 * 64 + 64 + 2 * 64  # W_in, b_in, W_out, b_out, ln2
+    blocks = 2 * (4 * head + layer_attn + mlp)
+    c = _hand_circuit(tiny_gpt2, [("input", "a0.h1<q>"), ("a0.h1", "m1"), ("m1", "logits")])
+    assert c.graph.block_params == blocks == 99968
+    assert c.block_nodes == ("a0.h1", "m1")
+    assert c.n_block_params == head + layer_attn + mlp
+    assert c.param_fraction == (head + layer_attn + mlp) / blocks
+    # a second head of the same layer adds only its own slices
+    c2 = _hand_circuit(tiny_gpt2, [("input", "a0.h1<q>"), ("input", "a0.h2<q>"), ("a0.h1", "m1"), ("a0.h2", "m1"),
+                                   ("m1", "logits")])
+    assert c2.n_block_params == 2 * head + layer_attn + mlp
+    # the old number (embeddings and unembedding included, over all parameters) stays, under its own name
+    g = c.graph
+    params = dict(zip(g.nodes, g.node_params))
+    assert c.param_fraction_with_embeddings == sum(params[n] for n in ("input", "a0.h1", "m1", "logits")) / sum(
+        g.node_params)
+    assert c.param_fraction_with_embeddings > 0.9  # the tied 50257 x 64 embedding dominates gpt2-tiny
+    s = c.summary()
+    assert (s["param_fraction"], s["n_block_params"], s["block_params"]) == (c.param_fraction, head + layer_attn + mlp,
+                                                                            blocks)
+
+
+def test_circuit_size_counts_a_gqa_kv_group_once(tiny_llama):
+    # make_llama: 2 layers, d_model 64, 4 query heads of 16 in 2 kv groups, d_mlp 128, no biases, RMSNorm.
+    head = 2 * 64 * 16  # W_Q and W_O slices
+    kv = 2 * 64 * 16  # the kv group's W_K and W_V slices
+    mlp = 3 * 64 * 128 + 64  # gate, up, down + ln2
+    blocks = 2 * (4 * head + 2 * kv + 64 + mlp)
+    c = _hand_circuit(tiny_llama, [("input", "a0.h0<q>"), ("input", "a0.h1<q>"), ("a0.h0", "m1"), ("a0.h1", "m1"),
+                                   ("m1", "logits")])
+    assert c.graph.block_params == blocks
+    assert c.n_block_params == 2 * head + kv + 64 + mlp  # h0 and h1 share kv group 0: counted once
+    assert c.param_fraction == c.n_block_params / blocks

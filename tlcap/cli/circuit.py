@@ -8,6 +8,7 @@ import typer
 
 from tlcap.cli import app
 from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs, parse_sizes
 from tlcap.locate.circuits.knowledge_circuit import knowledge_circuit
 
@@ -43,6 +44,8 @@ def circuit(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Find the knowledge circuit of a fact with EAP / EAP-IG and evaluate it alone."""
+    if sweep is not None and no_sweep:
+        raise InvalidConfigError("give --sweep SIZES or --no-sweep, not both")
     sizes = parse_sizes(sweep) if sweep is not None else None
     cfg = EAPConfig(steps=ig_steps, metric=metric, ablation="zero" if zero_ablate else "corrupt", top_n=top_n,
                     threshold=threshold, sweep=not no_sweep, sweep_sizes=sizes, seed=seed)
@@ -55,7 +58,8 @@ def circuit(
     s = res.summary()
     typer.echo(f"wrote {stage.out}")
     typer.echo(
-        f"circuit: {s['n_edges']} edges, {s['n_nodes']} nodes, {100 * s['param_fraction']:.2f}% of params; "
+        f"circuit: {s['n_edges']} edges, {s['n_nodes']} nodes, {100 * s['param_fraction']:.2f}% of block params "
+        f"({100 * s['param_fraction_with_embeddings']:.2f}% of all, embeddings included); "
         f"NLL full {s['full_nll']:.3f} / circuit {s['circuit_nll']:.3f} / ablated {s['ablated_nll']:.3f}; "
         f"target rank {s['circuit_target_rank']} (full {s['full_target_rank']}, "
         f"random circuit {s['random_circuit_target_rank']})"

@@ -2,6 +2,17 @@
 
 Depends only on the graph (:mod:`.graph`): a :class:`Circuit` is a value (an edge mask over an
 :class:`~.graph.EdgeGraph` with the scores it came from); running it is :mod:`.evaluate`'s job.
+
+**Size.** :attr:`Circuit.param_fraction` (the headline, the quantity the CNL paper reports) is
+the share of the transformer blocks' parameters that the circuit uses: the exact union of the
+parameter groups of its heads and MLPs (:meth:`~.graph.EdgeGraph.count_params`) over every
+block parameter. A circuit head brings its W_Q/b_Q/W_O slices, its kv group's W_K/W_V slices
+(under GQA shared by the group's query heads: counted once, in full, however many of them are
+in) and its layer's ``b_O``/``ln1``; an MLP brings its weights and ``ln2``. Embeddings, the
+final norm and the unembedding are not block parameters.
+:attr:`Circuit.param_fraction_with_embeddings` is the older, secondary number: every node the
+circuit touches, input embedding and logits included, each with its even share of shared
+groups (:attr:`~.graph.EdgeGraph.node_params`), over all of the model's parameters.
 """
 
 from __future__ import annotations
@@ -142,18 +153,26 @@ class Circuit(Result):
         return len(self.nodes)
 
     @property
-    def param_fraction(self) -> float:
-        """Share of the model's parameters held by the circuit's nodes."""
-        params = dict(zip(self.graph.nodes, self.graph.node_params))
-        return sum(params[n] for n in self.nodes) / max(1, sum(self.graph.node_params))
+    def block_nodes(self) -> tuple[str, ...]:
+        """The circuit's heads and MLPs (:attr:`nodes` without ``input`` and ``logits``)."""
+        return tuple(n for n in self.nodes if n not in BOUNDARY_NODES)
 
     @property
-    def param_fraction_blocks(self) -> float:
-        """Share of the transformer blocks' parameters (heads and MLPs; embeddings excluded)."""
+    def n_block_params(self) -> int:
+        """Exact number of transformer-block parameters the circuit's heads and MLPs use (module docstring)."""
+        return self.graph.count_params(self.block_nodes)
+
+    @property
+    def param_fraction(self) -> float:
+        """Share of the transformer blocks' parameters in the circuit (the headline size; module docstring)."""
+        total = self.graph.block_params
+        return self.n_block_params / total if total else float("nan")
+
+    @property
+    def param_fraction_with_embeddings(self) -> float:
+        """Share of all parameters held by the touched nodes, input embedding and logits included (secondary)."""
         params = dict(zip(self.graph.nodes, self.graph.node_params))
-        blocks = [n for n in self.graph.nodes if n not in BOUNDARY_NODES]
-        inside = sum(params[n] for n in self.nodes if n in blocks)
-        return inside / max(1, sum(params[n] for n in blocks))
+        return sum(params[n] for n in self.nodes) / max(1, sum(self.graph.node_params))
 
     @property
     def edges(self) -> list[tuple[str, str, float]]:
@@ -201,7 +220,9 @@ class Circuit(Result):
             "corrupt_prompt": self.corrupt_prompt, "ablation": self.ablation, "metric": self.metric,
             "selection": self.selection, "n_selected": self.n_selected, "n_edges": self.n_edges,
             "n_nodes": self.n_nodes, "total_edges": int(self.graph.valid_mask().sum()),
-            "param_fraction": self.param_fraction, "param_fraction_blocks": self.param_fraction_blocks,
+            "param_fraction": self.param_fraction, "n_block_params": self.n_block_params,
+            "block_params": self.graph.block_params,
+            "param_fraction_with_embeddings": self.param_fraction_with_embeddings,
             "nodes": list(self.nodes), "edges": [[u, v, s] for u, v, s in self.edges],
         }
 
@@ -216,7 +237,7 @@ class Circuit(Result):
         return circuit_graph(
             edges, {v: g.reader_node_names(v) for _, v, _ in edges}, self.node_importance(), g.n_layers, g.n_heads,
             title or f"Knowledge circuit: {self.n_edges} edges, {self.n_nodes} nodes "
-                     f"({100 * self.param_fraction:.1f}% of parameters) — {self.prompt!r} → {self.target!r}",
+                     f"({100 * self.param_fraction:.1f}% of block parameters) — {self.prompt!r} → {self.target!r}",
         )
 
 

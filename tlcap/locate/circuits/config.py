@@ -118,6 +118,22 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         ) from None
 
 
+def _check_prompt_end(name: str, prompt: str, target: str) -> None:
+    """Refuse a prompt ending in a space or tab: the space belongs to the answer's first token.
+
+    ``"The capital of France is " + " Paris"`` tokenizes the space as a token of its own and
+    scores a different answer (issue 15: P 0.77 -> 0.01 with no warning).
+    """
+    if prompt[-1] in " \t":
+        option = "--" + name.replace("_", "-")
+        stripped = prompt.rstrip(" \t")
+        fix = target if target[:1].isspace() else " " + target.lstrip()
+        raise InvalidConfigError(
+            f"{name} ({option}) {prompt!r} ends with whitespace, which belongs to the answer's first token; "
+            f"end it at the last word ({stripped!r}) and start the answer with the space ({fix!r})"
+        )
+
+
 def check_circuit_inputs(
     prompt: str,
     target: str,
@@ -139,14 +155,17 @@ def check_circuit_inputs(
         else ``zero``).
 
     Raises:
-        InvalidConfigError: an empty string, a corrupted prompt equal to the clean one, an
+        InvalidConfigError: an empty string, a prompt ending in a space or tab, a corrupted
+            prompt equal to the clean one, an
             ablation that does not match the corrupted prompt, or a corrupted answer missing
             for (or given without) ``metric="logit_diff"``.
     """
     check_str("prompt", prompt)
     check_str("target", target)
+    _check_prompt_end("prompt", prompt, target)
     if corrupt_prompt is not None:
         check_str("corrupt_prompt", corrupt_prompt)
+        _check_prompt_end("corrupt_prompt", corrupt_prompt, corrupt_target or target)
         if corrupt_prompt == prompt:
             raise InvalidConfigError(
                 "the corrupted prompt (--corrupt-prompt) is the clean prompt: every edge score would be 0; "

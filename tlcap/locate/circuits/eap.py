@@ -25,6 +25,7 @@ means that ablating the edge raises the NLL: the edge carries the fact.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,9 +116,18 @@ class EdgeScores(Result):
 
         Raises:
             InvalidConfigError: both or neither of ``top_n`` and ``threshold``, or one out of range.
+
+        Warns:
+            UserWarning: ``top_n`` larger than the graph's number of edges (all are kept).
         """
         if top_n is not None:
             check_int("top_n", top_n, min=1)
+            if top_n > self.n_edges:
+                warnings.warn(
+                    f"top_n={top_n} is more than the {self.n_edges} edges of the graph: the circuit holds all of them "
+                    f"(requested {top_n}, selected {self.n_edges}; recorded as selection and n_selected)",
+                    UserWarning, stacklevel=2,
+                )
         mask = select_edges(self.scores, self.valid, top_n, threshold)
         selected = int(mask.sum())
         if prune:

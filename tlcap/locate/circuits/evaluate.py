@@ -24,6 +24,7 @@ from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.circuits.passes import run_pass
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
+from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.viz.circuit import evaluation_figure
 
@@ -95,12 +96,14 @@ class CircuitEvaluation(Result):
     NLLs are MatchNLL of the target; ranks are 1-based ranks of the (first) target token;
     ``logit_diff_vs_full`` is the target logit with the circuit alone minus with the full
     model; ``recovered`` = (ablated NLL - circuit NLL) / (ablated NLL - full NLL).
+    ``param_fraction`` is the share of the transformer-block parameters in the circuit,
+    ``param_fraction_with_embeddings`` the older all-parameter share (:class:`Circuit`).
     """
 
     n_edges: int
     n_nodes: int
     param_fraction: float
-    param_fraction_blocks: float
+    param_fraction_with_embeddings: float
     ablation: str
     full_nll: float
     circuit_nll: float
@@ -161,7 +164,7 @@ def evaluate_circuits(
         batch: Circuits per forward pass.
 
     Returns:
-        One :class:`CircuitEvaluation` per circuit.
+        One :class:`CircuitEvaluation` per circuit, with provenance.
     """
     first = circuits[0]
     task = task or task_for(model, first)
@@ -171,17 +174,18 @@ def evaluate_circuits(
     nll, rank, tl, met = r["nll"].tolist(), r["rank"].tolist(), r["target_logit"].tolist(), r["metric"].tolist()
     gap = nll[1] - nll[0]
     out = []
+    prov = Provenance.collect(model, config={"batch": batch, "metric": task.metric}, seed=None)
     for i, c in enumerate(circuits, start=2):
         out.append(CircuitEvaluation(
             n_edges=c.n_edges, n_nodes=c.n_nodes, param_fraction=c.param_fraction,
-            param_fraction_blocks=c.param_fraction_blocks, ablation=c.ablation or ("corrupt" if task.corrupt is not None
-                                                                                     else "zero"),
+            param_fraction_with_embeddings=c.param_fraction_with_embeddings,
+            ablation=c.ablation or ("corrupt" if task.corrupt is not None else "zero"),
             full_nll=nll[0], circuit_nll=nll[i], ablated_nll=nll[1],
             full_target_rank=int(rank[0]), circuit_target_rank=int(rank[i]), ablated_target_rank=int(rank[1]),
             hit_at_1=bool(rank[i] == 1), hit_at_10=bool(rank[i] <= 10),
             full_target_logit=tl[0], circuit_target_logit=tl[i], logit_diff_vs_full=tl[i] - tl[0],
             recovered=(nll[1] - nll[i]) / gap if gap != 0 else float("nan"),
-            metric=task.metric, full_metric=met[0], circuit_metric=met[i], selection=c.selection,
+            metric=task.metric, full_metric=met[0], circuit_metric=met[i], selection=c.selection, provenance=prov,
         ))
     return out
 
@@ -195,7 +199,7 @@ def evaluate_circuit(model: Model, circuit: Circuit, task: CircuitTask | None = 
         task: The task (default: rebuilt from the circuit's strings).
 
     Returns:
-        The :class:`CircuitEvaluation`.
+        The :class:`CircuitEvaluation`, with provenance.
 
     Example:
         >>> ev = evaluate_circuit(model, scores.select(top_n=300))

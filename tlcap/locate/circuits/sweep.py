@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.evaluate import evaluate_masks, task_for
 from tlcap.locate.circuits.task import CircuitTask
 from tlcap.models import Model
+from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
 from tlcap.viz.circuit import size_sweep_figure
 
@@ -42,7 +44,8 @@ class SizeSweep(Result):
     """Faithfulness of circuits of growing size (top-n edges, pruned).
 
     Attributes:
-        top_n: Requested sizes; n_edges / n_nodes / param_fraction: after pruning.
+        top_n: Requested sizes; n_edges / n_nodes / param_fraction: after pruning
+            (``param_fraction``: share of the transformer-block parameters, :attr:`Circuit.param_fraction`).
         nll, rank, hit_at_1, hit_at_10, recovered: Per size (circuit alone).
         random_nll, random_rank: Random circuits with the same number of edges.
         full_nll, ablated_nll: The full model and the fully ablated run.
@@ -109,7 +112,10 @@ def size_sweep(
         batch: Circuits per forward pass.
 
     Returns:
-        The :class:`SizeSweep`.
+        The :class:`SizeSweep`, with provenance (its sizes and seed).
+
+    Warns:
+        UserWarning: a size above the graph's number of edges (it keeps every edge).
 
     Example:
         >>> sweep = size_sweep(model, scores, [10, 30, 100, 300])
@@ -118,13 +124,20 @@ def size_sweep(
     total = scores.n_edges
     if sizes is None:
         sizes = default_sizes(total)
-    sizes = [min(n, total) for n in check_sequence("sweep_sizes", sizes, min_len=1, cli="--sweep",
-                                                   item=lambda n, x: check_int(n, x, min=0, cli="--sweep"))]
+    sizes = list(check_sequence("sweep_sizes", sizes, min_len=1, cli="--sweep",
+                                item=lambda n, x: check_int(n, x, min=0, cli="--sweep")))
+    beyond = [n for n in sizes if n > total]
+    if beyond:
+        warnings.warn(
+            f"sweep sizes {beyond} are more than the {total} edges of the graph: each keeps all of them "
+            "(top_n records the requested size, n_edges the edges kept)", UserWarning, stacklevel=2,
+        )
     task = task or task_for(model, scores)
     circuits = []
     for n in sizes:
         mask = prune_dead(scores.graph, select_edges(scores.scores, scores.valid, top_n=n))
-        circuits.append(Circuit(mask=mask, scores=scores.scores, graph=scores.graph, n_selected=n, selection=f"top_n={n}"))
+        circuits.append(Circuit(mask=mask, scores=scores.scores, graph=scores.graph, n_selected=min(n, total),
+                                selection=f"top_n={n}"))
     randoms = [c.random_like(seed + i) for i, c in enumerate(circuits)]
     masks = torch.stack([torch.ones_like(scores.valid), torch.zeros_like(scores.valid)]
                         + [c.mask for c in circuits] + [c.mask for c in randoms])
@@ -141,6 +154,7 @@ def size_sweep(
         recovered=tuple((abl - x) / gap if gap else float("nan") for x in c_nll),
         random_nll=tuple(nll[2 + k :]), random_rank=tuple(int(x) for x in rank[2 + k :]),
         full_nll=full, ablated_nll=abl, total_edges=total,
+        provenance=Provenance.collect(model, config={"sweep_sizes": list(sizes), "batch": batch}, seed=seed),
     )
 
 
