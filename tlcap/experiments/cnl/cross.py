@@ -191,7 +191,7 @@ def cross_dataset(
     ov, io, ed, rd = (torch.zeros(k, k, dtype=torch.float64) for _ in range(4))
     modes = cfg.modes if train_sets is not None else ()
     en = torch.zeros(len(modes), k, k, dtype=torch.float64)
-    base = {b: task_accuracy(model, b, eval_sets[b]).accuracy for b in names}
+    base = {b: task_accuracy(model, b, eval_sets[b], progress=progress).accuracy for b in names}
     erase_cfg = EraseConfig(n_random=cfg.n_random, seed=cfg.seed)
     for i, a in enumerate(names):
         for j, b in enumerate(names):
@@ -206,11 +206,11 @@ def cross_dataset(
             if cfg.train_on == "source":
                 with tuned(model, train_sets[a], located[a], mode, **tune):  # type: ignore[index]
                     for j, b in enumerate(names):
-                        en[m, i, j] = task_accuracy(model, b, eval_sets[b]).accuracy - base[b]
+                        en[m, i, j] = task_accuracy(model, b, eval_sets[b], progress=progress).accuracy - base[b]
             else:
                 for j, b in enumerate(names):
                     with tuned(model, train_sets[b], located[a], mode, **tune):  # type: ignore[index]
-                        en[m, i, j] = task_accuracy(model, b, eval_sets[b]).accuracy - base[b]
+                        en[m, i, j] = task_accuracy(model, b, eval_sets[b], progress=progress).accuracy - base[b]
     data = {b: DataReport.of(eval_sets[b], b, "test").summary() for b in names}
     res = CrossResult(names=names, overlap=ov, iou=io, erase_delta=ed, random_delta=rd, enhance_delta=en,
                       base_accuracy=tuple(base[b] for b in names), n_neurons=tuple(len(located[a]) for a in names),

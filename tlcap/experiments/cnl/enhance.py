@@ -195,7 +195,7 @@ def enhance_effect(
     if not len(neurons):
         raise EmptyNeuronSetError(f"the neuron set{f' of {source}' if source else ''} is empty (0 neurons): there is "
                                   "nothing to fine-tune; locate with a lower --sigma or on more samples")
-    base = task_accuracy(model, task, test)
+    base = task_accuracy(model, task, test, progress=progress)
     rows: list[EnhanceRow] = []
     fractions = {}
     for mode in cfg.modes:
@@ -204,7 +204,7 @@ def enhance_effect(
 
         def evaluate(epoch: int, mode: str = mode) -> None:
             if epoch in cfg.evaluated_epochs:
-                rows.append(EnhanceRow(mode, epoch, task_accuracy(model, task, test).accuracy))
+                rows.append(EnhanceRow(mode, epoch, task_accuracy(model, task, test, progress=progress).accuracy))
 
         with tuned(model, train, neurons, mode, epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed, on_epoch=evaluate,
                    max_answer_tokens=cfg.max_answer_tokens, progress=progress):
