@@ -26,7 +26,7 @@ def _err(values: Sequence[float], lows: Sequence[float], highs: Sequence[float],
 
 
 def _bar_traces(labels: Sequence[str], values: Sequence[float], lows: Sequence[float], highs: Sequence[float],
-                paper: Sequence[float] | None, extra: Mapping[str, Sequence[float]] | None, scale: float,
+                paper: Sequence[float | None] | None, extra: Mapping[str, Sequence[float]] | None, scale: float,
                 legend: bool) -> list[go.BaseTraceType]:
     s = [v * scale for v in values]
     traces: list[go.BaseTraceType] = [go.Bar(
