@@ -18,7 +18,13 @@ Example:
     >>> print(res.estimate("kn")); res.figure().show()
 """
 
+from tlcap.experiments.cnl_eval.decoupling import DecouplingConfig, decoupling
+from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult, PairRow
 from tlcap.experiments.cnl_eval.fidelity import FidelityConfig, fidelity
+from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, reliability
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, FidelityRow, RewriteRow
 
-__all__ = ["PAPER", "FidelityConfig", "FidelityResult", "FidelityRow", "RewriteRow", "fidelity"]
+__all__ = ["PAPER", "DecouplingConfig", "DecouplingResult", "FidelityConfig", "FidelityResult", "FidelityRow", "KCRow",
+           "KNRow", "PairRow", "ReliabilityConfig", "ReliabilityResult", "RewriteRow", "RomeRow", "decoupling",
+           "fidelity", "reliability"]
