@@ -195,7 +195,16 @@ class ItemCheckpoint:
         if len(self.items) % self.every == 0:
             self.save()
 
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """Save the items done so far when the block exits, however it exits."""
+        try:
+            yield
+        finally:
+            self.save()
+
     def save(self) -> None:
+        """Write the items now (atomic rename); nothing without a folder."""
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)

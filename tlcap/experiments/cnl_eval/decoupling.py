@@ -113,12 +113,12 @@ def decoupling(
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("decoupling", cfg.to_dict(), model.name, [p.to_dict() for p in pairs]),
                         checkpoint_every, resume)
     bar = tqdm(total=len(pairs), initial=ck.done, desc="decoupling", unit="pair", disable=not progress)
-    for i in range(ck.done, len(pairs)):
-        if on_item is not None:
-            on_item(i)
-        ck.add(_pair_item(model, pairs[i], cfg))
-        bar.update(1)
-    ck.save()
+    with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
+        for i in range(ck.done, len(pairs)):
+            if on_item is not None:
+                on_item(i)
+            ck.add(_pair_item(model, pairs[i], cfg))
+            bar.update(1)
     bar.close()
     sw = Stopwatch()
     for it in ck.items:

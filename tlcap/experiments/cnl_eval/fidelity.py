@@ -214,12 +214,12 @@ def fidelity(
     counts = param_counts(model)
     universe = {m: _universe(model, m) for m in cfg.methods}
     bar = tqdm(total=len(facts), initial=ck.done, desc="fidelity", unit="fact", disable=not progress)
-    for i in range(ck.done, len(facts)):
-        if on_item is not None:
-            on_item(i)
-        ck.add(_fact_item(model, i, facts[i], cfg, counts, universe))
-        bar.update(1)
-    ck.save()
+    with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
+        for i in range(ck.done, len(facts)):
+            if on_item is not None:
+                on_item(i)
+            ck.add(_fact_item(model, i, facts[i], cfg, counts, universe))
+            bar.update(1)
     bar.close()
     sw = Stopwatch()
     for it in ck.items:

@@ -247,21 +247,21 @@ def reliability(
                                                     [f.to_dict() for f in facts]), checkpoint_every, resume)
     counts = param_counts(model)
     bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not progress)
-    for i in range(ck.done, len(facts)):
-        if on_item is not None:
-            on_item(i)
-        sw, t0 = Stopwatch(), time.perf_counter()
-        item: dict[str, Any] = {"kn": [], "rome": [], "kc": []}
-        if "kn" in cfg.parts:
-            item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw)]
-        if "rome" in cfg.parts:
-            item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw)]
-        if "kc" in cfg.parts:
-            item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw)]
-        item.update(seconds=sw.seconds, wall=time.perf_counter() - t0)
-        ck.add(item)
-        bar.update(1)
-    ck.save()
+    with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
+        for i in range(ck.done, len(facts)):
+            if on_item is not None:
+                on_item(i)
+            sw, t0 = Stopwatch(), time.perf_counter()
+            item: dict[str, Any] = {"kn": [], "rome": [], "kc": []}
+            if "kn" in cfg.parts:
+                item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw)]
+            if "rome" in cfg.parts:
+                item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw)]
+            if "kc" in cfg.parts:
+                item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw)]
+            item.update(seconds=sw.seconds, wall=time.perf_counter() - t0)
+            ck.add(item)
+            bar.update(1)
     bar.close()
     total = Stopwatch()
     for it in ck.items:
