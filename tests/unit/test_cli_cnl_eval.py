@@ -86,3 +86,26 @@ def test_cli_reliability_kn(tmp_path, facts_file):
 def test_cli_errors(tmp_path, cmd, extra, message):
     out = tmp_path / "x"
     assert_cli_error(["cnl", cmd, "--model", "gpt2-tiny", *extra, "--out", str(out)], message, out=out, exact=False)
+
+
+def test_cli_compare(tmp_path):
+    from tests.unit.test_cnl_eval_compare import REL, _fid
+
+    _fid().save(tmp_path / "fid" / "result")
+    REL.save(tmp_path / "rel" / "result")
+    (tmp_path / "erase.json").write_text(json.dumps({"located_accuracy": 0.2,
+                                                     "random_accuracies": [0.5, 0.45, 0.6, 0.4, 0.55]}))
+    (tmp_path / "loc.json").write_text(json.dumps({"split_overlap": 0.9, "n_neurons": 10}))
+    out = tmp_path / "t4"
+    run = run_cli(["cnl", "compare", "--fidelity", str(tmp_path / "fid"), "--reliability", str(tmp_path / "rel"),
+                   "--cnl-locate", str(tmp_path / "loc.json"), "--cnl-erase", str(tmp_path / "erase.json"),
+                   "--out", str(out)])
+    assert run.code == 0, run.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["kn"]["overlap"]["value"] == pytest.approx(30.0) and s["kn"]["overlap"]["paper"] == 37.3
+    assert s["cnl"]["ipp"]["value"] == pytest.approx(20.0) and s["cnl"]["neuron"]["value"] is None
+    assert (out / "table4.csv").exists() and (out / "table4.html").exists()
+    assert_cli_error(["cnl", "compare", "--fidelity", str(tmp_path / "rel"), "--out", str(tmp_path / "y")],
+                     "holds a ReliabilityResult, not the result of `tlcap cnl fidelity`", out=tmp_path / "y", exact=False)
+    assert_cli_error(["cnl", "compare", "--out", str(tmp_path / "y")],
+                     "compare needs at least one of --fidelity, --reliability, --cnl-locate", out=tmp_path / "y")

@@ -94,6 +94,7 @@ def test_fidelity_result_round_trip(fid, tmp_path):
     back = load_result(tmp_path / "r")
     assert isinstance(back, FidelityResult)
     assert back.to_frame().equals(fid.to_frame())
+    assert back.rewrite_frame().equals(fid.rewrite_frame())  # KC rows hold a NaN probability
     assert back.summary()["kn"]["overlap"] == fid.summary()["kn"]["overlap"]
 
 

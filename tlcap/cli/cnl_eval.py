@@ -1,4 +1,4 @@
-"""``tlcap cnl fidelity|reliability|decouple``: the CNL paper's case against individual-knowledge
+"""``tlcap cnl fidelity|reliability|decouple|compare``: the CNL paper's case against individual-knowledge
 localization, over datasets (parse → config → call → write outputs).
 
 Each command streams with a progress bar and checkpoints beside ``--out``
@@ -12,10 +12,12 @@ Example:
     tlcap cnl fidelity --model smollm2-135m --n 50 --out runs/fidelity
     tlcap cnl reliability --model smollm2-135m --n 50 --parts kn,kc --out runs/reliability
     tlcap cnl decouple --model smollm2-135m --n 200 --out runs/decouple
+    tlcap cnl compare --fidelity runs/fidelity --reliability runs/reliability --out runs/table4
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -25,9 +27,21 @@ from tlcap.cli._common import load, overwrite_option, seed_everything, staged_ou
 from tlcap.cli.cnl import cnl_app
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
-from tlcap.errors import InvalidConfigError
-from tlcap.experiments.cnl_eval import DecouplingConfig, FidelityConfig, ReliabilityConfig, decoupling, fidelity, reliability
+from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError
+from tlcap.experiments.cnl_eval import (
+    DecouplingConfig,
+    FidelityConfig,
+    FidelityResult,
+    ReliabilityConfig,
+    ReliabilityResult,
+    compare,
+    decoupling,
+    fidelity,
+    reliability,
+)
+from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.intervene.rome import RomeConfig
+from tlcap.results import load_result
 
 _FACTS = typer.Option(None, help="A JSON file of your own facts with rewrites (docs/cnl_eval.md); default: ParaRel.")
 _N_FACTS = typer.Option(50, help="Facts to draw from ParaRel (the first N of --facts when given).")
@@ -187,4 +201,55 @@ def decouple_cmd(
                "(overlap-normalised; paper 0.156 / 0.073 / 0.086)")
 
 
-__all__ = ["decouple_cmd", "fidelity_cmd", "reliability_cmd"]
+def _json(path: Path | None, what: str) -> dict | None:
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        path = path / "summary.json"
+    if not path.is_file():
+        raise MissingFileError(f"{path} not found; pass the summary.json (or the --out folder) of {what}")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise DataFormatError(f"{path} is not valid JSON ({exc}); pass the summary.json of {what}") from None
+
+
+def _result(path: Path | None, kind: type, what: str):  # noqa: ANN202
+    if path is None:
+        return None
+    path = Path(path)
+    res = load_result(path / "result" if (path / "result").is_dir() else path)
+    if not isinstance(res, kind):
+        raise DataFormatError(f"{path} holds a {type(res).__name__}, not the result of {what}")
+    return res
+
+
+@cnl_app.command("compare")
+def compare_cmd(
+    fidelity_dir: Path | None = typer.Option(None, "--fidelity", help="--out folder of `tlcap cnl fidelity`."),
+    reliability_dir: Path | None = typer.Option(None, "--reliability", help="--out folder of `tlcap cnl reliability`."),
+    cnl_locate: Path | None = typer.Option(None, help="summary.json (or --out) of `tlcap cnl locate`: CNL overlap."),
+    cnl_erase: Path | None = typer.Option(None, help="summary.json (or --out) of `tlcap cnl erase --n-random 5`: CNL IPP."),
+    model: str | None = typer.Option(None, help="Model whose parameter counts give the CNL neuron share."),
+    out: Path = typer.Option(..., help="Output folder."),
+    overwrite: bool = overwrite_option(),
+) -> None:
+    """Table 4: Overlap, Neuron (% of parameters) and IPP for KN, ROME, KC and CNL beside the paper's row."""
+    if fidelity_dir is None and reliability_dir is None and cnl_locate is None:
+        raise InvalidConfigError("compare needs at least one of --fidelity, --reliability, --cnl-locate")
+    fid = _result(fidelity_dir, FidelityResult, "`tlcap cnl fidelity`")
+    rel = _result(reliability_dir, ReliabilityResult, "`tlcap cnl reliability`")
+    loc, era = _json(cnl_locate, "`tlcap cnl locate`"), _json(cnl_erase, "`tlcap cnl erase`")
+    with staged_output(out, overwrite=overwrite) as stage:
+        counts = param_counts(load(model)) if model else None
+        res = compare(fid, rel, cnl_locate=loc, cnl_erase=era, counts=counts)
+        write_outputs(stage.path, res, figures={"table4": res.figure()}, tables={"table4": res.to_frame()})
+    typer.echo(f"wrote {stage.out}")
+    for r in res.records():
+        note = f"  [{r.note}]" if r.note else ""
+        typer.echo(f"{r.method:5s} overlap {100 * r.overlap:5.1f} (paper {r.paper_overlap})  neuron {100 * r.neuron:5.2f} "
+                   f"(paper {r.paper_neuron})  IPP {100 * r.ipp:5.1f} (paper {r.paper_ipp}){note}")
+
+
+__all__ = ["compare_cmd", "decouple_cmd", "fidelity_cmd", "reliability_cmd"]

@@ -18,6 +18,7 @@ Example:
     >>> print(res.estimate("kn")); res.figure().show()
 """
 
+from tlcap.experiments.cnl_eval.compare import CompareResult, Table4Row, compare
 from tlcap.experiments.cnl_eval.decoupling import DecouplingConfig, decoupling
 from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult, PairRow
 from tlcap.experiments.cnl_eval.fidelity import FidelityConfig, fidelity
@@ -25,6 +26,8 @@ from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, reliabilit
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, FidelityRow, RewriteRow
 
-__all__ = ["PAPER", "DecouplingConfig", "DecouplingResult", "FidelityConfig", "FidelityResult", "FidelityRow", "KCRow",
-           "KNRow", "PairRow", "ReliabilityConfig", "ReliabilityResult", "RewriteRow", "RomeRow", "decoupling",
-           "fidelity", "reliability"]
+__all__ = [
+    "PAPER", "CompareResult", "DecouplingConfig", "DecouplingResult", "FidelityConfig", "FidelityResult", "FidelityRow",
+    "KCRow", "KNRow", "PairRow", "ReliabilityConfig", "ReliabilityResult", "RewriteRow", "RomeRow", "Table4Row",
+    "compare", "decoupling", "fidelity", "reliability",
+]

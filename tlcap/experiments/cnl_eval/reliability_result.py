@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from tlcap.experiments.cnl_eval.results import CI_NOTE, PAPER, est_dict
+from tlcap.experiments.cnl_eval.results import CI_NOTE, PAPER, est_dict, nan_row
 from tlcap.metrics.bootstrap import bootstrap_ci, paired_difference_ci, share_ci
 from tlcap.metrics.estimate import Estimate, TooFewSamplesError
 from tlcap.metrics.localization import ipp_ci
@@ -169,13 +169,13 @@ class ReliabilityResult(Result):
 
     # ------------------------------------------------------------------ rows
     def kn_records(self) -> list[KNRow]:
-        return [KNRow(*r) for r in self.kn_rows]
+        return [KNRow(*nan_row(r)) for r in self.kn_rows]
 
     def rome_records(self) -> list[RomeRow]:
-        return [RomeRow(*r) for r in self.rome_rows]
+        return [RomeRow(*nan_row(r)) for r in self.rome_rows]
 
     def kc_records(self) -> list[KCRow]:
-        return [KCRow(*r) for r in self.kc_rows]
+        return [KCRow(*nan_row(r)) for r in self.kc_rows]
 
     def _kn_arrays(self, op: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Located ``(base, after)`` per fact and random ``(base, after)`` as ``(draws, facts)``."""

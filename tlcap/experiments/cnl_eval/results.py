@@ -42,6 +42,11 @@ PAPER: dict[str, Any] = {
 CI_NOTE = "percentile bootstrap over facts, 95 %, 5000 resamples, seed 0"
 
 
+def nan_row(row: Any) -> tuple[Any, ...]:
+    """A stored row with JSON's ``null`` (a saved NaN) read back as NaN."""
+    return tuple(float("nan") if v is None else v for v in row)
+
+
 def est_dict(est: Estimate, paper: float | None = None) -> dict[str, Any]:
     """An estimate as JSON (with its printed text) and the paper's value beside it."""
     out = est.summary()
@@ -142,10 +147,10 @@ class FidelityResult(Result):
     wall_seconds: float = 0.0
 
     def records(self) -> list[FidelityRow]:
-        return [FidelityRow(*r) for r in self.rows]
+        return [FidelityRow(*nan_row(r)) for r in self.rows]
 
     def rewrite_records(self) -> list[RewriteRow]:
-        return [RewriteRow(*r) for r in self.rewrite_rows]
+        return [RewriteRow(*nan_row(r)) for r in self.rewrite_rows]
 
     def values(self, method: str, column: str = "overlap") -> np.ndarray:
         """Per-fact values of one column for ``method`` (fact order)."""
@@ -201,4 +206,4 @@ class FidelityResult(Result):
         )
 
 
-__all__ = ["CI_NOTE", "METHOD_LABELS", "PAPER", "FidelityResult", "FidelityRow", "RewriteRow", "est_dict"]
+__all__ = ["CI_NOTE", "METHOD_LABELS", "PAPER", "FidelityResult", "FidelityRow", "RewriteRow", "est_dict", "nan_row"]
