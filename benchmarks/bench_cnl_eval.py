@@ -1,0 +1,80 @@
+"""Benchmark: per-fact cost of the CNL evaluation experiments and the share spent in each method.
+
+Runs :func:`~tlcap.experiments.cnl_eval.fidelity` (KN / causal tracing / knowledge circuits on
+every rewrite), :func:`~tlcap.experiments.cnl_eval.reliability` (KN interventions, ROME at every
+layer, KC alone vs random circuits) and :func:`~tlcap.experiments.cnl_eval.decoupling` (KN on both
+framings of a pair) on ``--n`` items of SmolLM2-135M with the commands' default settings, and
+reports seconds per item and each method's share (the experiments' own stopwatches), so the next
+speed-up is chosen by measurement.
+
+Usage::
+
+    python benchmarks/bench_cnl_eval.py --n 2                 # all three experiments
+    python benchmarks/bench_cnl_eval.py --n 1 --only fidelity --rome-layers 0,15,29
+
+Writes ``benchmarks/results/bench_cnl_eval.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._util import env_info, print_table, write_json  # noqa: E402
+from tlcap import load_model  # noqa: E402
+from tlcap.data.comparative import comparative_pairs  # noqa: E402
+from tlcap.data.rewrites import rewrite_facts  # noqa: E402
+from tlcap.experiments.cnl_eval import decoupling, fidelity, reliability  # noqa: E402
+
+
+def _rows(name: str, res, n: int, wall: float) -> list[dict]:  # noqa: ANN001
+    total = sum(res.method_seconds.values()) or 1.0
+    return [{"experiment": name, "method": m, "s_per_item": s / n, "share": s / total, "items": n, "wall_s": wall}
+            for m, s in sorted(res.method_seconds.items(), key=lambda kv: -kv[1])]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--n", type=int, default=2, help="facts (fidelity, reliability) and pairs (decoupling)")
+    ap.add_argument("--only", default="fidelity,reliability,decoupling")
+    ap.add_argument("--rome-layers", default=None, help="ROME layers to edit (default: every layer)")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    only = args.only.split(",")
+    m = load_model(args.model)
+    t0 = time.perf_counter()
+    facts = rewrite_facts(m, args.n, seed=0)
+    t_facts = time.perf_counter() - t0
+    rows: list[dict] = [{"experiment": "rewrite_facts", "method": "filter", "s_per_item": t_facts / args.n, "share": 1.0,
+                         "items": args.n, "wall_s": t_facts}]
+    for name in only:
+        t0 = time.perf_counter()
+        if name == "fidelity":
+            res = fidelity(m, facts, progress=False)
+        elif name == "reliability":
+            layers = tuple(int(x) for x in args.rome_layers.split(",")) if args.rome_layers else None
+            res = reliability(m, facts, rome_layers=layers, progress=False)
+        else:
+            res = decoupling(m, comparative_pairs(args.n, seed=0), progress=False)
+        wall = time.perf_counter() - t0
+        rows += _rows(name, res, args.n, wall)
+        print_table(rows)
+        print(flush=True)
+    write_json("bench_cnl_eval", {"model": args.model, "n": args.n, "rome_layers": args.rome_layers, "rows": rows,
+                                  "env": env_info()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Table 4 (compare): every cell against the result it is read from or a hand computation,
+the paper's row beside ours, and missing inputs as NaN with a note."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple
+
+import pytest
+
+from tests.unit.test_cnl_eval_reliability import _kc_rows, _kn_rows, _rome_rows
+from tlcap.experiments.cnl_eval import CompareResult, FidelityResult, FidelityRow, ReliabilityResult, compare
+from tlcap.experiments.cnl_eval.common import ParamCounts
+from tlcap.results import load_result
+
+
+def _fid():
+    rows = []
+    vals = {"kn": (0.4, 0.2, 0.01), "trace": (1.0, 0.6, 0.1), "kc": (0.1, 0.3, 0.02)}
+    for f in range(2):
+        for m, (o, o2, share) in vals.items():
+            rows.append(astuple(FidelityRow(f, str(f), "P36", "s", " t", m, o if f == 0 else o2, 0.1, 0.05, 5.0, 4, 6,
+                                            share * (f + 1))))
+    return FidelityResult(rows=tuple(rows), rewrite_rows=(), methods=("kn", "trace", "kc"), n_facts=2, model_name="hand")
+
+
+REL = ReliabilityResult(kn_rows=_kn_rows(), rome_rows=_rome_rows(), kc_rows=_kc_rows(), parts=("kn", "rome", "kc"),
+                        n_facts=4, n_layers=3, model_name="hand", config={"n_random": 5})
+COUNTS = ParamCounts(block_total=1000, per_neuron=3, per_mlp=(100, 100))
+ERASE = {"located_accuracy": 0.2, "random_accuracies": [0.5, 0.45, 0.6, 0.4, 0.55]}
+
+
+def test_table4_cells_by_hand(tmp_path):
+    tab = compare(_fid(), REL, cnl_locate={"split_overlap": 0.9, "n_neurons": 10}, cnl_erase=ERASE, counts=COUNTS)
+    r = {row.method: row for row in tab.records()}
+    assert r["kn"].overlap == pytest.approx(0.3) and r["rome"].overlap == pytest.approx(0.8)
+    assert r["kc"].neuron == pytest.approx((0.02 + 0.04) / 2)
+    assert r["kn"].ipp == pytest.approx(REL.kn_ipp("double").value)
+    assert r["kn"].ipp == pytest.approx((0.3 + 0.1 + 0.4) / 3 - 0.25)  # best draw: 4 (0.25 everywhere)
+    assert r["kc"].ipp == pytest.approx(0.25) and r["rome"].ipp == pytest.approx(REL.rome_ipp().value)
+    assert r["cnl"].overlap == 0.9 and r["cnl"].neuron == pytest.approx(10 * 3 / 1000)
+    assert r["cnl"].ipp == pytest.approx(0.4 - 0.2) and r["cnl"].n_draws == 5
+    assert (r["kn"].paper_overlap, r["kn"].paper_neuron, r["kn"].paper_ipp) == (37.3, 0.2, 11.4)
+    s = tab.summary()
+    assert s["cnl"]["ipp"]["value"] == pytest.approx(20.0) and s["cnl"]["ipp"]["paper"] == 20.0
+    assert "doubled" in s["kn"]["performance"] and all(not row.note for row in tab.records())
+    tab.figure()
+    tab.save(tmp_path / "t")
+    back = load_result(tmp_path / "t")
+    assert isinstance(back, CompareResult) and back.to_frame().equals(tab.to_frame())
+
+
+def test_table4_missing_inputs_are_nan_with_a_note():
+    tab = compare(_fid(), None, cnl_locate={"split_overlap": 0.9, "n_neurons": 10},
+                  cnl_erase={"located_accuracy": 0.2, "random_accuracies": [0.5, 0.4, 0.3]})
+    r = {row.method: row for row in tab.records()}
+    assert math.isnan(r["kn"].ipp) and "no reliability result" in r["kn"].note
+    assert math.isnan(r["cnl"].ipp) and "5" in r["cnl"].note  # 3 draws < the 5 an IPP needs
+    assert math.isnan(r["cnl"].neuron) and "parameter counts" in r["cnl"].note

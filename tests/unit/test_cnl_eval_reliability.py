@@ -1,0 +1,172 @@
+"""CNL reliability experiment: every statistic of the result against a hand computation on
+hand-made rows, and the tiny-model run against the methods' own APIs (identities included)."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import numpy as np
+import pytest
+import torch
+
+from tlcap.attribution import IGConfig, integrated_gradients
+from tlcap.data.rewrites import RewriteFact
+from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
+from tlcap.experiments.cnl_eval.reliability import draw_seed, neighbourhood, reliability
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.intervene.activations import scale_neurons
+from tlcap.intervene.rome import RomeConfig
+from tlcap.locate.circuits import evaluate_circuit
+from tlcap.locate.selection import top_k_select
+from tlcap.metrics.probs import target_prob
+from tlcap.results import load_result
+
+FACTS = [
+    RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome"),
+    RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),
+]
+IG = IGConfig(steps=2)
+ROME = RomeConfig(steps=2, cov_tokens=256, cov_seq_len=64, prefixes=("",))
+
+# ---------------------------------------------------------------- hand-made rows
+# 3 facts; located (base, doubled, zeroed) and 5 random draws per fact.
+LOC = [(0.2, 0.3, 0.1), (0.2, 0.1, 0.1), (0.2, 0.4, 0.3)]
+RND = np.array([  # [draw][fact] doubled prob; zeroed prob = 0.25 everywhere (rises in every fact)
+    [0.1, 0.1, 0.1], [0.3, 0.1, 0.1], [0.3, 0.3, 0.1], [0.1, 0.1, 0.1], [0.25, 0.25, 0.25],
+])
+
+
+def _kn_rows():
+    rows = []
+    for f, (b, up, down) in enumerate(LOC):
+        rows.append(KNRow(f, str(f), "located", -1, 4, 0.01, b, up, down))
+        for d in range(RND.shape[0]):
+            rows.append(KNRow(f, str(f), "random", d, 4, 0.01, b, float(RND[d, f]), 0.25))
+    return tuple(astuple(r) for r in rows)
+
+
+def _rome_rows():
+    # fact 0 traced to layer 1, fact 1 to layer 2; efficacy / paraphrase per layer
+    eff = {0: [1, 0, 1], 1: [0, 1, 1]}
+    par = {0: [0.5, 1.0, 0.0], 1: [0.0, 0.5, 1.0]}
+    traced = {0: 1, 1: 2}
+    return tuple(astuple(RomeRow(f, str(f), l, traced[f], l == traced[f], True, bool(eff[f][l]), par[f][l], 1.0,
+                                 0.1, 0.5, 0.2)) for f in (0, 1) for l in range(3))
+
+
+def _kc_rows():
+    hits = [True, False, True, False]
+    shares = [0.02, 0.03, 0.04, 0.05]
+    rows = [KCRow(f, str(f), "located", -1, 10, 5, shares[f], 1 if hits[f] else 3, hits[f], True, 1.0) for f in range(4)]
+    for f in range(4):
+        for d in range(5):
+            hit = (f + d) % 5 == 0  # draw d hits fact f iff f + d ≡ 0 (mod 5)
+            rows.append(KCRow(f, str(f), "random", d, 10, 6, 0.03, 1 if hit else 7, hit, hit, 2.0))
+    return tuple(astuple(r) for r in rows)
+
+
+@pytest.fixture(scope="module")
+def hand():
+    return ReliabilityResult(kn_rows=_kn_rows(), rome_rows=_rome_rows(), kc_rows=_kc_rows(), parts=("kn", "rome", "kc"),
+                             n_facts=4, n_layers=3, model_name="hand", config={"n_random": 5})
+
+
+def test_kn_shares_by_hand(hand):
+    d = hand.kn_shares("double")
+    assert d["located_rise"].value == pytest.approx(2 / 3)
+    assert d["located_fall"].value == pytest.approx(1 / 3)
+    # random doubled vs base 0.2: rises at 0.3, 0.3, 0.3, 0.25×3 → 6 of 15 rows
+    assert d["random_rise"].value == pytest.approx(6 / 15)
+    assert d["random_fall"].value == pytest.approx(9 / 15)  # 0.1 in 3 + 2 + 1 + 3 rows
+    z = hand.kn_shares("zero")
+    assert z["located_fall"].value == pytest.approx(2 / 3) and z["located_rise"].value == pytest.approx(1 / 3)
+    assert z["random_rise"].value == 1.0 and z["random_fall"].value == 0.0
+    # IPP (double, higher is better): mean located doubled − max over draws of the draw's mean
+    ipp = hand.kn_ipp("double")
+    assert ipp.value == pytest.approx(np.mean([0.3, 0.1, 0.4]) - max(RND.mean(1)))
+    # zero: lower is better → min over draws of the random mean (0.25) − located mean
+    assert hand.kn_ipp("zero").value == pytest.approx(0.25 - np.mean([0.1, 0.1, 0.3]))
+
+
+def test_rome_by_hand(hand):
+    by = hand.rome_by_layer()
+    assert [e.value for e in by["efficacy"]] == [0.5, 0.5, 1.0]
+    assert [e.value for e in by["paraphrase"]] == pytest.approx([0.25, 0.75, 0.5])
+    lo = hand.rome_located_vs_other("efficacy")
+    assert lo["located"].value == pytest.approx(0.5)  # fact 0 at layer 1: 0; fact 1 at layer 2: 1
+    assert lo["other_layers"].value == pytest.approx(0.75)  # fact 0: (1 + 1)/2; fact 1: (0 + 1)/2
+    assert lo["located_minus_other"].value == pytest.approx(-0.25)
+    assert hand.traced_counts() == [0, 1, 1]
+
+
+def test_kc_by_hand(hand):
+    k = hand.kc_stats()
+    assert k["recall_at_1"].value == 0.5
+    assert k["param_share"].value == pytest.approx(0.035)
+    assert k["param_share_recalled"].value == pytest.approx(0.03)  # facts 0 and 2
+    # random draws: draw d hits fact (5 − d) mod 5 if < 4 → draws 0, 2, 3, 4 hit one fact each, draw 1 hits fact 4 (absent)
+    assert k["random_recall_at_1"].value == pytest.approx(4 / 20)
+    assert hand.kc_ipp().value == pytest.approx(0.5 - 0.25)
+
+
+def test_hand_result_contract(hand, tmp_path):
+    df = hand.to_frame()
+    assert set(df.part) == {"kn", "rome", "kc"}
+    s = hand.summary()
+    assert s["kn"]["double"]["located_rise"]["paper"] == 0.851 and s["kc"]["recall_at_1"]["paper"] == 0.123
+    hand.figure(), hand.rome_figure(), hand.kc_figure()
+    hand.save(tmp_path / "r")
+    assert load_result(tmp_path / "r").to_frame().equals(df)
+
+
+def test_neighbourhood_falls_back():
+    # both facts share the relation: fall back to the same relation with another answer
+    assert neighbourhood(FACTS, 0, 5, 0) == [FACTS[1].rewrites[0]]
+    assert neighbourhood(FACTS[:1], 0, 5, 0) is None
+    assert draw_seed(0, 1, 2) != draw_seed(0, 2, 1)
+
+
+# ---------------------------------------------------------------- tiny-model runs
+def test_kn_reliability_matches_direct_interventions(tiny_llama):
+    res = reliability(tiny_llama, FACTS[:1], parts=("kn",), ig=IG, top_k=5, n_random=2, enhance_factor=1.0,
+                      progress=False)
+    rows = res.kn_records()
+    assert [r.set for r in rows] == ["located", "random", "random"]
+    assert all(r.n_neurons == 5 for r in rows)
+    for r in rows:  # factor 1.0 changes nothing
+        assert r.enhanced_prob == pytest.approx(r.base_prob, rel=1e-5)
+    fact = FACTS[0]
+    ns = top_k_select(integrated_gradients(tiny_llama, fact.rewrites[0], fact.target, config=IG).scores, 5)
+    zeroed = target_prob(tiny_llama, fact.rewrites[0], fact.target, hooks=scale_neurons(tiny_llama, ns, 0.0))
+    assert rows[0].suppressed_prob == pytest.approx(zeroed, rel=1e-5)
+    rnd = ns.random_like(seed=draw_seed(0, 0, 1))
+    assert [sum(1 for l, _ in rnd if l == k) for k in range(2)] == [sum(1 for l, _ in ns if l == k) for k in range(2)]
+    z1 = target_prob(tiny_llama, fact.rewrites[0], fact.target, hooks=scale_neurons(tiny_llama, rnd, 0.0))
+    assert rows[2].suppressed_prob == pytest.approx(z1, rel=1e-5)
+
+
+def test_rome_reliability_every_layer_and_restores(tiny_llama):
+    before = {n: p.detach().clone() for n, p in tiny_llama.backend.named_parameters()}
+    res = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False)
+    rows = res.rome_records()
+    assert [(r.fact, r.layer) for r in rows] == [(f, l) for f in (0, 1) for l in range(tiny_llama.n_layers)]
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
+                              window=1, seed=0)
+    assert {r.traced_layer for r in rows if r.fact == 0} == {top[0]}
+    assert sum(r.located for r in rows if r.fact == 0) == 1
+    for n, p in tiny_llama.backend.named_parameters():
+        assert torch.equal(p, before[n]), n
+    res.rome_figure()
+
+
+def test_kc_reliability_matches_evaluate_circuit(tiny_llama):
+    res = reliability(tiny_llama, FACTS[:1], parts=("kc",), kc_top_n=12, kc_ig_steps=1, n_random_circuits=3,
+                      progress=False)
+    rows = res.kc_records()
+    circ = knowledge_circuit(tiny_llama, FACTS[0].rewrites[0], FACTS[0].target, top_n=12, ig_steps=1)
+    ev = evaluate_circuit(tiny_llama, circ)
+    assert rows[0].rank == ev.circuit_target_rank and rows[0].n_edges == circ.n_edges
+    assert [r.set for r in rows] == ["located"] + ["random"] * 3
+    assert all(r.n_edges == circ.n_edges for r in rows)
+    rnd = circ.random_like(seed=draw_seed(0, 0, 0))
+    assert rows[1].rank == evaluate_circuit(tiny_llama, rnd).circuit_target_rank

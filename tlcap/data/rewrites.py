@@ -1,0 +1,263 @@
+"""Rewriting dataset for the CNL fidelity test: facts with ``k`` rewrites of their prompt.
+
+The CNL paper (§3.1) rewrites each fact's prompt 5 times and asks whether a localization method
+finds the same parameters for all 5. Here a rewrite is another ParaRel template of the same
+relation filled with the same subject (``"The capital of France is"``, ``"France's capital
+city is"``, ...), so the fact and its answer are the same by construction. Only facts the model
+answers are kept: the object's first token must be the model's top-1 next token
+(``known_top_k=1``) after each kept rewrite; a fact needs ``n_rewrites`` such rewrites (the
+first ones in ParaRel's pattern order).
+
+Each fact also carries a *new object* for ROME edits (the reliability test): another object of
+the same relation, drawn with the seed from the relation's ParaRel objects.
+
+A user's own facts load from JSON (:func:`load_rewrites`)::
+
+    {"facts": [{"subject": "France", "target": " Paris",
+                "rewrites": ["The capital of France is", "France's capital city is", ...],
+                "relation": "P36", "target_new": " Rome"}]}
+
+(a bare list of facts works too; ``"object": "Paris"`` may replace ``"target"``; ``relation``,
+``uid`` and ``target_new`` are optional). Every rewrite must contain the subject (causal tracing
+noises it, ROME edits at its last token).
+
+Example:
+    >>> facts = rewrite_facts(model, n=50)           # ParaRel facts SmolLM2 answers, 5 rewrites each
+    >>> facts[0].rewrites, facts[0].target, facts[0].target_new
+    >>> save_rewrites(facts, "facts.json"); load_rewrites("facts.json") == facts
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tlcap.data.pararel import Fact, causal_patterns, iter_facts, list_relations
+from tlcap.errors import (
+    DataFormatError,
+    EmptyDatasetError,
+    InvalidConfigError,
+    MissingFileError,
+    TargetTokenizationError,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tlcap.models.adapter import Model
+
+N_REWRITES = 5
+
+
+@dataclass(frozen=True)
+class RewriteFact:
+    """One fact and the rewrites of its prompt.
+
+    Attributes:
+        subject: The subject as written in every rewrite.
+        target: The answer scored, with its leading space (``" Paris"``).
+        rewrites: The prompts (at least two), each ending where the answer starts.
+        relation: ParaRel relation id (``""`` for a user's fact without one).
+        uid: A stable identifier (ParaRel's T-REx id, or the position in the user's file).
+        target_new: A new object for ROME edits (another object of the relation), or ``None``.
+    """
+
+    subject: str
+    target: str
+    rewrites: tuple[str, ...]
+    relation: str = ""
+    uid: str = ""
+    target_new: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "target": self.target, "rewrites": list(self.rewrites),
+                "relation": self.relation, "uid": self.uid, "target_new": self.target_new}
+
+    @classmethod
+    def from_dict(cls, row: Any, where: str = "fact") -> RewriteFact:
+        """Build and check a fact from a JSON row (see the module docstring for the fields).
+
+        Raises:
+            DataFormatError: a missing or malformed field, fewer than two rewrites, or a rewrite
+                without the subject.
+        """
+        if not isinstance(row, dict):
+            raise DataFormatError(f"{where} must be a JSON object with subject, target and rewrites, got {row!r}")
+        subject = row.get("subject")
+        target = row.get("target")
+        if target is None and isinstance(row.get("object"), str):
+            target = " " + row["object"]
+        rewrites = row.get("rewrites")
+        if not isinstance(subject, str) or not subject.strip():
+            raise DataFormatError(f"{where} has no 'subject' string; give the subject as written in the rewrites")
+        if not isinstance(target, str) or not target.strip():
+            raise DataFormatError(f"{where} has no 'target' (or 'object') string; give the answer, e.g. \" Paris\"")
+        if not isinstance(rewrites, list) or not all(isinstance(r, str) and r.strip() for r in rewrites):
+            raise DataFormatError(f"{where} needs 'rewrites': a list of non-empty prompt strings")
+        if len(rewrites) < 2:
+            raise DataFormatError(f"{where} has {len(rewrites)} rewrite(s); a fidelity test needs at least 2")
+        missing = [r for r in rewrites if subject not in r]
+        if missing:
+            raise DataFormatError(f"{where}: the subject {subject!r} is not in the rewrite {missing[0]!r}; every rewrite "
+                                  "must contain the subject as written")
+        new = row.get("target_new")
+        if new is not None and (not isinstance(new, str) or not new.strip()):
+            raise DataFormatError(f"{where} has an empty or non-string 'target_new'; give a new object or leave it out")
+        return cls(subject, target, tuple(rewrites), str(row.get("relation", "")), str(row.get("uid", "")), new)
+
+
+def check_rewrite_options(n: int | None, n_rewrites: int, known_top_k: int | None) -> None:
+    """Validate the options of :func:`rewrite_facts` (before any forward pass)."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise InvalidConfigError(f"n (--n) must be >= 1, got {n!r}")
+    if isinstance(n_rewrites, bool) or not isinstance(n_rewrites, int) or n_rewrites < 2:
+        raise InvalidConfigError(f"n_rewrites (--n-rewrites) must be >= 2, got {n_rewrites!r}")
+    if known_top_k is not None and (isinstance(known_top_k, bool) or not isinstance(known_top_k, int) or known_top_k < 1):
+        raise InvalidConfigError(f"known_top_k (--known-top-k) must be >= 1, got {known_top_k!r}")
+
+
+def _new_object(data_dir: str | Path | None, relation: str, obj: str, rng: random.Random,
+                cache: dict[str, list[str]]) -> str | None:
+    if relation not in cache:
+        objs = sorted({f.object for f in iter_facts(data_dir, relation, min_queries=1)})
+        cache[relation] = objs
+    others = [o for o in cache[relation] if o != obj]
+    return " " + rng.choice(others) if others else None
+
+
+def _answered(model: Model, queries: Sequence[str], target: str, known_top_k: int | None,
+              single_token: bool) -> list[str]:
+    """The queries after which the model ranks the target's first token within ``known_top_k``
+    (and, with ``single_token``, the target is one token); one padded forward for all of them."""
+    qs = []
+    for q in queries:
+        try:
+            ids = model.target_ids(q, target, single_token=single_token)
+        except TargetTokenizationError:
+            continue
+        qs.append((q, ids[0]))
+    if not qs or known_top_k is None:
+        return [q for q, _ in qs]
+    with torch.no_grad():
+        logits = model.last_logits(model.encode_batch([q for q, _ in qs])).float()
+    tids = torch.tensor([t for _, t in qs], device=logits.device)
+    ranks = (logits > logits[torch.arange(len(qs), device=logits.device), tids][:, None]).sum(-1)
+    return [q for (q, _), r in zip(qs, ranks.tolist()) if r < known_top_k]
+
+
+def rewrite_facts(
+    model: Model | None = None,
+    n: int | None = 50,
+    *,
+    n_rewrites: int = N_REWRITES,
+    relations: Sequence[str] | None = None,
+    known_top_k: int | None = 1,
+    single_token: bool = True,
+    seed: int = 0,
+    max_scan: int = 300,
+    data_dir: str | Path | None = None,
+) -> list[RewriteFact]:
+    """ParaRel facts with ``n_rewrites`` rewrites each that the model answers (module docstring).
+
+    Relations are visited round-robin; each relation's facts are shuffled with ``seed`` and at
+    most ``max_scan`` of them are tried (a relation the model rarely answers does not stall the
+    draw). A fact is kept when at least ``n_rewrites`` of its templates pass the filters; its
+    rewrites are the first ``n_rewrites`` that pass, in ParaRel's pattern order.
+
+    Args:
+        model: The model that must answer each rewrite (needed for ``known_top_k`` and
+            ``single_token``).
+        n: Number of facts (``None`` = all that pass).
+        n_rewrites: Rewrites per fact (the paper: 5).
+        relations: ParaRel relation ids (default: every relation with ``n_rewrites`` templates).
+        known_top_k: Keep a rewrite only if the answer's first token is in the model's top-k
+            (1 = the model answers it); ``None`` keeps every rewrite.
+        single_token: Keep only rewrites after which the answer is one token.
+        seed: Seed of the fact order and of the new objects.
+        max_scan: Facts tried per relation at most.
+        data_dir: Folder holding ``pararel/`` (default: ``$TLCAP_DATA`` or the bundled copy).
+
+    Returns:
+        ``RewriteFact`` s with ``target_new`` set (``None`` if the relation has no other object).
+
+    Raises:
+        InvalidConfigError: an invalid option, or filters that need a model without one.
+        EmptyDatasetError: no fact survives the filters.
+
+    Example:
+        >>> facts = rewrite_facts(model, n=50, known_top_k=1)
+    """
+    check_rewrite_options(n, n_rewrites, known_top_k)
+    if model is None and (known_top_k is not None or single_token):
+        raise InvalidConfigError("rewrite_facts needs the model to keep only the facts it answers (known_top_k) or "
+                                 "single-token answers; pass model=..., or known_top_k=None and single_token=False")
+    rels = list(relations) if relations else [r for r in list_relations(data_dir)
+                                              if len(causal_patterns(data_dir, r)) >= n_rewrites]
+    pools: dict[str, list[Fact]] = {}
+    for r in rels:
+        pool = list(iter_facts(data_dir, r, min_queries=n_rewrites))
+        random.Random(f"{seed}:{r}").shuffle(pool)
+        pools[r] = pool[:max_scan]
+    rng = random.Random(seed)
+    cache: dict[str, list[str]] = {}
+    out: list[RewriteFact] = []
+    while pools and (n is None or len(out) < n):
+        for r in list(pools):
+            if n is not None and len(out) >= n:
+                break
+            while pools[r]:
+                f = pools[r].pop(0)
+                qs = list(f.queries) if model is None else _answered(model, f.queries, f.target, known_top_k, single_token)
+                if len(qs) >= n_rewrites:
+                    out.append(RewriteFact(f.subject, f.target, tuple(qs[:n_rewrites]), f.relation, f.uuid,
+                                           _new_object(data_dir, f.relation, f.object, rng, cache)))
+                    break
+            if not pools[r]:
+                del pools[r]
+    if not out:
+        raise EmptyDatasetError(f"no ParaRel fact of {rels if relations else 'any relation'} has {n_rewrites} rewrites "
+                                f"the model answers (known_top_k={known_top_k}); relax the filters or raise max_scan")
+    return out
+
+
+def load_rewrites(path: str | Path) -> list[RewriteFact]:
+    """A user's rewriting dataset from JSON (format in the module docstring).
+
+    Raises:
+        MissingFileError: no such file.
+        DataFormatError: not JSON, or a malformed fact (the message names which).
+        EmptyDatasetError: no facts in the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"rewrites file {path} not found; give a JSON file of facts with rewrites")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataFormatError(f"{path} is not valid JSON ({exc}); see docs/cnl_eval.md for the format") from None
+    rows = data.get("facts") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise DataFormatError(f"{path} must hold a list of facts (or {{\"facts\": [...]}})")
+    if not rows:
+        raise EmptyDatasetError(f"{path} holds no facts")
+    facts = []
+    for i, row in enumerate(rows):
+        f = RewriteFact.from_dict(row, where=f"{path.name} fact #{i}")
+        facts.append(f if f.uid else RewriteFact(f.subject, f.target, f.rewrites, f.relation, str(i), f.target_new))
+    return facts
+
+
+def save_rewrites(facts: Sequence[RewriteFact], path: str | Path) -> Path:
+    """Write facts as JSON readable by :func:`load_rewrites`; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"facts": [f.to_dict() for f in facts]}, indent=1))
+    return path
+
+
+__all__ = ["N_REWRITES", "RewriteFact", "load_rewrites", "rewrite_facts", "save_rewrites"]

@@ -1,0 +1,33 @@
+"""The CNL paper's evaluation of individual-knowledge localization (§3–4, Table 4).
+
+- :func:`fidelity` — do rewrites of a fact get the same KN neurons / traced layers / circuit?
+- :func:`reliability` — do the methods' own validations single out the located parameters
+  (KN double / zero vs matched random neurons, ROME at every layer, KC recall with the circuit
+  alone)?
+- :func:`decoupling` — KN on comparative pairs (one arithmetic main part, two framings):
+  coincidence rates ``C^{1,2}``, ``C^{1,1}``, ``C^{2,2}``.
+- :func:`compare` — the paper's Table 4 (Overlap, Neuron, IPP) for KN, ROME, KC and CNL.
+
+Every experiment is a composition of the methods' public APIs (nothing re-implemented), streams
+with a progress bar, checkpoints every few items and resumes. See ``docs/cnl_eval.md``.
+
+Example:
+    >>> from tlcap.data.rewrites import rewrite_facts
+    >>> from tlcap.experiments.cnl_eval import fidelity
+    >>> res = fidelity(model, rewrite_facts(model, n=50))
+    >>> print(res.estimate("kn")); res.figure().show()
+"""
+
+from tlcap.experiments.cnl_eval.compare import CompareResult, Table4Row, compare
+from tlcap.experiments.cnl_eval.decoupling import DecouplingConfig, decoupling
+from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult, PairRow
+from tlcap.experiments.cnl_eval.fidelity import FidelityConfig, fidelity
+from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, reliability
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, FidelityRow, RewriteRow
+
+__all__ = [
+    "PAPER", "CompareResult", "DecouplingConfig", "DecouplingResult", "FidelityConfig", "FidelityResult", "FidelityRow",
+    "KCRow", "KNRow", "PairRow", "ReliabilityConfig", "ReliabilityResult", "RewriteRow", "RomeRow", "Table4Row",
+    "compare", "decoupling", "fidelity", "reliability",
+]

@@ -1,0 +1,221 @@
+"""What the CNL evaluation experiments share: one located set per method, parameter shares,
+timing per method, and the streamed checkpoint of per-item rows.
+
+Every locator here is a composition of the method's public API, nothing re-implemented:
+
+- **KN**: :func:`tlcap.integrated_gradients` then a selection rule of
+  :mod:`tlcap.locate.selection` (``Attr > threshold · max``, Dai's 0.2; or the top-k);
+- **causal tracing**: :func:`tlcap.locate.causal_trace.causal_trace` of the MLP kind only,
+  then :meth:`CausalTrace.top_layers` at the last subject token (ROME's located layers);
+- **knowledge circuits**: :func:`tlcap.locate.circuits.edge_attribution` (zero ablation, as the
+  CNL paper's App. D) then :meth:`EdgeScores.select` at a fixed top-n (dead nodes pruned).
+
+Located sets are stored as sorted tuples of integers: a neuron ``(l, j)`` as ``l·d_mlp + j``, a
+layer as itself, an edge ``u → v`` as ``u·n_readers + v`` (indices into the circuit graph).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tlcap.attribution import IGConfig, integrated_gradients
+from tlcap.errors import CheckpointError, CheckpointMismatchError
+from tlcap.locate.causal_trace import causal_trace
+from tlcap.locate.circuits import Circuit, edge_attribution
+from tlcap.locate.selection import threshold_select, top_k_select
+from tlcap.metrics.sets import NeuronSet
+from tlcap.models.adapter import Model
+
+CHECKPOINT_VERSION = 1
+
+
+# ---------------------------------------------------------------------------- locators
+def kn_neurons(model: Model, prompt: str, target: str, ig: IGConfig, threshold: float = 0.2,
+               top_k: int | None = None) -> tuple[NeuronSet, float]:
+    """KN located set of one prompt and the clean target probability.
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+        target: The answer (multi-token answers: teacher forcing, IG averaged over tokens).
+        ig: Attribution settings.
+        threshold: Keep ``Attr > threshold · max`` (Dai: 0.2).
+        top_k: Keep the ``top_k`` best instead.
+
+    Returns:
+        ``(neurons, P(target))``.
+    """
+    attr = integrated_gradients(model, prompt, target, config=ig)
+    ns = top_k_select(attr.scores, top_k) if top_k is not None else threshold_select(attr.scores, threshold)
+    return ns, attr.target_prob
+
+
+def traced_layers(model: Model, prompt: str, subject: str, target: str, *, k: int = 3, samples: int = 10,
+                  window: int = 10, noise_factor: float = 3.0, seed: int = 0) -> tuple[list[int], float, float]:
+    """The ``k`` MLP layers with the largest indirect effect at the last subject token.
+
+    Returns:
+        ``(layers in decreasing effect, clean probability, corrupted probability)``.
+    """
+    tr = causal_trace(model, prompt, subject, target, kinds=("mlp",), samples=samples, window=window,
+                      noise_factor=noise_factor, seed=seed)
+    return tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob
+
+
+def knowledge_circuit(model: Model, prompt: str, target: str, *, top_n: int = 300, ig_steps: int = 5) -> Circuit:
+    """The top-``top_n`` circuit of one prompt (EAP-IG with ``ig_steps``, zero ablation, pruned)."""
+    scores = edge_attribution(model, prompt, target, None, steps=ig_steps)
+    return scores.select(top_n=top_n)
+
+
+def neuron_ids(ns: NeuronSet) -> tuple[int, ...]:
+    """A neuron set as sorted flat ids ``l·d_mlp + j``."""
+    d = ns.shape[1]
+    return tuple(sorted(l * d + j for l, j in ns))
+
+
+def neurons_from_ids(ids: Sequence[int], shape: tuple[int, int]) -> NeuronSet:
+    """Inverse of :func:`neuron_ids`."""
+    return NeuronSet(tuple((int(i) // shape[1], int(i) % shape[1]) for i in ids), shape)
+
+
+def edge_ids(circuit: Circuit) -> tuple[int, ...]:
+    """A circuit's edges as sorted flat ids ``u·n_readers + v``."""
+    return tuple(int(i) for i in torch.nonzero(circuit.mask.flatten()).flatten().tolist())
+
+
+# ---------------------------------------------------------------------------- parameter shares
+@dataclass(frozen=True)
+class ParamCounts:
+    """Exact parameter counts the "Neuron (% of parameters)" column needs.
+
+    Attributes:
+        block_total: Parameters of the transformer blocks (embeddings excluded).
+        per_neuron: Parameters one MLP neuron owns (its input / gate rows and bias, its
+            down-projection column).
+        per_mlp: Parameters of one layer's MLP group (``m{l}``: weights, biases and its norm).
+    """
+
+    block_total: int
+    per_neuron: int
+    per_mlp: tuple[int, ...]
+
+    def neurons_share(self, n_neurons: int) -> float:
+        """Share of block parameters held by ``n_neurons`` MLP neurons."""
+        return n_neurons * self.per_neuron / self.block_total
+
+    def layers_share(self, layers: Sequence[int]) -> float:
+        """Share of block parameters held by the MLPs of ``layers``."""
+        return sum(self.per_mlp[l] for l in set(layers)) / self.block_total
+
+
+def param_counts(model: Model) -> ParamCounts:
+    """Count the parameters (:meth:`Model.parameter_groups`, the MLP weight handles)."""
+    pg = model.parameter_groups()
+    slices = [model.mlp_out_weight(0), *model.mlp_in_weights(0)]
+    per_neuron = sum(int(ws.param.numel() // ws.param.shape[ws.neuron_dim]) for ws in slices)
+    per_mlp = tuple(pg.count([f"m{l}"]) for l in range(model.n_layers))
+    return ParamCounts(pg.block_total, per_neuron, per_mlp)
+
+
+# ---------------------------------------------------------------------------- timing
+@dataclass
+class Stopwatch:
+    """Seconds spent per method (for results and the benchmark's cost shares)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def add(self, other: dict[str, float]) -> None:
+        for k, v in other.items():
+            self.seconds[k] = self.seconds.get(k, 0.0) + float(v)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def fingerprint(*parts: Any) -> str:
+    """A short sha256 of JSON-serialisable parts (config, model name, inputs)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ItemCheckpoint:
+    """Per-item results of a streamed experiment, saved atomically every few items.
+
+    The folder holds ``items.json`` (``{"version", "fingerprint", "items": [...]}``), replaced by a
+    rename each time, so an interrupt leaves the last complete save. A run with other inputs or
+    settings (another fingerprint) refuses to resume from it.
+
+    Args:
+        directory: The checkpoint folder (``None``: keep nothing).
+        fp: Fingerprint of the run's inputs and settings.
+        every: Items between saves.
+        resume: Start from the items already saved there.
+    """
+
+    def __init__(self, directory: str | Path | None, fp: str, every: int = 5, resume: bool = True) -> None:
+        self.path = Path(directory) / "items.json" if directory is not None else None
+        self.fp, self.every = fp, max(1, int(every))
+        self.items: list[Any] = []
+        if self.path is not None and resume and self.path.exists():
+            try:
+                data = json.loads(self.path.read_text())
+                old_fp, items = data["fingerprint"], data["items"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"the checkpoint {self.path} is damaged ({exc}); delete it to start over") from None
+            if old_fp != fp:
+                raise CheckpointMismatchError(
+                    f"the checkpoint in {self.path.parent} was made with other inputs or settings (fingerprint {old_fp} "
+                    f"vs {fp}); delete it, or use another --out"
+                )
+            self.items = list(items)
+
+    @property
+    def done(self) -> int:
+        return len(self.items)
+
+    def add(self, item: Any) -> None:
+        """Record one item; saves every ``every`` items."""
+        self.items.append(item)
+        if len(self.items) % self.every == 0:
+            self.save()
+
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """Save the items done so far when the block exits, however it exits."""
+        try:
+            yield
+        finally:
+            self.save()
+
+    def save(self) -> None:
+        """Write the items now (atomic rename); nothing without a folder."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"version": CHECKPOINT_VERSION, "fingerprint": self.fp, "items": self.items}))
+        os.replace(tmp, self.path)
+
+
+OnItem = Callable[[int], None]
+"""Called with the item's position before each item is computed (tests simulate interrupts)."""
+
+
+__all__ = ["ItemCheckpoint", "ParamCounts", "Stopwatch", "edge_ids", "fingerprint", "kn_neurons",
+           "knowledge_circuit", "neuron_ids", "neurons_from_ids", "param_counts", "traced_layers"]

@@ -1,0 +1,136 @@
+"""Decoupling (CNL paper §4.1): KN on comparative pairs — one main part, two framings.
+
+For every :class:`~tlcap.data.comparative.ComparativePair` KN locates a neuron set on framing 1
+("give the correct answer for 17+25=?", target ``" 42"``) and on framing 2 ("write Python code
+for 17+25=?", target ``" print(17+25)"``, teacher-forced over its tokens). The coincidence rates
+``C^{1,2}`` (between the framings of a pair) and ``C^{1,1}``, ``C^{2,2}`` (neurons common to all
+samples of a framing) come from :func:`tlcap.metrics.coincidence_rates`, literal as the poster
+prints them (shares of all ``L·J`` neurons) and overlap-normalised / IoU. Paper: 15.6 / 7.3 /
+8.6 %.
+
+Beside ``C^{1,2}``, a **cross-pair reference**: the same overlap between framing 1 of pair ``k``
+and framing 2 of pair ``k+1`` (another main part), so "the framings of one problem share x %"
+can be read against what two unrelated prompts of the two framings share.
+
+Example:
+    >>> res = decoupling(model, comparative_pairs(200, seed=0), checkpoint_dir="ckpt")
+    >>> res.summary()["c12"]["overlap"]["text"]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from tlcap.attribution import IGConfig
+from tlcap.config import Config, check_float, check_int
+from tlcap.data.comparative import ComparativePair
+from tlcap.errors import EmptyDatasetError, InvalidConfigError
+from tlcap.experiments.cnl_eval.common import ItemCheckpoint, OnItem, Stopwatch, fingerprint, kn_neurons, neuron_ids
+from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult
+from tlcap.models.adapter import Model
+from tlcap.provenance import Provenance
+
+
+@dataclass(frozen=True)
+class DecouplingConfig(Config):
+    """Settings of :func:`decoupling` (the options of ``tlcap cnl decouple``).
+
+    Attributes:
+        ig: KN attribution settings.
+        threshold: KN selection ``Attr > threshold · max`` (Dai: 0.2).
+        top_k: KN: the top-k neurons instead (``None`` = threshold).
+    """
+
+    ig: IGConfig = field(default_factory=IGConfig)
+    threshold: float = 0.2
+    top_k: int | None = None
+
+    def validate(self) -> None:
+        if not isinstance(self.ig, IGConfig):
+            raise InvalidConfigError(f"ig must be an IGConfig, got {type(self.ig).__name__}")
+        check_float("threshold", self.threshold, gt=0, le=1)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k, min=1)
+
+
+def _pair_item(model: Model, pair: ComparativePair, cfg: DecouplingConfig) -> dict[str, Any]:
+    sw, t0 = Stopwatch(), time.perf_counter()
+    sets, probs = [], []
+    for t in (1, 2):
+        prompt, target = pair.framing(t)
+        with sw("kn"):
+            ns, p = kn_neurons(model, prompt, target, cfg.ig, cfg.threshold, cfg.top_k)
+        sets.append(list(neuron_ids(ns)))
+        probs.append(float(p))
+    return {"sets": sets, "probs": probs, "seconds": sw.seconds, "wall": time.perf_counter() - t0}
+
+
+def decoupling(
+    model: Model,
+    pairs: Sequence[ComparativePair],
+    *,
+    config: DecouplingConfig | None = None,
+    checkpoint_dir: Any = None,
+    checkpoint_every: int = 10,
+    resume: bool = True,
+    progress: bool = True,
+    on_item: OnItem | None = None,
+    **overrides: Any,
+) -> DecouplingResult:
+    """The decoupling experiment over comparative pairs (module docstring).
+
+    Args:
+        model: The model.
+        pairs: Comparative pairs (:func:`tlcap.data.comparative.comparative_pairs` or
+            :func:`~tlcap.data.comparative.load_pairs`).
+        config: A :class:`DecouplingConfig`.
+        checkpoint_dir: Folder for the streamed checkpoint (``None``: none).
+        checkpoint_every: Pairs between checkpoint saves.
+        resume: Resume from ``checkpoint_dir``.
+        progress: Show a progress bar.
+        on_item: Called with each pair's position before it is computed.
+        **overrides: :class:`DecouplingConfig` fields.
+
+    Returns:
+        A :class:`DecouplingResult` (per-pair located sets, coincidence rates with CIs).
+
+    Raises:
+        EmptyDatasetError: no pairs.
+        CheckpointMismatchError: ``checkpoint_dir`` holds another run's checkpoint.
+
+    Example:
+        >>> res = decoupling(model, comparative_pairs(20), top_k=20)
+        >>> res.rates().c12_overlap
+    """
+    cfg = DecouplingConfig.resolve(config, **overrides)
+    if not pairs:
+        raise EmptyDatasetError("decoupling needs at least one comparative pair")
+    ck = ItemCheckpoint(checkpoint_dir, fingerprint("decoupling", cfg.to_dict(), model.name, [p.to_dict() for p in pairs]),
+                        checkpoint_every, resume)
+    bar = tqdm(total=len(pairs), initial=ck.done, desc="decoupling", unit="pair", disable=not progress)
+    with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
+        for i in range(ck.done, len(pairs)):
+            if on_item is not None:
+                on_item(i)
+            ck.add(_pair_item(model, pairs[i], cfg))
+            bar.update(1)
+    bar.close()
+    sw = Stopwatch()
+    for it in ck.items:
+        sw.add(it["seconds"])
+    return DecouplingResult(
+        pairs=tuple((p.uid, p.source, p.main, p.prompts[0], p.targets[0], p.prompts[1], p.targets[1]) for p in pairs),
+        sets1=tuple(tuple(it["sets"][0]) for it in ck.items), sets2=tuple(tuple(it["sets"][1]) for it in ck.items),
+        probs1=tuple(it["probs"][0] for it in ck.items), probs2=tuple(it["probs"][1] for it in ck.items),
+        n_layers=model.n_layers, d_mlp=model.d_mlp, model_name=model.name, config=cfg.to_dict(),
+        method_seconds=sw.seconds, wall_seconds=sum(it["wall"] for it in ck.items),
+        provenance=Provenance.collect(model, config=cfg),
+    )
+
+
+__all__ = ["DecouplingConfig", "decoupling"]

@@ -1,0 +1,279 @@
+"""Reliability (CNL paper §3.2): do the methods' own validations single out the located parameters?
+
+Over a fact dataset (the first rewrite of each fact is its prompt):
+
+- **KN** — locate, then double (×``enhance_factor``) and zero (×``suppress_factor``) the located
+  activations at the last position, and do the same with ``n_random`` random sets matched to the
+  located set (same count per layer, :meth:`NeuronSet.random_like`). A sample "rises" / "falls"
+  when P(target) goes up / down. Paper: doubling 85.1 / 14.9 % vs random 72.3 / 27.7 %; zeroing
+  27.4 / 72.4 % vs 17.6 / 82.6 %.
+- **ROME** — edit the fact (subject → another object of its relation) at every layer separately
+  (:func:`tlcap.intervene.rome.rome_sweep`): efficacy, paraphrase (the fact's other rewrites) and
+  specificity (other facts' prompts) per layer, with the causal-traced layer marked. The paper's
+  Fig. 2: non-located layers edit about as well as the located one.
+- **KC** — the circuit alone (every other edge zero-ablated): recall = the target ranks first;
+  the circuit's share of block parameters; the same for ``n_random_circuits`` random circuits of
+  as many edges. Paper: recall 12.3 %, circuits of 1.6–2.6 % of the parameters.
+
+Example:
+    >>> res = reliability(model, rewrite_facts(model, n=50), parts=("kn", "kc"))
+    >>> res.summary()["kn"]["double"]["located_rise"]["text"]
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tlcap.attribution import IGConfig
+from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
+from tlcap.data.rewrites import RewriteFact
+from tlcap.errors import EmptyDatasetError, InvalidConfigError
+from tlcap.experiments.cnl_eval.common import (
+    ItemCheckpoint,
+    OnItem,
+    ParamCounts,
+    Stopwatch,
+    fingerprint,
+    kn_neurons,
+    knowledge_circuit,
+    param_counts,
+    traced_layers,
+)
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.intervene.activations import scale_neurons
+from tlcap.intervene.rome import RomeConfig, rome_sweep
+from tlcap.locate.circuits import evaluate_circuit, evaluate_masks, make_task
+from tlcap.metrics.probs import target_prob
+from tlcap.models.adapter import Model
+from tlcap.provenance import Provenance
+
+PARTS: tuple[str, ...] = ("kn", "rome", "kc")
+
+
+@dataclass(frozen=True)
+class ReliabilityConfig(Config):
+    """Settings of :func:`reliability` (the options of ``tlcap cnl reliability``).
+
+    Attributes:
+        parts: Which of ``kn``, ``rome``, ``kc`` to run.
+        ig: KN attribution settings.
+        threshold: KN selection ``Attr > threshold · max`` (Dai: 0.2).
+        top_k: KN: the top-k neurons instead (``None`` = threshold).
+        enhance_factor: KN "increase" factor (the paper: double, 2.0).
+        suppress_factor: KN "zero" factor (0.0).
+        n_random: Matched random neuron sets per fact (>= 20: the p-value's resolution).
+        rome: ROME hyper-parameters (:class:`~tlcap.intervene.rome.RomeConfig`).
+        rome_layers: Layers to edit (``None`` = every layer).
+        rome_facts: Edit only the first ``rome_facts`` facts (``None`` = all).
+        n_neighbours: Other facts' prompts used for ROME's specificity.
+        trace_samples: Noise draws of the causal trace that marks the located layer.
+        trace_window: MLP restoration window of that trace.
+        noise_factor: Its noise ν = factor × std of the embeddings.
+        kc_top_n: Edges kept in a knowledge circuit.
+        kc_ig_steps: EAP-IG steps.
+        n_random_circuits: Random circuits of as many edges per fact.
+        seed: Seed of the random sets, neighbourhoods and trace noise.
+    """
+
+    parts: tuple[str, ...] = PARTS
+    ig: IGConfig = field(default_factory=IGConfig)
+    threshold: float = 0.2
+    top_k: int | None = None
+    enhance_factor: float = 2.0
+    suppress_factor: float = 0.0
+    n_random: int = 20
+    rome: RomeConfig = field(default_factory=RomeConfig)
+    rome_layers: tuple[int, ...] | None = None
+    rome_facts: int | None = None
+    n_neighbours: int = 10
+    trace_samples: int = 10
+    trace_window: int = 10
+    noise_factor: float = 3.0
+    kc_top_n: int = 300
+    kc_ig_steps: int = 5
+    n_random_circuits: int = 20
+    seed: int = 0
+
+    def validate(self) -> None:
+        self._set("parts", check_sequence("parts", self.parts, min_len=1, unique=True,
+                                         item=lambda n, x: check_choice(n, x, PARTS, cli="--parts")))
+        if not isinstance(self.ig, IGConfig):
+            raise InvalidConfigError(f"ig must be an IGConfig, got {type(self.ig).__name__}")
+        if not isinstance(self.rome, RomeConfig):
+            raise InvalidConfigError(f"rome must be a RomeConfig, got {type(self.rome).__name__}")
+        check_float("threshold", self.threshold, gt=0, le=1)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k, min=1)
+        check_float("enhance_factor", self.enhance_factor, ge=0)
+        check_float("suppress_factor", self.suppress_factor, ge=0)
+        check_int("n_random", self.n_random, min=1)
+        if self.rome_layers is not None:
+            self._set("rome_layers", check_sequence("rome_layers", self.rome_layers, min_len=1, unique=True,
+                                                    item=lambda n, x: check_int(n, x, min=0, cli="--rome-layers")))
+        if self.rome_facts is not None:
+            check_int("rome_facts", self.rome_facts, min=1)
+        check_int("n_neighbours", self.n_neighbours, min=1)
+        check_int("trace_samples", self.trace_samples, min=1)
+        check_int("trace_window", self.trace_window, min=1)
+        check_float("noise_factor", self.noise_factor, gt=0)
+        check_int("kc_top_n", self.kc_top_n, min=1)
+        check_int("kc_ig_steps", self.kc_ig_steps, min=1)
+        check_int("n_random_circuits", self.n_random_circuits, min=1)
+        check_int("seed", self.seed, min=0)
+
+
+def draw_seed(seed: int, item: int, draw: int) -> int:
+    """The seed of random draw ``draw`` for item ``item`` (independent of resumes and of other items)."""
+    return (seed * 1_000_003 + item * 10_007 + draw) % (2**31 - 1)
+
+
+def _kn_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, counts: ParamCounts,
+             sw: Stopwatch) -> list[KNRow]:
+    prompt = fact.rewrites[0]
+    with sw("kn_locate"):
+        ns, _ = kn_neurons(model, prompt, fact.target, cfg.ig, cfg.threshold, cfg.top_k)
+    with sw("kn_interventions"):
+        base = target_prob(model, prompt, fact.target)
+        sets = [("located", -1, ns)] + [("random", d, ns.random_like(seed=draw_seed(cfg.seed, i, d)))
+                                        for d in range(cfg.n_random)]
+        rows = []
+        for kind, d, s in sets:
+            up = target_prob(model, prompt, fact.target, hooks=scale_neurons(model, s, cfg.enhance_factor))
+            down = target_prob(model, prompt, fact.target, hooks=scale_neurons(model, s, cfg.suppress_factor))
+            rows.append(KNRow(i, fact.uid, kind, d, len(s), counts.neurons_share(len(s)), base, up, down))
+    return rows
+
+
+def neighbourhood(facts: Sequence[RewriteFact], i: int, n: int, seed: int) -> list[str] | None:
+    """Prompts of up to ``n`` other facts, seeded per fact.
+
+    Facts of other relations with another answer first; if there are none, facts of the same
+    relation with another answer; if there are none either, ``None`` (ROME's default unrelated
+    prompts).
+    """
+    me = facts[i]
+    others = [f for k, f in enumerate(facts) if k != i and f.target != me.target]
+    pool = [f.rewrites[0] for f in others if not me.relation or f.relation != me.relation] or \
+        [f.rewrites[0] for f in others]
+    if not pool:
+        return None
+    rng = random.Random(draw_seed(seed, i, 0))
+    return rng.sample(pool, min(n, len(pool)))
+
+
+def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: ReliabilityConfig, sw: Stopwatch) -> list[RomeRow]:
+    fact = facts[i]
+    if fact.target_new is None or (cfg.rome_facts is not None and i >= cfg.rome_facts):
+        return []
+    prompt = fact.rewrites[0]
+    with sw("trace"):
+        top, _, _ = traced_layers(model, prompt, fact.subject, fact.target, k=3, samples=cfg.trace_samples,
+                                  window=cfg.trace_window, noise_factor=cfg.noise_factor, seed=cfg.seed)
+    layers = list(range(model.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
+    if any(l >= model.n_layers for l in layers):
+        raise InvalidConfigError(f"rome_layers (--rome-layers) must be below {model.n_layers} for {model.name}")
+    with sw("rome"):
+        sweep = rome_sweep(model, prompt, fact.subject, fact.target_new, layers, target_old=fact.target,
+                           paraphrases=list(fact.rewrites[1:]),
+                           neighbourhood=neighbourhood(facts, i, cfg.n_neighbours, cfg.seed), config=cfg.rome)
+    return [RomeRow(i, fact.uid, r.layer, top[0], r.layer == top[0], r.layer in top, bool(r.efficacy),
+                    float(r.paraphrase), float(r.specificity), r.new_prob_before, r.new_prob_after, r.old_prob_after)
+            for r in sweep.results]
+
+
+def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw: Stopwatch) -> list[KCRow]:
+    prompt = fact.rewrites[0]
+    with sw("kc_locate"):
+        circ = knowledge_circuit(model, prompt, fact.target, top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
+    with sw("kc_evaluate"):
+        ev = evaluate_circuit(model, circ)
+        rows = [KCRow(i, fact.uid, "located", -1, ev.n_edges, ev.n_nodes, ev.param_fraction_blocks,
+                      ev.circuit_target_rank, ev.hit_at_1, ev.hit_at_10, ev.circuit_nll)]
+        rnd = [circ.random_like(seed=draw_seed(cfg.seed, i, d)) for d in range(cfg.n_random_circuits)]
+        r = evaluate_masks(model, circ.graph, make_task(model, prompt, fact.target, None),
+                           torch.stack([c.mask for c in rnd]))
+        for d, c in enumerate(rnd):
+            rank = int(r["rank"][d])
+            rows.append(KCRow(i, fact.uid, "random", d, c.n_edges, c.n_nodes, c.param_fraction_blocks, rank,
+                              rank == 1, rank <= 10, float(r["nll"][d])))
+    return rows
+
+
+def reliability(
+    model: Model,
+    facts: Sequence[RewriteFact],
+    *,
+    config: ReliabilityConfig | None = None,
+    checkpoint_dir: Any = None,
+    checkpoint_every: int = 2,
+    resume: bool = True,
+    progress: bool = True,
+    on_item: OnItem | None = None,
+    **overrides: Any,
+) -> ReliabilityResult:
+    """The reliability experiment over a fact dataset (module docstring).
+
+    Args:
+        model: The model (ROME edits are undone after each measurement).
+        facts: Facts (:func:`tlcap.data.rewrites.rewrite_facts`); the first rewrite is the
+            prompt, the others are ROME's paraphrases; ``target_new`` is ROME's new object
+            (facts without one are not edited).
+        config: A :class:`ReliabilityConfig`.
+        checkpoint_dir: Folder for the streamed checkpoint (``None``: none).
+        checkpoint_every: Facts between checkpoint saves.
+        resume: Resume from ``checkpoint_dir``.
+        progress: Show a progress bar.
+        on_item: Called with each fact's position before it is computed.
+        **overrides: :class:`ReliabilityConfig` fields (``parts=("kn",)``, ``n_random=30``...).
+
+    Returns:
+        A :class:`ReliabilityResult`.
+
+    Example:
+        >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0)
+        >>> print(res.kn_test("double"))
+    """
+    cfg = ReliabilityConfig.resolve(config, **overrides)
+    if not facts:
+        raise EmptyDatasetError("reliability needs at least one fact")
+    ck = ItemCheckpoint(checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
+                                                    [f.to_dict() for f in facts]), checkpoint_every, resume)
+    counts = param_counts(model)
+    bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not progress)
+    with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
+        for i in range(ck.done, len(facts)):
+            if on_item is not None:
+                on_item(i)
+            sw, t0 = Stopwatch(), time.perf_counter()
+            item: dict[str, Any] = {"kn": [], "rome": [], "kc": []}
+            if "kn" in cfg.parts:
+                item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw)]
+            if "rome" in cfg.parts:
+                item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw)]
+            if "kc" in cfg.parts:
+                item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw)]
+            item.update(seconds=sw.seconds, wall=time.perf_counter() - t0)
+            ck.add(item)
+            bar.update(1)
+    bar.close()
+    total = Stopwatch()
+    for it in ck.items:
+        total.add(it["seconds"])
+    return ReliabilityResult(
+        kn_rows=tuple(tuple(r) for it in ck.items for r in it["kn"]),
+        rome_rows=tuple(tuple(r) for it in ck.items for r in it["rome"]),
+        kc_rows=tuple(tuple(r) for it in ck.items for r in it["kc"]),
+        parts=tuple(cfg.parts), n_facts=len(facts), n_layers=model.n_layers, model_name=model.name,
+        config=cfg.to_dict(), method_seconds=total.seconds, wall_seconds=sum(it["wall"] for it in ck.items),
+        provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
+    )
+
+
+__all__ = ["PARTS", "ReliabilityConfig", "draw_seed", "neighbourhood", "reliability"]
