@@ -87,20 +87,6 @@ class EvalConfig(Config):
         self._set("datasets", check_sequence("datasets", self.datasets, cli=None))
 
 
-@dataclass(frozen=True)
-class PendingConfig(Config):
-    """A stage waiting for ``tlcap.experiments.cnl_eval``: its sizes, recorded for when it lands."""
-
-    experiment: str = "fidelity"
-    n: int = 50
-    n_random: int = 20
-    seed: int = 0
-
-    def validate(self) -> None:
-        check_choice("experiment", self.experiment, ("fidelity", "reliability_kn", "reliability_rome", "reliability_kc",
-                                                     "decoupling", "compare"))
-
-
 # ------------------------------------------------------------------ locate
 def _groups(cfg: LocateConfig, samples: list) -> list[tuple[str, list]]:
     """``[("A0", samples), ..., ("B0", ...)]``: each random half cut into ``groups / 2`` consecutive groups."""
@@ -229,33 +215,53 @@ def _cross_work(ctx: StageContext) -> Workload:
     return w
 
 
-# ------------------------------------------------------------------ pending: tlcap.experiments.cnl_eval
-PENDING_EXPECTED = {
-    "fidelity": "fidelity(model, facts, *, config) -> FidelityResult with .overlap(method) -> Estimate for "
-                "method in ('KN', 'ROME', 'KC') (mean pairwise overlap over 5 rewrites, bootstrap over facts)",
-    "reliability_kn": "reliability_kn(model, facts, *, config) -> KNReliability with .share(manipulation, neurons, "
-                      "direction) -> Estimate and .test(manipulation) -> RandomControlTest (≥ 20 matched sets)",
-    "reliability_rome": "reliability_rome(model, facts, *, config) -> RomeLayerSweep with .by_layer() frame "
-                        "(efficacy, paraphrase, specificity ± CI per layer, traced layer marked) and .figure() (Fig. 2)",
-    "reliability_kc": "reliability_kc(model, facts, *, config) -> KCReliability with .recall() -> Estimate and "
-                      ".param_share() -> Estimate",
-    "decoupling": "decoupling(model, pairs, *, config) -> CoincidenceRates (tlcap.metrics) with c12/c11/c22 and the "
-                  "overlap-normalised variants",
-    "compare": "compare(model, ..., *, config) -> ComparisonResult with rows (method, overlap, neuron share, IPP) and "
-               "Estimates (Table 4)",
+# ------------------------------------------------------------------ tlcap.experiments.cnl_eval (issue 11)
+# experiment → (stage name, items it feeds, the public API it calls). A stage runs when the function is
+# importable from tlcap.experiments.cnl_eval; otherwise it is listed as "not run: experiment not available".
+EVAL_EXPERIMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "fidelity": ("cnl.fidelity", ("CNL §3.1 fidelity",),
+                 "cnl_eval.fidelity(model, tlcap.data.rewrites.rewrite_facts(model, n), checkpoint_dir=, progress=)"),
+    "reliability": ("cnl.reliability", ("CNL §3.2 reliability", "CNL Fig. 2"),
+                    "cnl_eval.reliability(model, rewrite_facts(model, n), checkpoint_dir=, progress=)"),
+    "decoupling": ("cnl.decoupling", ("CNL §4 decoupling",), "cnl_eval.decoupling (issue 11 item 3)"),
+    "compare": ("cnl.compare", ("CNL Table 4",), "cnl_eval.compare (issue 11 item 4)"),
 }
+REWRITES = "tlcap.data.rewrites"
+# Experiments whose call is wired here (the others, once they land, need their call added in _eval_fn).
+WIRED = ("fidelity", "reliability")
 
 
-def cnl_eval_available() -> bool:
-    """Whether ``tlcap.experiments.cnl_eval`` (issue 11) is importable."""
-    return importlib.util.find_spec(CNL_EVAL) is not None
+@dataclass(frozen=True)
+class PendingConfig(Config):
+    """A ``tlcap.experiments.cnl_eval`` stage: its sizes."""
+
+    experiment: str = "fidelity"
+    n: int = 50
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_choice("experiment", self.experiment, tuple(EVAL_EXPERIMENTS))
 
 
-def _pending_fn(ctx: StageContext) -> dict[str, Result]:
+def cnl_eval_function(experiment: str) -> Any | None:
+    """``tlcap.experiments.cnl_eval.<experiment>`` when it exists (and its call is wired here), else ``None``."""
+    if experiment not in WIRED or importlib.util.find_spec(CNL_EVAL) is None or importlib.util.find_spec(REWRITES) is None:
+        return None
+    return getattr(importlib.import_module(CNL_EVAL), experiment, None)
+
+
+def cnl_eval_available(experiment: str = "fidelity") -> bool:
+    """Whether the reproduce stage of ``experiment`` can run on this installation."""
+    return cnl_eval_function(experiment) is not None
+
+
+def _eval_fn(ctx: StageContext) -> dict[str, Result]:
     cfg: PendingConfig = ctx.config
-    mod = importlib.import_module(CNL_EVAL)
-    fn = getattr(mod, cfg.experiment)
-    res = fn(ctx.model, config=None)
+    fn = cnl_eval_function(cfg.experiment)
+    if fn is None:
+        raise StageError(f"tlcap.experiments.cnl_eval.{cfg.experiment} is not available")
+    facts = importlib.import_module(REWRITES).rewrite_facts(ctx.model, cfg.n, seed=cfg.seed)
+    res = fn(ctx.model, facts, checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress)
     return {cfg.experiment: res}
 
 
@@ -286,13 +292,12 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
         stages.append(Stage("cnl.cross", _cross, ccfg, deps=tuple(f"cnl.locate.{d}" for d in cross_ds), code=CODE,
                             data=_cross_data, workload=_cross_work, items=("CNL Fig. 5",),
                             description="erase each dataset's neurons, measure every dataset"))
-    pending = None if cnl_eval_available() else f"needs {CNL_EVAL} (issue 11), not on main yet"
-    for exp, items in (("fidelity", ("CNL §3.1 fidelity",)), ("reliability_kn", ("CNL §3.2 reliability",)),
-                       ("reliability_rome", ("CNL Fig. 2",)), ("reliability_kc", ("CNL §3.2 reliability",)),
-                       ("decoupling", ("CNL §4 decoupling",)), ("compare", ("CNL Table 4",))):
-        pcfg = PendingConfig(experiment=exp, n=50 if exp != "decoupling" else 200, n_random=scale.n_random, seed=seed)
-        stages.append(Stage(f"cnl.{exp.replace('_', '.')}", _pending_fn, pcfg, code=(), pending=pending, items=items,
-                            description=PENDING_EXPECTED[exp]))
+    for exp, (name, items, api) in EVAL_EXPERIMENTS.items():
+        pending = None if cnl_eval_available(exp) else f"not run: experiment not available ({api} is not in this tlcap)"
+        pcfg = PendingConfig(experiment=exp, n=scale.cnl_eval_facts if exp != "decoupling" else scale.cnl_eval_pairs,
+                             seed=seed)
+        stages.append(Stage(name, _eval_fn, pcfg, code=(CNL_EVAL, REWRITES) if pending is None else (), pending=pending,
+                            items=items, description=api))
     return stages
 
 
@@ -317,5 +322,5 @@ def _cross_data(ctx: StageContext) -> dict[str, list]:
     return {ds: load_task(ds, cfg.data_dir, "test", cfg.n_eval, cfg.seed) for ds in cfg.datasets}
 
 
-__all__ = ["LocateConfig", "EvalConfig", "PendingConfig", "cnl_stages", "cnl_eval_available", "eval_work", "location",
-           "PENDING_EXPECTED", "CNL_EVAL"]
+__all__ = ["LocateConfig", "EvalConfig", "PendingConfig", "cnl_stages", "cnl_eval_available", "cnl_eval_function",
+           "eval_work", "location", "EVAL_EXPERIMENTS", "CNL_EVAL"]

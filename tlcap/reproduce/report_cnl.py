@@ -23,13 +23,14 @@ import torch
 
 from tlcap.attribution.dataset import DatasetScores, from_fixed
 from tlcap.data.tasks import get_task
+from tlcap.errors import TlcapError
 from tlcap.experiments.cnl import CNLLocation, CrossResult, EnhanceResult, EraseResult, located_sets_figure
 from tlcap.locate.selection import sigma_mask
 from tlcap.metrics import NeuronSet, bootstrap_ci, located_vs_random, share_ci
 from tlcap.metrics.accuracy import TaskAccuracy
+from tlcap.metrics.effects import bootstrap_p, proportion_diff
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.sensitivity import SensitivityCurve
-from tlcap.reproduce.effects import bootstrap_p, proportion_diff
 from tlcap.reproduce.registry import paper_claim, paper_values
 from tlcap.reproduce.report import RowBuilder
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig
@@ -310,15 +311,45 @@ def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
                   "no per-sample scores in CrossResult", differences=[rb.model_difference("cnl")])
 
 
+def _fidelity(rb: RowBuilder, res: Result) -> bool:
+    """Fidelity rows from a ``cnl_eval`` FidelityResult (its public ``estimate(method)``); False if it has none."""
+    if not hasattr(res, "estimate"):
+        return False
+    for v in paper_values(paper="cnl", item="§3.1 fidelity", quantity="overlap"):
+        method = v.coord("method") or ""
+        try:
+            est = res.estimate(method.lower())  # type: ignore[attr-defined]
+        except (KeyError, ValueError, TlcapError) as exc:
+            rb.value("CNL §3.1 fidelity", f"{method} · overlap over rewrites ({v.model})", None, v,
+                     missing=f"not computed: {exc}")
+            continue
+        rb.value("CNL §3.1 fidelity", f"{method} · overlap over rewrites ({v.model})", est, v,
+                 differences=[f"model: {rb.our_model} vs {v.model}", "data: ParaRel rewrites, not the paper's"])
+    if hasattr(res, "figure"):
+        rb.figure("CNL §3.1 fidelity", "cnl_fidelity", res.figure())
+    return True
+
+
 def pending(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """Rows of the CNL evaluation suite (fidelity, reliability, decoupling, Table 4, Fig. 2)."""
-    for stage, item in (("cnl.fidelity", "§3.1 fidelity"), ("cnl.reliability.kn", "§3.2 reliability"),
+    """Rows of the CNL evaluation suite (fidelity, reliability, decoupling, Table 4, Fig. 2).
+
+    A stage that did not run (``tlcap.experiments.cnl_eval`` not available) gives one row per paper
+    value marked "not run: experiment not available"; never a number of ours.
+    """
+    for stage, item in (("cnl.fidelity", "§3.1 fidelity"), ("cnl.reliability", "§3.2 reliability"),
                         ("cnl.decoupling", "§4 decoupling"), ("cnl.compare", "Table 4")):
-        reason = why(stage) if get(stage) is None else "computed; its report rows are wired in layer 2"
+        out = get(stage)
+        if stage == "cnl.fidelity" and out and _fidelity(rb, next(iter(out.values()))):
+            continue
+        if out:
+            for key, res in out.items():
+                if hasattr(res, "figure"):
+                    rb.figure(f"CNL {item}", f"{stage.replace('.', '_')}_{key}", res.figure())
+        reason = why(stage) if out is None else "computed (figure below); its rows are not mapped into the report yet"
         for v in paper_values(paper="cnl", item=item):
             label = " · ".join([*(lab for _, lab in v.coords), v.quantity])
             rb.missing(f"CNL {item}", f"{label} ({v.model})", reason, v)
-    rb.missing("CNL Fig. 2", "ROME edit success: traced layer − other layers", why("cnl.reliability.rome"),
+    rb.missing("CNL Fig. 2", "ROME edit success: traced layer − other layers", why("cnl.reliability"),
                claim=paper_claim("cnl.fig2.rome-any-layer"))
 
 

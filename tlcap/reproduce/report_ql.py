@@ -19,9 +19,9 @@ import plotly.graph_objects as go
 
 from tlcap.experiments.ql import FactKNs, MappingResult, ModificationResult, SynapseResult, consistency_analysis
 from tlcap.metrics import bootstrap_ci, share_ci, threshold_curve
+from tlcap.metrics.effects import paired_effect, share_effect, two_group_effect
 from tlcap.metrics.estimate import Estimate, TooFewSamplesError
 from tlcap.metrics.stats import otsu_threshold, welch_t_test
-from tlcap.reproduce.effects import paired_effect, share_effect, two_group_effect
 from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
 from tlcap.reproduce.scales import ScaleConfig

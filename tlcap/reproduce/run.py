@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from tlcap.errors import UnknownNameError
+from tlcap.errors import TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
 from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
 from tlcap.reproduce.probe import calibrate
@@ -84,7 +84,10 @@ def predictions(runner: Runner, plan: Sequence[Stage], cal: Calibration) -> dict
         if s.pending or s.workload is None or runner.is_cached(s.name):
             out[s.name] = None
             continue
-        out[s.name] = predict(s.workload(runner.context(s.name)), cal)
+        try:
+            out[s.name] = predict(s.workload(runner.context(s.name)), cal)
+        except TlcapError:  # e.g. a prompt longer than the model's context: the stage itself will report it
+            out[s.name] = None
     return out
 
 

@@ -39,6 +39,8 @@ class ScaleConfig(Config):
         cnl_sigma: σ of the located set used by Tables 1, 2, Figs. 4–6 (the paper's default reading: 3).
         cnl_eval_n: Held-out samples for erase (per dataset).
         cnl_eval_datasets: Datasets erased / enhanced (Table 2 and 3 use GSM8K, Emotion, Code25K).
+        cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
+        cnl_eval_pairs: Comparative pairs of the decoupling experiment.
         n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value).
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
@@ -63,23 +65,25 @@ class ScaleConfig(Config):
     cnl_max_answer_tokens: int = 1
     cnl_groups: int = 4
     cnl_sigma: float = 3.0
-    cnl_eval_n: int = 4
-    cnl_eval_datasets: tuple[str, ...] = ("emotion", "imdb", "mbpp")
+    cnl_eval_n: int = 3
+    cnl_eval_datasets: tuple[str, ...] = ("emotion", "imdb")
+    cnl_eval_facts: int = 2
+    cnl_eval_pairs: int = 4
     n_random: int = 20
     enhance_train_n: int = 2
-    enhance_eval_n: int = 4
+    enhance_eval_n: int = 3
     enhance_epochs: tuple[int, ...] = (1,)
-    cross_eval_n: int = 4
+    cross_eval_n: int = 2
     cross_n_random: int = 1
     ql_relations: tuple[str, ...] = ("P36", "P103")
-    ql_n_facts: int | None = 4
+    ql_n_facts: int | None = 3
     ql_max_queries: int | None = 3
     ql_known_top_k: int | None = None
     ql_steps: int = 2
-    ql_sig_facts: int | None = 2
+    ql_sig_facts: int | None = 1
     ql_edit_queries: int | None = 1
     ql_thresholds: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
-    n_boot: int = 2000
+    n_boot: int = 1000
 
     def validate(self) -> None:
         check_choice("name", self.name, SCALE_NAMES, cli="--scale")
@@ -87,7 +91,8 @@ class ScaleConfig(Config):
                                                  item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
         self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
                                                       item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
-        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_n", "enhance_train_n", "enhance_eval_n", "cross_eval_n",
+        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "enhance_train_n",
+                  "enhance_eval_n", "cross_eval_n",
                   "cross_n_random", "ql_steps", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
@@ -113,13 +118,15 @@ SCALES: dict[str, ScaleConfig] = {
     "smoke": ScaleConfig(),
     "cpu": ScaleConfig(
         name="cpu", cnl_locate_n=200, cnl_steps=20, cnl_max_answer_tokens=2, cnl_groups=20, cnl_eval_n=200,
-        cnl_eval_datasets=("emotion", "imdb", "mbpp"), enhance_train_n=100, enhance_eval_n=200, enhance_epochs=(1, 5),
+        cnl_eval_datasets=("emotion", "imdb", "mbpp"), cnl_eval_facts=50, cnl_eval_pairs=200, enhance_train_n=100,
+        enhance_eval_n=200, enhance_epochs=(1, 5),
         cross_eval_n=100, cross_n_random=3, ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=4,
         ql_known_top_k=10, ql_steps=20, ql_sig_facts=20, ql_edit_queries=1, n_boot=5000,
     ),
     "full": ScaleConfig(
         name="full", cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
-        cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), enhance_train_n=1000, enhance_eval_n=1000,
+        cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
+        enhance_train_n=1000, enhance_eval_n=1000,
         enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
         ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_edit_queries=None, n_boot=5000,
     ),

@@ -33,6 +33,7 @@ from tlcap.metrics.bootstrap import paired_difference_ci, share_ci, wilson_inter
 from tlcap.metrics.estimate import Estimate, TooFewSamplesError
 
 Effect = tuple[Estimate, float, str]
+Values = Sequence[float] | np.ndarray
 
 
 def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
@@ -51,7 +52,7 @@ def bootstrap_p(replicates: Sequence[float] | np.ndarray) -> float:
     return float(min(1.0, 2.0 * min((r <= 0).mean(), (r >= 0).mean())))
 
 
-def paired_effect(a: Sequence[float], b: Sequence[float], *, groups: Sequence | None = None, n_boot: int = 5000,
+def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None = None, n_boot: int = 5000,
                   seed: int = 0) -> Effect:
     """mean(a − b) of paired samples (e.g. the same query under two KN sets).
 
@@ -65,8 +66,8 @@ def paired_effect(a: Sequence[float], b: Sequence[float], *, groups: Sequence | 
     return est, p, "paired t-test" + (" on cluster means" if groups is not None else "")
 
 
-def two_group_effect(a: Sequence[float], b: Sequence[float], *, groups_a: Sequence | None = None,
-                     groups_b: Sequence | None = None, n_boot: int = 5000, seed: int = 0) -> Effect:
+def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | None = None,
+                     groups_b: Sequence | np.ndarray | None = None, n_boot: int = 5000, seed: int = 0) -> Effect:
     """mean(a) − mean(b) of two independent samples (e.g. K_I facts vs K_II facts).
 
     Raises:
@@ -102,7 +103,7 @@ def two_group_effect(a: Sequence[float], b: Sequence[float], *, groups_a: Sequen
     return est, p, "Welch's t-test" + (" on cluster means" if n_groups is not None else "")
 
 
-def share_effect(events: Sequence[bool] | Sequence[float], p0: float) -> Effect:
+def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
     """share(events) − ``p0`` with the Wilson interval (shifted) and an exact binomial test."""
     est = share_ci(np.asarray(events, dtype=float))
     k = int(round(est.value * est.n))
@@ -131,4 +132,4 @@ def proportion_diff(k1: int, n1: int, k2: int, n2: int) -> Effect:
     return Estimate(d, low, high, n=n1 + n2, method="newcombe"), p, "two-proportion z-test"
 
 
-__all__ = ["paired_effect", "two_group_effect", "share_effect", "proportion_diff", "bootstrap_p", "Effect"]
+__all__ = ["paired_effect", "two_group_effect", "share_effect", "proportion_diff", "bootstrap_p", "Effect", "Values"]
