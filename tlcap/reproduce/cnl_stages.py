@@ -158,8 +158,10 @@ def _erase(ctx: StageContext) -> dict[str, Result]:
     for sigma in cfg.sigmas:
         ns = loc.reselect(sigma)
         tag = f"sigma{sigma:g}"
+        if not ns.to_list():  # nothing above mean + σ·std: the report lists this σ as not computed, with the reason
+            continue
         out[tag] = erase_effect(m, cfg.dataset, samples, ns, n_random=cfg.n_random, seed=cfg.seed,
-                                base_accuracy=base.accuracy, source=cfg.dataset)
+                                base_accuracy=base, source=cfg.dataset)
         with erase_neurons(m, ns):
             out[f"{tag}_located"] = task_accuracy(m, cfg.dataset, samples)
     return out

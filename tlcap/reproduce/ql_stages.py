@@ -21,6 +21,7 @@ localizations (:func:`groups_for`), as in the paper's §2.2.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,7 +142,7 @@ def _facts_data(ctx: StageContext) -> dict[str, list[dict]]:
 def _facts(ctx: StageContext) -> dict[str, Result]:
     cfg: FactsConfig = ctx.config
     facts = load_pararel(cfg.data_dir, _relations(cfg), cfg.n_facts, ctx.model, known_top_k=cfg.known_top_k,
-                         max_queries=cfg.max_queries)
+                         max_queries=cfg.max_queries, seed=cfg.seed)
     return {"facts": FactSet(tuple(f.to_dict() for f in facts))}
 
 
@@ -189,7 +190,7 @@ def _localize(ctx: StageContext) -> dict[str, Result]:
         if (done / "result.json").exists():  # resume: facts finished before an interruption
             out[name] = _load(done)
             continue
-        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, threshold=cfg.threshold, progress=False)[0]
+        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, kn_threshold=cfg.threshold, progress=False)[0]
         fk.save(done)
         out[name] = fk
     return out
@@ -222,7 +223,7 @@ def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
 def _analysis(ctx: StageContext) -> dict[str, Result]:
     cfg: EditConfig = ctx.config
     locs = locs_of(ctx)
-    groups, _ = groups_for(locs, cfg.static_threshold, "static")
+    groups, _ = groups_for(locs, static_threshold=cfg.static_threshold, split="static")
     m = ctx.model
     if cfg.analysis == "table2":
         res = modification_experiment(m, locs, groups, operations=("erasure", "update"), sets=("local", "global"),
@@ -230,11 +231,13 @@ def _analysis(ctx: StageContext) -> dict[str, Result]:
                                       progress=ctx.progress)
         return {"modification": res}
     if cfg.analysis == "table3":
+        beta1, beta2, cas_t = cfg.cas
         cas = modification_experiment(m, locs, groups, operations=("erasure", "update"), sets=("cas",), lambda1=cfg.lambda1,
-                                      lambda2=cfg.lambda2, edit_queries=cfg.edit_queries, cas_params=cfg.cas,
+                                      lambda2=cfg.lambda2, edit_queries=cfg.edit_queries, beta1=beta1, beta2=beta2,
+                                      cas_threshold=cas_t, title="Consistency-Aware KN modification (QL Table 3)",
                                       progress=ctx.progress)
         t2 = ctx.dep("ql.table2")["modification"]
-        merged = type(cas)(tuple(t2.rows) + tuple(cas.rows), cas.lambda1, cas.lambda2, cas.ppl_before)  # type: ignore[attr-defined]
+        merged = dataclasses.replace(cas, rows=tuple(t2.rows) + tuple(cas.rows))  # type: ignore[arg-type]
         return {"modification": merged, "cas": cas}
     if cfg.analysis == "fig4":
         return {"mapping": query_kn_mapping(m, locs, groups, factor=cfg.factor, progress=ctx.progress)}

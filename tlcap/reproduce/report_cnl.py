@@ -39,7 +39,7 @@ from tlcap.results import Result
 Get = Callable[[str], "dict[str, Result] | None"]
 LABEL = {"gsm8k": "GSM8K", "svamp": "Meta_Math", "mbpp": "Code25K", "emotion": "Emotion", "imdb": "IMDB"}
 STAND_IN = {"svamp": "data: SVAMP stands in for Meta_Math", "mbpp": "data: MBPP stands in for Code25K"}
-MODE = {"located": "located", "random": "random", "except": "w/o located"}
+MODE = {"located": "located", "random": "random", "wo_located": "w/o located", "except_frozen": "w/o located (frozen)"}
 MAX_SET_BOOT = 1000
 
 
@@ -229,7 +229,8 @@ def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         for s in SIGMAS:
             er, loc = out.get(f"sigma{s:g}"), _scores(out.get(f"sigma{s:g}_located"))
             if not isinstance(er, EraseResult) or loc is None:
-                rb.missing(item, f"{ds} · σ={s:g} located − random", "σ not run", claim=claim)
+                rb.missing(item, f"{ds} · σ={s:g} located − random",
+                           "not computed: no neuron above mean + σ·std at this σ (empty located set)", claim=claim)
                 continue
             tag = f"{ds} · σ={s:g} ({er.n_neurons} neurons)"
             le = bootstrap_ci(loc, n_boot=n_boot, seed=seed)
