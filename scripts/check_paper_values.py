@@ -1,7 +1,7 @@
 """Check the paper-values registry against the paper texts, line by line.
 
 Usage:
-    python scripts/check_paper_values.py --papers ../shared/papers
+    python scripts/check_paper_values.py --papers PAPERS_DIR
 
 For every printed row (:class:`tlcap.reproduce.paper_values.Block`) and every ``file:line`` of
 its source, the row's numbers (sign dropped: the texts print changes as arrows) must occur in

@@ -1,6 +1,6 @@
 """Every number of the CNL and QL papers that ``tlcap reproduce`` compares against.
 
-The values are transcribed from the paper texts shared with the project (``../shared/papers``:
+The values are transcribed from the paper texts shared with the project (the papers folder:
 ``capability-localization.txt`` and ``capability-localization-poster.md`` for CNL,
 ``query-localization.md`` for QL) as *printed rows*: each :class:`Block` holds one printed table
 row (its numbers in printed order, markup removed), the line it is printed on, and what each
