@@ -76,6 +76,11 @@ class Groups:
         return torch.tensor(np.bincount(rng.integers(0, k, k), minlength=k), dtype=torch.float64)
 
 
+def _f(row: object, name: str) -> object:
+    """A field of a result row (typed row dataclass or dict)."""
+    return row[name] if isinstance(row, dict) else getattr(row, name)
+
+
 def _est(value: float, reps: Sequence[float], n: int, n_groups: int, n_boot: int, seed: int) -> Estimate:
     r = np.asarray(reps, dtype=float)
     r = r[~np.isnan(r)]
@@ -271,7 +276,7 @@ def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                 rb.missing(item, f"{ds} · epoch {e} located − random", why(f"cnl.enhance.{ds}"), claim=claim)
             continue
         binary = get_task(ds).kind != "code"  # 0/1 scores: Wilson and Newcombe intervals hold
-        acc = {(r["mode"], r["epoch"]): r["accuracy"] for r in res.rows}
+        acc = {(_f(r, "mode"), _f(r, "epoch")): _f(r, "accuracy") for r in res.rows}
         for (mode, epoch), a in acc.items():
             k = int(round(a * res.n_eval))
             est = share_ci([1.0] * k + [0.0] * (res.n_eval - k)) if binary else \

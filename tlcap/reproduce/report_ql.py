@@ -79,7 +79,7 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                                rb.paper_value("ql", "Table 1", q, threshold=tl, method=lab))
             continue
         cons = consistency_analysis({m: ls}, STATIC)
-        x = np.array([r["cs2"] for r in cons.rows], dtype=float)
+        x = np.array([r["cs2"] if isinstance(r, dict) else r.cs2 for r in cons.rows], dtype=float)
         for split, tl in SPLITS:
             t = cons.threshold(m, split)
             k1, k2 = x[x > t], x[x <= t]
