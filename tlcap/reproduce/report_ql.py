@@ -78,7 +78,7 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                     rb.missing(item, f"{lab} · {tl} · {q}", why(f"ql.localize.{m}"),
                                rb.paper_value("ql", "Table 1", q, threshold=tl, method=lab))
             continue
-        cons = consistency_analysis({m: ls}, STATIC)
+        cons = consistency_analysis({m: ls}, static_threshold=STATIC)
         x = np.array([r["cs2"] if isinstance(r, dict) else r.cs2 for r in cons.rows], dtype=float)
         for split, tl in SPLITS:
             t = cons.threshold(m, split)
@@ -126,7 +126,7 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
     have = [m for m in LABEL if locs[m]]
     if len(have) == len(LABEL):
         k = min(len(locs[m]) for m in have)  # type: ignore[arg-type]
-        cons = consistency_analysis({m: locs[m][:k] for m in have}, STATIC)  # type: ignore[index]
+        cons = consistency_analysis({m: locs[m][:k] for m in have}, static_threshold=STATIC)  # type: ignore[index]
         for split, tl in SPLITS:
             per = [cons.groups(m, split) for m in have]
             events = [all(p[i] == "K_II" for p in per) for i in range(k)]
