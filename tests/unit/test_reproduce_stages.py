@@ -1,0 +1,130 @@
+"""The reproduce stage runner: content-addressed cache, invalidation, resume, pending/blocked stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from tlcap.config import Config
+from tlcap.reproduce.ql_stages import FactSet
+from tlcap.reproduce.stages import Runner, Stage, StageError, data_hash
+
+
+@dataclass(frozen=True)
+class Cfg(Config):
+    value: int = 1
+
+
+CALLS: list[str] = []
+
+
+def _fact(i: int) -> dict:
+    return {"relation": "P36", "subject": f"s{i}", "object": f"o{i}", "queries": [f"q{i}"], "uuid": ""}
+
+
+def _leaf(ctx):
+    CALLS.append(ctx.stage.name)
+    return {"facts": FactSet((_fact(ctx.config.value),))}
+
+
+def _child(ctx):
+    CALLS.append(ctx.stage.name)
+    parent = ctx.dep("a")["facts"]
+    return {"facts": FactSet(parent.facts + (_fact(ctx.config.value),))}
+
+
+def _stages(a: int = 1, b: int = 2, data: list | None = None) -> list[Stage]:
+    return [Stage("a", _leaf, Cfg(a), data=(lambda ctx: data) if data is not None else None, needs_model=False),
+            Stage("b", _child, Cfg(b), deps=("a",), needs_model=False)]
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    CALLS.clear()
+
+
+def test_rerun_loads_every_stage_from_the_cache(tmp_path):
+    r1 = Runner(_stages(), tmp_path, model_id="m")
+    recs = r1.run(r1.plan())
+    assert [r.status for r in recs] == ["computed", "computed"] and CALLS == ["a", "b"]
+    r2 = Runner(_stages(), tmp_path, model_id="m")
+    recs = r2.run(r2.plan())
+    assert [r.status for r in recs] == ["cached", "cached"]
+    assert CALLS == ["a", "b"] and r2.executed == []
+    assert [f["subject"] for f in r2.outputs("b")["facts"].facts] == ["s1", "s2"]
+
+
+def test_changed_config_model_or_data_invalidates_the_stage_and_its_dependents(tmp_path):
+    Runner(_stages(), tmp_path, model_id="m").run(Runner(_stages(), tmp_path, model_id="m").plan())
+    CALLS.clear()
+    r = Runner(_stages(b=3), tmp_path, model_id="m")  # only b's config changed
+    r.run(r.plan())
+    assert CALLS == ["b"]
+    CALLS.clear()
+    r = Runner(_stages(a=5, b=3), tmp_path, model_id="m")  # a changed: b's key follows
+    r.run(r.plan())
+    assert CALLS == ["a", "b"]
+    CALLS.clear()
+    r = Runner(_stages(a=5, b=3), tmp_path, model_id="other model")
+    r.run(r.plan())
+    assert CALLS == ["a", "b"]
+    k1 = Runner(_stages(data=[1, 2]), tmp_path, model_id="m").key("a")
+    k2 = Runner(_stages(data=[1, 3]), tmp_path, model_id="m").key("a")
+    assert k1 != k2 and data_hash([1, 2]) != data_hash([1, 3])
+
+
+def test_a_shared_stage_is_computed_once_for_two_dependents(tmp_path):
+    stages = [*_stages(), Stage("c", _child, Cfg(7), deps=("a",), needs_model=False)]
+    r = Runner(stages, tmp_path, model_id="m")
+    r.run(r.plan())
+    assert CALLS.count("a") == 1 and sorted(CALLS) == ["a", "b", "c"]
+
+
+def test_interrupted_stage_resumes_from_its_checkpoint(tmp_path):
+    done: list[int] = []
+
+    def work(ctx):
+        for i in range(4):
+            mark = ctx.checkpoint / f"item{i}"
+            if mark.exists():
+                continue
+            if i == 2 and not done:
+                done.append(i)
+                raise KeyboardInterrupt  # interrupted after two items
+            mark.mkdir(parents=True)
+            CALLS.append(f"item{i}")
+        return {"facts": FactSet((_fact(0),))}
+
+    stages = [Stage("w", work, Cfg(), needs_model=False)]
+    r = Runner(stages, tmp_path, model_id="m")
+    with pytest.raises(KeyboardInterrupt):
+        r.run(r.plan())
+    assert CALLS == ["item0", "item1"] and not r.is_cached("w")
+    r = Runner(stages, tmp_path, model_id="m")
+    r.run(r.plan())
+    assert CALLS == ["item0", "item1", "item2", "item3"]
+    assert r.is_cached("w") and not r.context("w").checkpoint.exists()
+
+
+def test_pending_stage_blocks_its_dependents_and_failures_are_recorded(tmp_path):
+    def boom(ctx):
+        raise RuntimeError("no")
+
+    stages = [Stage("a", _leaf, Cfg(), pending="not run: experiment not available", needs_model=False),
+              Stage("b", _child, Cfg(), deps=("a",), needs_model=False),
+              Stage("c", boom, Cfg(), needs_model=False)]
+    r = Runner(stages, tmp_path, model_id="m", keep_going=True)
+    status = {x.name: (x.status, x.note) for x in r.run(r.plan())}
+    assert status["a"] == ("pending", "not run: experiment not available")
+    assert status["b"] == ("blocked", "needs a")
+    assert status["c"] == ("failed", "RuntimeError: no")
+    assert CALLS == []
+
+
+def test_unknown_dependency_and_cycle_are_errors(tmp_path):
+    with pytest.raises(StageError, match="depends on 'x'"):
+        Runner([Stage("a", _leaf, Cfg(), deps=("x",))], tmp_path, model_id="m")
+    r = Runner([Stage("a", _leaf, Cfg(), deps=("b",)), Stage("b", _leaf, Cfg(), deps=("a",))], tmp_path, model_id="m")
+    with pytest.raises(StageError, match="cycle"):
+        r.plan()

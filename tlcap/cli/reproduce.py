@@ -1,0 +1,70 @@
+"""``tlcap reproduce {cnl,ql,all}``: both papers' tables and figures beside the papers' numbers.
+
+Writes ``OUT/report.md`` and ``OUT/report.html`` (per table: the paper's value, ours with its
+95 % CI and n, a verdict with its reason; figures inline; what was not reproduced and why),
+``OUT/figures/``, ``OUT/report_rows.csv``, ``OUT/stages.csv`` and the stage cache ``OUT/cache``
+(content-addressed: a rerun loads what it computed; an interrupted run resumes). Before starting
+it prints the predicted wall time and peak memory of each stage; at the end, predicted vs measured.
+
+Example:
+    tlcap reproduce all --model smollm2-135m --scale smoke --out runs/repro
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tlcap.cli import app
+from tlcap.cli._common import load, seed_everything
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    paper: str = typer.Argument(..., help="cnl | ql | all"),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model name (tlcap.load_model)."),
+    scale: str = typer.Option("smoke", "--scale", help="smoke (minutes) | cpu (≤ 2 h on 2 cores) | full (papers' sizes)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (report.md, report.html, figures/, cache/)."),
+    only: str | None = typer.Option(None, "--only", help="Comma-separated stages or prefixes (e.g. 'ql.*'); "
+                                                         "default every stage."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Stage cache (default OUT/cache); share it between "
+                                                                     "outputs to share stages."),
+    data_dir: str | None = typer.Option(None, "--data-dir", "-d", help="Data folder (default: the data bundled with tlcap)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of sample draws and random sets."),
+    n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap resamples (default: the scale's)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan with predicted cost and stop."),
+    reprobe: bool = typer.Option(False, "--reprobe", help="Re-run the calibration probe (it is cached per machine)."),
+    device: str | None = typer.Option(None, "--device", help="torch device (default: the model's)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars inside stages."),
+) -> None:
+    """Reproduce the CNL and/or QL paper: every table and figure, with CIs and verdicts."""
+    from tlcap.reproduce.run import build_stages, cached_calibration, papers_of, plan_lines, predictions, reproduce  # noqa: PLC0415
+    from tlcap.reproduce.scales import get_scale  # noqa: PLC0415 - commands import lazily (fast --help)
+    from tlcap.reproduce.stages import Runner  # noqa: PLC0415
+
+    papers = papers_of(paper)
+    sc = get_scale(scale)
+    stages_only = [s.strip() for s in only.split(",") if s.strip()] if only else None
+    if out.exists() and not out.is_dir():
+        from tlcap.errors import OutputPathError  # noqa: PLC0415
+
+        raise OutputPathError(f"--out {out} is a file; give a folder")
+    seed_everything(seed)
+    m = load(model, device=device)
+    if dry_run:
+        cache = cache_dir or out / "cache"
+        runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, m)
+        plan = runner.plan(stages_only)
+        cal = cached_calibration(m, cache, runner.model_id, reprobe=reprobe)
+        for line in plan_lines(runner, plan, predictions(runner, plan, cal)):
+            typer.echo(line)
+        return
+    run = reproduce(m, out, papers=papers, scale=sc, seed=seed, data_dir=data_dir, only=stages_only, n_boot=n_boot,
+                    cache_dir=cache_dir, reprobe=reprobe, progress=progress, echo=typer.echo, model_name=model)
+    s = run.report.summary()
+    typer.echo(f"{s['n_rows']} rows: " + ", ".join(f"{v} {k}" for k, v in s["verdicts"].items()))
+    typer.echo(f"report: {out / 'report.md'}  {out / 'report.html'}")
+    failed = [r.name for r in run.records if r.status == "failed"]
+    if failed:
+        typer.echo(f"failed stages (see the report): {', '.join(failed)}", err=True)

@@ -1,0 +1,328 @@
+"""The CNL paper's stages, wired to :mod:`tlcap.experiments.cnl` (and, once it lands, ``cnl_eval``).
+
+=====================  ==========================================  ===================================
+stage                  computes (tlcap API)                        feeds
+=====================  ==========================================  ===================================
+``cnl.locate.<ds>``    CNL scores of ``cnl_groups`` sample groups   Table 1, Fig. 6 (and every stage
+                       (:func:`score_dataset`, checkpointed) and    below, at σ = 3 / 6 / 12 by
+                       the located set (:func:`finalize`)           re-thresholding the saved scores)
+``cnl.erase.<ds>``     :func:`erase_effect` at σ = 3, 6, 12 with    Table 3
+                       ≥ 20 matched random sets + per-sample
+                       accuracies (base, located erased)
+``cnl.enhance.<ds>``   :func:`enhance_effect` (located / random /   Table 2
+                       w/o located)
+``cnl.cross``          :func:`cross_dataset` (erase matrix)         Fig. 5 (Fig. 4 from the locates)
+``cnl.fidelity`` …     ``tlcap.experiments.cnl_eval`` (issue 11)    fidelity, reliability, Fig. 2,
+                                                                    decoupling, Table 4 (pending)
+=====================  ==========================================  ===================================
+
+The groups of ``cnl.locate.<ds>`` are the two random halves of :func:`split_halves` (as
+:func:`cnl_locate` draws them), each cut into ``cnl_groups / 2`` consecutive groups; since the
+fixed-point sums add exactly, the located set and the split-half overlap are those of
+:func:`cnl_locate` on the same samples, and the groups are the clusters of the bootstrap CI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from tlcap.attribution.dataset import DatasetScores, score_dataset
+from tlcap.config import Config, check_choice, check_int, check_sequence
+from tlcap.data.tasks import encode_sample, get_task, load_task
+from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
+from tlcap.intervene.weights import erase_neurons
+from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
+from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, train
+from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
+from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.results import Result
+
+CNL_EVAL = "tlcap.experiments.cnl_eval"
+CODE = ("tlcap.experiments.cnl", "tlcap.attribution", "tlcap.metrics.accuracy", "tlcap.intervene", "tlcap.data.tasks")
+
+
+@dataclass(frozen=True)
+class LocateConfig(Config):
+    """``cnl.locate.<ds>``: what is scored and how."""
+
+    dataset: str = "emotion"
+    split: str = "train"
+    n: int | None = 200
+    seed: int = 0
+    steps: int = 20
+    max_answer_tokens: int = 8
+    groups: int = 20
+    sigma: float = 3.0
+    data_dir: str | None = None
+
+    def validate(self) -> None:
+        check_int("steps", self.steps, min=1)
+        check_int("max_answer_tokens", self.max_answer_tokens, min=1)
+        check_int("groups", self.groups, min=2)
+
+
+@dataclass(frozen=True)
+class EvalConfig(Config):
+    """``cnl.erase.<ds>`` / ``cnl.enhance.<ds>`` / ``cnl.cross``: the evaluation settings."""
+
+    dataset: str = "emotion"
+    n_eval: int = 200
+    n_train: int = 0
+    n_random: int = 20
+    sigmas: tuple[float, ...] = SIGMAS
+    epochs: tuple[int, ...] = (1,)
+    lr: float = 1e-5
+    seed: int = 0
+    datasets: tuple[str, ...] = ()
+    data_dir: str | None = None
+
+    def validate(self) -> None:
+        check_int("n_eval", self.n_eval, min=1)
+        check_int("n_random", self.n_random, min=1)
+        self._set("sigmas", check_sequence("sigmas", self.sigmas, min_len=1, cli=None))
+        self._set("epochs", check_sequence("epochs", self.epochs, min_len=1, cli=None))
+        self._set("datasets", check_sequence("datasets", self.datasets, cli=None))
+
+
+# ------------------------------------------------------------------ locate
+def _groups(cfg: LocateConfig, samples: list) -> list[tuple[str, list]]:
+    """``[("A0", samples), ..., ("B0", ...)]``: each random half cut into ``groups / 2`` consecutive groups."""
+    out = []
+    per = cfg.groups // 2
+    for half_name, half in zip("AB", split_halves(samples, cfg.seed)):
+        k = min(per, len(half)) or 1
+        bounds = [round(i * len(half) / k) for i in range(k + 1)]
+        out += [(f"{half_name}{j}", half[bounds[j]:bounds[j + 1]]) for j in range(k) if bounds[j + 1] > bounds[j]]
+    return out
+
+
+def _locate(ctx: StageContext) -> dict[str, Result]:
+    cfg: LocateConfig = ctx.config
+    parts: dict[str, DatasetScores] = {}
+    for name, chunk in _groups(cfg, ctx.inputs()):
+        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, max_answer_tokens=cfg.max_answer_tokens,
+                                    checkpoint_dir=ctx.checkpoint / name, checkpoint_every=5, progress=ctx.progress,
+                                    desc=f"CNL {cfg.dataset} group {name}")
+    loc = finalize(parts, cfg.sigma)
+    return {"location": loc, **{f"group_{k}": v for k, v in parts.items()}}
+
+
+def _locate_work(ctx: StageContext) -> Workload:
+    cfg: LocateConfig = ctx.config
+    m = ctx.model
+    shape = ModelShape.of(m)
+    rows, toks, longest = 0.0, 0.0, 0
+    for s in ctx.inputs():
+        p, t = encode_sample(m, s, cfg.max_answer_tokens)
+        rows += len(t) * (cfg.steps + 1) * m.n_layers
+        toks += sum(len(p) + i for i in range(len(t)))
+        longest = max(longest, len(p) + len(t))
+    return ig_rows(shape, rows, ctx=longest) + forward(shape, toks, longest / 2, longest)
+
+
+def location(ctx: StageContext, dataset: str) -> CNLLocation:
+    """The :class:`CNLLocation` of ``cnl.locate.<dataset>`` (a dependency of the calling stage)."""
+    res = ctx.dep(f"cnl.locate.{dataset}")["location"]
+    if not isinstance(res, CNLLocation):
+        raise StageError(f"cnl.locate.{dataset} holds a {type(res).__name__}, not a CNLLocation; delete its cache folder")
+    return res
+
+
+# ------------------------------------------------------------------ evaluation workloads
+def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workload:
+    """The cost of one :func:`task_accuracy` pass over ``samples``, ``times`` times."""
+    shape = ModelShape.of(model)
+    t = get_task(task)
+    lens = [len(model.encode(s.prompt)) for s in samples]
+    longest = max(lens, default=0)
+    if t.kind == "number":
+        w = forward(shape, sum(lens), longest / 2, longest) + generate(shape, len(samples) * t.max_new_tokens,
+                                                                       longest + t.max_new_tokens / 2)
+    elif t.kind == "code":
+        w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS)
+    else:
+        w = forward(shape, sum(lens), longest / 2, longest)
+    return w.scaled(times)
+
+
+# ------------------------------------------------------------------ erase (Table 3)
+def _erase(ctx: StageContext) -> dict[str, Result]:
+    cfg: EvalConfig = ctx.config
+    m, samples = ctx.model, ctx.inputs()
+    loc = location(ctx, cfg.dataset)
+    base = task_accuracy(m, cfg.dataset, samples)
+    out: dict[str, Result] = {"base": base}
+    for sigma in cfg.sigmas:
+        ns = loc.reselect(sigma)
+        tag = f"sigma{sigma:g}"
+        if not ns.to_list():  # nothing above mean + σ·std: the report lists this σ as not computed, with the reason
+            continue
+        out[tag] = erase_effect(m, cfg.dataset, samples, ns, n_random=cfg.n_random, seed=cfg.seed,
+                                base_accuracy=base, source=cfg.dataset)
+        with erase_neurons(m, ns):
+            out[f"{tag}_located"] = task_accuracy(m, cfg.dataset, samples)
+    return out
+
+
+def _erase_work(ctx: StageContext) -> Workload:
+    cfg: EvalConfig = ctx.config
+    per_sigma = 3 + cfg.n_random  # erase_effect: base, located, randoms; + per-sample located
+    return eval_work(ctx.model, cfg.dataset, ctx.inputs(), 1 + per_sigma * len(cfg.sigmas))
+
+
+# ------------------------------------------------------------------ enhance (Table 2)
+def _enhance(ctx: StageContext) -> dict[str, Result]:
+    cfg: EvalConfig = ctx.config
+    train_s, test_s = ctx.inputs()
+    ns = location(ctx, cfg.dataset).reselect(cfg.sigmas[0])
+    res = enhance_effect(ctx.model, cfg.dataset, train_s, test_s, ns, epochs=max(cfg.epochs), eval_epochs=cfg.epochs, lr=cfg.lr,
+                         seed=cfg.seed, source=cfg.dataset, progress=ctx.progress)
+    return {"enhance": res}
+
+
+def _enhance_work(ctx: StageContext) -> Workload:
+    cfg: EvalConfig = ctx.config
+    m = ctx.model
+    train_s, test_s = ctx.inputs()
+    shape = ModelShape.of(m)
+    toks, longest = 0, 0
+    for s in train_s:
+        p, t = encode_sample(m, s, 16)
+        toks += len(p) + len(t)
+        longest = max(longest, len(p) + len(t))
+    modes = 3
+    steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest)
+    return steps + eval_work(m, cfg.dataset, test_s, 1 + modes * len(cfg.epochs))
+
+
+# ------------------------------------------------------------------ cross-dataset (Fig. 5)
+def _cross(ctx: StageContext) -> dict[str, Result]:
+    cfg: EvalConfig = ctx.config
+    evals = ctx.inputs()
+    located = {ds: location(ctx, ds).reselect(cfg.sigmas[0]) for ds in cfg.datasets}
+    res = cross_dataset(ctx.model, located, evals, n_random=cfg.n_random, seed=cfg.seed)
+    return {"cross": res}
+
+
+def _cross_work(ctx: StageContext) -> Workload:
+    cfg: EvalConfig = ctx.config
+    k = len(cfg.datasets)
+    w = Workload()
+    for ds, samples in ctx.inputs().items():
+        # base; per cell erase_effect's base, located, randoms
+        w = w + eval_work(ctx.model, ds, samples, 1 + k * (2 + cfg.n_random))
+    return w
+
+
+# ------------------------------------------------------------------ tlcap.experiments.cnl_eval (issue 11)
+# experiment → (stage name, items it feeds, the public API it calls). A stage runs when the function is
+# importable from tlcap.experiments.cnl_eval; otherwise it is listed as "not run: experiment not available".
+EVAL_EXPERIMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "fidelity": ("cnl.fidelity", ("CNL §3.1 fidelity",),
+                 "cnl_eval.fidelity(model, tlcap.data.rewrites.rewrite_facts(model, n), checkpoint_dir=, progress=)"),
+    "reliability": ("cnl.reliability", ("CNL §3.2 reliability", "CNL Fig. 2"),
+                    "cnl_eval.reliability(model, rewrite_facts(model, n), checkpoint_dir=, progress=)"),
+    "decoupling": ("cnl.decoupling", ("CNL §4 decoupling",), "cnl_eval.decoupling (issue 11 item 3)"),
+    "compare": ("cnl.compare", ("CNL Table 4",), "cnl_eval.compare (issue 11 item 4)"),
+}
+REWRITES = "tlcap.data.rewrites"
+# Experiments whose call is wired here (the others, once they land, need their call added in _eval_fn).
+WIRED = ("fidelity", "reliability")
+
+
+@dataclass(frozen=True)
+class PendingConfig(Config):
+    """A ``tlcap.experiments.cnl_eval`` stage: its sizes."""
+
+    experiment: str = "fidelity"
+    n: int = 50
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_choice("experiment", self.experiment, tuple(EVAL_EXPERIMENTS))
+
+
+def cnl_eval_function(experiment: str) -> Any | None:
+    """``tlcap.experiments.cnl_eval.<experiment>`` when it exists (and its call is wired here), else ``None``."""
+    if experiment not in WIRED or importlib.util.find_spec(CNL_EVAL) is None or importlib.util.find_spec(REWRITES) is None:
+        return None
+    return getattr(importlib.import_module(CNL_EVAL), experiment, None)
+
+
+def cnl_eval_available(experiment: str = "fidelity") -> bool:
+    """Whether the reproduce stage of ``experiment`` can run on this installation."""
+    return cnl_eval_function(experiment) is not None
+
+
+def _eval_fn(ctx: StageContext) -> dict[str, Result]:
+    cfg: PendingConfig = ctx.config
+    fn = cnl_eval_function(cfg.experiment)
+    if fn is None:
+        raise StageError(f"tlcap.experiments.cnl_eval.{cfg.experiment} is not available")
+    facts = importlib.import_module(REWRITES).rewrite_facts(ctx.model, cfg.n, seed=cfg.seed)
+    res = fn(ctx.model, facts, checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress)
+    return {cfg.experiment: res}
+
+
+# ------------------------------------------------------------------ the stage list
+def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
+    """Every CNL stage at ``scale`` (see the module table)."""
+    stages: list[Stage] = []
+    for ds in scale.cnl_datasets:
+        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps,
+                           max_answer_tokens=scale.cnl_max_answer_tokens, groups=scale.cnl_groups, sigma=scale.cnl_sigma,
+                           data_dir=data_dir)
+        stages.append(Stage(f"cnl.locate.{ds}", _locate, cfg, code=CODE, data=_train_data, workload=_locate_work,
+                            items=("CNL Table 1", "CNL Fig. 6"), description=f"CNL scores + located set on {ds}"))
+    for ds in scale.cnl_eval_datasets:
+        if ds not in scale.cnl_datasets:
+            continue
+        ecfg = EvalConfig(dataset=ds, n_eval=scale.cnl_eval_n, n_random=scale.n_random, seed=seed, data_dir=data_dir)
+        stages.append(Stage(f"cnl.erase.{ds}", _erase, ecfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_test_data,
+                            workload=_erase_work, items=("CNL Table 3",), description=f"erase at σ 3/6/12 on {ds}"))
+        hcfg = EvalConfig(dataset=ds, n_eval=scale.enhance_eval_n, n_train=scale.enhance_train_n, n_random=1,
+                          sigmas=(scale.cnl_sigma,), epochs=scale.enhance_epochs, seed=seed, data_dir=data_dir)
+        stages.append(Stage(f"cnl.enhance.{ds}", _enhance, hcfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_train_test_data,
+                            workload=_enhance_work, items=("CNL Table 2",), description=f"masked fine-tuning on {ds}"))
+    cross_ds = tuple(ds for ds in scale.cnl_eval_datasets if ds in scale.cnl_datasets)
+    if len(cross_ds) >= 2:
+        ccfg = EvalConfig(dataset="cross", n_eval=scale.cross_eval_n, n_random=scale.cross_n_random,
+                          sigmas=(scale.cnl_sigma,), seed=seed, datasets=cross_ds, data_dir=data_dir)
+        stages.append(Stage("cnl.cross", _cross, ccfg, deps=tuple(f"cnl.locate.{d}" for d in cross_ds), code=CODE,
+                            data=_cross_data, workload=_cross_work, items=("CNL Fig. 5",),
+                            description="erase each dataset's neurons, measure every dataset"))
+    for exp, (name, items, api) in EVAL_EXPERIMENTS.items():
+        pending = None if cnl_eval_available(exp) else f"not run: experiment not available ({api} is not in this tlcap)"
+        pcfg = PendingConfig(experiment=exp, n=scale.cnl_eval_facts if exp != "decoupling" else scale.cnl_eval_pairs,
+                             seed=seed)
+        stages.append(Stage(name, _eval_fn, pcfg, code=(CNL_EVAL, REWRITES) if pending is None else (), pending=pending,
+                            items=items, description=api))
+    return stages
+
+
+def _train_data(ctx: StageContext) -> list:
+    cfg: LocateConfig = ctx.config
+    return load_task(cfg.dataset, cfg.data_dir, cfg.split, cfg.n, cfg.seed)
+
+
+def _test_data(ctx: StageContext) -> list:
+    cfg: EvalConfig = ctx.config
+    return load_task(cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed)
+
+
+def _train_test_data(ctx: StageContext) -> tuple[list, list]:
+    cfg: EvalConfig = ctx.config
+    return (load_task(cfg.dataset, cfg.data_dir, "train", cfg.n_train, cfg.seed),
+            load_task(cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed))
+
+
+def _cross_data(ctx: StageContext) -> dict[str, list]:
+    cfg: EvalConfig = ctx.config
+    return {ds: load_task(ds, cfg.data_dir, "test", cfg.n_eval, cfg.seed) for ds in cfg.datasets}
+
+
+__all__ = ["LocateConfig", "EvalConfig", "PendingConfig", "cnl_stages", "cnl_eval_available", "cnl_eval_function",
+           "eval_work", "location", "EVAL_EXPERIMENTS", "CNL_EVAL"]

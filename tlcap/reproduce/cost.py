@@ -1,0 +1,252 @@
+"""Predicting a stage's wall time and peak memory before running it.
+
+**The model.** A stage's work is a :class:`Workload`: counts of a few kinds of *units*, each
+with its floating-point operations computed from the model's shape (:class:`ModelShape`):
+
+==============  ===============================================  ==============================================
+unit            what                                             FLOPs per unit
+==============  ===============================================  ==============================================
+``ig_row``      one integrated-gradients row: the last token,    ``3 · (2·N_block·f + 2·d_model·d_vocab)``,
+                from the scaled layer up, forward + backward     ``f = (L + 1) / (2L)`` (mean share of layers
+                                                                 above the scaled one, late expansion)
+``fwd_token``   one token of a forward pass over a sequence      ``2·N_block + 2·d_model·d_vocab +
+                (accuracy, perplexity, clean runs)               4·L·ctx·d_model`` (``ctx``: context length)
+``gen_token``   one greedily generated token (KV cache)          as ``fwd_token``
+``train_token`` one token of a fine-tuning step                  ``3 ·`` ``fwd_token`` (forward + backward)
+==============  ===============================================  ==============================================
+
+``N_block`` is the parameter count of the transformer blocks (attention + MLP; embeddings and
+norms excluded). Seconds = Σ_unit FLOPs × *seconds per FLOP of that unit* on this machine,
+which :func:`calibrate` measures with a short probe (a few IG rows, a forward, a short
+generation and a fine-tuning step on the actual model). The seconds per FLOP differ per unit
+(a batch of IG rows runs at another efficiency than a 1-token generation step), so each unit
+has its own.
+
+**Memory.** Peak = the process's resident memory with the model loaded (measured by the
+probe) + the largest working set of the stage (:attr:`Workload.extra_bytes`: IG batches,
+logits of a sequence, gradients and Adam moments of the parameters being fine-tuned).
+
+Example:
+    >>> cal = calibrate(model)                           # ~10–30 s on a 2-core CPU for SmolLM2
+    >>> shape = ModelShape.of(model)
+    >>> w = Workload.of(ig_row=shape.ig_row_flops() * 12_600)
+    >>> predict(w, cal).seconds
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+UNITS = ("ig_row", "fwd_token", "gen_token", "train_token")
+GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
+FLOAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The dimensions the cost model needs.
+
+    Attributes:
+        n_layers: Transformer blocks L.
+        d_model: Residual width.
+        d_mlp: MLP width (neurons per layer).
+        d_vocab: Vocabulary size.
+        n_block_params: Parameters of the transformer blocks (attention + MLP weights).
+        n_mlp_params: Parameters of the MLPs (the neurons' in/out weights).
+    """
+
+    n_layers: int
+    d_model: int
+    d_mlp: int
+    d_vocab: int
+    n_block_params: int
+    n_mlp_params: int
+
+    @classmethod
+    def of(cls, model: Any) -> ModelShape:
+        """The shape of a :class:`tlcap.models.Model` (parameter counts from its MLP layout)."""
+        L, d, m, v = int(model.n_layers), int(model.d_model), int(model.d_mlp), int(model.d_vocab)
+        n_heads = int(getattr(model, "n_heads", 1) or 1)
+        n_kv = int(getattr(model, "n_kv_heads", None) or n_heads)
+        d_head = d // n_heads
+        gated = bool(getattr(getattr(model, "cfg", None), "gated_mlp", False)) or getattr(model, "architecture", "") in GATED
+        attn = 2 * d * d + 2 * d * n_kv * d_head
+        mlp = (3 if gated else 2) * d * m
+        return cls(L, d, m, v, L * (attn + mlp), L * mlp)
+
+    @classmethod
+    def from_config(cls, n_layers: int, d_model: int, d_mlp: int, d_vocab: int, *, n_heads: int = 1,
+                    n_kv_heads: int | None = None, gated: bool = True) -> ModelShape:
+        """A shape from dimensions (to predict a model that is not loaded, e.g. LLaMA2-7B)."""
+        d_head = d_model // n_heads
+        attn = 2 * d_model * d_model + 2 * d_model * (n_kv_heads or n_heads) * d_head
+        mlp = (3 if gated else 2) * d_model * d_mlp
+        return cls(n_layers, d_model, d_mlp, d_vocab, n_layers * (attn + mlp), n_layers * mlp)
+
+    # ------------------------------------------------------------------ FLOPs per unit
+    def fwd_token_flops(self, ctx: float = 0.0) -> float:
+        """One token of a forward pass attending to ``ctx`` earlier tokens."""
+        return 2.0 * self.n_block_params + 2.0 * self.d_model * self.d_vocab + 4.0 * self.n_layers * ctx * self.d_model
+
+    def ig_row_flops(self) -> float:
+        """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding)."""
+        f = (self.n_layers + 1) / (2.0 * self.n_layers)
+        return 3.0 * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)
+
+    def train_token_flops(self, ctx: float = 0.0) -> float:
+        """One token of a fine-tuning step (forward + backward)."""
+        return 3.0 * self.fwd_token_flops(ctx)
+
+    # ------------------------------------------------------------------ memory
+    def ig_row_bytes(self) -> int:
+        """Activations one IG row keeps for its backward pass (float32)."""
+        return FLOAT_BYTES * (self.n_layers * (12 * self.d_model + 4 * self.d_mlp) + 3 * self.d_vocab)
+
+    def sequence_bytes(self, tokens: int) -> int:
+        """Working memory of a forward pass over ``tokens`` tokens (activations and logits, float32)."""
+        return FLOAT_BYTES * tokens * (4 * self.d_model + self.d_mlp + 2 * self.d_vocab)
+
+    def train_bytes(self, trainable: int, tokens: int) -> int:
+        """Fine-tuning: gradient, two Adam moments and a snapshot per trainable parameter, plus activations."""
+        return FLOAT_BYTES * (4 * trainable + tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """FLOPs per unit kind and the peak working memory of a stage.
+
+    Attributes:
+        flops: ``{unit: FLOPs}`` (units of :data:`UNITS`).
+        units: ``{unit: count}`` (rows, tokens) for the plan table.
+        extra_bytes: Largest working memory above the loaded model.
+    """
+
+    flops: Mapping[str, float] = field(default_factory=dict)
+    units: Mapping[str, float] = field(default_factory=dict)
+    extra_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = sorted((set(self.flops) | set(self.units)) - set(UNITS))
+        if unknown:
+            raise ValueError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
+
+    @classmethod
+    def of(cls, extra_bytes: int = 0, **flops: float) -> Workload:
+        return cls(dict(flops), {}, extra_bytes)
+
+    def __add__(self, other: Workload) -> Workload:
+        f = {k: self.flops.get(k, 0.0) + other.flops.get(k, 0.0) for k in set(self.flops) | set(other.flops)}
+        u = {k: self.units.get(k, 0.0) + other.units.get(k, 0.0) for k in set(self.units) | set(other.units)}
+        return Workload(f, u, max(self.extra_bytes, other.extra_bytes))
+
+    def scaled(self, times: float) -> Workload:
+        """The same work done ``times`` times (memory unchanged)."""
+        return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
+                        self.extra_bytes)
+
+
+def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0) -> Workload:
+    """``rows`` IG rows (plus the clean forward of the context they share)."""
+    return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows},
+                    min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)))
+
+
+def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0) -> Workload:
+    """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``."""
+    return Workload({"fwd_token": tokens * shape.fwd_token_flops(ctx)}, {"fwd_token": tokens},
+                    shape.sequence_bytes(longest))
+
+
+def generate(shape: ModelShape, tokens: float, ctx: float = 0.0) -> Workload:
+    """``tokens`` greedily generated tokens at mean context ``ctx``."""
+    return Workload({"gen_token": tokens * shape.fwd_token_flops(ctx)}, {"gen_token": tokens}, shape.sequence_bytes(int(ctx)))
+
+
+def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0) -> Workload:
+    """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters."""
+    return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens},
+                    shape.train_bytes(trainable, longest))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Seconds per FLOP of each unit kind on this machine, and the memory with the model loaded.
+
+    Attributes:
+        seconds_per_flop: ``{unit: s/FLOP}`` measured by the probe.
+        base_bytes: Resident memory with the model loaded.
+        memory_scale: Measured / modelled working memory of an IG batch (1.0 if not measured).
+        probe: ``{unit: {"units": n, "flops": F, "seconds": s}}`` of the probe runs.
+        device: Where the probe ran (``"cpu (2 threads)"``).
+        load: The machine's 1-minute load average at the probe (other processes slow a shared machine).
+        seconds: Wall time of the probe.
+    """
+
+    seconds_per_flop: Mapping[str, float]
+    base_bytes: int = 0
+    memory_scale: float = 1.0
+    probe: Mapping[str, Any] = field(default_factory=dict)
+    device: str = ""
+    load: float | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds_per_flop": dict(self.seconds_per_flop), "base_bytes": self.base_bytes,
+                "memory_scale": self.memory_scale, "probe": dict(self.probe), "device": self.device, "load": self.load,
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
+        return cls(dict(d["seconds_per_flop"]), int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
+                   dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted wall time and peak memory of a workload."""
+
+    seconds: float
+    peak_bytes: int
+    by_unit: Mapping[str, float] = field(default_factory=dict)
+
+
+def predict(work: Workload, cal: Calibration) -> Prediction:
+    """Seconds = Σ FLOPs(unit) × s/FLOP(unit); peak = base + memory_scale × working memory.
+
+    Raises:
+        ValueError: the workload uses a unit the calibration did not measure.
+    """
+    by_unit: dict[str, float] = {}
+    for unit, fl in work.flops.items():
+        if fl == 0:
+            continue
+        if unit not in cal.seconds_per_flop:
+            raise ValueError(f"the calibration has no measurement for {unit!r}; re-run the probe")
+        by_unit[unit] = fl * cal.seconds_per_flop[unit]
+    peak = cal.base_bytes + int(math.ceil(cal.memory_scale * work.extra_bytes))
+    return Prediction(sum(by_unit.values()), peak, by_unit)
+
+
+def fmt_seconds(s: float) -> str:
+    """``42 s``, ``3.5 min``, ``1.25 h``."""
+    if s != s:
+        return "–"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
+
+
+def fmt_bytes(b: float) -> str:
+    """``512 MB``, ``1.3 GB``."""
+    if not b:
+        return "–"
+    return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"
+
+
+__all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
+           "fmt_seconds", "fmt_bytes", "UNITS"]

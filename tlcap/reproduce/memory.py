@@ -1,0 +1,76 @@
+"""Peak memory of a stage: the process's resident set (and CUDA's allocator peak when on a GPU).
+
+On Linux the kernel's high-water mark ``VmHWM`` (``/proc/self/status``) is reset per stage by
+writing ``5`` to ``/proc/self/clear_refs``, so each stage gets its own peak. Elsewhere the peak
+falls back to ``resource.getrusage``'s ``ru_maxrss``, the process's peak so far (labelled
+``"process"``, not per stage).
+
+Example:
+    >>> meter = PeakMemory()
+    >>> meter.reset()
+    >>> ...                                  # run a stage
+    >>> meter.peak_bytes(), meter.scope
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR = Path("/proc/self/clear_refs")
+
+
+def _hwm_bytes() -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes() -> int:
+    """The current resident set size (0 when it cannot be read)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class PeakMemory:
+    """Per-stage peak memory (module docstring). ``scope`` is ``"stage"`` or ``"process"``."""
+
+    def __init__(self) -> None:
+        self.scope = "stage"
+
+    def reset(self) -> None:
+        try:
+            _CLEAR.write_text("5")
+        except OSError:
+            self.scope = "process"
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak_bytes(self) -> int:
+        """Peak resident bytes since :meth:`reset` (since the process started, for ``"process"``)."""
+        hwm = _hwm_bytes() if self.scope == "stage" else None
+        if hwm is not None:
+            return hwm
+        self.scope = "process"
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(rss if sys.platform == "darwin" else rss * 1024)
+
+    def cuda_peak_bytes(self) -> int | None:
+        """CUDA allocator peak since :meth:`reset` (``None`` without CUDA)."""
+        return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
+
+
+__all__ = ["PeakMemory", "rss_bytes"]

@@ -1,0 +1,289 @@
+"""The QL paper's stages, wired to :mod:`tlcap.experiments.ql`.
+
+====================  ==============================================  ===============================
+stage                 computes (tlcap API)                            feeds
+====================  ==============================================  ===============================
+``ql.facts``          :func:`load_pararel` (known facts, balanced     every QL stage
+                      over the relations)
+``ql.localize.<m>``   :func:`localize_facts` per fact, for m in ig,   Table 1 (all three), Fig. 3,
+                      sig, amig (checkpointed per fact)               the rest (ig)
+``ql.table2``         :func:`modification_experiment` (erasure,      Table 2
+                      update × N_i, N_g) on the IG localizations
+``ql.table3``         the CAS rows (:func:`modification_experiment`  Table 3 (N_i and N_g rows
+                      with ``sets=("cas",)``) + Table 2's rows         reused from ``ql.table2``)
+``ql.fig4``           :func:`query_kn_mapping`                        Fig. 4
+``ql.fig5-7``         :func:`synapse_experiment`                      Figs. 5, 6, 7
+====================  ==============================================  ===============================
+
+K_I / K_II for Tables 2–3 and Figs. 4–7 is the static split (CS2 > 0.1, QL Table 4) of the IG
+localizations (:func:`groups_for`), as in the paper's §2.2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from tlcap.config import Config, check_choice, check_int
+from tlcap.data.pararel import Fact, iter_facts, list_relations, load_pararel
+from tlcap.experiments.ql import (
+    FactKNs,
+    groups_for,
+    localize_facts,
+    modification_experiment,
+    query_kn_mapping,
+    synapse_experiment,
+)
+from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows
+from tlcap.reproduce.scales import ScaleConfig
+from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.results import Result, frame
+from tlcap.results import load_result as _load
+
+CODE = ("tlcap.experiments.ql", "tlcap.attribution", "tlcap.metrics.stats", "tlcap.intervene", "tlcap.data.pararel")
+METHODS = ("ig", "sig", "amig")
+PPL_TEXTS, PPL_TOKENS, N_LOCALITY = 5, 128, 5
+
+
+@dataclass(frozen=True)
+class FactRow:
+    relation: str
+    subject: str
+    object: str
+    n_queries: int
+
+
+@dataclass(frozen=True)
+class FactSet(Result):
+    """The ParaRel facts a QL reproduction runs on (``Fact.to_dict()`` each)."""
+
+    facts: tuple[dict, ...] = ()
+
+    def to_facts(self) -> list[Fact]:
+        return [Fact(f["relation"], f["subject"], f["object"], tuple(f["queries"]), f.get("uuid", "")) for f in self.facts]
+
+    def summary(self) -> dict[str, Any]:
+        rels = sorted({f["relation"] for f in self.facts}, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0)
+        return {"n_facts": len(self.facts), "n_queries": sum(len(f["queries"]) for f in self.facts), "relations": rels}
+
+    def to_frame(self) -> pd.DataFrame:
+        return frame([FactRow(f["relation"], f["subject"], f["object"], len(f["queries"])) for f in self.facts], FactRow)
+
+    def figure(self) -> go.Figure:
+        df = self.to_frame()
+        counts = df.groupby("relation").size() if len(df) else pd.Series(dtype=int)
+        fig = go.Figure(go.Bar(x=list(counts.index), y=list(counts.values)))
+        fig.update_layout(title=f"QL facts per relation ({len(df)} facts)", xaxis_title="relation", yaxis_title="facts",
+                          template="plotly_white", width=700, height=420)
+        return fig
+
+
+@dataclass(frozen=True)
+class FactsConfig(Config):
+    """``ql.facts``: which ParaRel facts."""
+
+    relations: tuple[str, ...] = ()
+    n_facts: int | None = 100
+    max_queries: int | None = 4
+    known_top_k: int | None = 10
+    seed: int = 0
+    data_dir: str | None = None
+
+    def validate(self) -> None:
+        if self.n_facts is not None:
+            check_int("n_facts", self.n_facts, min=1)
+
+
+@dataclass(frozen=True)
+class LocalizeConfig(Config):
+    """``ql.localize.<method>``: attribution of every neighbor query of the first ``n_facts`` facts."""
+
+    method: str = "ig"
+    steps: int = 20
+    threshold: float = 0.2
+    n_facts: int | None = None
+
+    def validate(self) -> None:
+        check_choice("method", self.method, METHODS)
+        check_int("steps", self.steps, min=1)
+
+
+@dataclass(frozen=True)
+class EditConfig(Config):
+    """``ql.table2`` / ``ql.table3`` / ``ql.fig4`` / ``ql.fig5-7``: the analysis settings."""
+
+    analysis: str = "table2"
+    static_threshold: float = 0.1
+    edit_queries: int | None = 1
+    lambda1: float = 2.0
+    lambda2: float = 2.0
+    cas: tuple[float, float, float] = (0.7, 0.3, 0.3)
+    factor: float = 2.0
+    alpha: float = 0.3
+
+    def validate(self) -> None:
+        check_choice("analysis", self.analysis, ("table2", "table3", "fig4", "fig5-7"))
+
+
+# ------------------------------------------------------------------ facts
+def _relations(cfg: FactsConfig) -> list[str]:
+    return list(cfg.relations) or list_relations(cfg.data_dir)
+
+
+def _facts_data(ctx: StageContext) -> dict[str, list[dict]]:
+    cfg: FactsConfig = ctx.config
+    return {r: [f.to_dict() for f in iter_facts(cfg.data_dir, r)] for r in _relations(cfg)}
+
+
+def _facts(ctx: StageContext) -> dict[str, Result]:
+    cfg: FactsConfig = ctx.config
+    facts = load_pararel(cfg.data_dir, _relations(cfg), cfg.n_facts, ctx.model, known_top_k=cfg.known_top_k,
+                         max_queries=cfg.max_queries, seed=cfg.seed)
+    return {"facts": FactSet(tuple(f.to_dict() for f in facts))}
+
+
+def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
+    """The facts ``ql.facts`` gave (when cached), else the first candidates round-robin (an estimate)."""
+    if ctx.runner.is_cached("ql.facts"):
+        fs = ctx.runner.outputs("ql.facts")["facts"]
+        if isinstance(fs, FactSet):
+            return fs.to_facts()[:n]
+    cfg: FactsConfig = ctx.runner.stage("ql.facts").config
+    per = {r: list(iter_facts(cfg.data_dir, r)) for r in _relations(cfg)}
+    out: list[Fact] = []
+    want = n if n is not None else (cfg.n_facts or sum(len(v) for v in per.values()))
+    i = 0
+    while len(out) < want and any(i < len(v) for v in per.values()):
+        out += [v[i] for v in per.values() if i < len(v)]
+        i += 1
+    out = out[:want]
+    q = cfg.max_queries
+    return [Fact(f.relation, f.subject, f.object, f.queries[:q] if q else f.queries, f.uuid) for f in out]
+
+
+def _facts_work(ctx: StageContext) -> Workload:
+    cfg: FactsConfig = ctx.config
+    facts = _candidate_facts(ctx, cfg.n_facts)
+    toks = sum(len(ctx.model.encode(q)) for f in facts for q in f.queries) * (3 if cfg.known_top_k else 1)
+    return forward(ModelShape.of(ctx.model), toks, 8, 32)
+
+
+def facts_of(ctx: StageContext) -> list[Fact]:
+    fs = ctx.dep("ql.facts")["facts"]
+    if not isinstance(fs, FactSet):
+        raise StageError(f"ql.facts holds a {type(fs).__name__}, not a FactSet; delete its cache folder")
+    return fs.to_facts()
+
+
+# ------------------------------------------------------------------ localize
+def _localize(ctx: StageContext) -> dict[str, Result]:
+    cfg: LocalizeConfig = ctx.config
+    facts = facts_of(ctx)[: cfg.n_facts]
+    out: dict[str, Result] = {}
+    for i, f in enumerate(facts):
+        name = f"fact_{i:04d}"
+        done = ctx.checkpoint / name
+        if (done / "result.json").exists():  # resume: facts finished before an interruption
+            out[name] = _load(done)
+            continue
+        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, kn_threshold=cfg.threshold, progress=False)[0]
+        fk.save(done)
+        out[name] = fk
+    return out
+
+
+def _localize_work(ctx: StageContext) -> Workload:
+    cfg: LocalizeConfig = ctx.config
+    m = ctx.model
+    shape = ModelShape.of(m)
+    rows, toks = 0.0, 0.0
+    for f in _candidate_facts(ctx, cfg.n_facts):
+        for q in f.queries:
+            n = len(m.encode(q))
+            per = (cfg.steps + 1) * m.n_layers
+            rows += per * (n if cfg.method == "sig" else 1)
+            toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
+    return ig_rows(shape, rows, ctx=16) + forward(shape, toks, 8, 32)
+
+
+def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
+    """The :class:`FactKNs` of ``ql.localize.<method>`` in fact order."""
+    out = ctx.dep(f"ql.localize.{method}")
+    locs = [out[k] for k in sorted(out)]
+    if not all(isinstance(x, FactKNs) for x in locs):
+        raise StageError(f"ql.localize.{method} holds other results than FactKNs; delete its cache folder")
+    return locs  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------ analyses
+def _analysis(ctx: StageContext) -> dict[str, Result]:
+    cfg: EditConfig = ctx.config
+    locs = locs_of(ctx)
+    groups, _ = groups_for(locs, static_threshold=cfg.static_threshold, split="static")
+    m = ctx.model
+    if cfg.analysis == "table2":
+        res = modification_experiment(m, locs, groups, operations=("erasure", "update"), sets=("local", "global"),
+                                      lambda1=cfg.lambda1, lambda2=cfg.lambda2, edit_queries=cfg.edit_queries,
+                                      progress=ctx.progress)
+        return {"modification": res}
+    if cfg.analysis == "table3":
+        beta1, beta2, cas_t = cfg.cas
+        cas = modification_experiment(m, locs, groups, operations=("erasure", "update"), sets=("cas",), lambda1=cfg.lambda1,
+                                      lambda2=cfg.lambda2, edit_queries=cfg.edit_queries, beta1=beta1, beta2=beta2,
+                                      cas_threshold=cas_t, title="Consistency-Aware KN modification (QL Table 3)",
+                                      progress=ctx.progress)
+        t2 = ctx.dep("ql.table2")["modification"]
+        merged = dataclasses.replace(cas, rows=tuple(t2.rows) + tuple(cas.rows))  # type: ignore[arg-type]
+        return {"modification": merged, "cas": cas}
+    if cfg.analysis == "fig4":
+        return {"mapping": query_kn_mapping(m, locs, groups, factor=cfg.factor, progress=ctx.progress)}
+    return {"synapses": synapse_experiment(m, locs, groups, alpha=cfg.alpha, factor=cfg.factor, progress=ctx.progress)}
+
+
+def _analysis_work(ctx: StageContext) -> Workload:
+    cfg: EditConfig = ctx.config
+    m = ctx.model
+    shape = ModelShape.of(m)
+    facts = _candidate_facts(ctx, None)
+    q_tok = sum(len(m.encode(q)) for f in facts for q in f.queries)
+    n_q = sum(len(f.queries) for f in facts)
+    if cfg.analysis in ("table2", "table3"):
+        sets = 2 if cfg.analysis == "table2" else 1
+        edits = sum(min(len(f.queries), cfg.edit_queries or len(f.queries)) for f in facts) * 2 * sets
+        per_q = q_tok / max(n_q, 1)
+        per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
+        return forward(shape, edits * per_edit + PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS)
+    if cfg.analysis == "fig4":
+        return forward(shape, q_tok * (1 + 4 * 2), 8, 32)
+    return forward(shape, q_tok * 8, 8, 32)
+
+
+# ------------------------------------------------------------------ the stage list
+def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
+    """Every QL stage at ``scale`` (see the module table)."""
+    fcfg = FactsConfig(relations=scale.ql_relations, n_facts=scale.ql_n_facts, max_queries=scale.ql_max_queries,
+                       known_top_k=scale.ql_known_top_k, seed=seed, data_dir=data_dir)
+    stages = [Stage("ql.facts", _facts, fcfg, code=("tlcap.data.pararel",), data=_facts_data, workload=_facts_work,
+                    items=("QL Table 1",), description="ParaRel facts with neighbor queries")]
+    for m in METHODS:
+        lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, n_facts=scale.ql_sig_facts if m == "sig" else None)
+        stages.append(Stage(f"ql.localize.{m}", _localize, lcfg, deps=("ql.facts",), code=CODE, workload=_localize_work,
+                            items=("QL Table 1", "QL Fig. 3"), description=f"{m.upper()} knowledge neurons of every query"))
+    deps = ("ql.facts", "ql.localize.ig")
+    for name, analysis, extra, items, desc in (
+        ("ql.table2", "table2", (), ("QL Table 2",), "erasure / update of N_i and N_g"),
+        ("ql.table3", "table3", ("ql.table2",), ("QL Table 3",), "Consistency-Aware KN modification"),
+        ("ql.fig4", "fig4", (), ("QL Fig. 4",), "query-KN mapping"),
+        ("ql.fig5-7", "fig5-7", (), ("QL Fig. 5", "QL Fig. 6", "QL Fig. 7"), "predominance and knowledge synapses"),
+    ):
+        ecfg = EditConfig(analysis=analysis, edit_queries=scale.ql_edit_queries)
+        stages.append(Stage(name, _analysis, ecfg, deps=deps + extra, code=CODE, workload=_analysis_work, items=items,
+                            description=desc))
+    return stages
+
+
+__all__ = ["FactSet", "FactsConfig", "LocalizeConfig", "EditConfig", "ql_stages", "locs_of", "facts_of", "METHODS"]

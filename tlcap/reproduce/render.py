@@ -1,0 +1,176 @@
+"""Writing a :class:`~tlcap.reproduce.report.Report`: ``report.md``, ``report.html``, figures, CSV.
+
+``report.md`` links each figure's PNG (its HTML when no PNG exporter is installed);
+``report.html`` embeds every figure inline (plotly.js once, in the page). Both hold, per item,
+a table with the paper's value, ours with its 95 % CI and n, the p-value of effects, the verdict
+and its reason; then what was not reproduced and why; then predicted vs measured cost per stage.
+
+Example:
+    >>> write_report(report, figures, Path("runs/repro"))
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from tlcap.reproduce.cost import fmt_bytes, fmt_seconds
+from tlcap.reproduce.report import FigureRef, Report, ReportRow
+from tlcap.viz.export import save_figure
+
+VERDICT_MARK = {"agrees": "✅ agrees", "disagrees": "❌ disagrees", "not comparable": "➖ not comparable"}
+COLUMNS = ("row", "paper", "ours [95 % CI]", "n", "p", "verdict", "reason")
+
+
+def fmt_num(x: float | None, unit: str = "fraction") -> str:
+    """A number of a report cell (``–`` for none); fractions with 3 significant digits."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
+def ours_text(r: ReportRow) -> str:
+    if r.ours is None:
+        return "–"
+    if r.low is None or r.high is None:
+        return f"{fmt_num(r.ours)} (no CI)"
+    return f"{fmt_num(r.ours)} [{fmt_num(r.low)}, {fmt_num(r.high)}]"
+
+
+def n_text(r: ReportRow) -> str:
+    if r.n is None:
+        return "–"
+    return f"{r.n}" + (f" ({r.n_groups} groups)" if r.n_groups else "")
+
+
+def p_text(r: ReportRow) -> str:
+    if r.p_value is None:
+        return "–"
+    return (f"{r.p_value:.2g}" if r.p_value >= 1e-4 else "<1e-4") + (f" ({r.test})" if r.test else "")
+
+
+def paper_text(r: ReportRow) -> str:
+    if not r.paper_text:
+        return "–"
+    return r.paper_text + (f" [{r.paper_source}]" if r.paper_source else "")
+
+
+def cells(r: ReportRow) -> list[str]:
+    return [r.row, paper_text(r), ours_text(r), n_text(r), p_text(r), VERDICT_MARK.get(r.verdict, r.verdict), r.reason]
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def save_figures(figures: Sequence[tuple[FigureRef, go.Figure]], folder: Path) -> dict[str, list[str]]:
+    """Save every figure as HTML (+ PNG when an exporter is installed); returns stem → file names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {ref.stem: [p.name for p in save_figure(fig, folder, ref.stem)] for ref, fig in figures}
+
+
+def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "figures") -> str:
+    """The report as Markdown (figures linked, PNG preferred)."""
+    s = report.summary()
+    v = s["verdicts"]
+    out = [f"# tlcap reproduce: {' + '.join(p.upper() for p in report.papers)} on {report.model} (scale {report.scale})", "",
+           f"Compared with the papers' {', '.join(f'{k.upper()}: {m}' for k, m in report.reference.items())} numbers. "
+           f"{s['n_rows']} rows: {v['agrees']} agree, {v['disagrees']} disagree, {v['not comparable']} not comparable. "
+           "Values are fractions (the papers' percentages divided by 100); CIs are 95 %. The verdict rule is in "
+           "docs/reproduce.md.", ""]
+    rows = report.report_rows()
+    figs = [FigureRef(**f) for f in report.figures]
+    for item in report.items() + [f.item for f in figs if f.item not in report.items()]:
+        if any(f.item == item for f in figs) and item not in report.items():
+            out += [f"## {item}", ""]
+        elif item in report.items():
+            out += [f"## {item}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            out += ["| " + " | ".join(_md_cell(c) for c in cells(r)) + " |" for r in rows if r.item == item]
+            out.append("")
+        for f in figs:
+            if f.item == item:
+                names = files.get(f.stem, [])
+                png = [n for n in names if n.endswith(".png")]
+                link = (png or names or [f"{f.stem}.html"])[0]
+                out += [f"![{f.title}]({figures_dir}/{link})" if png else f"[{f.title}]({figures_dir}/{link})", ""]
+    out += ["## Not reproduced", ""]
+    out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] + [""]
+    out += stage_markdown(report)
+    return "\n".join(out) + "\n"
+
+
+def stage_markdown(report: Report) -> list[str]:
+    cal = report.calibration
+    load = cal.get("load")
+    out = ["## Stages: predicted vs measured", "",
+           f"Calibrated on {cal.get('device', '?')} (probe {fmt_seconds(float(cal.get('seconds', 0.0)))}, load average "
+           f"{load if load is not None else '?'} at the probe).", "",
+           "| stage | status | predicted time | measured time | predicted peak | measured peak | note |",
+           "|---|---|---|---|---|---|---|"]
+    for st in report.stages:
+        pred = st['predicted_s'] if st['predicted_s'] is not None else math.nan
+        out.append(f"| {st['name']} | {st['status']} | {fmt_seconds(pred)}"
+                   f" | {fmt_seconds(st['measured_s'] if st['measured_s'] is not None else math.nan)}"
+                   f" | {fmt_bytes(st['predicted_bytes'] or 0)} | {fmt_bytes(st['measured_bytes'] or 0)} | "
+                   f"{_md_cell(st['note'])} |")
+    return out + [""]
+
+
+def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) -> str:
+    """The report as one HTML page with every figure inline."""
+    md_intro = markdown(report, {}).split("\n")[2]
+    esc = html.escape
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+             f"<title>tlcap reproduce: {esc(report.model)} ({esc(report.scale)})</title>",
+             "<style>body{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{background:#f3f3f3}"
+             ".agrees{background:#e8f5e9}.disagrees{background:#ffebee}</style></head><body>",
+             f"<h1>tlcap reproduce: {esc(' + '.join(p.upper() for p in report.papers))} on {esc(report.model)} "
+             f"(scale {esc(report.scale)})</h1>", f"<p>{esc(md_intro)}</p>"]
+    rows = report.report_rows()
+    first = True
+    items = report.items() + [f.item for f, _ in figures if f.item not in report.items()]
+    for item in dict.fromkeys(items):
+        parts.append(f"<h2>{esc(item)}</h2>")
+        mine = [r for r in rows if r.item == item]
+        if mine:
+            parts.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in COLUMNS) + "</tr>")
+            for r in mine:
+                cls = r.verdict.replace(" ", "-")
+                parts.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in cells(r)) + "</tr>")
+            parts.append("</table>")
+        for ref, fig in figures:
+            if ref.item == item:
+                parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False))
+                first = False
+    parts.append("<h2>Not reproduced</h2><ul>")
+    parts += [f"<li><b>{esc(n['paper'].upper())} {esc(n['item'])}</b>: {esc(n['why'])}</li>" for n in report.not_reproduced]
+    parts.append("</ul><h2>Stages: predicted vs measured</h2><table><tr>" + "".join(
+        f"<th>{c}</th>" for c in ("stage", "status", "predicted time", "measured time", "predicted peak", "measured peak",
+                                  "note")) + "</tr>")
+    for st in report.stages:
+        vals = [st["name"], st["status"], fmt_seconds(st["predicted_s"] if st["predicted_s"] is not None else math.nan),
+                fmt_seconds(st["measured_s"] if st["measured_s"] is not None else math.nan),
+                fmt_bytes(st["predicted_bytes"] or 0), fmt_bytes(st["measured_bytes"] or 0), st["note"]]
+        parts.append("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in vals) + "</tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]], out: Path) -> list[Path]:
+    """Write ``report.md``, ``report.html``, ``figures/``, ``report_rows.csv``, ``stages.csv`` and ``report/`` into ``out``."""
+    out = Path(out)
+    files = save_figures(figures, out / "figures")
+    (out / "report.md").write_text(markdown(report, files), encoding="utf-8")
+    (out / "report.html").write_text(html_page(report, figures), encoding="utf-8")
+    report.to_frame().to_csv(out / "report_rows.csv", index=False)
+    report.stage_frame().to_csv(out / "stages.csv", index=False)
+    report.save(out / "report")
+    return [out / "report.md", out / "report.html", out / "report_rows.csv", out / "stages.csv"]
+
+
+__all__ = ["write_report", "markdown", "html_page", "save_figures", "fmt_num"]

@@ -1,0 +1,249 @@
+"""One reproduction end to end: stages → probe → predicted cost → run (cached, resumable) → report.
+
+:func:`reproduce` is what ``tlcap reproduce`` calls. It builds the stages of the chosen papers at
+the chosen scale (:func:`build_stages`), calibrates the cost model with a short probe on the
+loaded model (cached per model and machine in the cache folder), prints the predicted wall time
+and peak memory of every stage, runs the stages (a cached stage is loaded, an interrupted one
+resumes from its checkpoint), builds the report rows from the stages' outputs and writes
+``report.md``, ``report.html``, the figures and CSV tables into ``out``, with predicted vs
+measured cost per stage.
+
+Example:
+    >>> from tlcap.models import load_model
+    >>> run = reproduce(load_model("smollm2-135m"), "runs/repro", papers=("ql",), scale="smoke")
+    >>> run.report.summary()["verdicts"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tlcap.errors import TlcapError, UnknownNameError
+from tlcap.reproduce.cnl_stages import cnl_stages
+from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
+from tlcap.reproduce.probe import calibrate
+from tlcap.reproduce.ql_stages import ql_stages
+from tlcap.reproduce.render import write_report
+from tlcap.reproduce.report import Report, RowBuilder, StageRow
+from tlcap.reproduce.report_cnl import cnl_report
+from tlcap.reproduce.report_ql import ql_report
+from tlcap.reproduce.scales import ScaleConfig, get_scale
+from tlcap.reproduce.stages import Runner, Stage, StageRecord
+from tlcap.results import Result
+
+PAPERS = ("cnl", "ql")
+REFERENCE = {"cnl": "LLaMA2-7B", "ql": "GPT-2"}
+CACHE = "cache"
+Echo = Callable[[str], None]
+
+
+def papers_of(which: str) -> tuple[str, ...]:
+    """``"cnl"`` → ``("cnl",)``, ``"all"`` → ``("cnl", "ql")`` (:class:`UnknownNameError` otherwise)."""
+    if which == "all":
+        return PAPERS
+    if which not in PAPERS:
+        raise UnknownNameError.of("paper", which, (*PAPERS, "all"), option="PAPER")
+    return (which,)
+
+
+def build_stages(papers: Sequence[str], scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
+    """Every stage of ``papers`` at ``scale`` (CNL first)."""
+    out: list[Stage] = []
+    if "cnl" in papers:
+        out += cnl_stages(scale, seed=seed, data_dir=data_dir)
+    if "ql" in papers:
+        out += ql_stages(scale, seed=seed, data_dir=data_dir)
+    return out
+
+
+def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: bool = False) -> Calibration:
+    """The probe's calibration for this model and machine, measured once and kept in ``cache_dir``."""
+    tag = json.dumps({"model": model_id, "device": str(getattr(model, "device", "cpu")),
+                      "threads": torch.get_num_threads(), "cpus": os.cpu_count()}, sort_keys=True)
+    path = cache_dir / f"calibration-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.json"
+    if path.exists() and not reprobe:
+        return Calibration.from_dict(json.loads(path.read_text()))
+    cal = calibrate(model)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cal.to_dict(), indent=1))
+    return cal
+
+
+def predictions(runner: Runner, plan: Sequence[Stage], cal: Calibration) -> dict[str, Prediction | None]:
+    """Predicted cost of every planned stage that will compute (``None``: cached, pending or no cost model)."""
+    out: dict[str, Prediction | None] = {}
+    for s in plan:
+        if s.pending or s.workload is None or runner.is_cached(s.name):
+            out[s.name] = None
+            continue
+        try:
+            out[s.name] = predict(s.workload(runner.context(s.name)), cal)
+        except TlcapError:  # e.g. a prompt longer than the model's context: the stage itself will report it
+            out[s.name] = None
+    return out
+
+
+def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction | None]) -> list[str]:
+    """The plan as printed before starting: one line per stage with its predicted time and peak memory."""
+    lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'peak mem':>9}  what"]
+    total, peak = 0.0, 0
+    for s in plan:
+        p = pred.get(s.name)
+        status = "pending" if s.pending else "cached" if runner.is_cached(s.name) else "to run"
+        if p is not None:
+            total += p.seconds
+            peak = max(peak, p.peak_bytes)
+        lines.append(f"{s.name:<22} {status:<9} {fmt_seconds(p.seconds) if p else '–':>10} "
+                     f"{fmt_bytes(p.peak_bytes) if p else '–':>9}  {s.pending or s.description}")
+    lines.append(f"{'total':<22} {'':<9} {fmt_seconds(total):>10} {fmt_bytes(peak):>9}")
+    return lines
+
+
+def _why(runner: Runner, plan_names: set[str]) -> Callable[[str], str]:
+    def why(name: str) -> str:
+        rec = runner.records.get(name)
+        if name not in runner.stages:
+            return "not part of this scale"
+        if name not in plan_names:
+            return "not run: stage not selected in this run (--only)"
+        if rec is None:
+            return "not run"
+        if rec.status == "pending":
+            return rec.note
+        if rec.status == "blocked":
+            return f"not run: {rec.note}"
+        if rec.status == "failed":
+            return f"stage failed: {rec.note}"
+        return "no result"
+    return why
+
+
+def _get(runner: Runner) -> Callable[[str], dict[str, Result] | None]:
+    def get(name: str) -> dict[str, Result] | None:
+        rec = runner.records.get(name)
+        if rec is None or rec.status not in ("computed", "cached"):
+            return None
+        return runner.outputs(name)
+    return get
+
+
+def stage_rows(plan: Sequence[Stage], records: dict[str, StageRecord],
+               pred: dict[str, Prediction | None]) -> list[StageRow]:
+    """Predicted vs measured cost per stage (measured: this run's time, or the cached run's)."""
+    out = []
+    for s in plan:
+        r = records.get(s.name)
+        p = pred.get(s.name)
+        measured = r is not None and r.status in ("computed", "cached")
+        out.append(StageRow(s.name, r.status if r else "not run", p.seconds if p else None,
+                            r.seconds if measured and r else None, p.peak_bytes if p else None,
+                            r.peak_bytes if measured and r and r.peak_bytes else None, r.note if r else ""))
+    return out
+
+
+def cost_lines(rows: Sequence[StageRow]) -> list[str]:
+    """Predicted vs measured, printed at the end."""
+    lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'measured':>10} {'pred. mem':>9} {'peak mem':>9}"]
+    for r in rows:
+        lines.append(f"{r.name:<22} {r.status:<9} {fmt_seconds(r.predicted_s) if r.predicted_s is not None else '–':>10} "
+                     f"{fmt_seconds(r.measured_s) if r.measured_s is not None else '–':>10} "
+                     f"{fmt_bytes(r.predicted_bytes or 0):>9} {fmt_bytes(r.measured_bytes or 0):>9}")
+    return lines
+
+
+@dataclass(frozen=True)
+class ReproduceRun:
+    """What :func:`reproduce` did: the report, the stage records, the written files."""
+
+    report: Report
+    records: tuple[StageRecord, ...]
+    files: tuple[Path, ...]
+    executed: tuple[str, ...]
+
+    @property
+    def computed(self) -> list[str]:
+        return [r.name for r in self.records if r.status == "computed"]
+
+
+def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, scale: str | ScaleConfig = "smoke",
+              seed: int = 0, data_dir: str | None = None, only: Sequence[str] | None = None, n_boot: int | None = None,
+              cache_dir: str | Path | None = None, reprobe: bool = False, progress: bool = False,
+              keep_going: bool = True, echo: Echo | None = None, model_name: str | None = None) -> ReproduceRun:
+    """Run (or load from the cache) every stage of ``papers`` at ``scale`` and write the report into ``out``.
+
+    Args:
+        model: A loaded :class:`tlcap.models.Model`.
+        out: Output folder (``report.md``, ``report.html``, ``figures/``, CSVs, ``cache/``).
+        papers: ``("cnl",)``, ``("ql",)`` or both.
+        scale: ``smoke`` / ``cpu`` / ``full`` or a :class:`ScaleConfig`.
+        seed: Seed of every sample draw and random set.
+        data_dir: Data folder (default: the bundled data).
+        only: Run only these stages (and what they need); names or prefixes (``"ql.*"``).
+        n_boot: Bootstrap resamples (default: the scale's).
+        cache_dir: Stage cache (default ``out/cache``); share it between outputs to share stages.
+        reprobe: Re-run the calibration probe even when a cached calibration exists.
+        progress: Progress bars inside stages.
+        keep_going: A failing stage is reported (its dependents blocked) instead of stopping the run.
+        echo: Where the plan and the cost table are printed (default: nowhere).
+        model_name: Our model's name in the report (default ``model.name``).
+
+    Returns:
+        A :class:`ReproduceRun`.
+
+    Example:
+        >>> run = reproduce(model, "runs/repro", papers=("cnl", "ql"), scale="smoke", echo=print)
+    """
+    say = echo or (lambda _s: None)
+    sc = scale if isinstance(scale, ScaleConfig) else get_scale(scale)
+    papers = tuple(p for p in PAPERS if p in papers)
+    out = Path(out)
+    cache = Path(cache_dir) if cache_dir is not None else out / CACHE
+    runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, model, progress=progress,
+                    keep_going=keep_going)
+    plan = runner.plan(only)
+    needs_probe = any(not s.pending and not runner.is_cached(s.name) for s in plan)
+    cal = cached_calibration(model, cache, runner.model_id, reprobe=reprobe) if needs_probe or reprobe else None
+    pred = predictions(runner, plan, cal) if cal is not None else dict.fromkeys(s.name for s in plan)
+    if cal is not None:
+        say(f"calibration probe: {cal.device}, load {cal.load if cal.load is not None else '?'}, {cal.seconds:.0f} s")
+    for line in plan_lines(runner, plan, pred):
+        say(line)
+
+    def on_stage(stage: Stage, status: str) -> None:
+        if status != "start":
+            rec = runner.records[stage.name]
+            say(f"  {stage.name}: {status} ({fmt_seconds(rec.seconds)}){' - ' + rec.note if rec.note else ''}")
+
+    records = runner.run(plan, on_stage=on_stage)
+    rb = RowBuilder(model_name or str(getattr(model, "name", "model")), {p: REFERENCE[p] for p in papers})
+    get, why = _get(runner), _why(runner, {s.name for s in plan})
+    boots = n_boot if n_boot is not None else sc.n_boot
+    if "cnl" in papers:
+        cnl_report(rb, get, why, sc, n_boot=boots, seed=seed)
+    if "ql" in papers:
+        ql_report(rb, get, why, sc, n_boot=boots, seed=seed)
+    for r in records:
+        if r.status in ("pending", "blocked", "failed"):
+            rb.skip(r.name.split(".")[0], ", ".join(runner.stage(r.name).items) or r.name,
+                    f"{r.name}: {why(r.name)}")
+    rows = stage_rows(plan, runner.records, pred)
+    report = Report.build(rb, papers=papers, model=rb.our_model, scale=sc.name, stages=rows,
+                          calibration=cal.to_dict() if cal is not None else {})
+    out.mkdir(parents=True, exist_ok=True)
+    files = write_report(report, rb.figures, out)
+    say("predicted vs measured:")
+    for line in cost_lines(rows):
+        say(line)
+    return ReproduceRun(report, tuple(records), tuple(files), tuple(runner.executed))
+
+
+__all__ = ["reproduce", "ReproduceRun", "build_stages", "papers_of", "cached_calibration", "predictions", "plan_lines",
+           "stage_rows", "cost_lines", "PAPERS", "REFERENCE"]

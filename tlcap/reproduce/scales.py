@@ -1,0 +1,172 @@
+"""Sizes of every stage at each scale: ``smoke``, ``cpu``, ``full`` (one table, :func:`sizes_frame`).
+
+- ``smoke``: seconds per stage on a tiny model, a few minutes for SmolLM2-135M on a 2-core CPU;
+  it checks that every stage runs and every table has rows, not the papers' findings.
+- ``cpu``: at most ~2 hours on a 2-core CPU (predict it with ``--dry-run``) with sizes chosen
+  for statistical power: QL on ≥ 100 facts over ≥ 8 relations, CNL locating on ≥ 200 samples
+  per dataset, ≥ 20 matched random sets for every "located vs random" p-value.
+- ``full``: the papers' sizes (CNL §5.3: 1600 GSM8K, 2400 Emotion, 1200 Code25K → MBPP's 974,
+  700 Meta_Math → SVAMP, 800 IMDB; all ParaRel facts) for a GPU or ``torchrun``.
+
+Every field is a knob of one stage family; the stages read their sizes from here and nowhere
+else, so the table in ``docs/reproduce.md`` is the whole story.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
+from tlcap.errors import UnknownNameError
+
+CNL_DATASETS = ("gsm8k", "svamp", "mbpp", "emotion", "imdb")
+SIGMAS = (3.0, 6.0, 12.0)
+
+
+@dataclass(frozen=True)
+class ScaleConfig(Config):
+    """Sizes of one scale.
+
+    Attributes:
+        name: ``smoke``, ``cpu`` or ``full``.
+        cnl_datasets: Datasets located (paper's Meta_Math → SVAMP, Code25K → MBPP).
+        cnl_locate_n: Samples located per dataset (train split), ``None`` = the whole split.
+        cnl_steps: IG steps S (CNL: 20).
+        cnl_max_answer_tokens: Answer tokens scored per sample.
+        cnl_groups: Scoring groups per dataset (clusters of the bootstrap; half of them per split half).
+        cnl_sigma: σ of the located set used by Tables 1, 2, Figs. 4–6 (the paper's default reading: 3).
+        cnl_eval_n: Held-out samples for erase (per dataset).
+        cnl_eval_datasets: Datasets erased / enhanced (Table 2 and 3 use GSM8K, Emotion, Code25K).
+        cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
+        cnl_eval_pairs: Comparative pairs of the decoupling experiment.
+        n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value).
+        enhance_train_n: Training samples for enhance.
+        enhance_eval_n: Held-out samples for enhance.
+        enhance_epochs: Epochs evaluated (the paper: 1, 5, 10).
+        cross_eval_n: Held-out samples per dataset for the cross-dataset matrix.
+        cross_n_random: Random draws per cell of the cross-dataset matrix.
+        ql_relations: ParaRel relations (``()`` = all bundled).
+        ql_n_facts: Facts (round-robin over the relations).
+        ql_max_queries: Neighbor queries per fact (``None`` = all).
+        ql_known_top_k: Keep facts the model answers within its top-k (``None`` = no filter).
+        ql_steps: IG steps (QL: m = 20; per word for SIG).
+        ql_sig_facts: Facts attributed with SIG (its cost is one IG per prompt token), the first ones.
+        ql_edit_queries: Queries edited per fact in Tables 2–3 (``None`` = all).
+        ql_thresholds: Grid of the CS2-threshold sensitivity curves.
+        n_boot: Bootstrap resamples of every CI.
+    """
+
+    name: str = "smoke"
+    cnl_datasets: tuple[str, ...] = CNL_DATASETS
+    cnl_locate_n: int | None = 4
+    cnl_steps: int = 2
+    cnl_max_answer_tokens: int = 1
+    cnl_groups: int = 4
+    cnl_sigma: float = 3.0
+    cnl_eval_n: int = 3
+    cnl_eval_datasets: tuple[str, ...] = ("emotion", "imdb")
+    cnl_eval_facts: int = 2
+    cnl_eval_pairs: int = 4
+    n_random: int = 20
+    enhance_train_n: int = 2
+    enhance_eval_n: int = 3
+    enhance_epochs: tuple[int, ...] = (1,)
+    cross_eval_n: int = 2
+    cross_n_random: int = 1
+    ql_relations: tuple[str, ...] = ("P36", "P103")
+    ql_n_facts: int | None = 3
+    ql_max_queries: int | None = 3
+    ql_known_top_k: int | None = None
+    ql_steps: int = 2
+    ql_sig_facts: int | None = 1
+    ql_edit_queries: int | None = 1
+    ql_thresholds: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+    n_boot: int = 1000
+
+    def validate(self) -> None:
+        check_choice("name", self.name, SCALE_NAMES, cli="--scale")
+        self._set("cnl_datasets", check_sequence("cnl_datasets", self.cnl_datasets, min_len=1, cli=None,
+                                                 item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
+        self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
+                                                      item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
+        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "enhance_train_n",
+                  "enhance_eval_n", "cross_eval_n",
+                  "cross_n_random", "ql_steps", "n_boot"):
+            check_int(f, getattr(self, f), min=1, cli=None)
+        check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
+        check_int("n_random", self.n_random, min=20, cli=None)
+        for f in ("cnl_locate_n", "ql_n_facts", "ql_max_queries", "ql_known_top_k", "ql_sig_facts", "ql_edit_queries"):
+            if getattr(self, f) is not None:
+                check_int(f, getattr(self, f), min=1, cli=None)
+        if self.cnl_locate_n is not None and self.cnl_locate_n < self.cnl_groups:
+            check_int("cnl_locate_n", self.cnl_locate_n, min=self.cnl_groups, cli=None)
+        check_float("cnl_sigma", self.cnl_sigma, gt=0, cli=None)
+        self._set("enhance_epochs", check_sequence("enhance_epochs", self.enhance_epochs, min_len=1, unique=True, cli=None,
+                                                   item=lambda n, x: check_int(n, x, min=1, cli=None)))
+        self._set("ql_relations", tuple(check_sequence("ql_relations", self.ql_relations, cli=None)))
+        self._set("ql_thresholds", check_sequence("ql_thresholds", self.ql_thresholds, min_len=2, cli=None,
+                                                  item=lambda n, x: check_float(n, x, ge=0, le=1, cli=None)))
+
+
+SCALE_NAMES = ("smoke", "cpu", "full")
+
+QL_CPU_RELATIONS = ("P36", "P103", "P37", "P30", "P364", "P1412", "P17", "P495", "P131", "P176")
+
+SCALES: dict[str, ScaleConfig] = {
+    "smoke": ScaleConfig(),
+    "cpu": ScaleConfig(
+        name="cpu", cnl_locate_n=200, cnl_steps=20, cnl_max_answer_tokens=2, cnl_groups=20, cnl_eval_n=200,
+        cnl_eval_datasets=("emotion", "imdb", "mbpp"), cnl_eval_facts=50, cnl_eval_pairs=200, enhance_train_n=100,
+        enhance_eval_n=200, enhance_epochs=(1, 5),
+        cross_eval_n=100, cross_n_random=3, ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=4,
+        ql_known_top_k=10, ql_steps=20, ql_sig_facts=20, ql_edit_queries=1, n_boot=5000,
+    ),
+    "full": ScaleConfig(
+        name="full", cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
+        cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
+        enhance_train_n=1000, enhance_eval_n=1000,
+        enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
+        ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_edit_queries=None, n_boot=5000,
+    ),
+}
+
+# The CNL paper's locate sizes (§5.3), capped by what the stand-in datasets hold (train split).
+FULL_LOCATE_N = {"gsm8k": 1600, "emotion": 2400, "mbpp": 1200, "svamp": 700, "imdb": 800}
+
+
+def get_scale(name: str) -> ScaleConfig:
+    """The sizes of scale ``name`` (:class:`UnknownNameError` for another name)."""
+    if name not in SCALES:
+        raise UnknownNameError.of("scale", name, SCALE_NAMES, option="--scale")
+    return SCALES[name]
+
+
+def locate_n(scale: ScaleConfig, dataset: str) -> int | None:
+    """Samples located on ``dataset`` at ``scale`` (``full``: the paper's count for the dataset it stands for)."""
+    if scale.cnl_locate_n is None:
+        return FULL_LOCATE_N.get(dataset)
+    return scale.cnl_locate_n
+
+
+def sizes_frame() -> pd.DataFrame:
+    """Every size of every scale: one row per knob, one column per scale."""
+    rows = []
+    for f in ScaleConfig.field_names():
+        if f == "name":
+            continue
+        rows.append({"knob": f, **{s: _fmt(getattr(SCALES[s], f)) for s in SCALE_NAMES}})
+    return pd.DataFrame(rows, columns=["knob", *SCALE_NAMES])
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "all"
+    if isinstance(v, tuple):
+        return ", ".join(str(x) for x in v) if v else "all"
+    return str(v)
+
+
+__all__ = ["ScaleConfig", "SCALES", "SCALE_NAMES", "CNL_DATASETS", "SIGMAS", "get_scale", "locate_n", "sizes_frame",
+           "FULL_LOCATE_N"]

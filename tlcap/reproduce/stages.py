@@ -1,0 +1,398 @@
+"""Stages and their runner: a DAG of computations whose results are cached by content.
+
+A :class:`Stage` is ``(name, function, config)`` plus the stages it depends on. Its cache key is
+the sha256 of
+
+- its name and its config (``Config.to_dict()``, a tlcap :class:`~tlcap.config.Config`);
+- the model's identity (:func:`tlcap.provenance.model_identity`: GGUF sha256, HF commit, seed);
+- the hash of its input data (:func:`data_hash` of what ``stage.data(ctx)`` returns: samples,
+  facts);
+- the tlcap version and the sha256 of the source of the modules it names in ``code`` (editing
+  an experiment invalidates the stages that use it);
+- the keys of the stages it depends on (a changed upstream result invalidates everything below).
+
+Results are tlcap :class:`~tlcap.results.Result` values saved with ``save`` under
+``CACHE/<name>-<key16>/<result name>/`` with a ``stage.json`` written last; the folder is built
+under a temporary name and renamed into place, so a folder that exists is complete. A rerun, or
+another stage that depends on the same one, loads instead of recomputing. A long stage may
+checkpoint inside ``ctx.checkpoint`` (``CACHE/<name>-<key16>.partial/``, kept when the stage
+fails or is interrupted, removed when it succeeds), so an interrupted run resumes where it
+stopped.
+
+Example:
+    >>> runner = Runner(stages, cache_dir="runs/repro/cache", model=model)
+    >>> records = runner.run(runner.plan(only=["ql.table2"]))
+    >>> runner.outputs("ql.table2")["modification"].summary()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlcap.config import Config
+from tlcap.errors import CheckpointError, TlcapError, UnknownNameError
+from tlcap.provenance import model_identity, tlcap_version
+from tlcap.reproduce.memory import PeakMemory
+from tlcap.results import Result, load_result
+
+STAGE_FILE = "stage.json"
+Outputs = dict[str, Result]
+
+
+class StageError(TlcapError, ValueError):
+    """A stage graph that cannot run (unknown dependency, cycle) or a stage that returned no results."""
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"__type__": type(obj).__name__, **{f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                                                      if not isinstance(getattr(obj, f.name), Result)}}
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:
+        return "nan"
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return repr(obj)
+
+
+def data_hash(data: Any) -> str:
+    """sha256 of a JSON rendering of ``data`` (dataclasses such as ``Sample``/``Fact``, lists, dicts).
+
+    Example:
+        >>> data_hash(load_task("emotion", split="train", n=10))
+        '5d1c...'
+    """
+    text = json.dumps(_jsonable(data), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def code_hash(modules: Sequence[str]) -> str:
+    """sha256 of the source files of ``modules`` (a package: every ``.py`` below it).
+
+    Raises:
+        UnknownNameError: a module that cannot be imported.
+    """
+    h = hashlib.sha256()
+    for name in sorted(set(modules)):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as exc:
+            raise UnknownNameError(f"stage code module {name!r} cannot be imported ({exc})") from None
+        path = Path(getattr(mod, "__file__", "") or "")
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        for f in files:
+            h.update(f"{name}:{f.name}\n".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One computation of a reproduction.
+
+    Attributes:
+        name: Unique name, dotted (``"cnl.locate.gsm8k"``).
+        fn: ``fn(ctx) -> {result name: Result}``.
+        config: The settings that define its results (a frozen tlcap ``Config``).
+        deps: Names of the stages whose outputs it reads (``ctx.dep(name)``).
+        code: Modules whose source defines its results (hashed into the key).
+        data: ``data(ctx)`` → the stage's input data (hashed into the key; also ``ctx.inputs()``).
+        workload: ``workload(ctx)`` → a :class:`tlcap.reproduce.cost.Workload` for the prediction.
+        pending: Why the stage cannot run yet (it is listed, not run; dependents are blocked).
+        items: The paper items it feeds (``"CNL Table 1"``).
+        description: One line for the plan.
+        needs_model: Whether it needs the model (a key includes the model's identity either way).
+    """
+
+    name: str
+    fn: Callable[[StageContext], Mapping[str, Result]]
+    config: Config
+    deps: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    data: Callable[[StageContext], Any] | None = None
+    workload: Callable[[StageContext], Any] | None = None
+    pending: str | None = None
+    items: tuple[str, ...] = ()
+    description: str = ""
+    needs_model: bool = True
+
+
+@dataclass
+class StageContext:
+    """What a stage function sees: the model, its dependencies' outputs, its input data, a checkpoint folder."""
+
+    stage: Stage
+    runner: Runner
+    _inputs: Any = field(default=None, repr=False)
+    _has_inputs: bool = field(default=False, repr=False)
+
+    @property
+    def checkpoint(self) -> Path:
+        """The stage's checkpoint folder (kept when it fails, removed when it succeeds)."""
+        return self.runner.cache_dir / f"{self.runner.key(self.stage.name)}.partial"
+
+    @property
+    def model(self) -> Any:
+        return self.runner.model
+
+    @property
+    def config(self) -> Any:
+        return self.stage.config
+
+    @property
+    def progress(self) -> bool:
+        return self.runner.progress
+
+    def dep(self, name: str) -> Outputs:
+        """The outputs of dependency ``name`` (it must be listed in ``stage.deps``)."""
+        if name not in self.stage.deps:
+            raise StageError(f"stage {self.stage.name!r} reads {name!r} without declaring it in deps")
+        return self.runner.outputs(name)
+
+    def inputs(self) -> Any:
+        """The stage's input data (``stage.data(ctx)``, computed once)."""
+        if not self._has_inputs:
+            self._inputs = self.stage.data(self) if self.stage.data is not None else None
+            self._has_inputs = True
+        return self._inputs
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What happened to a stage in one run: ``computed``, ``cached``, ``pending``, ``blocked`` or ``failed``."""
+
+    name: str
+    key: str
+    status: str
+    seconds: float = 0.0
+    peak_bytes: int = 0
+    memory_scope: str = "stage"
+    note: str = ""
+
+
+class Runner:
+    """Runs stages in dependency order, loading cached results instead of recomputing them.
+
+    Args:
+        stages: Every stage of the reproduction (names unique).
+        cache_dir: The cache folder (``DIR/cache``).
+        model: The model (or ``None`` with ``load``).
+        load: A function returning the model, called once when the model is first needed.
+        progress: Show progress bars inside stages.
+        model_id: The model's identity for the keys (default: :func:`model_identity` of the model).
+        keep_going: A stage that raises is recorded as ``failed`` (its dependents ``blocked``) and
+            the run goes on; ``False`` re-raises. Ctrl-C always stops the run.
+    """
+
+    def __init__(self, stages: Sequence[Stage], cache_dir: str | Path, model: Any = None, *,
+                 load: Callable[[], Any] | None = None, progress: bool = False, model_id: str | None = None,
+                 keep_going: bool = False) -> None:
+        self.stages: dict[str, Stage] = {}
+        for s in stages:
+            if s.name in self.stages:
+                raise StageError(f"two stages are named {s.name!r}")
+            self.stages[s.name] = s
+        for s in stages:
+            for d in s.deps:
+                if d not in self.stages:
+                    raise StageError(f"stage {s.name!r} depends on {d!r}, which is not a stage")
+        self.cache_dir = Path(cache_dir)
+        self._model = model
+        self._load_model = load
+        self._model_id = model_id
+        self.keep_going = keep_going
+        self.progress = progress
+        self.executed: list[str] = []
+        self.loaded: list[str] = []
+        self.records: dict[str, StageRecord] = {}
+        self._keys: dict[str, str] = {}
+        self._outputs: dict[str, Outputs] = {}
+        self._contexts: dict[str, StageContext] = {}
+        self._meter = PeakMemory()
+
+    # ------------------------------------------------------------------ model and keys
+    @property
+    def model(self) -> Any:
+        if self._model is None and self._load_model is not None:
+            self._model = self._load_model()
+        return self._model
+
+    @property
+    def model_id(self) -> str:
+        if self._model_id is None:
+            m = self.model
+            self._model_id = (model_identity(m) if m is not None else None) or str(getattr(m, "name", "no model"))
+        return self._model_id
+
+    def context(self, name: str) -> StageContext:
+        """The (one) context of stage ``name``: its input data are computed once per run."""
+        if name not in self._contexts:
+            self._contexts[name] = StageContext(self.stage(name), self)
+        return self._contexts[name]
+
+    def stage(self, name: str) -> Stage:
+        if name not in self.stages:
+            raise UnknownNameError.of("stage", name, list(self.stages), option="--only")
+        return self.stages[name]
+
+    def payload(self, name: str) -> dict[str, Any]:
+        """What the key of stage ``name`` hashes."""
+        s = self.stage(name)
+        ctx = self.context(name)
+        return {
+            "stage": s.name, "config_type": type(s.config).__name__, "config": s.config.to_dict(),
+            "model": self.model_id, "data": data_hash(ctx.inputs()) if s.data is not None else None,
+            "code": code_hash(s.code) if s.code else None, "tlcap": tlcap_version(),
+            "deps": {d: self.key(d) for d in s.deps},
+        }
+
+    def key(self, name: str) -> str:
+        """``<name>-<16 hex digits>``: the stage's cache folder name."""
+        if name not in self._keys:
+            digest = hashlib.sha256(json.dumps(self.payload(name), sort_keys=True).encode()).hexdigest()
+            self._keys[name] = f"{name}-{digest[:16]}"
+        return self._keys[name]
+
+    def folder(self, name: str) -> Path:
+        return self.cache_dir / self.key(name)
+
+    def is_cached(self, name: str) -> bool:
+        return (self.folder(name) / STAGE_FILE).exists()
+
+    # ------------------------------------------------------------------ plan
+    def plan(self, only: Sequence[str] | None = None) -> list[Stage]:
+        """Stages to run, dependencies first: all of them, or ``only`` these and what they need.
+
+        A name in ``only`` may also be a prefix ending in ``"."`` or ``"*"`` (``"cnl.locate.*"``).
+        """
+        wanted: list[str] = []
+        for spec in (only if only else list(self.stages)):
+            if spec.endswith("*") or spec.endswith("."):
+                hits = [n for n in self.stages if n.startswith(spec.rstrip("*"))]
+                if not hits:
+                    raise UnknownNameError.of("stage", spec, list(self.stages), option="--only")
+                wanted += hits
+            else:
+                wanted.append(self.stage(spec).name)
+        order: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(n: str, path: tuple[str, ...]) -> None:
+            if state.get(n) == 2:
+                return
+            if state.get(n) == 1:
+                raise StageError(f"stage dependencies form a cycle: {' -> '.join(path + (n,))}")
+            state[n] = 1
+            for d in self.stages[n].deps:
+                visit(d, path + (n,))
+            state[n] = 2
+            order.append(n)
+
+        for n in wanted:
+            visit(n, ())
+        return [self.stages[n] for n in order]
+
+    # ------------------------------------------------------------------ run
+    def outputs(self, name: str) -> Outputs:
+        """The results of stage ``name`` (run or loaded earlier in this run, else loaded from the cache)."""
+        if name not in self._outputs:
+            if not self.is_cached(name):
+                raise StageError(f"stage {name!r} has not run; run it (or the stages that need it) first")
+            self._outputs[name] = self._load(name)
+            self.loaded.append(name)
+        return self._outputs[name]
+
+    def _load(self, name: str) -> Outputs:
+        folder = self.folder(name)
+        try:
+            meta = json.loads((folder / STAGE_FILE).read_text())
+        except ValueError as exc:
+            raise CheckpointError(f"{folder / STAGE_FILE} is corrupt ({exc}); delete {folder} to recompute it") from None
+        return {r: load_result(folder / r) for r in meta["results"]}
+
+    def _save(self, name: str, outputs: Mapping[str, Result], seconds: float, peak: int) -> None:
+        folder = self.folder(name)
+        tmp = self.cache_dir / f".{folder.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        try:
+            for r, res in outputs.items():
+                res.save(tmp / r)
+            meta = {"name": name, "key": folder.name, "payload": self.payload(name), "results": list(outputs),
+                    "types": {r: type(v).__name__ for r, v in outputs.items()}, "seconds": seconds, "peak_bytes": peak,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            (tmp / STAGE_FILE).write_text(json.dumps(meta, indent=1))
+            if folder.exists():  # another run finished it meanwhile: its result is the same by construction
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, folder)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def run_stage(self, stage: Stage) -> StageRecord:
+        """Run (or load) one stage whose dependencies are available."""
+        name = stage.name
+        key = self.key(name)
+        blocked = [d for d in stage.deps if self.records.get(d) and self.records[d].status in ("pending", "blocked", "failed")]
+        if stage.pending:
+            rec = StageRecord(name, key, "pending", note=stage.pending)
+        elif blocked:
+            rec = StageRecord(name, key, "blocked", note=f"needs {', '.join(blocked)}")
+        elif self.is_cached(name):
+            self.outputs(name)
+            meta = json.loads((self.folder(name) / STAGE_FILE).read_text())
+            rec = StageRecord(name, key, "cached", float(meta.get("seconds", 0.0)), int(meta.get("peak_bytes", 0)))
+        else:
+            ctx = self.context(name)
+            ctx.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            self._meter.reset()
+            t0 = time.perf_counter()
+            try:
+                out = dict(stage.fn(ctx))
+            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on (keep_going)
+                if not self.keep_going:
+                    raise
+                rec = StageRecord(name, key, "failed", time.perf_counter() - t0, note=f"{type(exc).__name__}: {exc}")
+                self.records[name] = rec
+                return rec
+            seconds = time.perf_counter() - t0
+            peak = self._meter.peak_bytes()
+            if not out or not all(isinstance(v, Result) for v in out.values()):
+                raise StageError(f"stage {name!r} must return a non-empty mapping of name → tlcap Result")
+            self._save(name, out, seconds, peak)
+            shutil.rmtree(ctx.checkpoint, ignore_errors=True)
+            self._outputs[name] = out
+            self.executed.append(name)
+            rec = StageRecord(name, key, "computed", seconds, peak, self._meter.scope)
+        self.records[name] = rec
+        return rec
+
+    def run(self, plan: Sequence[Stage], on_stage: Callable[[Stage, str], None] | None = None) -> list[StageRecord]:
+        """Run ``plan`` in order (see :meth:`plan`); ``on_stage(stage, "start" | status)`` reports progress."""
+        out = []
+        for stage in plan:
+            if on_stage is not None:
+                on_stage(stage, "start")
+            rec = self.run_stage(stage)
+            out.append(rec)
+            if on_stage is not None:
+                on_stage(stage, rec.status)
+        return out
+
+
+__all__ = ["Stage", "StageContext", "StageRecord", "Runner", "StageError", "data_hash", "code_hash", "STAGE_FILE"]
