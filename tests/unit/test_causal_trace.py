@@ -202,7 +202,7 @@ def test_bos_prepends_the_token_and_the_sink_warning(tiny_llama):
         plain = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",))
     assert plain.subject_range == (0, 1) and plain.subject_at_start and not plain.bos
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", SubjectWarning)
         tr = causal_trace(tiny_llama, prompt, subject, samples=2, window=1, kinds=("mlp",), bos=True)
     bos_id = tiny_llama.special_token_id("bos")
     bos_id = tiny_llama.special_token_id("eos") if bos_id is None else bos_id
@@ -217,5 +217,5 @@ def test_bos_prepends_the_token_and_the_sink_warning(tiny_llama):
         ds = trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",))
     assert ds.n_subject_at_start == 1
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", SubjectWarning)
         assert trace_dataset(tiny_llama, facts, samples=1, window=1, kinds=("mlp",), bos=True).n_subject_at_start == 0

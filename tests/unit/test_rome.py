@@ -3,13 +3,16 @@ covariance caching, and the value optimisation reducing its loss."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import InvalidConfigError, SubjectNotFoundError
 from tlcap.intervene.covariance import covariance_path, key_covariance, solve_key
-from tlcap.intervene.rome import RomeConfig, RomeSweep, ValueRows, evaluate_rome, rome_edit, subject_keys, value_loss
+from tlcap.intervene.rome import RomeConfig, RomeSweep, ValueRows, evaluate_rome, rome_edit, rome_sweep, subject_keys, value_loss
 from tlcap.intervene.rome import evaluate as rome_evaluate
+from tlcap.locate.subjects import SubjectWarning
 from tlcap.results import load_result
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
@@ -90,11 +93,11 @@ def test_weights_restored_on_every_exit_path(tiny_llama, monkeypatch):
     calls = []
     real = rome_evaluate.target_logprobs
 
-    def fail_second(model, items):
+    def fail_second(model, items, bos=False):
         calls.append(torch.equal(W, W0))
         if len(calls) == 2:
             raise RuntimeError("measurement failed")
-        return real(model, items)
+        return real(model, items, bos)
 
     monkeypatch.setattr(rome_evaluate, "target_logprobs", fail_second)
     with pytest.raises(RuntimeError, match="measurement failed"):
@@ -218,3 +221,50 @@ def test_value_loss_kl_direction_and_averaging_by_hand():
     assert float(t.kl) != pytest.approx(float((q * (q / p).log()).sum()), rel=1e-2)
     assert float(t.weight_decay) == pytest.approx(0.5 * 5 / 4)
     assert float(t.total) == pytest.approx(float(nll + 0.25 * kl + 0.625), rel=1e-6)
+
+
+def test_occurrence_bos_and_bad_facts(tiny_gpt2, monkeypatch):
+    """Issue 15: an ambiguous subject warns and ``occurrence=`` picks the edited one; ``bos`` prepends the
+    BOS (a subject at 0 without it warns); an absent subject / empty prompt fail before any forward."""
+    prompt, cfg = "France is big and France is", RomeConfig(steps=1, mom2_adjustment=False, prefixes=("",))
+    post = tiny_gpt2.hook_name("mlp_post", 0)
+
+    def key_at(ids, pos):
+        return tiny_gpt2.record(tiny_gpt2.encode_batch([ids]), [post])[post][0, pos]
+
+    plain = tiny_gpt2.encode(prompt, prepend_bos=False)
+    second = tiny_gpt2.subject_span(prompt, "France", occurrence=1).last
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SubjectWarning)
+        with rome_edit(tiny_gpt2, prompt, "France", " Rome", 0, config=cfg, occurrence=1) as e:
+            assert torch.allclose(e.prompt_key, key_at(plain, second))
+        with rome_edit(tiny_gpt2, prompt, "France", " Rome", 0, config=cfg.replace(bos=True), occurrence=0) as e:
+            with_bos = tiny_gpt2.encode(prompt, prepend_bos=True)
+            assert len(with_bos) == len(plain) + 1
+            assert torch.allclose(e.prompt_key, key_at(with_bos, 1))
+            assert not torch.allclose(e.prompt_key, key_at(plain, 0))
+    with pytest.warns(SubjectWarning) as rec:
+        with rome_edit(tiny_gpt2, prompt, "France", " Rome", 0, config=cfg) as e:
+            assert torch.allclose(e.prompt_key, key_at(plain, 0))
+    assert [str(w.message) for w in rec if w.category is SubjectWarning] == [
+        "subject 'France' occurs 2 times in the prompt 'France is big and France is'; using the first (occurrence 0); "
+        "pass occurrence= (--occurrence) to choose another",
+        "subject 'France' starts the prompt 'France is big and France is': its first token is at position 0, the "
+        "model's attention sink, so a one-token subject's key and value are the attention sink's; pass bos=True "
+        "(--bos) to prepend the BOS token"]
+
+    def no_forward(*a, **k):
+        raise AssertionError("a forward pass ran before the fact was checked")
+
+    monkeypatch.setattr(tiny_gpt2, "logits", no_forward)
+    monkeypatch.setattr(tiny_gpt2, "record", no_forward)
+    with pytest.raises(SubjectNotFoundError) as info:
+        evaluate_rome(tiny_gpt2, PROMPT, "Germany", " Rome", 0, config=cfg)
+    assert str(info.value) == ("subject 'Germany' does not occur in the prompt 'The capital of France is'; pass the "
+                               "subject exactly as it is written in the prompt (case and spacing included)")
+    with pytest.raises(InvalidConfigError, match=r"^prompt \(--prompt\) must not be empty$"):
+        rome_edit(tiny_gpt2, " ", "France", " Rome", 0, config=cfg)
+    with pytest.raises(InvalidConfigError, match=r"^occurrence \(--occurrence\) must be in -2..1"):
+        rome_sweep(tiny_gpt2, prompt, "France", " Rome", config=cfg, occurrence=2)
+    with pytest.raises(InvalidConfigError, match=r"^layer \(--layer\) must be >= 0, got -1$"):
+        rome_edit(tiny_gpt2, PROMPT, "France", " Rome", -1, config=cfg)

@@ -14,6 +14,7 @@ from tlcap.data.knowns import load_known_facts
 from tlcap.errors import InvalidConfigError
 from tlcap.intervene.rome import RomeConfig, evaluate_rome, rome_sweep
 from tlcap.locate.causal_trace import TraceConfig, causal_trace, trace_dataset
+from tlcap.locate.subjects import check_subject
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -52,6 +53,8 @@ def trace_cmd(
     dtype: str = dtype_option(),
     prompt: str | None = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
     subject: str | None = typer.Option(None, help="Subject as written in the prompt (its tokens are noised)."),
+    occurrence: int | None = typer.Option(None, help="Which occurrence of the subject to noise when it occurs more "
+                                                     "than once (0-based, -1 = last; default the first, warned)."),
     target: str | None = typer.Option(None, help="Answer scored (first token); default: the model's prediction."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
     samples: int = typer.Option(10, help="Noise samples per cell (>= 1)."),
@@ -79,15 +82,15 @@ def trace_cmd(
                       noise_std=noise, noise_factor=noise_factor, noise_from=noise_from, bos=bos, seed=seed,
                       top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows)
     if dataset is not None:
-        if prompt is not None or subject is not None or target is not None:
-            raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject and --target")
+        if prompt is not None or subject is not None or target is not None or occurrence is not None:
+            raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject, --target "
+                                     "and --occurrence")
         check_int("n_facts", n_facts, min=1)
         facts = load_known_facts(None if dataset == "known" else dataset, n_facts)
     else:
         if prompt is None or subject is None:
             raise InvalidConfigError("trace needs --prompt and --subject (or --dataset for dataset mode)")
-        check_str("prompt", prompt)
-        check_str("subject", subject)
+        check_subject(prompt, subject, occurrence)
         if target is not None:
             check_str("target", target)
     with staged_output(out, overwrite=overwrite) as stage:
@@ -98,7 +101,7 @@ def trace_cmd(
             write_outputs(stage.path, ds, figures={"average_effect": ds.figure(),
                                                    "average_effect_last_subject": ds.line_figure()})
         else:
-            tr = causal_trace(m, prompt, subject, target, config=cfg, progress=True)
+            tr = causal_trace(m, prompt, subject, target, config=cfg, occurrence=occurrence, progress=True)
             summary = write_outputs(stage.path, tr, figures={"causal_trace": tr.figure()})
     typer.echo(f"wrote {stage.out}")
     if dataset is not None:
@@ -116,6 +119,8 @@ def edit_cmd(
     dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="Prompt containing the subject, e.g. 'The Eiffel Tower is located in'."),
     subject: str = typer.Option(..., help="Subject as written in the prompt."),
+    occurrence: int | None = typer.Option(None, help="Which occurrence of the subject to edit when it occurs more "
+                                                     "than once (0-based, -1 = last; default the first, warned)."),
     target_new: str = typer.Option(..., help="New object, e.g. ' Rome' (leading space)."),
     out: Path = typer.Option(..., help="Output folder (summary.json, figures, result/); must not hold a finished run."),
     layer: int | None = typer.Option(None, help="Layer to edit (>= 0; required unless --all-layers)."),
@@ -133,14 +138,15 @@ def edit_cmd(
     cov_tokens: int = typer.Option(8192, help="WikiText-2 tokens for the key covariance (cached; >= 1)."),
     cov_reg: float = typer.Option(0.01, help="Relative ridge added to the key covariance (>= 0; 0 = ROME)."),
     seed: int = typer.Option(0, help="Seed (>= 0)."),
+    bos: bool = typer.Option(False, "--bos", help="Prepend the model's BOS token to every prompt (the subject is then "
+                                                  "not at position 0, the attention sink)."),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """ROME edit at one layer (or at every layer with --all-layers) with efficacy/specificity metrics."""
     cfg = RomeConfig(steps=steps, lr=lr, kl_factor=kl_factor, weight_decay=weight_decay,
                      clamp_norm_factor=clamp_norm_factor, stop_loss=stop_loss, cov_tokens=cov_tokens, cov_reg=cov_reg,
-                     seed=seed)
-    check_str("prompt", prompt)
-    check_str("subject", subject)
+                     seed=seed, bos=bos)
+    check_subject(prompt, subject, occurrence)
     check_str("target_new", target_new)
     if all_layers and layer is not None:
         raise InvalidConfigError("give --layer L or --all-layers, not both")
@@ -156,13 +162,13 @@ def edit_cmd(
         m = load(model, device, dtype)
         if all_layers:
             sweep = rome_sweep(m, prompt, subject, target_new, sweep_layers, target_old, paras, neigh, config=cfg,
-                               progress=True)
+                               occurrence=occurrence, progress=True)
             summary = write_outputs(stage.path, sweep, figures={"rome_layers": sweep.figure()},
                                     tables={"rome_layers": sweep.to_frame()})
         else:
             assert layer is not None
             res = evaluate_rome(m, prompt, subject, target_new, layer, target_old, paras, neigh, config=cfg,
-                                progress=True)
+                                occurrence=occurrence, progress=True)
             write_outputs(stage.path, res, figures={"rome_edit": res.figure()})
     typer.echo(f"wrote {stage.out}")
     if all_layers:

@@ -61,21 +61,24 @@ def check_subject(prompt: str, subject: str, occurrence: int | None = None, star
             "written in the prompt (case and spacing included)"
         )
     if occurrence is not None:
-        check_int("subject_occurrence", occurrence)
+        check_int("occurrence", occurrence)
         if not -n <= occurrence < n:
             raise InvalidConfigError(
-                f"subject_occurrence (--subject-occurrence) must be in {-n}..{n - 1}: subject {subject!r} occurs "
+                f"occurrence (--occurrence) must be in {-n}..{n - 1}: subject {subject!r} occurs "
                 f"{n} time{'s' if n != 1 else ''} in the prompt, got {occurrence}"
             )
     return n
 
 
-def sink_message(prompt: str, subject: str) -> str:
-    """The warning for a subject that starts the prompt (no BOS before it)."""
+TRACE_SINK = "noising it also corrupts what every later token attends to"
+ROME_SINK = "a one-token subject's key and value are the attention sink's"
+
+
+def sink_message(prompt: str, subject: str, why: str = TRACE_SINK) -> str:
+    """The warning for a subject that starts the prompt (no BOS before it); ``why`` says what it breaks."""
     return (
         f"subject {subject!r} starts the prompt {prompt!r}: its first token is at position 0, the model's attention "
-        "sink, so noising it also corrupts what every later token attends to; pass bos=True (--bos) to prepend the "
-        "BOS token"
+        f"sink, so {why}; pass bos=True (--bos) to prepend the BOS token"
     )
 
 
@@ -83,7 +86,7 @@ def ambiguity_message(prompt: str, subject: str, n: int) -> str:
     """The warning for a subject occurring ``n > 1`` times with no occurrence chosen."""
     return (
         f"subject {subject!r} occurs {n} times in the prompt {prompt!r}; using the first (occurrence 0); "
-        "pass subject_occurrence= (--subject-occurrence) to choose another"
+        "pass occurrence= (--occurrence) to choose another"
     )
 
 
@@ -124,5 +127,7 @@ def find_subject(
     return span
 
 
-__all__ = ["SubjectNotFoundError", "SubjectWarning", "ambiguity_message", "check_subject", "count_occurrences",
-           "find_subject", "sink_message"]
+__all__ = [
+    "ROME_SINK", "TRACE_SINK", "SubjectNotFoundError", "SubjectWarning", "ambiguity_message", "check_subject",
+    "count_occurrences", "find_subject", "sink_message",
+]

@@ -57,6 +57,9 @@ class RomeConfig(Config):
         cov_tokens / cov_seq_len: WikiText-2 sample for ``C`` (ROME: 100,000 tokens).
         cov_reg: Relative ridge added to ``C`` before solving (0 = none, ROME), ``>= 0``.
         seed: Torch seed for the optimisation (it is deterministic anyway), ``>= 0``.
+        bos: Prepend the model's BOS to every prompt (keys, value rows, evaluation), so a
+            subject that starts the prompt is not at position 0 (the attention sink); ROME's
+            GPT-2 prompts have none. Off, a subject at position 0 warns.
 
     Example:
         >>> cfg = RomeConfig(steps=10)
@@ -77,6 +80,7 @@ class RomeConfig(Config):
     cov_seq_len: int = 128
     cov_reg: float = 1e-2
     seed: int = 0
+    bos: bool = False
 
     def validate(self) -> None:
         check_int("steps", self.steps, min=1)
@@ -97,6 +101,7 @@ class RomeConfig(Config):
         check_int("cov_seq_len", self.cov_seq_len, min=2, cli=None)
         check_float("cov_reg", self.cov_reg, ge=0)
         check_int("seed", self.seed, min=0)
+        check_bool("bos", self.bos)
 
 
 __all__ = ["DEFAULT_NEIGHBOURHOOD", "DEFAULT_PREFIXES", "RomeConfig"]

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.config import check_int
-from tlcap.errors import InvalidConfigError, SubjectNotFoundError
+from tlcap.config import check_int, check_str
+from tlcap.errors import InvalidConfigError
 from tlcap.intervene.covariance import key_covariance, solve_key
 from tlcap.intervene.rome.config import RomeConfig
 from tlcap.intervene.rome.value import ValueStep, optimise_value, subject_keys, value_rows
 from tlcap.intervene.weights import WeightEdit
+from tlcap.locate.subjects import ROME_SINK, SubjectWarning, find_subject, sink_message
 from tlcap.models.adapter import Model
 
 
@@ -67,6 +69,7 @@ def rome_edit(
     *,
     config: RomeConfig | None = None,
     cov: Float[Tensor, "d_mlp d_mlp"] | None = None,
+    occurrence: int | None = None,
     progress: bool = False,
     **overrides: Any,
 ) -> RomeEdit:
@@ -80,6 +83,9 @@ def rome_edit(
         layer: The layer whose MLP down projection is edited.
         config: Hyper-parameters (:class:`RomeConfig`, default: its defaults).
         cov: ``C = E[kkᵀ]`` of the layer (default: :func:`key_covariance`, cached on disk).
+        occurrence: Which occurrence of the subject in the prompt is edited (0-based, negative
+            from the last); ``None``: the first, with a
+            :class:`~tlcap.locate.subjects.SubjectWarning` when it occurs more than once.
         progress: Show a progress bar.
         **overrides: :class:`RomeConfig` fields overriding ``config`` (``steps=10``...).
 
@@ -87,7 +93,8 @@ def rome_edit(
         The applied :class:`RomeEdit` (use it as a context manager, or call ``undo()``).
 
     Raises:
-        InvalidConfigError: an invalid setting or a layer beyond the model (before any work).
+        InvalidConfigError: an invalid setting, an empty prompt, subject or new object, an
+            occurrence the prompt does not have, or a layer beyond the model (before any work).
         SubjectNotFoundError: the subject is not in the prompt.
 
     Example:
@@ -96,8 +103,11 @@ def rome_edit(
     """
     cfg = RomeConfig.resolve(config, **overrides)
     check_layer(model, layer)
-    if subject not in prompt:
-        raise SubjectNotFoundError(f"Subject {subject!r} does not occur in the prompt {prompt!r}.")
+    check_str("target_new", target_new)
+    span = find_subject(model, prompt, subject, occurrence, prepend_bos=cfg.bos)
+    if span.start == 0:
+        warnings.warn(sink_message(prompt, subject, ROME_SINK), SubjectWarning, stacklevel=2)
+    occ = span.occurrence
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
     t_ids = model.target_ids(prompt, target_new)
@@ -105,12 +115,13 @@ def rome_edit(
         cov = key_covariance(model, [layer], n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len)[layer]
 
     # 1. key: average over prefixes; the prompt's own key and output.
-    keys, _ = subject_keys(model, layer, [p + prompt for p in cfg.prefixes], subject, [len(p) for p in cfg.prefixes])
+    keys, _ = subject_keys(model, layer, [p + prompt for p in cfg.prefixes], subject, [len(p) for p in cfg.prefixes],
+                           occ, cfg.bos)
     k_star = keys.mean(0)
-    k_prompt, v0 = (x[0] for x in subject_keys(model, layer, [prompt], subject, [0]))
+    k_prompt, v0 = (x[0] for x in subject_keys(model, layer, [prompt], subject, [0], occ, cfg.bos))
 
     # 2. value: optimise delta at the subject's last token.
-    rows = value_rows(model, prompt, subject, t_ids, cfg)
+    rows = value_rows(model, prompt, subject, t_ids, cfg, occ)
     delta, steps = optimise_value(model, layer, rows, v0, cfg, progress=progress)
 
     # 3. rank-one update of the down projection.

@@ -15,24 +15,26 @@ from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD, RomeConfig
 from tlcap.intervene.rome.edit import check_layer, rome_edit
 from tlcap.intervene.rome.results import RomeEditResult, RomeSweep
+from tlcap.locate.subjects import check_subject
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 
 
 @torch.no_grad()
-def target_logprobs(model: Model, items: Sequence[tuple[str, str]]) -> Float[Tensor, " n"]:
+def target_logprobs(model: Model, items: Sequence[tuple[str, str]], bos: bool = False) -> Float[Tensor, " n"]:
     """Mean log-probability of each ``(prompt, target)``'s tokens (teacher forcing, one batch).
 
     Args:
         model: The model.
         items: ``(prompt, target)`` pairs.
+        bos: Prepend the model's BOS to each prompt.
 
     Returns:
         One mean token log-probability per pair.
     """
     rows, spans = [], []
     for prompt, target in items:
-        p = model.encode(prompt)
+        p = model.encode(prompt, prepend_bos=bos)
         t = model.target_ids(prompt, target)
         rows.append(p + t[:-1])
         spans.append((len(p) - 1, t))
@@ -45,17 +47,18 @@ def target_logprobs(model: Model, items: Sequence[tuple[str, str]]) -> Float[Ten
 
 
 @torch.no_grad()
-def next_tokens(model: Model, prompts: Sequence[str]) -> list[int]:
+def next_tokens(model: Model, prompts: Sequence[str], bos: bool = False) -> list[int]:
     """The top next token of each prompt.
 
     Args:
         model: The model.
         prompts: The prompts.
+        bos: Prepend the model's BOS to each prompt.
 
     Returns:
         Token ids.
     """
-    return model.last_logits(model.encode_batch(list(prompts))).argmax(-1).tolist()
+    return model.last_logits(model.encode_batch(list(prompts), prepend_bos=bos)).argmax(-1).tolist()
 
 
 def default_paraphrases(prompt: str) -> list[str]:
@@ -82,6 +85,7 @@ def evaluate_rome(
     *,
     config: RomeConfig | None = None,
     cov: Float[Tensor, "d_mlp d_mlp"] | None = None,
+    occurrence: int | None = None,
     progress: bool = False,
     **overrides: Any,
 ) -> RomeEditResult:
@@ -102,6 +106,7 @@ def evaluate_rome(
             facts, :data:`DEFAULT_NEIGHBOURHOOD`).
         config: Hyper-parameters (:class:`RomeConfig`).
         cov: The layer's key covariance (default: computed or read from the cache).
+        occurrence: Which occurrence of the subject is edited (see :func:`rome_edit`).
         progress: Show a progress bar.
         **overrides: :class:`RomeConfig` fields overriding ``config``.
 
@@ -115,17 +120,19 @@ def evaluate_rome(
     t0 = time.perf_counter()
     cfg = RomeConfig.resolve(config, **overrides)
     check_layer(model, layer)
+    check_subject(prompt, subject, occurrence)
     if target_old is None:
-        target_old = model.to_str_tokens([next_tokens(model, [prompt])[0]])[0]
+        target_old = model.to_str_tokens([next_tokens(model, [prompt], cfg.bos)[0]])[0]
     paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
     neigh = list(neighbourhood) if neighbourhood is not None else list(DEFAULT_NEIGHBOURHOOD)
     items = [(p, t) for p in [prompt] + paras for t in (target_new, target_old)]
 
     def measure() -> tuple[Tensor, list[int]]:
-        return target_logprobs(model, items), next_tokens(model, neigh) if neigh else []
+        return target_logprobs(model, items, cfg.bos), next_tokens(model, neigh, cfg.bos) if neigh else []
 
     lp0, top0 = measure()
-    with rome_edit(model, prompt, subject, target_new, layer, config=cfg, cov=cov, progress=progress) as edit:
+    with rome_edit(model, prompt, subject, target_new, layer, config=cfg, cov=cov, occurrence=occurrence,
+                   progress=progress) as edit:
         lp1, top1 = measure()
     lp1 = lp1.reshape(-1, 2)
     lp0 = lp0.reshape(-1, 2)
@@ -156,6 +163,7 @@ def rome_sweep(
     neighbourhood: Sequence[str] | None = None,
     *,
     config: RomeConfig | None = None,
+    occurrence: int | None = None,
     progress: bool = False,
     **overrides: Any,
 ) -> RomeSweep:
@@ -168,6 +176,7 @@ def rome_sweep(
         prompt, subject, target_new, target_old, paraphrases, neighbourhood: As in :func:`evaluate_rome`.
         layers: The layers to edit (default: all).
         config: Hyper-parameters (:class:`RomeConfig`).
+        occurrence: Which occurrence of the subject is edited (see :func:`rome_edit`).
         progress: Show progress bars.
         **overrides: :class:`RomeConfig` fields overriding ``config``.
 
@@ -181,15 +190,16 @@ def rome_sweep(
     t0 = time.perf_counter()
     cfg = RomeConfig.resolve(config, **overrides)
     layers = list(range(model.n_layers)) if layers is None else [check_layer(model, int(l)) for l in layers]
+    check_subject(prompt, subject, occurrence)
     covs: dict[int, Tensor] = {}
     if cfg.mom2_adjustment:
         covs = key_covariance(model, layers, n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len, progress=progress)
     if target_old is None:
-        target_old = model.to_str_tokens([next_tokens(model, [prompt])[0]])[0]
+        target_old = model.to_str_tokens([next_tokens(model, [prompt], cfg.bos)[0]])[0]
     results = []
     for l in tqdm(layers, desc="ROME all layers", disable=not progress):
         results.append(evaluate_rome(model, prompt, subject, target_new, l, target_old, paraphrases, neighbourhood,
-                                     config=cfg, cov=covs.get(l)))
+                                     config=cfg, cov=covs.get(l), occurrence=occurrence))
     return RomeSweep(results=tuple(results), prompt=prompt, subject=subject, target_new=target_new,
                      seconds_total=time.perf_counter() - t0, model_name=model.name,
                      provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))

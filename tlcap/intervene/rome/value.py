@@ -21,8 +21,8 @@ from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
 
 
-def subject_last(model: Model, text: str, subject: str, start: int = 0, occurrence: int = 0) -> int:
-    """Index (in ``model.encode(text)``) of the subject's last token, searching from ``start``.
+def subject_last(model: Model, text: str, subject: str, start: int = 0, occurrence: int = 0, bos: bool = False) -> int:
+    """Index (in ``model.encode(text, prepend_bos=bos)``) of the subject's last token, searching from ``start``.
 
     Args:
         model: The model.
@@ -30,11 +30,12 @@ def subject_last(model: Model, text: str, subject: str, start: int = 0, occurren
         subject: The subject as written in the text.
         start: Character index where the search begins (skip a prefix).
         occurrence: Which occurrence at or after ``start`` (0-based).
+        bos: The text is encoded with the BOS first (the index moves by one).
 
     Returns:
         The token index.
     """
-    return model.subject_span(text, subject, occurrence=occurrence, start=start).last
+    return model.subject_span(text, subject, occurrence=occurrence, start=start, prepend_bos=bos).last
 
 
 @torch.no_grad()
@@ -45,6 +46,7 @@ def subject_keys(
     subject: str,
     starts: Sequence[int],
     occurrence: int = 0,
+    bos: bool = False,
 ) -> tuple[Float[Tensor, "n d_mlp"], Float[Tensor, "n d_model"]]:
     """``mlp_post`` (the key) and ``mlp_out`` (the value) at the subject's last token of each text.
 
@@ -55,13 +57,14 @@ def subject_keys(
         subject: The subject as written in the texts.
         starts: Per text, the character index where the subject search begins.
         occurrence: Which occurrence at or after each start.
+        bos: Prepend the model's BOS to each text.
 
     Returns:
         ``(keys, values)``.
     """
-    look = torch.tensor([subject_last(model, t, subject, s, occurrence) for t, s in zip(texts, starts)])
+    look = torch.tensor([subject_last(model, t, subject, s, occurrence, bos) for t, s in zip(texts, starts)])
     k_name, v_name = model.hook_name("mlp_post", layer), model.hook_name("mlp_out", layer)
-    acts = model.record(model.encode_batch(list(texts)), [k_name, v_name])
+    acts = model.record(model.encode_batch(list(texts), prepend_bos=bos), [k_name, v_name])
     r = torch.arange(len(texts))
     return acts[k_name][r, look], acts[v_name][r, look]
 
@@ -105,7 +108,8 @@ def value_rows(
         subject: The subject as written in the prompt.
         target_ids: The new object's token ids after the prompt.
         config: Prefixes and the KL prompt template.
-        occurrence: Which occurrence of the subject in the prompt.
+        occurrence: Which occurrence of the subject in the prompt (``config.bos`` prepends the BOS
+            to every row).
 
     Returns:
         The :class:`ValueRows`.
@@ -113,14 +117,14 @@ def value_rows(
     rows, look, tgt = [], [], []
     for r, p in enumerate(config.prefixes):
         text = p + prompt
-        ids = model.encode(text)
-        look.append(subject_last(model, text, subject, len(p), occurrence))
+        ids = model.encode(text, prepend_bos=config.bos)
+        look.append(subject_last(model, text, subject, len(p), occurrence, config.bos))
         start = len(ids) - 1
         rows.append(ids + list(target_ids[:-1]))
         tgt += [(r, start + j, tid) for j, tid in enumerate(target_ids)]
     kl_text = config.kl_prompt.format(subject)
-    rows.append(model.encode(kl_text))
-    look.append(subject_last(model, kl_text, subject, 0))
+    rows.append(model.encode(kl_text, prepend_bos=config.bos))
+    look.append(subject_last(model, kl_text, subject, 0, 0, config.bos))
     dev = model.device
     return ValueRows(
         tokens=model.encode_batch(rows).tokens,

@@ -126,6 +126,7 @@ def causal_trace(
     target: str | None = None,
     *,
     config: TraceConfig | None = None,
+    occurrence: int | None = None,
     warn: bool = True,
     progress: bool = False,
     **overrides: Any,
@@ -138,6 +139,8 @@ def causal_trace(
         subject: The subject as written in the prompt (``"France"``); its tokens are noised.
         target: The answer (first token scored); ``None`` = the model's clean prediction.
         config: A :class:`TraceConfig` (default: its defaults).
+        occurrence: Which occurrence of the subject to noise (``None``: the first, warning when
+            there are several; see :func:`prepare_trace`).
         warn: Warn when the subject starts the prompt without a BOS (see :func:`prepare_trace`).
         progress: Show a progress bar.
         **overrides: :class:`TraceConfig` fields overriding ``config`` (``samples=5``,
@@ -156,7 +159,8 @@ def causal_trace(
         >>> tr.figure().show()
     """
     t0 = time.perf_counter()
-    setup = prepare_trace(model, prompt, subject, target, config=config, warn=warn, **overrides)
+    setup = prepare_trace(model, prompt, subject, target, config=config, occurrence=occurrence, warn=warn,
+                          **overrides)
     scores = trace_batched(setup, progress=progress)
     return _result(setup, scores, time.perf_counter() - t0)
 

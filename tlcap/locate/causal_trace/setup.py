@@ -17,10 +17,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tlcap.config import check_str
 from tlcap.data.knowns import load_known_facts
 from tlcap.errors import EmptyDatasetError
 from tlcap.locate.causal_trace.config import KIND_SITES, TraceConfig
-from tlcap.locate.subjects import SubjectWarning, sink_message
+from tlcap.locate.subjects import SubjectWarning, find_subject, sink_message
 from tlcap.models.adapter import HookList, Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
@@ -249,6 +250,7 @@ def prepare_trace(
     target: str | None = None,
     *,
     config: TraceConfig | None = None,
+    occurrence: int | None = None,
     warn: bool = True,
     **overrides: Any,
 ) -> TraceSetup:
@@ -260,6 +262,9 @@ def prepare_trace(
         subject: The subject as written in the prompt (its tokens are noised).
         target: The answer whose first token is scored (``None``: the clean run's top token).
         config: A :class:`TraceConfig` (default: its defaults).
+        occurrence: Which occurrence of the subject to noise (0-based, negative from the last);
+            ``None``: the first, with a :class:`~tlcap.locate.subjects.SubjectWarning` when the
+            subject occurs more than once.
         warn: Warn (:class:`~tlcap.locate.subjects.SubjectWarning`) when the subject starts the
             prompt without a BOS (dataset mode counts these instead).
         **overrides: :class:`TraceConfig` fields overriding ``config`` (``samples=5``...).
@@ -268,7 +273,8 @@ def prepare_trace(
         A :class:`TraceSetup` with the clean and corrupted probabilities.
 
     Raises:
-        InvalidConfigError: an invalid setting or a layer beyond the model.
+        InvalidConfigError: an invalid setting, an empty prompt, subject or target, an
+            occurrence the prompt does not have, or a layer beyond the model.
         SubjectNotFoundError: the subject is not in the prompt.
 
     Example:
@@ -277,8 +283,10 @@ def prepare_trace(
     """
     cfg = TraceConfig.resolve(config, **overrides)
     layers = cfg.check_layers(model.n_layers, model.name)
+    if target is not None:
+        check_str("target", target)
     tokens = model.to_tokens(prompt, prepend_bos=cfg.bos)
-    span = model.subject_span(prompt, subject, prepend_bos=cfg.bos).range
+    span = find_subject(model, prompt, subject, occurrence, prepend_bos=cfg.bos).range
     if span[0] == 0 and warn:
         warnings.warn(sink_message(prompt, subject), SubjectWarning, stacklevel=3)
     names = sorted({get_site(KIND_SITES[k]).hook_name(l) for k in cfg.kinds for l in range(model.n_layers)})
