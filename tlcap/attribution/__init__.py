@@ -1,19 +1,10 @@
 """Attribution methods: integrated gradients on neurons (+ estimators), SIG, AMIG, dataset streaming."""
 
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.dataset import score_dataset
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients, quadrature
+from tlcap.attribution.methods import localize
 from tlcap.attribution.reference import reference_ig
 
 __all__ = ["IGConfig", "NeuronAttribution", "integrated_gradients", "quadrature", "reference_ig", "localize", "score_dataset"]
 
-
-def __getattr__(name: str):  # lazy: these modules import the data/metrics layers
-    if name == "localize":
-        from tlcap.attribution.methods import localize
-
-        return localize
-    if name == "score_dataset":
-        from tlcap.attribution.dataset import score_dataset
-
-        return score_dataset
-    raise AttributeError(name)

@@ -1,13 +1,7 @@
 """Metrics: located sets and their overlaps, probabilities, task accuracy, statistics."""
 
 from tlcap.metrics.accuracy import task_accuracy
-from tlcap.metrics.bootstrap import (
-    WeightedStatistic,
-    bootstrap_ci,
-    paired_difference_ci,
-    share_ci,
-    wilson_interval,
-)
+from tlcap.metrics.bootstrap import WeightedStatistic, bootstrap_ci, paired_difference_ci
 from tlcap.metrics.coincidence import CoincidenceRates, coincidence_rates
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.localization import (
@@ -29,6 +23,7 @@ from tlcap.metrics.permutation import (
 from tlcap.metrics.probs import target_prob, token_probs
 from tlcap.metrics.sensitivity import SensitivityCurve, threshold_curve
 from tlcap.metrics.sets import NeuronSet
+from tlcap.metrics.shares import share_ci, wilson_interval
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, welch_t_test
 
 __all__ = [

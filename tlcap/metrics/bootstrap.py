@@ -1,4 +1,4 @@
-"""Bootstrap confidence intervals over samples or clusters of samples, and Wilson intervals of shares.
+"""Bootstrap confidence intervals over samples or clusters of samples, (Wilson intervals of shares: :mod:`tlcap.metrics.shares`).
 
 What tlcap uses, and why (the long form is ``docs/statistics.md``):
 
@@ -144,7 +144,8 @@ def clean(
     if bad.any():
         if nan_policy == "raise":
             raise StatisticsError(
-                f"{name} hold {int(bad.sum())} NaN(s) (first at index {int(np.argmax(bad))}); drop them, or pass nan_policy='omit'"
+                f"{name} hold {int(bad.sum())} NaN(s) (first at index {int(np.argmax(bad))}); "
+                "drop them, or pass nan_policy='omit'"
             )
         x = x[~bad]
         if codes is not None:
@@ -344,68 +345,3 @@ def paired_difference_ci(
         stat = WeightedStatistic(lambda x, W: f(x[:, 0], W) - f(x[:, 1], W), f"{f.name} difference")
     x, codes, units = clean(x, groups, nan_policy, "a, b")
     return _estimate(x, stat, codes, units, n_boot=n_boot, level=level, method=method, seed=seed)
-
-
-def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a share ``k / n``.
-
-    With ``p = k/n`` and ``z`` the ``1 − α/2`` normal quantile:
-    ``(p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n)``.
-    """
-    if n < 1:
-        raise TooFewSamplesError("a share needs at least one sample")
-    if not 0 <= k <= n:
-        raise StatisticsError(f"events k={k} must lie in [0, n={n}]")
-    z = float(-ndtri((1.0 - level) / 2.0))
-    p = k / n
-    den = 1.0 + z * z / n
-    center = (p + z * z / (2 * n)) / den
-    half = z / den * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def share_ci(
-    events: Values,
-    *,
-    level: float = 0.95,
-    method: Literal["wilson", "bootstrap"] | None = None,
-    groups: Groups | None = None,
-    n_boot: int = 5000,
-    seed: int = 0,
-    nan_policy: Literal["raise", "omit"] = "raise",
-) -> Estimate:
-    """The share of samples where an event happens, with a confidence interval.
-
-    Args:
-        events: One boolean (or 0/1) per sample, shape ``(n,)``.
-        level: Confidence level.
-        method: ``"wilson"`` (default without groups) or ``"bootstrap"`` (percentile; the
-            default with groups, which Wilson cannot honour since it assumes independent samples).
-        groups: One label per sample for a cluster bootstrap.
-        n_boot: Resamples (bootstrap only).
-        seed: Seed (bootstrap only).
-        nan_policy: ``"raise"`` or ``"omit"``.
-
-    Returns:
-        An :class:`Estimate` whose value is ``k / n``.
-
-    Example:
-        >>> print(share_ci([True] * 170 + [False] * 30))   # e.g. facts whose probability rose
-        0.850 [0.79, 0.89] (n=200)
-    """
-    x = as_array(events, "events")
-    ok = np.isnan(x) | (x == 0) | (x == 1)
-    if not ok.all():
-        raise StatisticsError(f"events must be booleans or 0/1, got {x[~ok][0]!r}; threshold your values first")
-    method = method or ("bootstrap" if groups is not None else "wilson")
-    if method == "bootstrap":
-        return bootstrap_ci(x, "mean", n_boot=n_boot, level=level, seed=seed, groups=groups, nan_policy=nan_policy)
-    if method != "wilson":
-        raise StatisticsError(f"unknown share method {method!r}; use 'wilson' or 'bootstrap'")
-    if groups is not None:
-        raise StatisticsError("the Wilson interval assumes independent samples; use method='bootstrap' with groups")
-    check_options(level, 1)
-    x, _, _ = clean(x, None, nan_policy, "events")
-    k, n = int(x.sum()), len(x)
-    lo, hi = wilson_interval(k, n, level)
-    return Estimate(k / n, lo, hi, level=level, n=n, method="wilson")

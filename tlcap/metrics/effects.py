@@ -29,8 +29,9 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from tlcap.metrics.bootstrap import paired_difference_ci, share_ci, wilson_interval
+from tlcap.metrics.bootstrap import paired_difference_ci
 from tlcap.metrics.estimate import Estimate, TooFewSamplesError
+from tlcap.metrics.shares import share_ci, wilson_interval
 
 Effect = tuple[Estimate, float, str]
 Values = Sequence[float] | np.ndarray

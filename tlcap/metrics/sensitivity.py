@@ -81,7 +81,9 @@ def threshold_statistic(
         return _share(x <= t)
     if statistic == "separation":
         return _separation(x, t)
-    raise StatisticsError(f"unknown threshold statistic {statistic!r}; use share_above, share_at_or_below, separation or a function")
+    raise StatisticsError(
+        f"unknown threshold statistic {statistic!r}; use share_above, share_at_or_below, separation or a function"
+    )
 
 
 @dataclass(frozen=True)
