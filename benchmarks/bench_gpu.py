@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "device_type": device.type, "tiny": args.tiny, "env": env_info(),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()},  # no machine paths
         "flops_note": "FLOPs counted by torch.utils.flop_counter.FlopCounterMode on one sample (matmuls, forward and "
                       "backward as executed: ~2*params*tokens per forward, ~3x that with backward); "
                       "fraction_of_matmul_peak = flops_per_sample * samples_per_s / matmul.tflops",

@@ -313,7 +313,9 @@ class _Run:
         w_row = torch.cat([weights, torch.zeros(1, dtype=torch.float64)])
         row_layer = torch.arange(n_li).repeat_interleave(m + 1)
         row_alpha, row_w = a_row.repeat(n_li), w_row.repeat(n_li)
-        grad_acc = torch.zeros(n_li, d, dtype=torch.float64)
+        dev = self.w_bar.device  # accumulate in float64 on the model's device; one copy to the CPU per token
+        grad_acc = torch.zeros(n_li, d, dtype=torch.float64, device=dev)
+        row_w = row_w.to(dev)
         p_base = torch.zeros(n_li, dtype=torch.float64)
         for start, stop in layer_chunks(n_li, m + 1, self.cfg.batch_rows, self.cfg.layer_chunks):
             rl = row_layer[start:stop]
@@ -321,12 +323,12 @@ class _Run:
             vals = (base[rl].float() + ra[:, None] * diff[rl].float()).to(self.w_bar.dtype)
             probs, grad = self._batch(rl, vals, late_expand=self.cfg.late_expand)
             assert grad is not None
-            grad_acc.index_add_(0, rl, grad.double().cpu() * row_w[start:stop, None])
+            grad_acc.index_add_(0, rl.to(dev), grad.double() * row_w[start:stop, None])
             is_base = torch.arange(start, stop) % (m + 1) == m  # each layer's last row: the baseline
-            for r in is_base.nonzero().flatten().tolist():
-                p_base[int(rl[r])] = float(probs[r])
+            idx = is_base.nonzero().flatten()  # one device-to-host copy per batch, not one per layer
+            p_base[rl[idx]] = probs[idx.to(probs.device)].double().cpu()
             bar.update(1)
-        return diff.double().cpu() * grad_acc, p_base
+        return (diff.double() * grad_acc).cpu(), p_base
 
     def joint(self, base: Tensor, alphas: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
         """All layers scaled together (completeness holds jointly)."""

@@ -134,6 +134,11 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         return next(self.backend.parameters()).device
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The parameter dtype (float32, bfloat16 or float16)."""
+        return next(self.backend.parameters()).dtype
+
+    @property
     def n_neurons(self) -> int:
         """Total number of MLP neurons (``n_layers * d_mlp``)."""
         return self.n_layers * self.d_mlp

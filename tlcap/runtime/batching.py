@@ -139,7 +139,7 @@ def ig_row_bytes(model: Any, context_len: int) -> int:
     plus the logits in the model dtype and in float32 for the softmax (3·d_vocab). Counted in the
     model's parameter dtype, then doubled for the backward pass's gradients.
     """
-    elem = next(model.backend.parameters()).element_size()
+    elem = torch.empty((), dtype=model.dtype).element_size()
     per_layer = 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * max(int(context_len), 1)
     values = model.n_layers * per_layer + 3 * model.d_vocab
     return int(2 * values * max(elem, 2))
