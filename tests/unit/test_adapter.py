@@ -208,7 +208,12 @@ def test_edge_hooks_restore_flags(model):
 def _expected_counts(m):
     d, dh = m.d_model, m.d_head
     if m.architecture == "gpt2":  # q/k/v/o with biases, LayerNorm with bias
-        return {"own": 2 * d * dh + dh, "kv": 2 * (d * dh + dh), "shared": d + 2 * d, "mlp": 2 * d * m.d_mlp + m.d_mlp + d + 2 * d}
+        return {
+            "own": 2 * d * dh + dh,
+            "kv": 2 * (d * dh + dh),
+            "shared": d + 2 * d,
+            "mlp": 2 * d * m.d_mlp + m.d_mlp + d + 2 * d,
+        }
     return {"own": 2 * d * dh, "kv": 2 * d * dh, "shared": d, "mlp": 3 * d * m.d_mlp + d}  # SwiGLU, RMSNorm
 
 
@@ -260,8 +265,10 @@ def test_head_slices_are_the_heads_weights(fresh):
     toks = m.to_tokens(PROMPTS[0])
     z = m.hook_name("head_z", 1)
     G = m.n_heads // m.n_kv_heads
-    cases = [([p for p in pg.group("a1.h2").parts if p.role == "W_O"], [2]),
-             ([p for p in pg.group("a1.kv1").parts if p.role in ("W_V", "b_V")], list(range(G, 2 * G)))]
+    cases = [
+        ([p for p in pg.group("a1.h2").parts if p.role == "W_O"], [2]),
+        ([p for p in pg.group("a1.kv1").parts if p.role in ("W_V", "b_V")], list(range(G, 2 * G))),
+    ]
     for parts, heads in cases:
         saved = [p.view().clone() for p in parts]
         with torch.no_grad():

@@ -60,8 +60,17 @@ def test_estimate_prints_as_reports_expect():
 def test_estimate_is_a_json_ready_saveable_value(tmp_path):
     e = Estimate(0.5, math.nan, math.nan, n=1, method="percentile", n_boot=10, seed=3)
     d = e.to_dict()
-    assert d == {"value": 0.5, "low": None, "high": None, "level": 0.95, "n": 1, "method": "percentile",
-                 "n_groups": None, "n_boot": 10, "seed": 3}
+    assert d == {
+        "value": 0.5,
+        "low": None,
+        "high": None,
+        "level": 0.95,
+        "n": 1,
+        "method": "percentile",
+        "n_groups": None,
+        "n_boot": 10,
+        "seed": 3,
+    }
     back = load_result(e.save(tmp_path / "e"))
     assert isinstance(back, Estimate) and back.value == 0.5 and math.isnan(back.low) and not back.has_interval
     with pytest.raises(StatisticsError, match="level"):
@@ -79,7 +88,9 @@ def test_bootstrap_ci_equals_slow_loop_with_same_seed(stat_name, stat):
 
 
 def test_bootstrap_ci_callable_statistic_equals_loop():
-    trimmed = lambda s: float(stats.trim_mean(s, 0.1))
+    def trimmed(s):
+        return float(stats.trim_mean(s, 0.1))
+
     est = bootstrap_ci(SKEWED, trimmed, n_boot=500, seed=2)
     assert (est.low, est.high) == pytest.approx(loop_bootstrap(SKEWED, trimmed, 500, 2), abs=1e-12)
 
@@ -295,7 +306,9 @@ def test_threshold_curve_values_by_hand_and_bands_equal_per_threshold_bootstrap(
     assert np.allclose(np.array(above.low), 1 - np.array(c.high)) and np.allclose(np.array(above.high), 1 - np.array(c.low))
 
 
-@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")  # resamples with an empty side give NaN (dropped)
+@pytest.mark.filterwarnings(
+    "ignore:Mean of empty slice", "ignore:invalid value"
+)  # resamples with an empty side give NaN (dropped)
 def test_threshold_curve_separation_and_callable():
     c = threshold_curve(CS2, [0.3], "separation", n_boot=300, seed=0)
     # above 0.3: 0.35, 0.5, 0.6, 0.9 → 0.5875; at or below: 0, .05, .1, .1, .2, .3 → 0.125

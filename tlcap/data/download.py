@@ -37,13 +37,20 @@ _IMDB = "https://raw.githubusercontent.com/DeekshithaKalluri/SentimentAnalysis/e
 
 REMOTE: dict[str, tuple[RemoteFile, ...]] = {
     "emotion": (
-        RemoteFile(f"{_EMOTION}/train.txt", "emotion/train.txt", "29d6a6986e391f1882d17089d53bedff82443e1e6bb6ab2427c0aafd5e261910"),
+        RemoteFile(
+            f"{_EMOTION}/train.txt", "emotion/train.txt", "29d6a6986e391f1882d17089d53bedff82443e1e6bb6ab2427c0aafd5e261910"
+        ),
         RemoteFile(f"{_EMOTION}/val.txt", "emotion/val.txt", "54ca705d677f12b1273bf012ec47d2fdfcf974995d7ab71c4af0965f092e69d3"),
-        RemoteFile(f"{_EMOTION}/test.txt", "emotion/test.txt", "4187b1cfb1e46f2d75541d937feb6aba69365c706ec17e45c26d1db33a8783f0"),
+        RemoteFile(
+            f"{_EMOTION}/test.txt", "emotion/test.txt", "4187b1cfb1e46f2d75541d937feb6aba69365c706ec17e45c26d1db33a8783f0"
+        ),
     ),
     "imdb": (
-        RemoteFile(f"{_IMDB}/IMDB%20Dataset.csv", "imdb/imdb_reviews_2500.csv",
-                   "27eb2025b12430a31ade5f433f204a2ccfaad0d15e962c5f832848e6fd4c46da"),
+        RemoteFile(
+            f"{_IMDB}/IMDB%20Dataset.csv",
+            "imdb/imdb_reviews_2500.csv",
+            "27eb2025b12430a31ade5f433f204a2ccfaad0d15e962c5f832848e6fd4c46da",
+        ),
     ),
 }
 
@@ -83,19 +90,23 @@ def fetch(name: str, data_home_dir: str | Path | None = None, *, force: bool = F
         >>> root = fetch("imdb")   # ~/.cache/tlcap/data, or $TLCAP_DATA when set
     """
     if name not in REMOTE:
-        raise TlcapError(f"no download for {name!r}: downloads exist for {', '.join(sorted(REMOTE))}; "
-                         "the other datasets are bundled whole with tlcap")
+        raise TlcapError(
+            f"no download for {name!r}: downloads exist for {', '.join(sorted(REMOTE))}; "
+            "the other datasets are bundled whole with tlcap"
+        )
     root = Path(data_home_dir).expanduser() if data_home_dir is not None else data_home()
     for f in REMOTE[name]:
         dest = root / f.path
         if dest.is_file() and not force:
             if _sha256(dest.read_bytes()) == f.sha256:
                 continue
-            raise DatasetUnavailableError(f"{dest} exists but is not the expected file (sha256 differs); "
-                                          "remove it or call fetch(..., force=True)")
+            raise DatasetUnavailableError(
+                f"{dest} exists but is not the expected file (sha256 differs); remove it or call fetch(..., force=True)"
+            )
         if offline():
-            raise DatasetUnavailableError(f"{name} needs {f.path} downloaded, but offline mode is on "
-                                          "(TLCAP_OFFLINE / HF_HUB_OFFLINE)")
+            raise DatasetUnavailableError(
+                f"{name} needs {f.path} downloaded, but offline mode is on (TLCAP_OFFLINE / HF_HUB_OFFLINE)"
+            )
         try:
             data = _download(f.url, timeout)
         except OSError as exc:  # URLError, timeouts, HTTP errors

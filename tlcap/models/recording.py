@@ -87,7 +87,9 @@ class RecordingMixin:
             pass
         if pending:
             where = f"before the pass stopped at {stop_after!r}" if stop_after else "in the forward pass"
-            raise TlcapError(f"Hook points {sorted(pending)} did not fire {where}; check the names (model.hook_name(site, layer)).")
+            raise TlcapError(
+                f"Hook points {sorted(pending)} did not fire {where}; check the names (model.hook_name(site, layer))."
+            )
         return {n: store[n] for n in wanted}
 
     @torch.no_grad()
@@ -129,7 +131,6 @@ class RecordingMixin:
         rec = [(k, H.record(store, k)) for k in keys]
         logits = self.logits(tokens, hooks=list(hooks) + rec)
         return logits, store
-
 
 
 __all__ = ["RecordingMixin"]

@@ -18,6 +18,8 @@ import torch
 
 from tlcap.errors import UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
+from tlcap.models.paths import cache_dir
+from tlcap.models.tiny import gpt2_tokenizer
 
 # The real configs (SmolLM2-135M-Instruct config.json; Llama-2-7b-hf config.json).
 SHAPES: dict[str, dict[str, Any]] = {
@@ -42,9 +44,6 @@ SHAPES: dict[str, dict[str, Any]] = {
 def shape_tokenizer() -> Any | None:
     """SmolLM2's tokenizer when its files are cached, else the vendored GPT-2 BPE (or ``None``)."""
     from transformers import AutoTokenizer
-
-    from tlcap.models.loading import cache_dir
-    from tlcap.models.tiny import gpt2_tokenizer
 
     d = cache_dir() / "smollm2-135m-f32"
     if (d / "tokenizer.json").exists():

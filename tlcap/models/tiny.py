@@ -8,7 +8,9 @@ from typing import Any
 
 import torch
 
-from tlcap.models.adapter import Model
+from tlcap.errors import UnknownModelError
+from tlcap.models.adapter import Model, transformer_bridge_class
+from tlcap.models.paths import cache_dir
 
 GPT2_SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(n_layer=2, n_embd=64, n_head=4, n_inner=256, n_positions=128),
@@ -38,8 +40,6 @@ def gpt2_tokenizer() -> Any | None:
         # TransformerBridge reloads tokenizers by name_or_path: give it a local directory.
         from transformers import AutoTokenizer
 
-        from tlcap.models.loading import cache_dir
-
         out = cache_dir() / "gpt2-bpe-tokenizer"
         if not (out / "tokenizer.json").exists():
             tok.save_pretrained(out)
@@ -48,8 +48,9 @@ def gpt2_tokenizer() -> Any | None:
         return None
 
 
-def make_gpt2(size: str = "tiny", seed: int = 0, device: str | torch.device | None = None,
-              dtype: torch.dtype = torch.float32) -> Model:
+def make_gpt2(
+    size: str = "tiny", seed: int = 0, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> Model:
     """A GPT-2-architecture HF model with random weights, booted through TransformerBridge.
 
     Args:
@@ -61,38 +62,40 @@ def make_gpt2(size: str = "tiny", seed: int = 0, device: str | torch.device | No
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from tlcap.models.adapter import transformer_bridge_class
-
     TransformerBridge = transformer_bridge_class()
 
     if size not in GPT2_SHAPES:
-        raise ValueError(f"size must be one of {sorted(GPT2_SHAPES)}, got {size!r}")
+        raise UnknownModelError(f"unknown tiny GPT-2 size {size!r}; use one of {sorted(GPT2_SHAPES)}")
     tok = gpt2_tokenizer()
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=50257, **GPT2_SHAPES[size])
-    hf = GPT2LMHeadModel(cfg).eval().to(dtype)
+    hf = GPT2LMHeadModel(cfg).eval().to(device=device, dtype=dtype)  # the bridge keeps a given model's device
     bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device=device, dtype=dtype)
     return Model(bridge, tok, name=f"gpt2-{size}-random-seed{seed}")
 
 
-def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2, d_mlp: int = 128, vocab: int = 49152,
-               device: str | torch.device | None = None,
-               dtype: torch.dtype = torch.float32) -> Model:
+def make_llama(
+    seed: int = 0,
+    n_layers: int = 2,
+    d_model: int = 64,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    d_mlp: int = 128,
+    vocab: int = 49152,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Model:
     """A tiny random Llama (grouped-query attention) using the SmolLM2 tokenizer when cached.
 
     Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tlcap.models.adapter import transformer_bridge_class
-
     TransformerBridge = transformer_bridge_class()
 
     tok = None
     try:
         from transformers import AutoTokenizer
-
-        from tlcap.models.loading import cache_dir
 
         d = cache_dir() / "smollm2-135m-f32"
         if (d / "tokenizer.json").exists():
@@ -101,11 +104,17 @@ def make_llama(seed: int = 0, n_layers: int = 2, d_model: int = 64, n_heads: int
         tok = None
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=d_model, intermediate_size=d_mlp, num_hidden_layers=n_layers,
-        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, max_position_embeddings=256,
+        vocab_size=vocab,
+        hidden_size=d_model,
+        intermediate_size=d_mlp,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=256,
         tie_word_embeddings=True,
     )
-    hf = LlamaForCausalLM(cfg).eval().to(dtype)
-    bridge = TransformerBridge.boot_transformers("HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device,
-                                                 dtype=dtype)
+    hf = LlamaForCausalLM(cfg).eval().to(device=device, dtype=dtype)
+    bridge = TransformerBridge.boot_transformers(
+        "HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device, dtype=dtype
+    )
     return Model(bridge, tok, name=f"llama-tiny-random-seed{seed}")

@@ -36,12 +36,49 @@ class WeightSlice:
 
 # HF module names of each MLP part, by HF ``model_type``. (path of layer list, mlp attr, parts)
 _HF_MLP_LAYOUT: dict[str, dict[str, Any]] = {
-    "gpt2": {"layers": "transformer.h", "mlp": "mlp", "out": ("c_proj", 0), "in": [("c_fc", 1)], "bias": [("c_fc", 0)], "conv1d": True},
-    "llama": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "mistral": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "qwen2": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "gemma": {"layers": "model.layers", "mlp": "mlp", "out": ("down_proj", 1), "in": [("up_proj", 0), ("gate_proj", 0)], "bias": []},
-    "gpt_neox": {"layers": "gpt_neox.layers", "mlp": "mlp", "out": ("dense_4h_to_h", 1), "in": [("dense_h_to_4h", 0)], "bias": [("dense_h_to_4h", 0)]},
+    "gpt2": {
+        "layers": "transformer.h",
+        "mlp": "mlp",
+        "out": ("c_proj", 0),
+        "in": [("c_fc", 1)],
+        "bias": [("c_fc", 0)],
+        "conv1d": True,
+    },
+    "llama": {
+        "layers": "model.layers",
+        "mlp": "mlp",
+        "out": ("down_proj", 1),
+        "in": [("up_proj", 0), ("gate_proj", 0)],
+        "bias": [],
+    },
+    "mistral": {
+        "layers": "model.layers",
+        "mlp": "mlp",
+        "out": ("down_proj", 1),
+        "in": [("up_proj", 0), ("gate_proj", 0)],
+        "bias": [],
+    },
+    "qwen2": {
+        "layers": "model.layers",
+        "mlp": "mlp",
+        "out": ("down_proj", 1),
+        "in": [("up_proj", 0), ("gate_proj", 0)],
+        "bias": [],
+    },
+    "gemma": {
+        "layers": "model.layers",
+        "mlp": "mlp",
+        "out": ("down_proj", 1),
+        "in": [("up_proj", 0), ("gate_proj", 0)],
+        "bias": [],
+    },
+    "gpt_neox": {
+        "layers": "gpt_neox.layers",
+        "mlp": "mlp",
+        "out": ("dense_4h_to_h", 1),
+        "in": [("dense_h_to_4h", 0)],
+        "bias": [("dense_h_to_4h", 0)],
+    },
     "gptj": {"layers": "transformer.h", "mlp": "mlp", "out": ("fc_out", 1), "in": [("fc_in", 0)], "bias": [("fc_in", 0)]},
 }
 
