@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.tlcap-setup
 
-.PHONY: setup test unit integration notebooks demo bench lint clean-cache
+.PHONY: setup test test-slow unit integration notebooks demo bench lint clean-cache
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider
 	HF_HUB_OFFLINE=1 bash tests/run_tl39.sh -m tl39 tests/unit -q
+
+# The slow tier: `tlcap reproduce --scale smoke` on SmolLM2 and the two paper notebooks.
+test-slow: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider -m slow
 
 unit: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/unit -q

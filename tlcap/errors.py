@@ -37,6 +37,8 @@ class                          also a             raised for
 ``TooFewSamplesError``         ``ValueError``     (a ``StatisticsError``) fewer samples or random draws than needed
 ``EmptyNeuronSetError``        ``ValueError``     an intervention asked on an empty neuron set
 ``OverlappingShardsError``     ``ValueError``     partial results to merge that share samples
+``UnknownNodeError``           ``KeyError``       a graph node or parameter group the model does not have
+``UnsupportedModelError``      ``NotImplementedError`` an architecture a method has no mapping for
 =============================  =================  ==========================================
 
 Warnings tlcap issues on purpose (input it corrected, and says so) are :class:`TlcapWarning`
@@ -149,6 +151,17 @@ class TooFewSamplesError(StatisticsError):
     """Fewer samples or random draws than a statistic needs (an empty sample, < 20 null draws, ...)."""
 
 
+class UnknownNodeError(UnknownNameError, KeyError):
+    """A graph node or parameter group name that the model does not have (also a ``KeyError``)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedModelError(TlcapError, NotImplementedError):
+    """A model architecture that a method has no mapping for (yet)."""
+
+
 class EmptyNeuronSetError(TlcapError, ValueError):
     """An intervention (erase, enhance) asked on an empty neuron set: it could only report "no change"."""
 
@@ -175,6 +188,6 @@ __all__ = [
     "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
     "ResultIntegrityError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
-    "EmptyNeuronSetError", "OverlappingShardsError",
+    "EmptyNeuronSetError", "OverlappingShardsError", "UnknownNodeError", "UnsupportedModelError",
     "TlcapWarning", "PromptBoundaryWarning", "EmptyNeuronSetWarning",
 ]

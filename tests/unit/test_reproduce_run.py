@@ -9,8 +9,9 @@ from tests.reproduce_checks import check_report, md_without_costs
 from tlcap.reproduce.run import papers_of, reproduce
 from tlcap.reproduce.scales import ScaleConfig
 
-TINY = ScaleConfig(name="smoke", cnl_datasets=("emotion", "svamp"), cnl_eval_datasets=("emotion",), cnl_locate_n=4,
-                   cnl_eval_n=2, enhance_eval_n=2, cross_eval_n=2, ql_n_facts=2, ql_sig_facts=1, ql_max_queries=3, n_boot=200)
+TINY = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_locate_n=4,
+                   cnl_eval_n=2, enhance_eval_n=2, cross_eval_n=2, ql_n_facts=2, ql_sig_facts=1, ql_max_queries=3, n_boot=200,
+                   cnl_eval_facts=1, cnl_eval_known_top_k=None)
 
 
 @pytest.fixture(scope="module")

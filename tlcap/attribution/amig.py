@@ -29,6 +29,7 @@ from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
 
@@ -40,7 +41,7 @@ def eos_baseline(
     if token_id is None:
         token_id = model.special_token_id("eos")
         if token_id is None:
-            raise ValueError("The model's tokenizer has no <eos> token; pass token_id= for the AMIG baseline.")
+            raise InvalidConfigError("The model's tokenizer has no <eos> token; pass token_id= for the AMIG baseline.")
     s = get_site(site)
     names = [s.hook_name(l) for l in range(model.n_layers)]
     toks = torch.full((1, max(1, n_tokens)), int(token_id), dtype=torch.long, device=model.device)

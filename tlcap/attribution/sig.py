@@ -39,6 +39,7 @@ from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
 
@@ -49,7 +50,7 @@ def mask_token_id(model: Model) -> int:
         v = model.special_token_id(name)
         if v is not None:
             return v
-    raise ValueError("The tokenizer has no mask, pad or eos token; pass mask_id= to sig().")
+    raise InvalidConfigError("The tokenizer has no mask, pad or eos token; pass mask_id= to sig().")
 
 
 def masked_baselines(model: Model, ids: Sequence[int], mask_id: int, site: str = "mlp_post") -> Float[Tensor, "word layer d_mlp"]:

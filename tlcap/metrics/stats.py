@@ -23,12 +23,13 @@ import numpy as np
 from jaxtyping import Float
 from torch import Tensor
 
+from tlcap.errors import TooFewSamplesError
 from tlcap.metrics.sets import NeuronSet
 
 
 def _check_sets(sets: Sequence[NeuronSet]) -> None:
     if len(sets) < 2:
-        raise ValueError(f"KN-consistency needs the KN sets of at least 2 neighbor queries, got {len(sets)}")
+        raise TooFewSamplesError(f"KN-consistency needs the KN sets of at least 2 neighbor queries, got {len(sets)}")
 
 
 def cs1(sets: Sequence[NeuronSet]) -> float:
@@ -53,7 +54,7 @@ def cs2(sets: Sequence[NeuronSet]) -> float:
 def refined_set(sets: Sequence[NeuronSet], min_count: int = 2) -> NeuronSet:
     """Neurons present in at least ``min_count`` of the sets (the "refine" set of QL eq. 3)."""
     if not sets:
-        raise ValueError("refined_set needs at least one neuron set")
+        raise TooFewSamplesError("refined_set needs at least one neuron set")
     counts = Counter(n for s in sets for n in set(s))
     return NeuronSet(tuple(n for n, c in counts.items() if c >= min_count), sets[0].shape)
 
@@ -85,7 +86,7 @@ def otsu_threshold(values: Iterable[float], nbins: int = 256, backend: str = "sk
     """
     v = np.asarray(list(values), dtype=float)
     if v.size == 0:
-        raise ValueError("otsu_threshold needs at least one value")
+        raise TooFewSamplesError("otsu_threshold needs at least one value")
     if np.all(v == v[0]):
         return float(v[0])
     if backend == "skimage":
@@ -126,7 +127,7 @@ def predominance(tokens: Sequence[str]) -> float:
     Tokens are compared after stripping whitespace and lower-casing.
     """
     if not tokens:
-        raise ValueError("predominance needs at least one token")
+        raise TooFewSamplesError("predominance needs at least one token")
     counts = Counter(t.strip().lower() for t in tokens)
     return max(counts.values()) / len(tokens)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tlcap.errors import HubUnavailableError, UnknownModelError
+from tlcap.errors import HubUnavailableError, MissingFileError, UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
 from tlcap.models.paths import cache_dir
 from tlcap.models.shapes import SHAPES, make_shape
@@ -87,6 +87,34 @@ def _load_smollm2(device: Any = None, dtype: torch.dtype = torch.float32, **_: A
     hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(d)
     return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device, dtype), tok, name="smollm2-135m")
+
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.msgpack", "*.h5")
+
+
+def check_local_dir(path: Path) -> None:
+    """Refuse a local model folder that cannot load, before transformers fails in its own words.
+
+    Args:
+        path: A directory holding ``config.json``.
+
+    Raises:
+        UnknownModelError: ``config.json`` is not JSON or has no ``model_type``.
+        MissingFileError: No weight file (safetensors, bin, pt, gguf, ...) in the folder.
+    """
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UnknownModelError(f"{path / 'config.json'} is not readable JSON ({exc}); point at an HF model directory.") from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise UnknownModelError(
+            f"{path / 'config.json'} has no model_type; write the architecture's model_type (e.g. \"llama\") into it "
+            "or save the model with save_pretrained()."
+        )
+    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        raise MissingFileError(
+            f"{path} has a config.json but no weight file (*.safetensors, *.bin, ...); save the model with save_pretrained()."
+        )
 
 
 def _load_local_dir(path: Path, device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
@@ -191,6 +219,7 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise UnknownModelError(f"{path} is a directory but has no config.json; point at an HF model directory.")
+        check_local_dir(path)
         return _load_local_dir(path, device=device, dtype=dtype)
     if "/" in name or name in _KNOWN_HUB or name.startswith(("gpt2", "pythia", "EleutherAI")):
         return _load_hub(name, device=device, dtype=dtype)

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tlcap.errors import UnknownNodeError
+
 
 @dataclass(frozen=True)
 class ParamPart:
@@ -136,13 +138,13 @@ class ParameterGroups:
         for g in self.groups:
             if g.key == key:
                 return g
-        raise KeyError(f"no parameter group {key!r}")
+        raise UnknownNodeError(f"no parameter group {key!r}")
 
     def _check(self, nodes: Iterable[str]) -> set[str]:
         wanted = set(nodes)
         unknown = wanted - set(self.nodes)
         if unknown:
-            raise KeyError(f"unknown nodes {sorted(unknown)}; nodes are 'embed', 'a{{l}}.h{{h}}', 'm{{l}}', 'unembed'")
+            raise UnknownNodeError(f"unknown nodes {sorted(unknown)}; nodes are 'embed', 'a{{l}}.h{{h}}', 'm{{l}}', 'unembed'")
         return wanted
 
     def count(self, nodes: Iterable[str]) -> int:

@@ -13,6 +13,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tlcap.errors import UnsupportedModelError
+
 
 @dataclass(frozen=True)
 class WeightSlice:
@@ -100,7 +102,7 @@ class WeightsMixin:
     def _hf_mlp(self, layer: int) -> tuple[Any, dict[str, Any]]:
         layout = _HF_MLP_LAYOUT.get(self.architecture)
         if layout is None:
-            raise NotImplementedError(
+            raise UnsupportedModelError(
                 f"Weight edits are not mapped for architecture {self.architecture!r}; add it to "
                 "tlcap.models.weights._HF_MLP_LAYOUT."
             )

@@ -29,10 +29,12 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import DatasetScores, score_dataset
 from tlcap.config import Config, check_choice, check_int, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
+from tlcap.intervene.rome.config import RomeConfig
 from tlcap.intervene.weights import erase_neurons
 from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
 from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, train
@@ -240,6 +242,9 @@ class PendingConfig(Config):
     experiment: str = "fidelity"
     n: int = 50
     seed: int = 0
+    known_top_k: int | None = 1
+    steps: int = 20
+    light: bool = False
 
     def validate(self) -> None:
         check_choice("experiment", self.experiment, tuple(EVAL_EXPERIMENTS))
@@ -262,8 +267,13 @@ def _eval_fn(ctx: StageContext) -> dict[str, Result]:
     fn = cnl_eval_function(cfg.experiment)
     if fn is None:
         raise StageError(f"tlcap.experiments.cnl_eval.{cfg.experiment} is not available")
-    facts = importlib.import_module(REWRITES).rewrite_facts(ctx.model, cfg.n, seed=cfg.seed)
-    res = fn(ctx.model, facts, checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress)
+    facts = importlib.import_module(REWRITES).rewrite_facts(ctx.model, cfg.n, seed=cfg.seed, known_top_k=cfg.known_top_k)
+    overrides: dict[str, Any] = {"ig": IGConfig(steps=cfg.steps)}
+    if cfg.light:  # smoke: every code path, at the smallest sizes that run them
+        overrides.update(trace_samples=2, kc_ig_steps=1, kc_top_n=50)
+        if cfg.experiment == "reliability":
+            overrides.update(rome_layers=(0,), rome_facts=1, rome=RomeConfig(steps=2))
+    res = fn(ctx.model, facts, checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress, **overrides)
     return {cfg.experiment: res}
 
 
@@ -295,9 +305,10 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
                             data=_cross_data, workload=_cross_work, items=("CNL Fig. 5",),
                             description="erase each dataset's neurons, measure every dataset"))
     for exp, (name, items, api) in EVAL_EXPERIMENTS.items():
-        pending = None if cnl_eval_available(exp) else f"not run: experiment not available ({api} is not in this tlcap)"
+        pending = None if cnl_eval_available(exp) else f"not run: {api} is not wired into reproduce yet"
         pcfg = PendingConfig(experiment=exp, n=scale.cnl_eval_facts if exp != "decoupling" else scale.cnl_eval_pairs,
-                             seed=seed)
+                             seed=seed, known_top_k=scale.cnl_eval_known_top_k, steps=scale.cnl_steps,
+                             light=scale.name == "smoke")
         stages.append(Stage(name, _eval_fn, pcfg, code=(CNL_EVAL, REWRITES) if pending is None else (), pending=pending,
                             items=items, description=api))
     return stages

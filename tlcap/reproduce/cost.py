@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tlcap.errors import InvalidConfigError
+
 UNITS = ("ig_row", "fwd_token", "gen_token", "train_token")
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
@@ -131,7 +133,7 @@ class Workload:
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units)) - set(UNITS))
         if unknown:
-            raise ValueError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
+            raise InvalidConfigError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
 
     @classmethod
     def of(cls, extra_bytes: int = 0, **flops: float) -> Workload:
@@ -224,7 +226,7 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
         if fl == 0:
             continue
         if unit not in cal.seconds_per_flop:
-            raise ValueError(f"the calibration has no measurement for {unit!r}; re-run the probe")
+            raise InvalidConfigError(f"the calibration has no measurement for {unit!r}; re-run the probe")
         by_unit[unit] = fl * cal.seconds_per_flop[unit]
     peak = cal.base_bytes + int(math.ceil(cal.memory_scale * work.extra_bytes))
     return Prediction(sum(by_unit.values()), peak, by_unit)

@@ -41,6 +41,7 @@ class ScaleConfig(Config):
         cnl_eval_datasets: Datasets erased / enhanced (Table 2 and 3 use GSM8K, Emotion, Code25K).
         cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
         cnl_eval_pairs: Comparative pairs of the decoupling experiment.
+        cnl_eval_known_top_k: Keep rewrites the model answers within its top-k (``None`` = no filter).
         n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value).
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
@@ -69,6 +70,7 @@ class ScaleConfig(Config):
     cnl_eval_datasets: tuple[str, ...] = ("emotion", "imdb")
     cnl_eval_facts: int = 2
     cnl_eval_pairs: int = 4
+    cnl_eval_known_top_k: int | None = 1
     n_random: int = 20
     enhance_train_n: int = 2
     enhance_eval_n: int = 3
@@ -97,7 +99,8 @@ class ScaleConfig(Config):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
         check_int("n_random", self.n_random, min=20, cli=None)
-        for f in ("cnl_locate_n", "ql_n_facts", "ql_max_queries", "ql_known_top_k", "ql_sig_facts", "ql_edit_queries"):
+        for f in ("cnl_locate_n", "cnl_eval_known_top_k", "ql_n_facts", "ql_max_queries", "ql_known_top_k", "ql_sig_facts",
+                  "ql_edit_queries"):
             if getattr(self, f) is not None:
                 check_int(f, getattr(self, f), min=1, cli=None)
         if self.cnl_locate_n is not None and self.cnl_locate_n < self.cnl_groups:

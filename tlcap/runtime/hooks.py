@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from tlcap.errors import ShapeMismatchError
+
 Index = int | slice | Sequence[int] | Tensor | str | None
 Activation = Float[Tensor, " batch *dims"]
 HookFn = Callable[[Tensor, Any], Tensor | None]
@@ -56,7 +58,7 @@ def _selector(act: Tensor, pos: Index, index: Index, head: Index = None) -> tupl
     elif act.ndim == 4:
         sel = (slice(None), p, _index(head), i)
     else:
-        raise ValueError(f"selector expects a [batch, pos, ...] activation, got shape {tuple(act.shape)}")
+        raise ShapeMismatchError(f"selector expects a [batch, pos, ...] activation, got shape {tuple(act.shape)}")
     # Advanced indices in two slots would pair up element-wise; make them an outer product.
     adv = [k for k, s in enumerate(sel) if isinstance(s, Tensor)]
     if len(adv) > 1:

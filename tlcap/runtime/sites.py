@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlcap.errors import UnknownNameError
+from tlcap.errors import InvalidConfigError, UnknownNameError
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Site:
     def hook_name(self, layer: int | None = None) -> str:
         if self.per_layer:
             if layer is None:
-                raise ValueError(f"site {self.name!r} needs a layer")
+                raise InvalidConfigError(f"site {self.name!r} needs a layer")
             return self.template.format(layer=layer)
         return self.template
 

@@ -135,7 +135,7 @@ def _locate(model: Model, method: str, fact: RewriteFact, prompt: str, cfg: Fide
         return tuple(layers), counts.layers_share(layers), p
     with sw("kc"):
         circ = knowledge_circuit(model, prompt, fact.target, top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
-    return edge_ids(circ), circ.param_fraction_blocks, float("nan")
+    return edge_ids(circ), circ.param_fraction, float("nan")
 
 
 def _universe(model: Model, method: str) -> int:

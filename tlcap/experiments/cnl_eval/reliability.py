@@ -194,14 +194,14 @@ def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw
         circ = knowledge_circuit(model, prompt, fact.target, top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
     with sw("kc_evaluate"):
         ev = evaluate_circuit(model, circ)
-        rows = [KCRow(i, fact.uid, "located", -1, ev.n_edges, ev.n_nodes, ev.param_fraction_blocks,
+        rows = [KCRow(i, fact.uid, "located", -1, ev.n_edges, ev.n_nodes, ev.param_fraction,
                       ev.circuit_target_rank, ev.hit_at_1, ev.hit_at_10, ev.circuit_nll)]
         rnd = [circ.random_like(seed=draw_seed(cfg.seed, i, d)) for d in range(cfg.n_random_circuits)]
         r = evaluate_masks(model, circ.graph, make_task(model, prompt, fact.target, None),
                            torch.stack([c.mask for c in rnd]))
         for d, c in enumerate(rnd):
             rank = int(r["rank"][d])
-            rows.append(KCRow(i, fact.uid, "random", d, c.n_edges, c.n_nodes, c.param_fraction_blocks, rank,
+            rows.append(KCRow(i, fact.uid, "random", d, c.n_edges, c.n_nodes, c.param_fraction, rank,
                               rank == 1, rank <= 10, float(r["nll"][d])))
     return rows
 

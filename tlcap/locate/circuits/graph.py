@@ -51,7 +51,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from tlcap.errors import TlcapError
+from tlcap.errors import TlcapError, UnknownNodeError
 from tlcap.models import Model
 from tlcap.results import Result, frame
 from tlcap.runtime.sites import get_site
@@ -226,7 +226,7 @@ class EdgeGraph(Result):
         wanted = set(nodes)
         unknown = wanted - set(self.nodes)
         if unknown:
-            raise KeyError(f"unknown nodes {sorted(unknown)}; nodes are 'input', 'a{{l}}.h{{h}}', 'm{{l}}', 'logits'")
+            raise UnknownNodeError(f"unknown nodes {sorted(unknown)}; nodes are 'input', 'a{{l}}.h{{h}}', 'm{{l}}', 'logits'")
         return sum(n for _, n, users in self.param_groups if wanted.intersection(users))
 
     # ------------------------------------------------------------------ sizes and indices

@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.graph import EdgeGraph, ReaderHook
 from tlcap.locate.circuits.task import CircuitTask
 from tlcap.models import Model
@@ -150,7 +151,7 @@ def run_pass(
             fwd.append((name, H.record(ups, name, detach=not grads)))
     if keep is not None:
         if replacement is None:
-            raise TypeError("run_pass(keep=...) needs replacement=")
+            raise InvalidConfigError("run_pass(keep=...) needs replacement=")
         fwd += _ablation_hooks(graph, ups, keep, replacement)
     bwd: list[tuple[str, Callable[..., Any]]] = []
     gstore: dict[str, Tensor] = {}
