@@ -12,29 +12,29 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 echo "== knowledge neurons (Dai et al.) =="
 $TL kn --model smollm2-135m --prompt "The capital of France is" --target " Paris" \
-  --paraphrase "France's capital city is" --paraphrase "The capital city of France is" --out figures/kn
+  --paraphrase "France's capital city is" --paraphrase "The capital city of France is" --out figures/kn --overwrite
 
 echo "== causal tracing (ROME) =="
 $TL trace --model smollm2-135m --prompt "The Eiffel Tower is located in the city of" \
-  --subject "The Eiffel Tower" --target " Paris" --out figures/trace
+  --subject "The Eiffel Tower" --target " Paris" --out figures/trace --overwrite
 
 echo "== ROME edit =="
 $TL edit --model smollm2-135m --prompt "The Eiffel Tower is located in the city of" \
-  --subject "The Eiffel Tower" --target-new " Rome" --layer 4 --out figures/edit
+  --subject "The Eiffel Tower" --target-new " Rome" --layer 4 --out figures/edit --overwrite
 
 echo "== knowledge circuit (EAP-IG) =="
 $TL circuit --model smollm2-135m --prompt "The capital of France is" --target " Paris" \
-  --corrupt-prompt "The capital of Italy is" --top-n 300 --out figures/circuit
+  --corrupt-prompt "The capital of Italy is" --top-n 300 --out figures/circuit --overwrite
 
 echo "== CNL: Emotion capability neurons, erase =="
 $TL cnl locate --model smollm2-135m --dataset emotion ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --n 24 --sigma 3 \
-  --method joint --no-resume --out figures/cnl_emotion
+  --method joint --no-resume --out figures/cnl_emotion --overwrite
 $TL cnl erase --model smollm2-135m --dataset emotion ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} \
-  --neurons figures/cnl_emotion/summary.json --n 40 --out figures/cnl_emotion_erase
+  --neurons figures/cnl_emotion/summary.json --n 40 --out figures/cnl_emotion_erase --overwrite
 
 echo "== Query Localization: consistency and knowledge synapses =="
 $TL ql consistency --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103,P37 --n-facts 4 \
-  --method ig --steps 10 --max-queries 3 --out figures/ql_consistency
+  --method ig --steps 10 --max-queries 3 --out figures/ql_consistency --overwrite
 $TL ql synapses --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103 --n-facts 2 \
-  --steps 10 --max-queries 3 --out figures/ql_synapses
+  --steps 10 --max-queries 3 --out figures/ql_synapses --overwrite
 echo "figures written under figures/"
