@@ -59,6 +59,8 @@ _KNOWN = typer.Option(10, "--known-top-k",
 _MAXQ = typer.Option(0, "--max-queries", help="At most this many neighbor queries per fact (0: all, the paper).")
 _SCAN = typer.Option(1000, "--max-scan",
                      help="Known-fact filter: test at most this many facts per relation (>= 1); report the hit rate.")
+_OPERATIONS = typer.Option("erasure,update", help="Comma list: erasure, update.")
+_EDIT_QUERIES = typer.Option(0, help="Edit only the first n queries of each fact (0: all).")
 
 
 def _out(cmd: str) -> Any:
@@ -184,9 +186,9 @@ def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
            method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
            split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
-           operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
+           operations: str = _OPERATIONS,
            sets: str = typer.Option("local,global", help="Comma list of KN sets: local (N_i), global (∪N_j), cas."),
-           edit_queries: int = typer.Option(0, help="Edit only the first n queries of each fact (0: all)."),
+           edit_queries: int = _EDIT_QUERIES,
            lambda1: float = typer.Option(2.0, help="Update: weight of the old object's embedding removed (>= 0; paper 2)."),
            lambda2: float = typer.Option(2.0, help="Update: weight of the new object's embedding added (>= 0; paper 2)."),
            rule: str = _RULE, all_queries: bool = _ALLQ,
@@ -206,8 +208,8 @@ def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
         method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
         split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
-        operations: str = typer.Option("erasure,update", help="Comma list: erasure, update."),
-        edit_queries: int = typer.Option(0, help="Edit only the first n queries of each fact (0: all)."),
+        operations: str = _OPERATIONS,
+        edit_queries: int = _EDIT_QUERIES,
         beta1: float = typer.Option(0.7, help="CAS weight β1 of the mean score over the queries (paper 0.7)."),
         beta2: float = typer.Option(0.3, help="CAS weight β2 of the scores' spread (paper 0.3)."),
         cas_threshold: float = typer.Option(0.3, help="CAS KNs: CAS > t · max, t in (0, 1] (paper 0.3)."),

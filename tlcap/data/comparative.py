@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -32,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tlcap.data.files import read_json_rows, write_json_rows
 from tlcap.data.tasks import load_task
-from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError, MissingFileError
+from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError
 
 SOURCES: tuple[str, ...] = ("template", "gsm8k", "svamp")
 OPS: tuple[str, ...] = ("+", "-", "*")
@@ -212,13 +212,7 @@ def load_pairs(path: str | Path, framings: Sequence[Framing] = DEFAULT_FRAMINGS)
     """Pairs from a JSON list of ``{"a": 17, "op": "+", "b": 25}`` (framings rebuilt from ``framings``)
     or of rows written by :func:`save_pairs` (kept as written)."""
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"pairs file {path} not found")
-    try:
-        rows = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataFormatError(f"{path} is not valid JSON ({exc})") from None
-    rows = rows.get("pairs") if isinstance(rows, dict) else rows
+    rows = read_json_rows(path, "pairs", missing=f"pairs file {path} not found")
     if not isinstance(rows, list) or not rows:
         raise DataFormatError(f"{path} must hold a non-empty list of pairs (or {{\"pairs\": [...]}})")
     out = []
@@ -234,10 +228,7 @@ def load_pairs(path: str | Path, framings: Sequence[Framing] = DEFAULT_FRAMINGS)
 
 def save_pairs(pairs: Sequence[ComparativePair], path: str | Path) -> Path:
     """Write pairs as JSON readable by :func:`load_pairs`; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pairs": [p.to_dict() for p in pairs]}, indent=1))
-    return path
+    return write_json_rows(path, "pairs", [p.to_dict() for p in pairs])
 
 
 __all__ = ["DEFAULT_FRAMINGS", "OPS", "SOURCES", "ComparativePair", "Framing", "comparative_pairs", "load_pairs",

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tlcap.errors import MissingFileError
+from tlcap.errors import DataFormatError, MissingFileError
 
 HF = "hf:"
 """Pass as ``data_dir`` to read a task from the Hugging Face hub with ``datasets`` (online)."""
@@ -148,6 +148,43 @@ def read_jsonl(path: str | Path) -> list[dict]:
     U+2028 that JSON strings may hold unescaped.
     """
     return [json.loads(line) for line in read_text(path).split("\n") if line.strip()]
+
+
+def read_json_rows(path: str | Path, key: str, *, missing: str, bad_json_hint: str = "") -> Any:
+    """What a user's JSON dataset file holds under ``key`` (or its top-level value when that is not an object).
+
+    The caller checks the shape (a non-empty list of its rows); this reads the file and reports the
+    two failures every such loader shares.
+
+    Args:
+        path: The JSON file.
+        key: The key of the rows in a top-level object (``{"facts": [...]}``).
+        missing: The message when the file is not there.
+        bad_json_hint: Appended to the message when the file is not JSON (e.g. where the format is documented).
+
+    Returns:
+        ``data[key]`` for an object (``None`` when absent), else the parsed value itself.
+
+    Raises:
+        MissingFileError: No such file.
+        DataFormatError: Not valid JSON.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(missing)
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataFormatError(f"{path} is not valid JSON ({exc}){bad_json_hint}") from None
+    return data.get(key) if isinstance(data, dict) else data
+
+
+def write_json_rows(path: str | Path, key: str, rows: list[dict]) -> Path:
+    """Write ``{key: rows}`` as JSON (parent folders created), readable by :func:`read_json_rows`; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({key: rows}, indent=1))
+    return path
 
 
 @lru_cache(maxsize=1)

@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tlcap.data.files import read_json_rows, write_json_rows
 from tlcap.data.pararel import Fact, causal_patterns, iter_facts, list_relations
 from tlcap.errors import (
     DataFormatError,
     EmptyDatasetError,
     InvalidConfigError,
-    MissingFileError,
     TargetTokenizationError,
 )
 
@@ -234,13 +233,8 @@ def load_rewrites(path: str | Path) -> list[RewriteFact]:
         EmptyDatasetError: no facts in the file.
     """
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"rewrites file {path} not found; give a JSON file of facts with rewrites")
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataFormatError(f"{path} is not valid JSON ({exc}); see docs/cnl_eval.md for the format") from None
-    rows = data.get("facts") if isinstance(data, dict) else data
+    rows = read_json_rows(path, "facts", missing=f"rewrites file {path} not found; give a JSON file of facts with rewrites",
+                          bad_json_hint="; see docs/cnl_eval.md for the format")
     if not isinstance(rows, list):
         raise DataFormatError(f"{path} must hold a list of facts (or {{\"facts\": [...]}})")
     if not rows:
@@ -254,10 +248,7 @@ def load_rewrites(path: str | Path) -> list[RewriteFact]:
 
 def save_rewrites(facts: Sequence[RewriteFact], path: str | Path) -> Path:
     """Write facts as JSON readable by :func:`load_rewrites`; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"facts": [f.to_dict() for f in facts]}, indent=1))
-    return path
+    return write_json_rows(path, "facts", [f.to_dict() for f in facts])
 
 
 __all__ = ["N_REWRITES", "RewriteFact", "load_rewrites", "rewrite_facts", "save_rewrites"]
