@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tlcap.errors import TlcapWarning
+
 Kind = Literal["number", "choice", "code"]
 IssueKind = Literal["bad_row", "unknown_label"]
 MAX_ISSUES_KEPT = 20
 
 
-class DataWarning(UserWarning):
+class DataWarning(TlcapWarning):
     """A data problem tlcap worked around: skipped rows, fewer samples than requested."""
 
 

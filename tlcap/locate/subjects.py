@@ -17,12 +17,12 @@ from __future__ import annotations
 import warnings
 
 from tlcap.config import check_int, check_str
-from tlcap.errors import InvalidConfigError, SubjectNotFoundError
+from tlcap.errors import InvalidConfigError, SubjectNotFoundError, TlcapWarning
 from tlcap.models.adapter import Model
 from tlcap.models.tokens import SubjectSpan
 
 
-class SubjectWarning(UserWarning):
+class SubjectWarning(TlcapWarning):
     """A subject that occurs more than once in its prompt, or starts it (attention sink)."""
 
 

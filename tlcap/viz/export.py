@@ -21,11 +21,13 @@ from pathlib import Path
 import plotly
 import plotly.graph_objects as go
 
+from tlcap.errors import TlcapWarning
+
 CHROME_NAMES = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "chrome")
 _WARNED: set[str] = set()
 
 
-class StaticExportWarning(UserWarning):
+class StaticExportWarning(TlcapWarning):
     """A figure was written as HTML only (no working static exporter)."""
 
 
