@@ -259,8 +259,9 @@ def test_eap_config_validates_at_construction():
         assert str(exc.value) == message
     with pytest.raises(UnknownNameError, match=r"^unknown metric 'kl' \(--metric\); choose one of: nll, logit-diff$"):
         EAPConfig(metric="kl")
-    with pytest.raises(UnknownNameError, match=r"^unknown ablation 'mean'; choose one of: corrupt, zero$"):
-        EAPConfig(ablation="mean")
+    with pytest.raises(UnknownNameError,
+                       match=r"^unknown ablation 'median'; choose one of: corrupt, zero, mean, mean-positional$"):
+        EAPConfig(ablation="median")
     cfg = EAPConfig(steps=5, metric="logit-diff", sweep_sizes=[0, 10])
     assert cfg.metric == "logit_diff" and cfg.sweep_sizes == (0, 10) and cfg.selection == ("top_n", 300)
     assert EAPConfig.from_dict(cfg.to_dict()) == cfg

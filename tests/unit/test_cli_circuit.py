@@ -107,8 +107,8 @@ def test_unknown_model_and_misaligned_corrupted_prompt(tmp_path):
 
 
 def test_api_names_are_validated_at_construction():
-    with pytest.raises(InvalidConfigError, match=r"^unknown ablation 'mean'"):
-        EAPConfig(ablation="mean")
+    with pytest.raises(InvalidConfigError, match=r"^unknown ablation 'median'"):
+        EAPConfig(ablation="median")
     with pytest.raises(InvalidConfigError, match=r"^unknown direction 'up'"):
         EAPConfig(direction="up")
     with pytest.raises(InvalidConfigError, match=r"^unknown metric 'kl' \(--metric\); choose one of: nll, logit-diff$"):

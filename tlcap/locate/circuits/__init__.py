@@ -8,7 +8,9 @@ Modules, bottom up (each imports only the ones above it):
 ``circuit``              :class:`Circuit`, selection and pruning (depends only on the graph)
 ``task``                 :class:`CircuitTask` (items, targets, metric), :func:`make_task`
 ``passes``               :func:`run_pass`, the pass engine (record, gradients, circuit-only runs)
-``ablation``             ablation sources: corrupted run, zero (pluggable)
+``ablation``             ablation sources: corrupted run, zero, mean, mean-positional (pluggable)
+``dataset``              :class:`CircuitDataset`: ParaRel / known facts / user files, corrupted pairs
+``scoring``              :func:`batch_scores`: EAP / EAP-IG score sums of a batch of items
 ``eap``                  :func:`edge_attribution` (EAP, EAP-IG) → :class:`EdgeScores`
 ``evaluate``             circuit-only evaluation → :class:`CircuitEvaluation`
 ``sweep``                :func:`size_sweep` → :class:`SizeSweep`
@@ -23,18 +25,28 @@ Example:
     >>> evaluate_circuit(model, circuit).circuit_target_rank
 """
 
-from tlcap.locate.circuits.ablation import AblatedRun, AblationSource, CorruptedAblation, ZeroAblation, ablation_source
+from tlcap.locate.circuits.ablation import (
+    AblatedRun,
+    AblationSource,
+    CorruptedAblation,
+    MeanAblation,
+    ZeroAblation,
+    ablation_source,
+    fit_source,
+)
 from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_edges
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
+from tlcap.locate.circuits.dataset import CircuitDataset, load_circuit_dataset
 from tlcap.locate.circuits.eap import EdgeScores, edge_attribution
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit, evaluate_circuits, evaluate_masks
 from tlcap.locate.circuits.graph import EdgeGraph, NodeRow, UnsupportedModelError, edge_hooks_enabled
 from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit, knowledge_circuit
 from tlcap.locate.circuits.passes import PassOutput, run_pass
 from tlcap.locate.circuits.sweep import SizeSweep, SweepRow, size_sweep
-from tlcap.locate.circuits.task import CircuitTask, make_task
+from tlcap.locate.circuits.task import CircuitItem, CircuitTask, make_items_task, make_task
 
 __all__ = [
+    "CircuitDataset", "CircuitItem", "MeanAblation", "fit_source", "load_circuit_dataset", "make_items_task",
     "AblatedRun", "AblationSource", "Circuit", "CircuitEvaluation", "CircuitTask", "CorruptedAblation", "EAPConfig",
     "EdgeGraph", "EdgeRow", "EdgeScores", "KnowledgeCircuit", "NodeRow", "PassOutput", "SizeSweep", "SweepRow",
     "UnsupportedModelError", "ZeroAblation", "ablation_source", "check_circuit_inputs", "edge_attribution",

@@ -25,7 +25,7 @@ from tlcap.config import Config, check_bool, check_choice, check_float, check_in
 from tlcap.errors import InvalidConfigError, UnknownNameError
 
 METRICS: tuple[str, ...] = ("nll", "logit_diff")
-ABLATIONS: tuple[str, ...] = ("corrupt", "zero")
+ABLATIONS: tuple[str, ...] = ("corrupt", "zero", "mean", "mean-positional")
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
 DEFAULT_TOP_N = 300
 
@@ -40,8 +40,10 @@ class EAPConfig(Config):
             ``logit_diff`` (``logit(target) - logit(corrupted answer)``; ``logit-diff`` is
             accepted and stored as ``logit_diff``).
         ablation: What replaces a non-circuit edge's upstream output: ``corrupt`` (the
-            corrupted prompt's run) or ``zero``; ``None`` = ``corrupt`` when a corrupted prompt
-            is given, else ``zero`` (the functions store the resolved value).
+            corrupted prompt's run), ``zero``, ``mean`` (the node's output averaged over the
+            dataset's clean prompts and positions) or ``mean-positional`` (averaged per
+            position); ``None`` = ``corrupt`` when a corrupted prompt is given, else ``zero``
+            (the functions store the resolved value).
         direction: ``noising`` (gradient on the clean run; default) or ``denoising`` (on the
             corrupted run, TransformerLens' convention; needs ``ablation="corrupt"`` for EAP).
         top_n: Keep the ``top_n`` edges by ``|score|``, ``>= 1``. ``None`` with no
@@ -55,6 +57,11 @@ class EAPConfig(Config):
         seed: Seed of the random control circuits, ``>= 0``.
         eval_batch: Circuits evaluated per forward pass, ``>= 1`` (exact: results do not
             depend on it).
+        batch_size: Dataset items per pass (dataset circuits), ``>= 1`` (exact: scores do not
+            depend on it; memory grows with it, not with the dataset).
+        greedy: Select circuits greedily from the logits backwards (each step adds the
+            highest-``|score|`` edge into a node already in the circuit) instead of the global
+            top-n (:func:`~tlcap.locate.circuits.greedy_order`).
     """
 
     steps: int = 1
@@ -68,6 +75,8 @@ class EAPConfig(Config):
     sweep_sizes: Sequence[int] | None = None
     seed: int = 0
     eval_batch: int = 8
+    batch_size: int = 8
+    greedy: bool = False
 
     def validate(self) -> None:
         check_int("steps", self.steps, min=1, cli="--ig-steps")
@@ -93,6 +102,8 @@ class EAPConfig(Config):
             ))
         check_int("seed", self.seed, min=0)
         check_int("eval_batch", self.eval_batch, min=1, cli=None)
+        check_int("batch_size", self.batch_size, min=1)
+        check_bool("greedy", self.greedy, cli="--greedy")
 
     @property
     def selection(self) -> tuple[str, float]:

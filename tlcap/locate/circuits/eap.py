@@ -26,6 +26,7 @@ means that ablating the edge raises the NLL: the edge carries the fact.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,11 +38,12 @@ from torch import Tensor
 
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError
-from tlcap.locate.circuits.ablation import ablation_source
+from tlcap.locate.circuits.ablation import ablation_source, fit_source
 from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_edges
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
+from tlcap.locate.circuits.dataset import CircuitDataset
 from tlcap.locate.circuits.graph import EdgeGraph
-from tlcap.locate.circuits.passes import run_pass
+from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
 from tlcap.provenance import Provenance
@@ -62,9 +64,12 @@ class EdgeScores(Result):
         metric: ``"nll"`` or ``"logit_diff"``.
         method: ``"eap"`` or ``"eap-ig"``; steps: interpolation steps (1 for EAP).
         direction: ``"noising"`` (gradient on the clean run) or ``"denoising"``.
-        clean_metric, corrupt_metric: The metric on the clean and the fully ablated run.
-        ablation: ``"corrupt"`` or ``"zero"``.
+        clean_metric, corrupt_metric: The metric on the clean and the fully ablated run
+            (dataset: the mean over items).
+        ablation: ``"corrupt"``, ``"zero"``, ``"mean"`` or ``"mean-positional"``.
         config: The :class:`EAPConfig` of the run, as a dict.
+        n_items: Items the scores are the mean over (1 for a prompt pair).
+        dataset: The dataset's name (``"pararel:P36"``; ``""`` for a prompt pair).
 
     Example:
         >>> sc = edge_attribution(model, "The capital of France is", " Paris",
@@ -88,6 +93,8 @@ class EdgeScores(Result):
     corrupt_metric: float = float("nan")
     ablation: str = ""
     config: dict = field(default_factory=dict)
+    n_items: int = 1
+    dataset: str = ""
 
     @property
     def n_edges(self) -> int:
@@ -144,7 +151,8 @@ class EdgeScores(Result):
             "model": self.model_name, "prompt": self.prompt, "target": self.target,
             "corrupt_prompt": self.corrupt_prompt, "corrupt_target": self.corrupt_target, "ablation": self.ablation,
             "method": self.method, "ig_steps": self.steps, "metric": self.metric, "direction": self.direction,
-            "total_edges": self.n_edges, "clean_metric": self.clean_metric, "corrupt_metric": self.corrupt_metric,
+            "dataset": self.dataset, "n_items": self.n_items, "total_edges": self.n_edges,
+            "clean_metric": self.clean_metric, "corrupt_metric": self.corrupt_metric,
             "top_edges": [[u, v, s] for u, v, s in self.top_edges(top)], "config": dict(self.config),
         }
 
@@ -166,55 +174,37 @@ class EdgeScores(Result):
         )
 
 
-def _scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConfig) -> tuple[Tensor, float, float]:
-    """``[n_up, n_readers]`` scores, clean metric and fully ablated metric of a one-item task."""
-    if task.n_items != 1:
-        raise InvalidConfigError(f"edge_attribution scores one prompt pair; the task has {task.n_items} items")
-    if cfg.direction == "denoising" and cfg.steps == 1:
-        if task.corrupt is None:
-            raise InvalidConfigError("direction 'denoising' with steps=1 needs a corrupted prompt (not zero ablation)")
-        noisy = run_pass(model, graph, task, task.corrupt, record_upstream=True, grads=True)
-        clean = run_pass(model, graph, task, task.clean, record_upstream=True)
-        assert noisy.upstream is not None and clean.upstream is not None and noisy.reader_grads is not None
-        diff = clean.upstream[0] - noisy.upstream[0]
-        return _matmul(diff, noisy.reader_grads[0], graph), float(clean.metric[0]), float(noisy.metric[0])
-    ablated = ablation_source(cfg.ablation or ("corrupt" if task.corrupt is not None else "zero")).run(model, graph, task)
-    abl_up = ablated.upstream[0]
-    if cfg.steps == 1:
-        out = run_pass(model, graph, task, task.clean, record_upstream=True, grads=True)
-        assert out.upstream is not None and out.reader_grads is not None
-        clean_up, grad = out.upstream[0], out.reader_grads[0]
-    else:
-        # EAP-IG: the gradient averaged along the straight input path from the ablated to the clean input.
-        out = run_pass(model, graph, task, task.clean, record_upstream=True)
-        assert out.upstream is not None
-        clean_up = out.upstream[0]
-        alphas = ((torch.arange(cfg.steps, dtype=torch.float32) + 0.5) / cfg.steps).to(clean_up.device)
-        a = alphas[:, None, None].to(clean_up.dtype)
-        x = abl_up[0][None].to(clean_up.dtype) + a * (clean_up[0] - abl_up[0].to(clean_up.dtype))[None]
-        ig = run_pass(model, graph, task, task.clean.expand(cfg.steps, -1), input_value=x, grads=True)
-        assert ig.reader_grads is not None
-        grad = ig.reader_grads.mean(0)
-    diff = abl_up.to(clean_up.dtype) - clean_up
-    if cfg.direction == "denoising":
-        diff = -diff
-    if ablated.metric is not None:
-        abl_metric = float(ablated.metric[0])
-    else:  # the fully ablated run: the empty circuit
-        keep = torch.zeros(1, graph.n_upstream, graph.n_readers, device=task.clean.device)
-        abl_metric = float(run_pass(model, graph, task, task.clean, keep=keep, replacement=ablated.upstream).metric[0])
-    return _matmul(diff, grad, graph), float(out.metric[0]), abl_metric
+def score_tasks(
+    model: Model, graph: EdgeGraph, tasks: Sequence[CircuitTask], cfg: EAPConfig
+) -> tuple[Tensor, float, float, int]:
+    """Mean per-item scores over a stream of batches, with the mean clean and fully ablated metrics.
 
+    Args:
+        model: The model.
+        graph: Its edge graph.
+        tasks: Batches of items (:meth:`CircuitDataset.tasks`); activations live one batch at a time.
+        cfg: The settings (``ablation`` resolved).
 
-def _matmul(diff: Tensor, grad: Tensor, graph: EdgeGraph) -> Tensor:
-    scores = diff.flatten(1).double() @ grad.flatten(1).double().T
-    return (scores.float() * graph.valid_mask().to(scores.device)).cpu()
+    Returns:
+        ``(scores [n_up, n_readers], clean metric, ablated metric, n_items)``.
+    """
+    source = fit_source(ablation_source(str(cfg.ablation)), model, graph, tasks)
+    total = torch.zeros(graph.n_upstream, graph.n_readers, dtype=torch.float64)
+    clean: list[Tensor] = []
+    abl: list[Tensor] = []
+    for task in tasks:
+        b = batch_scores(model, graph, task, cfg, source)
+        total += b.scores
+        clean.append(b.clean_metric.double().cpu())
+        abl.append(b.ablated_metric.double().cpu())
+    n = sum(t.n_items for t in tasks)
+    return (total / n).float(), float(torch.cat(clean).mean()), float(torch.cat(abl).mean()), n
 
 
 def edge_attribution(
     model: Model,
-    prompt: str,
-    target: str,
+    prompt: str | CircuitDataset,
+    target: str | None = None,
     corrupt_prompt: str | None = None,
     *,
     corrupt_target: str | None = None,
@@ -224,9 +214,13 @@ def edge_attribution(
 ) -> EdgeScores:
     """Score every edge of the circuit graph with EAP (``steps=1``) or EAP-IG (``steps>1``).
 
+    Given a :class:`CircuitDataset` instead of a prompt, the scores are the mean over its items
+    of the per-item scores, streamed in batches of ``batch_size`` items (exact: the batch size
+    does not change them; right padding adds nothing, :func:`~.task.make_items_task`).
+
     Args:
         model: The model (GPT-2 or Llama-family, grouped-query attention included).
-        prompt: Clean prompt.
+        prompt: Clean prompt, or a :class:`CircuitDataset` (then ``target`` etc. are not given).
         target: Answer (leading space: ``" Paris"``).
         corrupt_prompt: Same-length prompt with another subject; ``None`` = zero ablation.
         corrupt_target: The corrupted prompt's answer, for ``metric="logit_diff"``.
@@ -249,18 +243,41 @@ def edge_attribution(
         ...                       corrupt_prompt="The capital of Italy is", steps=5)
         >>> sc.top_edges(5)
     """
-    cfg = check_circuit_inputs(prompt, target, corrupt_prompt, corrupt_target, EAPConfig.resolve(config, **overrides))
-    if task is None:
-        task = make_task(model, prompt, target, corrupt_prompt, cfg.metric, corrupt_target)
     graph = EdgeGraph.from_model(model)
-    scores, clean_metric, corrupt_metric = _scores(model, graph, task, cfg)
+    if isinstance(prompt, CircuitDataset):
+        cfg = check_dataset_config(prompt, EAPConfig.resolve(config, **overrides))
+        tasks = prompt.tasks(model, cfg.batch_size, cfg.metric)
+        strings: dict[str, Any] = {"prompt": "", "target": "", "corrupt_prompt": None, "corrupt_target": None}
+        n_items, name = len(prompt), prompt.name
+    else:
+        if target is None:
+            raise InvalidConfigError("edge_attribution needs a target (the answer, e.g. ' Paris') with a prompt")
+        cfg = check_circuit_inputs(prompt, target, corrupt_prompt, corrupt_target, EAPConfig.resolve(config, **overrides))
+        tasks = [task or make_task(model, prompt, target, corrupt_prompt, cfg.metric, corrupt_target)]
+        strings = {"prompt": prompt, "target": target, "corrupt_prompt": corrupt_prompt, "corrupt_target": corrupt_target}
+        n_items, name = 1, ""
+    scores, clean_metric, corrupt_metric, _ = score_tasks(model, graph, tasks, cfg)
     return EdgeScores(
-        scores=scores, valid=graph.valid_mask(), graph=graph, model_name=model.name, prompt=prompt, target=target,
-        corrupt_prompt=corrupt_prompt, corrupt_target=corrupt_target, metric=task.metric,
+        scores=scores, valid=graph.valid_mask(), graph=graph, model_name=model.name, **strings, metric=cfg.metric,
         method="eap" if cfg.steps == 1 else "eap-ig", steps=cfg.steps, direction=cfg.direction,
         clean_metric=clean_metric, corrupt_metric=corrupt_metric, ablation=str(cfg.ablation), config=cfg.to_dict(),
-        provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
+        n_items=n_items, dataset=name, provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )
 
 
-__all__ = ["EdgeScores", "edge_attribution"]
+def check_dataset_config(dataset: CircuitDataset, cfg: EAPConfig) -> EAPConfig:
+    """``cfg`` with its ablation resolved for ``dataset`` (``corrupt`` when it has corrupted prompts, else ``zero``).
+
+    Raises:
+        InvalidConfigError: corrupted-prompt ablation (or denoising EAP) on a dataset without corrupted prompts.
+    """
+    ablation = cfg.ablation or ("corrupt" if dataset.has_corrupt else "zero")
+    if (ablation == "corrupt" or (cfg.direction == "denoising" and cfg.steps == 1)) and not dataset.has_corrupt:
+        raise InvalidConfigError(
+            f"dataset {dataset.name!r} has no corrupted prompts: load it with corrupt=True (pairs same-length "
+            "prompts of the same relation) or use ablation 'zero', 'mean' or 'mean-positional'"
+        )
+    return cfg if cfg.ablation == ablation else cfg.replace(ablation=ablation)
+
+
+__all__ = ["EdgeScores", "check_dataset_config", "edge_attribution", "score_tasks"]

@@ -1,20 +1,22 @@
 """Circuit tasks: clean prompts, their targets and their corrupted counterparts, tokenized.
 
-A :class:`CircuitTask` holds a batch of *items* (one today: :func:`make_task` builds a task of
-one prompt pair) as aligned token rows, the positions whose next-token logits score each
-item's target, and the metric. The pass engine (:mod:`.passes`) runs any batch of rows,
-each row naming the item it belongs to, so a dataset task (many items) uses the same passes.
+A :class:`CircuitTask` holds a batch of *items* (:func:`make_task`: one prompt pair;
+:func:`make_items_task`: a batch of :class:`CircuitItem`, right-padded) as aligned token
+rows, the positions whose next-token logits score each item's target, and the metric. The
+pass engine (:mod:`.passes`) runs any batch of rows, each row naming the item it belongs to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from tlcap.errors import ShapeMismatchError, TargetTokenizationError, UnknownNameError
+from tlcap.errors import EmptyDatasetError, ShapeMismatchError, TargetTokenizationError, UnknownNameError
 from tlcap.locate.circuits.config import METRICS
 from tlcap.models import Model
 
@@ -41,6 +43,7 @@ class CircuitTask:
         corrupt_target_ids: Token id of each item's corrupted answer ``[item, 1]``
             (``metric="logit_diff"``), or ``None``.
         metric: ``"nll"`` (MatchNLL) or ``"logit_diff"``.
+        lengths: Real (unpadded) tokens of each row (rows are right-padded; ``None``: no padding).
     """
 
     clean: Int[Tensor, "item pos"]
@@ -50,11 +53,19 @@ class CircuitTask:
     target_mask: Bool[Tensor, "item tgt"]
     corrupt_target_ids: Int[Tensor, "item 1"] | None = None
     metric: str = "nll"
+    lengths: Int[Tensor, " item"] | None = None
 
     @property
     def n_items(self) -> int:
         """Number of items."""
         return int(self.clean.shape[0])
+
+    def real_positions(self) -> Bool[Tensor, "item pos"]:
+        """``[item, pos]``: which positions of each row are real tokens (not right padding)."""
+        pos = torch.arange(self.clean.shape[1], device=self.clean.device)
+        if self.lengths is None:
+            return torch.ones_like(self.clean, dtype=torch.bool)
+        return pos[None, :] < self.lengths.to(pos.device)[:, None]
 
     def rows(self, batch: int) -> Int[Tensor, " batch"]:
         """The item of each of ``batch`` rows: all item 0 for a one-item task, else one row per item."""
@@ -115,6 +126,125 @@ class CircuitTask:
         return {"nll": -(lp * mask).sum(-1) / mask.sum(-1), "rank": rank, "target_logit": tl}
 
 
+@dataclass(frozen=True)
+class CircuitItem:
+    """One item of a circuit dataset: a clean prompt, its answer, and (optionally) its corrupted twin.
+
+    Attributes:
+        prompt: Clean prompt, e.g. ``"The capital of France is"``.
+        target: Its answer with the leading space, e.g. ``" Paris"``.
+        corrupt_prompt: Same relation, another subject of the same token length, or ``None``.
+        corrupt_target: The corrupted prompt's answer (``metric="logit_diff"``), or ``None``.
+        relation: Relation id (``"P36"``) or another group label.
+        uid: An identifier of the item in its source.
+    """
+
+    prompt: str
+    target: str
+    corrupt_prompt: str | None = None
+    corrupt_target: str | None = None
+    relation: str = ""
+    uid: str = ""
+
+
+def _encode_item(model: Model, it: CircuitItem, metric: str, where: str) -> tuple[list[int], list[int], Any, Any]:
+    """Clean ids (prompt + teacher-forced target), target ids, corrupted ids and the corrupted answer id."""
+    p_ids = model.encode(it.prompt)
+    t_ids = model.target_ids(it.prompt, it.target)
+    c_ids = None
+    if it.corrupt_prompt is not None:
+        c_ids = model.encode(it.corrupt_prompt)
+        if len(c_ids) != len(p_ids):
+            raise ShapeMismatchError(
+                f"{where}the corrupted prompt is {len(c_ids)} tokens {model.to_str_tokens(c_ids)} but the clean prompt "
+                f"is {len(p_ids)} tokens {model.to_str_tokens(p_ids)}; edge patching aligns them position by position: "
+                "pick a corrupted subject with the same number of tokens (change only the subject), "
+                "or use zero ablation (--zero-ablate; ablation='zero' in the API)"
+            )
+        c_ids = c_ids + t_ids[:-1]
+    cid = None
+    if metric == "logit_diff":
+        if it.corrupt_target is None:
+            raise TargetTokenizationError(f"{where}metric 'logit_diff' needs corrupt_target (the corrupted prompt's answer)")
+        if len(t_ids) != 1:
+            raise TargetTokenizationError(
+                f"{where}--metric logit-diff compares one-token answers but the target {it.target!r} is {len(t_ids)} "
+                f"tokens {model.to_str_tokens(t_ids)}; give a one-token target or use --metric nll (teacher-forced)"
+            )
+        c_target = model.target_ids(it.corrupt_prompt or it.prompt, it.corrupt_target)
+        if len(c_target) != 1:
+            raise TargetTokenizationError(
+                f"{where}--corrupt-target {it.corrupt_target!r} is {len(c_target)} tokens "
+                f"{model.to_str_tokens(c_target)}; --metric logit-diff compares one-token answers: give a one-token "
+                "answer (e.g. ' Rome') or use --metric nll"
+            )
+        cid = c_target[0]
+    return p_ids + t_ids[:-1], t_ids, c_ids, cid
+
+
+def _pad(rows: list[list[int]], width: int, fill: int) -> list[list[int]]:
+    return [r + [fill] * (width - len(r)) for r in rows]
+
+
+def make_items_task(model: Model, items: Sequence[CircuitItem], metric: str = "nll") -> CircuitTask:
+    """Tokenize a batch of items into one task, right-padded to the longest row.
+
+    **Padding.** Rows are right-padded (:attr:`~tlcap.models.Model.pad_token_id`): real tokens
+    come first, so no real position ever attends to a pad (attention is causal) and every real
+    position's activations equal those of the item run alone. The metric reads only real
+    positions, so the gradient at every pad position is exactly 0 and pads add nothing to an edge
+    score; mean ablations average real positions only (:meth:`CircuitTask.real_positions`). A
+    clean prompt and its corrupted twin must have the same number of tokens (they are patched
+    position by position): no alignment rule is applied, the item is refused.
+
+    Args:
+        model: The model.
+        items: The items (all with a corrupted prompt, or none).
+        metric: ``"nll"`` (MatchNLL) or ``"logit_diff"`` (every item needs ``corrupt_target``).
+
+    Returns:
+        The :class:`CircuitTask` (``lengths`` = real tokens per row).
+
+    Raises:
+        ShapeMismatchError: an item whose corrupted prompt has another number of tokens (the
+            message names the item), or items mixing with and without corrupted prompts.
+        TargetTokenizationError: a target that does not tokenize cleanly after its prompt.
+        EmptyDatasetError: no items.
+
+    Example:
+        >>> task = make_items_task(model, [CircuitItem("The capital of France is", " Paris")])
+    """
+    metric = metric.replace("-", "_")
+    if metric not in METRICS:
+        raise UnknownNameError.of("metric", metric, ("nll", "logit-diff"), option="--metric")
+    if not items:
+        raise EmptyDatasetError("a circuit task needs at least one item")
+    enc = [_encode_item(model, it, metric, f"item {i} ({it.prompt!r}): " if len(items) > 1 else "")
+           for i, it in enumerate(items)]
+    has_c = {c is not None for _, _, c, _ in enc}
+    if len(has_c) > 1:
+        raise ShapeMismatchError("some items have a corrupted prompt and some do not: give one to every item or to none")
+    width = max(len(c) for c, _, _, _ in enc)
+    n_tgt = max(len(t) for _, t, _, _ in enc)
+    pad = model.pad_token_id
+    dev = model.device
+
+    def tensor(rows: list[list[int]]) -> Tensor:
+        return torch.tensor(rows, dtype=torch.long, device=dev)
+
+    positions = [list(range(len(c) - len(t), len(c))) for c, t, _, _ in enc]
+    return CircuitTask(
+        clean=tensor(_pad([c for c, _, _, _ in enc], width, pad)),
+        corrupt=tensor(_pad([x for _, _, x, _ in enc], width, pad)) if has_c == {True} else None,
+        positions=tensor(_pad(positions, n_tgt, 0)),
+        target_ids=tensor(_pad([t for _, t, _, _ in enc], n_tgt, 0)),
+        target_mask=tensor(_pad([[1] * len(t) for _, t, _, _ in enc], n_tgt, 0)).bool(),
+        corrupt_target_ids=tensor([[x] for _, _, _, x in enc]) if metric == "logit_diff" else None,
+        metric=metric,
+        lengths=tensor([[len(c) for c, _, _, _ in enc]])[0],
+    )
+
+
 def make_task(
     model: Model,
     prompt: str,
@@ -146,51 +276,7 @@ def make_task(
         >>> task = make_task(model, "The capital of France is", " Paris", "The capital of Italy is")
         >>> task.clean.shape, task.corrupt.shape
     """
-    metric = metric.replace("-", "_")
-    if metric not in METRICS:
-        raise UnknownNameError.of("metric", metric, ("nll", "logit-diff"), option="--metric")
-    p_ids = model.encode(prompt)
-    t_ids = model.target_ids(prompt, target)
-    clean = p_ids + t_ids[:-1]
-    positions = list(range(len(p_ids) - 1, len(p_ids) - 1 + len(t_ids)))
-    dev = model.device
-    cor = None
-    if corrupt_prompt is not None:
-        c_ids = model.encode(corrupt_prompt)
-        if len(c_ids) != len(p_ids):
-            raise ShapeMismatchError(
-                f"the corrupted prompt is {len(c_ids)} tokens {model.to_str_tokens(c_ids)} but the clean prompt is "
-                f"{len(p_ids)} tokens {model.to_str_tokens(p_ids)}; edge patching aligns them position by position: "
-                "pick a corrupted subject with the same number of tokens (change only the subject), "
-                "or use zero ablation (--zero-ablate; ablation='zero' in the API)"
-            )
-        cor = torch.tensor([c_ids + t_ids[:-1]], dtype=torch.long, device=dev)
-    cids = None
-    if metric == "logit_diff":
-        if corrupt_target is None:
-            raise TargetTokenizationError("metric 'logit_diff' needs corrupt_target (the corrupted prompt's answer)")
-        if len(t_ids) != 1:
-            raise TargetTokenizationError(
-                f"--metric logit-diff compares one-token answers but the target {target!r} is {len(t_ids)} tokens "
-                f"{model.to_str_tokens(t_ids)}; give a one-token target or use --metric nll (teacher-forced)"
-            )
-        c_target = model.target_ids(corrupt_prompt or prompt, corrupt_target)
-        if len(c_target) != 1:
-            raise TargetTokenizationError(
-                f"--corrupt-target {corrupt_target!r} is {len(c_target)} tokens {model.to_str_tokens(c_target)}; "
-                "--metric logit-diff compares one-token answers: give a one-token answer (e.g. ' Rome') "
-                "or use --metric nll"
-            )
-        cids = torch.tensor([c_target], dtype=torch.long, device=dev)
-    return CircuitTask(
-        clean=torch.tensor([clean], dtype=torch.long, device=dev),
-        corrupt=cor,
-        positions=torch.tensor([positions], dtype=torch.long, device=dev),
-        target_ids=torch.tensor([t_ids], dtype=torch.long, device=dev),
-        target_mask=torch.ones(1, len(t_ids), dtype=torch.bool, device=dev),
-        corrupt_target_ids=cids,
-        metric=metric,
-    )
+    return make_items_task(model, [CircuitItem(prompt, target, corrupt_prompt, corrupt_target)], metric)
 
 
-__all__ = ["CircuitTask", "make_task"]
+__all__ = ["CircuitItem", "CircuitTask", "make_items_task", "make_task"]

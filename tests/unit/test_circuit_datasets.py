@@ -1,0 +1,93 @@
+"""Dataset circuits on tiny random models: streamed scores are the mean of per-item scores, for any batch size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError, ShapeMismatchError
+from tlcap.locate.circuits import CircuitDataset, CircuitItem, edge_attribution, load_circuit_dataset, make_items_task
+from tlcap.locate.circuits.dataset import pair_corruptions, read_items
+
+# prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
+ITEMS = (
+    CircuitItem("The capital of France is", " Paris", "The capital of Italy is"),
+    CircuitItem("The capital city of Germany is", " Berlin city", "The capital city of Spain is"),
+    CircuitItem("London is the capital of", " England", "Paris is the capital of"),
+    CircuitItem("The language of France is", " French", "The language of Italy is"),
+)
+
+
+@pytest.mark.parametrize(("name", "steps"), [("tiny_gpt2", 1), ("tiny_llama", 3)])  # EAP on MHA, EAP-IG on GQA
+def test_dataset_scores_are_the_mean_of_item_scores_for_any_batch_size(request, name, steps):
+    model = request.getfixturevalue(name)
+    ds = CircuitDataset(ITEMS, "four")
+    assert len({model.encode(it.prompt).__len__() for it in ITEMS}) > 1  # padding is exercised
+    per_item = [edge_attribution(model, it.prompt, it.target, it.corrupt_prompt, steps=steps) for it in ITEMS]
+    mean = torch.stack([s.scores for s in per_item]).double().mean(0)
+    scale = float(mean.abs().max())
+    assert scale > 1e-4
+    for bs in (1, 3):
+        sc = edge_attribution(model, ds, steps=steps, batch_size=bs)
+        assert sc.n_items == 4 and sc.dataset == "four" and sc.ablation == "corrupt"
+        torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * scale, rtol=1e-4)
+        assert sc.clean_metric == pytest.approx(sum(s.clean_metric for s in per_item) / 4, rel=1e-5)
+        assert sc.corrupt_metric == pytest.approx(sum(s.corrupt_metric for s in per_item) / 4, rel=1e-5)
+
+
+def test_zero_ablation_dataset_mean_and_padding(tiny_gpt2):
+    ds = CircuitDataset(ITEMS, "four").without_corrupt()
+    per_item = [edge_attribution(tiny_gpt2, it.prompt, it.target, None) for it in ITEMS]
+    mean = torch.stack([s.scores for s in per_item]).double().mean(0)
+    sc = edge_attribution(tiny_gpt2, ds, batch_size=3)
+    assert sc.ablation == "zero"
+    torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * float(mean.abs().max()), rtol=1e-4)
+    task = make_items_task(tiny_gpt2, list(ITEMS[:2]))
+    assert task.lengths.tolist() == [len(tiny_gpt2.encode(it.prompt)) + len(tiny_gpt2.target_ids(it.prompt, it.target)) - 1
+                                     for it in ITEMS[:2]]
+    assert task.real_positions().sum().item() == sum(task.lengths.tolist())
+
+
+def test_unequal_clean_and_corrupt_lengths_name_the_item(tiny_gpt2):
+    bad = CircuitItem("The capital of France is", " Paris", "The capital of the United Kingdom is")
+    with pytest.raises(ShapeMismatchError, match=r"^item 1 \('The capital of France is'\): the corrupted prompt is 7 tokens"):
+        edge_attribution(tiny_gpt2, CircuitDataset((ITEMS[0], bad)), batch_size=2)
+    with pytest.raises(InvalidConfigError, match="has no corrupted prompts"):
+        edge_attribution(tiny_gpt2, CircuitDataset(ITEMS).without_corrupt(), ablation="corrupt")
+    with pytest.raises(InvalidConfigError, match="needs a target"):
+        edge_attribution(tiny_gpt2, "The capital of France is")
+
+
+def test_pairing_and_user_files(tiny_gpt2, tmp_path):
+    plain = [CircuitItem(it.prompt, it.target, relation="r") for it in ITEMS]
+    paired, dropped = pair_corruptions(tiny_gpt2, plain)
+    # item 1 (6 tokens) has no same-length partner; the others pair with the next same-length item
+    assert dropped == 1 and [p.prompt for p in paired] == [ITEMS[0].prompt, ITEMS[2].prompt, ITEMS[3].prompt]
+    assert [p.corrupt_prompt for p in paired] == [ITEMS[2].prompt, ITEMS[3].prompt, ITEMS[0].prompt]
+    rows = [{"prompt": it.prompt, "target": it.target, "relation": "r"} for it in ITEMS]
+    (tmp_path / "d.json").write_text(json.dumps({"items": rows}))
+    (tmp_path / "d.csv").write_text("prompt,target,relation\n" + "".join(f'"{r["prompt"]}",{r["target"]},r\n' for r in rows))
+    for name in ("d.json", "d.csv"):
+        ds = load_circuit_dataset(tmp_path / name, model=tiny_gpt2)
+        assert [it.prompt for it in ds.items] == [p.prompt for p in paired] and ds.dropped == 1
+        assert ds.items[0].target == " Paris" and ds.has_corrupt
+        assert not load_circuit_dataset(tmp_path / name, model=tiny_gpt2, corrupt=False).has_corrupt
+    (tmp_path / "bad.json").write_text(json.dumps([{"prompt": "x"}]))
+    with pytest.raises(DataFormatError, match="item 0 needs non-empty 'prompt' and 'target'"):
+        read_items(tmp_path / "bad.json")
+    with pytest.raises(EmptyDatasetError, match="no items left"):
+        load_circuit_dataset(tmp_path / "d.json", model=tiny_gpt2, relation="other")
+
+
+def test_pararel_and_known_sources(tiny_gpt2):
+    ds = load_circuit_dataset("pararel", relation="P36", n=6, model=tiny_gpt2)
+    assert len(ds) == 6 and ds.name == "pararel:P36" and ds.has_corrupt
+    for it in ds.items:
+        assert len(tiny_gpt2.encode(it.prompt)) == len(tiny_gpt2.encode(it.corrupt_prompt))
+        assert it.relation == "P36" and it.target != it.corrupt_target
+    kn = load_circuit_dataset("known", relation="P17", n=4, model=tiny_gpt2, corrupt=False)
+    assert len(kn) == 4 and all(it.relation == "P17" and it.corrupt_prompt is None for it in kn.items)
+    with pytest.raises(InvalidConfigError, match="needs --relation"):
+        load_circuit_dataset("pararel", model=tiny_gpt2)
