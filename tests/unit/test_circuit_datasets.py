@@ -8,8 +8,18 @@ import pytest
 import torch
 
 from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError, ShapeMismatchError
-from tlcap.locate.circuits import CircuitDataset, CircuitItem, edge_attribution, load_circuit_dataset, make_items_task
+from tlcap.locate.circuits import (
+    CircuitDataset,
+    CircuitItem,
+    EdgeGraph,
+    edge_attribution,
+    edge_hooks_enabled,
+    load_circuit_dataset,
+    make_items_task,
+)
 from tlcap.locate.circuits.dataset import pair_corruptions, read_items
+from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
+from tlcap.runtime import hooks as H
 
 # prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
 ITEMS = (
@@ -91,3 +101,72 @@ def test_pararel_and_known_sources(tiny_gpt2):
     assert len(kn) == 4 and all(it.relation == "P17" and it.corrupt_prompt is None for it in kn.items)
     with pytest.raises(InvalidConfigError, match="needs --relation"):
         load_circuit_dataset("pararel", model=tiny_gpt2)
+
+
+def _upstream_sites(model):
+    """(hook name, upstream slice) of every upstream node output: the input, each layer's heads, each MLP."""
+    g = EdgeGraph.from_model(model)
+    out = [("blocks.0.hook_resid_pre", slice(0, 1))]
+    for l in range(model.n_layers):
+        out.append((f"blocks.{l}.attn.hook_result", slice(g.head_index(l, 0), g.head_index(l, 0) + model.n_heads)))
+        out.append((f"blocks.{l}.hook_mlp_out", slice(g.mlp_index(l), g.mlp_index(l) + 1)))
+    return out
+
+
+def _reference_means(model, items, positional):
+    """Each node's output averaged over the real positions of every item run alone (independent of the engine)."""
+    sites = _upstream_sites(model)
+    per_item = []
+    with edge_hooks_enabled(model):
+        for it in items:
+            toks = make_items_task(model, [it]).clean
+            _, cache = model.run_with_cache(toks, [n for n, _ in sites])
+            acts = [cache[n][0].double() for n, _ in sites]  # [pos, d] or [pos, head, d]
+            per_item.append(torch.cat([a[:, None] if a.ndim == 2 else a for a in acts], 1))  # [pos, n_up, d]
+    if not positional:
+        return torch.cat(per_item).mean(0)[:, None]  # [n_up, 1, d]
+    width = max(x.shape[0] for x in per_item)
+    tot = torch.zeros(width, *per_item[0].shape[1:], dtype=torch.float64)
+    cnt = torch.zeros(width, dtype=torch.float64)
+    for x in per_item:
+        tot[: x.shape[0]] += x
+        cnt[: x.shape[0]] += 1
+    return (tot / cnt[:, None, None]).transpose(0, 1)  # [n_up, pos, d]
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_every_ablation_is_exact_on_a_dataset(request, name):
+    """Full circuit == the model on every item; empty circuit == the model with every node output ablated."""
+    model = request.getfixturevalue(name)
+    items = list(ITEMS[:3])
+    ds = CircuitDataset(tuple(items), "three")
+    g = EdgeGraph.from_model(model)
+    sites = _upstream_sites(model)
+    masks = torch.stack([g.valid_mask(), torch.zeros_like(g.valid_mask())])
+    for ablation in ("corrupt", "zero", "mean", "mean-positional"):
+        d = ds if ablation == "corrupt" else ds.without_corrupt()
+        tasks = d.tasks(model, batch_size=2)
+        src = ready_source(model, g, tasks, ablation)
+        logits = circuit_metrics(model, g, tasks, masks, src, return_logits=True)["logits"]
+        rows = [lg[:, r] for lg, t in zip(logits, tasks) for r in range(t.n_items)]  # [2, pos, V] per item, in order
+        if ablation.startswith("mean"):
+            ref_mean = _reference_means(model, items, ablation == "mean-positional")
+            torch.testing.assert_close(src.mean.double(), ref_mean, atol=1e-5, rtol=1e-5)
+        for lg, it in zip(rows, items, strict=True):
+            task = make_items_task(model, [it])
+            n = task.clean.shape[1]
+            torch.testing.assert_close(lg[0, :n], model.logits(task.clean)[0], atol=1e-5, rtol=1e-5)
+            if ablation == "corrupt":
+                ablated = model.logits(task.corrupt)
+            else:
+                hooks = []
+                for hook, sl in sites:
+                    if ablation == "zero":
+                        val = 0.0
+                    else:
+                        m = src.mean[sl, :n]  # [k, pos|1, d]
+                        val = m[0] if hook.endswith("mlp_out") or hook.endswith("resid_pre") else m.transpose(0, 1)
+                    hooks.append((hook, H.set_to(val)))
+                with edge_hooks_enabled(model):
+                    ablated = model.logits(task.clean, hooks=hooks)
+            torch.testing.assert_close(lg[1, :n], ablated[0], atol=1e-5, rtol=1e-5)

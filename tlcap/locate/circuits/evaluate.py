@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tlcap.locate.circuits.ablation import ablation_source
+from tlcap.locate.circuits.ablation import ablation_source, fit_source
 from tlcap.locate.circuits.circuit import Circuit
 from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.circuits.passes import run_pass
@@ -38,13 +38,14 @@ def ablated_upstream(
         model: The model.
         graph: Its edge graph.
         task: The task.
-        ablation: ``"corrupt"`` or ``"zero"`` (default: ``corrupt`` when the task has corrupted rows).
+        ablation: ``"corrupt"``, ``"zero"``, ``"mean"`` or ``"mean-positional"`` (the means over
+            this task's prompts); default ``corrupt`` when the task has corrupted rows, else ``zero``.
 
     Returns:
         ``[item, n_up, pos, d_model]`` replacement outputs.
     """
     name = ablation or ("corrupt" if task.corrupt is not None else "zero")
-    return ablation_source(name).run(model, graph, task).upstream
+    return fit_source(ablation_source(name), model, graph, [task]).run(model, graph, task).upstream
 
 
 def evaluate_masks(
