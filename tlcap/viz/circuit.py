@@ -234,5 +234,38 @@ def evaluation_figure(labels: Sequence[str], nll: Sequence[float], ranks: Sequen
     return fig
 
 
-__all__ = ["circuit_graph", "edge_score_heatmap", "evaluation_figure", "node_kind", "node_parameter_figure",
-           "node_xy", "size_sweep_figure"]
+
+
+
+def faithfulness_figure(table: pd.DataFrame, title: str, unit: str = "edges") -> go.Figure:
+    """Normalised faithfulness of circuits and of their complements vs circuit size.
+
+    Args:
+        table: One row per size with columns ``fraction`` (share of the graph's edges or nodes),
+            ``n`` (their number), ``faithfulness`` and ``complement_faithfulness``.
+        title: Figure title (carries the areas).
+        unit: What the size counts (``"edges"``, ``"nodes"``).
+
+    Returns:
+        One panel: faithfulness (0 = ablated model, 1 = full model) against the fraction kept.
+    """
+    fig = go.Figure()
+    x = [float(v) for v in table["fraction"]]
+    text = [f"{int(n)} {unit}" for n in table["n"]]
+    fig.add_trace(go.Scatter(x=x, y=list(table["faithfulness"]), mode="lines+markers", name="circuit", text=text,
+                             line=dict(color="#d62728")))
+    fig.add_trace(go.Scatter(x=x, y=list(table["complement_faithfulness"]), mode="lines+markers",
+                             name="complement (everything but the circuit)", text=text,
+                             line=dict(color="gray", dash="dot")))
+    for y in (0.0, 1.0):
+        fig.add_hline(y=y, line=dict(color="black", dash="dash", width=1))
+    fig.update_xaxes(title=f"fraction of the graph's {unit} in the circuit")
+    fig.update_yaxes(title="normalised faithfulness (circuit − ablated) / (full − ablated)")
+    fig.update_layout(title=title, template="plotly_white", width=900, height=500, legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+__all__ = [
+    "circuit_graph", "edge_score_heatmap", "evaluation_figure", "faithfulness_figure", "node_kind",
+    "node_parameter_figure", "node_xy", "size_sweep_figure",
+]
