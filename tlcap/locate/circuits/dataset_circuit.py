@@ -1,0 +1,164 @@
+"""The circuit of a dataset (a relation, a task): score, select, faithfulness curve (``tlcap circuit --dataset``).
+
+A composition of the circuit pieces: :func:`edge_attribution` over a :class:`CircuitDataset`
+(scores = mean of the per-item scores) → a circuit of ``top_n`` edges (top-n or greedy
+selection, pruned) → :func:`faithfulness_curve` over the same items, whose sizes include the
+selected circuit's, so its faithfulness is one point of the curve. Everything is in one
+:class:`DatasetCircuit` result, whose :meth:`~DatasetCircuit.summary` is the command's
+``summary.json`` (with CPR, CMD and the pruning semantics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from tlcap.errors import InvalidConfigError
+from tlcap.locate.circuits.circuit import Circuit
+from tlcap.locate.circuits.config import EAPConfig
+from tlcap.locate.circuits.dataset import CircuitDataset
+from tlcap.locate.circuits.eap import EdgeScores, check_dataset_config, edge_attribution
+from tlcap.locate.circuits.faithfulness import FaithfulnessCurve, circuit_masks, default_sizes, faithfulness_curve
+from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.models import Model
+from tlcap.provenance import Provenance
+from tlcap.results import Result
+
+
+@dataclass(frozen=True)
+class DatasetCircuit(Result):
+    """A dataset's mean edge scores, its circuit and the faithfulness curve.
+
+    Attributes:
+        scores: ``[n_upstream, n_readers]`` mean edge scores over the items.
+        mask: ``[n_upstream, n_readers]`` the selected circuit's edges (after pruning).
+        graph: The :class:`EdgeGraph`.
+        top_n: Edges requested; selection: ``"top_n"`` or ``"greedy"``.
+        curve: The :class:`FaithfulnessCurve` (its sizes include ``top_n``).
+        model_name, dataset, n_items, metric, method, steps, ablation, clean_metric, corrupt_metric: The run.
+        items: The items' prompts, targets and corrupted prompts (as dicts).
+        config: The :class:`EAPConfig`, as a dict.
+    """
+
+    scores: Float[Tensor, "n_up n_readers"]
+    mask: Bool[Tensor, "n_up n_readers"]
+    graph: EdgeGraph
+    top_n: int
+    selection: str
+    curve: FaithfulnessCurve
+    model_name: str = ""
+    dataset: str = ""
+    n_items: int = 0
+    metric: str = "nll"
+    method: str = "eap"
+    steps: int = 1
+    ablation: str = ""
+    clean_metric: float = float("nan")
+    corrupt_metric: float = float("nan")
+    items: tuple[dict, ...] = ()
+    config: dict = field(default_factory=dict)
+
+    @property
+    def circuit(self) -> Circuit:
+        """The selected :class:`Circuit` (``prompt`` holds the dataset's name)."""
+        return Circuit(mask=self.mask, scores=self.scores, graph=self.graph, n_selected=self.top_n,
+                       selection=f"{self.selection}={self.top_n}", model_name=self.model_name,
+                       prompt=self.dataset, metric=self.metric, ablation=self.ablation, provenance=self.provenance)
+
+    @property
+    def edge_scores(self) -> EdgeScores:
+        """The mean :class:`EdgeScores`."""
+        return EdgeScores(scores=self.scores, valid=self.graph.valid_mask(), graph=self.graph,
+                          model_name=self.model_name, metric=self.metric, method=self.method, steps=self.steps,
+                          clean_metric=self.clean_metric, corrupt_metric=self.corrupt_metric, ablation=self.ablation,
+                          config=dict(self.config), n_items=self.n_items, dataset=self.dataset)
+
+    @property
+    def circuit_faithfulness(self) -> float:
+        """Normalised faithfulness of the selected circuit (its point of the curve)."""
+        return self.curve.faithfulness[self.curve.n_requested.index(self.top_n)]
+
+    def summary(self) -> dict[str, Any]:
+        """Dataset, method, the circuit (size, faithfulness), the curve's areas and pruning, the edges."""
+        c = self.circuit
+        return {
+            "model": self.model_name, "dataset": self.dataset, "n_items": self.n_items, "method": self.method,
+            "ig_steps": self.steps, "metric": self.metric, "ablation": self.ablation,
+            "clean_metric": self.clean_metric, "ablated_metric": self.corrupt_metric,
+            "selection": self.selection, "top_n": self.top_n, "n_edges": c.n_edges, "n_nodes": c.n_nodes,
+            "total_edges": int(self.graph.valid_mask().sum()), "param_fraction": c.param_fraction,
+            "circuit_faithfulness": self.circuit_faithfulness, "cpr": self.curve.cpr, "cmd": self.curve.cmd,
+            "complement_area": self.curve.complement_area, "pruning": self.curve.pruning,
+            "faithfulness_curve": self.curve.to_frame().to_dict(orient="list"),
+            "nodes": list(c.nodes), "edges": [[u, v, s] for u, v, s in c.edges], "config": dict(self.config),
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """The circuit's edges (:meth:`Circuit.to_frame`)."""
+        return self.circuit.to_frame()
+
+    def figure(self) -> go.Figure:
+        """The faithfulness curve (:meth:`FaithfulnessCurve.figure`)."""
+        return self.curve.figure()
+
+    def figures(self) -> dict[str, go.Figure]:
+        """Every figure by file stem: ``faithfulness``, ``circuit``, ``edge_scores``."""
+        return {"faithfulness": self.figure(), "circuit": self.circuit.figure(
+            title=f"{self.dataset} circuit: {self.circuit.n_edges} edges ({self.selection}), {self.n_items} items"),
+            "edge_scores": self.edge_scores.heatmap(title=f"Mean edge scores over {self.n_items} items of {self.dataset}")}
+
+
+def dataset_circuit(
+    model: Model,
+    dataset: CircuitDataset,
+    *,
+    config: EAPConfig | None = None,
+    log: Callable[[str], None] | None = None,
+    **overrides: Any,
+) -> DatasetCircuit:
+    """Find the circuit of a dataset and its faithfulness curve.
+
+    Args:
+        model: The model.
+        dataset: The items (:func:`~.dataset.load_circuit_dataset`).
+        config: An :class:`EAPConfig` (``steps``, ``ablation``, ``top_n``, ``greedy``, ``batch_size``,
+            ``sweep_sizes`` = the curve's sizes).
+        log: Called with a line before each phase.
+        **overrides: :class:`EAPConfig` fields overriding ``config``.
+
+    Returns:
+        The :class:`DatasetCircuit`, with provenance.
+
+    Example:
+        >>> ds = load_circuit_dataset("pararel", relation="P36", n=100, model=model)
+        >>> res = dataset_circuit(model, ds, steps=5, top_n=300)
+        >>> res.summary()["cpr"], res.figure()
+    """
+    cfg = check_dataset_config(dataset, EAPConfig.resolve(config, **overrides))
+    if cfg.threshold is not None:
+        raise InvalidConfigError("a dataset circuit is selected by size: give --top-n (and --greedy), not --threshold")
+    say = log or (lambda _: None)
+    say(f"scoring all edges over {len(dataset)} items of {dataset.name} "
+        f"({f'EAP-IG, {cfg.steps} steps' if cfg.steps > 1 else 'EAP'}, {cfg.ablation} ablation) ...")
+    sc = edge_attribution(model, dataset, config=cfg)
+    top_n = int(cfg.selection[1]) if cfg.selection[0] == "top_n" else 300
+    selection = "greedy" if cfg.greedy else "top_n"
+    mask = circuit_masks(sc.graph, sc.scores, [top_n], selection)[0][0]
+    sizes = sorted(set(cfg.sweep_sizes or default_sizes(sc.n_edges)) | {top_n})
+    say(f"faithfulness curve ({len(sizes)} sizes, circuits and complements) ...")
+    curve = faithfulness_curve(model, sc, dataset, sizes=sizes, selection=selection, batch_size=cfg.batch_size)
+    return DatasetCircuit(
+        scores=sc.scores, mask=mask, graph=sc.graph, top_n=top_n, selection=selection, curve=curve,
+        model_name=model.name, dataset=dataset.name, n_items=len(dataset), metric=sc.metric, method=sc.method,
+        steps=sc.steps, ablation=sc.ablation, clean_metric=sc.clean_metric, corrupt_metric=sc.corrupt_metric,
+        items=tuple(dataset.to_rows()), config=cfg.to_dict(), provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
+    )
+
+
+__all__ = ["DatasetCircuit", "dataset_circuit"]
