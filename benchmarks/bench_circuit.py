@@ -15,7 +15,14 @@ max relative difference of the two score matrices.
   ``_edge_effects`` over a GQA edge list whose k/v readers are kv heads (``Node(kind="k_input",
   head=g)``) -- exactly what ``attribution_patch`` would do with a GQA-aware ``enumerate_edges``.
 
-Usage: ``python benchmarks/bench_circuit.py [--quick] [--skip-smollm2]``
+Dataset mode (``--dataset-mode``, issue 14): 100 ParaRel P36 prompts with same-length corrupted
+partners on SmolLM2; seconds per prompt and peak memory of ``edge_attribution(model, dataset,
+batch_size=8)`` for EAP and EAP-IG(5), against the per-prompt loop (``edge_attribution`` per
+item), each in its own process so that its peak RSS (``ru_maxrss``) is its own; the peak above
+the loaded model is measured at 25 and at 100 prompts (it must not grow with the prompts).
+Results: ``benchmarks/results/bench_circuit_dataset.json``.
+
+Usage: ``python benchmarks/bench_circuit.py [--quick] [--skip-smollm2] [--dataset-mode [--loop-n N]]``
 """
 
 from __future__ import annotations
@@ -113,11 +120,77 @@ def bench(model, label: str, reps: int, gqa: bool, pair: tuple[str, str, str] = 
     return row
 
 
+def _rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def dataset_worker(mode: str, n: int, steps: int) -> dict:
+    """One measurement in this process: ``mode`` = ``dataset`` (batched, streamed) or ``loop`` (per prompt)."""
+    from tlcap.locate.circuits import load_circuit_dataset
+
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    sm = load_model("smollm2-135m")
+    ds = load_circuit_dataset("pararel", relation="P36", n=100, model=sm)
+    items = ds.items[:n]
+    edge_attribution(sm, items[0].prompt, items[0].target, items[0].corrupt_prompt, steps=steps)  # warm-up
+    base = _rss_mib()
+    t, c = time.perf_counter(), time.process_time()
+    if mode == "dataset":
+        sc = edge_attribution(sm, type(ds)(items, ds.name), steps=steps, batch_size=8)
+    else:
+        for it in items:
+            sc = edge_attribution(sm, it.prompt, it.target, it.corrupt_prompt, steps=steps)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    return {"mode": mode, "n_prompts": n, "steps": steps, "s_per_prompt": wall / n, "cpu_s_per_prompt": cpu / n,
+            "peak_rss_mib": _rss_mib(), "rss_after_load_mib": base, "peak_above_load_mib": _rss_mib() - base,
+            "score_abs_max": float(sc.scores.abs().max())}
+
+
+def dataset_mode(loop_n: int) -> None:
+    import subprocess
+
+    runs = [("dataset", 25, 1), ("dataset", 100, 1), ("loop", loop_n, 1),
+            ("dataset", 25, 5), ("loop", loop_n, 5), ("dataset", 100, 5)]
+    rows: list[dict] = []
+    out = Path(__file__).parent / "results" / "bench_circuit_dataset.json"
+
+    def write() -> None:  # after every run: a long benchmark stopped early keeps what it measured
+        out.write_text(json.dumps({"torch_threads": int(os.environ.get("BENCH_THREADS", "2")), "batch_size": 8,
+                                   "dataset": "pararel:P36 (same-length corrupted partners)",
+                                   "loadavg_at_end": os.getloadavg(), "rows": rows}, indent=1))
+
+    for mode, n, steps in runs:
+        res = subprocess.run([sys.executable, __file__, "--worker", mode, str(n), str(steps)], capture_output=True,
+                             text=True, check=True)
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(f"{mode:<8}{n:>5} prompts  {'EAP' if steps == 1 else f'EAP-IG({steps})':<10}{r['s_per_prompt']:>8.3f} s/prompt"
+              f"{r['peak_rss_mib']:>9.0f} MiB peak{r['peak_above_load_mib']:>8.0f} MiB above load "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+        write()
+    for steps in (1, 5):
+        d = next(r for r in rows if r["mode"] == "dataset" and r["n_prompts"] == 100 and r["steps"] == steps)
+        lp = next(r for r in rows if r["mode"] == "loop" and r["steps"] == steps)
+        print(f"steps={steps}: per-prompt loop / dataset = {lp['s_per_prompt'] / d['s_per_prompt']:.2f}x per prompt")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="one repetition per timing")
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--dataset-mode", action="store_true", help="issue 14: dataset vs per-prompt loop on SmolLM2")
+    parser.add_argument("--loop-n", type=int, default=100, help="prompts of the per-prompt loop (dataset mode)")
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(dataset_worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))))
+        return
+    if args.dataset_mode:
+        dataset_mode(args.loop_n)
+        return
     reps = 1 if args.quick else 3
     g2 = make_gpt2("small", seed=0)
     rows = [bench(g2, "gpt2-small-random", reps, gqa=False), bench(g2, "gpt2-small-random", reps, gqa=False, pair=LONG)]

@@ -45,12 +45,16 @@ class PassOutput:
         metric: The task's metric per row.
         upstream: Every upstream output ``[batch, n_up, pos, d_model]`` (``record_upstream``).
         reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``).
+        sites: Activations of the extra hook points (``record_sites``), by hook name.
+        site_grads: ``d metric / d`` those activations (``record_sites`` with ``grads``).
     """
 
     logits: Float[Tensor, "batch pos d_vocab"]
     metric: Float[Tensor, " batch"]
     upstream: Float[Tensor, "batch n_up pos d_model"] | None = None
     reader_grads: Float[Tensor, "batch n_readers pos d_model"] | None = None
+    sites: dict[str, Tensor] | None = None
+    site_grads: dict[str, Tensor] | None = None
 
 
 def _as_nodes(act: Tensor) -> Tensor:
@@ -114,6 +118,7 @@ def run_pass(
     keep: Float[Tensor, "batch n_up n_readers"] | None = None,
     replacement: Float[Tensor, "#batch n_up pos d_model"] | None = None,
     grad_rows: list[int] | None = None,
+    record_sites: tuple[str, ...] = (),
 ) -> PassOutput:
     """One forward (and optionally backward) pass on the edge graph.
 
@@ -131,6 +136,8 @@ def run_pass(
         replacement: Upstream outputs replacing the dropped edges' (one row for every row,
             or one per row); needed with ``keep``.
         grad_rows: Backpropagate only these rows' metric (default: all rows).
+        record_sites: More hook names to record (and, with ``grads``, to take the gradient at),
+            e.g. the ``mlp_post`` sites for MLP-neuron nodes.
 
     Returns:
         A :class:`PassOutput`.
@@ -155,8 +162,12 @@ def run_pass(
         fwd += _ablation_hooks(graph, ups, keep, replacement)
     bwd: list[tuple[str, Callable[..., Any]]] = []
     gstore: dict[str, Tensor] = {}
+    sites: dict[str, Tensor] = {}
+    sgrads: dict[str, Tensor] = {}
+    fwd += [(name, H.record(sites, name, detach=not grads)) for name in record_sites]
     if grads:
         bwd = [(rh.name, H.capture_grad(gstore, rh.name)) for rh in graph.reader_hooks()]
+        bwd += [(name, H.capture_grad(sgrads, name)) for name in record_sites]
     with torch.set_grad_enabled(grads), model.edge_hooks(), model.hooks(fwd=fwd, bwd=bwd):
         logits = model.forward(tokens)
         metric = task.metric_rows(logits, items)
@@ -167,7 +178,8 @@ def run_pass(
     reader_grads = None
     if grads:
         reader_grads = _stack_readers(graph, gstore, tokens.shape[0], tokens.shape[1], model.d_model)
-    return PassOutput(logits.detach(), metric.detach(), upstream, reader_grads)
+    extra = {k: v.detach() for k, v in sites.items()} if record_sites else None
+    return PassOutput(logits.detach(), metric.detach(), upstream, reader_grads, extra, sgrads if grads and record_sites else None)
 
 
 __all__ = ["PassOutput", "run_pass"]
