@@ -34,6 +34,7 @@ from typing import Any
 from tlcap.data.files import read_json_rows, read_jsonl, text_stream
 from tlcap.data.knowns import load_known_facts
 from tlcap.data.pararel import load_pararel
+from tlcap.data.sample import DataWarning
 from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError, MissingFileError
 from tlcap.locate.circuits.task import CircuitItem, CircuitTask, make_items_task
 from tlcap.models import Model
@@ -215,7 +216,7 @@ def load_circuit_dataset(
         )
     if n is not None and len(items) < n:
         warnings.warn(f"{name}: {len(items)} items instead of {n} ({dropped} had no same-length corrupted partner)",
-                      UserWarning, stacklevel=2)
+                      DataWarning, stacklevel=2)
     return CircuitDataset(tuple(items), name, dropped)
 
 
