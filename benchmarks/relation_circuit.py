@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top-n", type=int, default=300)
+    ap.add_argument("--neuron-steps", type=int, default=1, help="EAP-IG steps of the neuron scores (1 = EAP)")
     ap.add_argument("--kn-facts", type=int, default=4)
     ap.add_argument("--kn-steps", type=int, default=10)
     ap.add_argument("--known-top-k", type=int, default=10)
@@ -54,7 +55,7 @@ def main() -> None:
         export_circuit(res.circuit, args.out / f"circuit{suffix}")
     print(f"circuit {res.circuit.n_edges} edges, faithfulness {res.circuit_faithfulness:.3f}, "
           f"CPR {res.curve.cpr:.3f}, CMD {res.curve.cmd:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    ns = neuron_attribution(m, ds, steps=args.steps, batch_size=8)
+    ns = neuron_attribution(m, ds, steps=args.neuron_steps, batch_size=8)
     kn_sets = []
     for it in ds.items[: args.kn_facts]:
         kn = locate_knowledge_neurons(m, it.prompt, it.target, steps=args.kn_steps, n_random=0, progress=False)
@@ -63,7 +64,8 @@ def main() -> None:
     rel_kn = union_of(kn_sets, (m.n_layers, m.d_mlp))
     mlp_layers = sorted({int(n[1:]) for n in res.circuit.block_nodes if n.startswith("m")})
     report = {
-        "relation": args.relation, "n_items": len(ds), "kn_facts": args.kn_facts, "kn_ig_steps": args.kn_steps,
+        "relation": args.relation, "n_items": len(ds), "edge_ig_steps": args.steps, "neuron_ig_steps": args.neuron_steps,
+        "kn_facts": args.kn_facts, "kn_ig_steps": args.kn_steps,
         "kn_union_size": len(rel_kn.neurons), "circuit_mlp_layers": mlp_layers,
         "overlap_all_layers": neuron_overlap(ns, rel_kn),
         "overlap_circuit_mlps": neuron_overlap(ns, rel_kn, layers=mlp_layers) if mlp_layers else None,
