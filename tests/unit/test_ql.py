@@ -139,7 +139,7 @@ def test_sig_amig_completeness_and_normalisation(tiny_llama):
     from tlcap.attribution.sig import masked_baselines, sig
 
     prompt, target = "The capital of France is", " Paris"
-    a = amig(tiny_llama, prompt, target, steps=16)
+    a = amig(tiny_llama, prompt, target, steps=16, words="last")
     assert a.method == "amig" and a.completeness_rel_error < 1e-2
     if a.meta["normaliser"] == "sum":
         assert float(a.scores.double().sum()) == pytest.approx(1.0, rel=1e-4)

@@ -9,12 +9,13 @@ method     what                                         baseline of the neurons
 =========  ===========================================  ==================================
 
 All three run on the batched runtime of :func:`tlcap.attribution.integrated_gradients` and
-return a :class:`NeuronAttribution`; select knowledge neurons with ``.select(threshold)``
-(``score > t · max``, scale-free so normalisation does not change the selection).
+return a :class:`NeuronAttribution`; select knowledge neurons with each method's own rule
+(:func:`tlcap.locate.selection.method_select`: ``score > t · max`` for IG and SIG, QL eq. 19's
+``score > τ`` for AMIG) or the shared ``.select(threshold)`` (``score > t · max``).
 
 Example:
     >>> attr = localize(model, "The capital of France is", " Paris", method="amig", steps=10)
-    >>> kns = attr.select(0.2)
+    >>> kns = method_select(attr.scores, "amig")          # eq. 19: normalised score > τ
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def localize(
     *,
     config: IGConfig | None = None,
     progress: bool = False,
+    amig_words: str = "all",
     **overrides: Any,
 ) -> NeuronAttribution:
     """Attribute every MLP neuron for ``prompt → target`` with ``method`` (``ig``, ``sig``, ``amig``).
@@ -53,6 +55,8 @@ def localize(
         config: Attribution settings (:class:`~tlcap.attribution.config.IGConfig`; ``steps`` are
             per layer, per word for SIG).
         progress: Progress bar.
+        amig_words: AMIG only: ``"all"`` sums over the query's words (eq. 18), ``"last"`` scores
+            the last word only.
         **overrides: Fields of ``config`` to override (``steps=10``, ...).
 
     Returns:
@@ -68,4 +72,4 @@ def localize(
         return integrated_gradients(model, prompt, target, config=cfg, progress=progress)
     if method == "sig":
         return sig(model, prompt, target, config=cfg, progress=progress)
-    return amig(model, prompt, target, config=cfg, progress=progress)
+    return amig(model, prompt, target, config=cfg, words=amig_words, progress=progress)

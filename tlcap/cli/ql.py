@@ -49,6 +49,11 @@ _METHOD = typer.Option("ig", "--method", help="ig | sig | amig (consistency also
 _STEPS = typer.Option(20, "--steps", help="Riemann steps per layer (per word for SIG), >= 1.")
 _KN_T = typer.Option(0.2, "--kn-threshold", help="KNs of a query: score > t · max, t in (0, 1] (Dai: 0.2).")
 _STATIC = typer.Option(0.1, "--static-threshold", help="CS2 threshold of the static K_I/K_II split, in [0, 1] (QL Table 4: 0.1).")
+_SELECTION = typer.Option("own", "--selection",
+                          help="KNs of a query: own (each method's rule: IG/SIG score > t·max, AMIG eq. 19 score > τ) "
+                               "| relative (score > t·max for every method).")
+_AMIG_TAU = typer.Option(0.01, "--amig-tau", help="τ of AMIG's eq. 19 on eq. 18-normalised scores (> 0).")
+_AMIG_WORDS = typer.Option("all", "--amig-words", help="AMIG: all (eq. 18, sum over the query's words) | last (last word only).")
 _SPLIT = typer.Option("static", "--split", help="static | otsu: the split the headline numbers use.")
 _RULE = typer.Option("activation", "--rule",
                      help="Update rule: activation (sign/size of each KN's activation at the query) | paper (eq. 2 as printed).")
@@ -97,7 +102,7 @@ def _methods(method: str, many: bool) -> tuple[str, ...]:
 
 def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int, max_queries: int, method: str,
           steps: int, kn_threshold: float, static_threshold: float, split: str, seed: int, max_scan: int = 1000,
-          many: bool = False) -> _Plan:
+          many: bool = False, selection: str = "own", amig_tau: float = 0.01, amig_words: str = "all") -> _Plan:
     """Every shared option checked (raises before any model load)."""
     check_int("seed", seed, min=0)
     check_int("known_top_k", known_top_k, min=0)
@@ -105,8 +110,8 @@ def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int,
     rels = tuple(r.strip() for r in relations.split(",") if r.strip())
     data = ParaRelConfig(relations=rels or None, n_facts=n_facts, known_top_k=known_top_k or None,
                          max_queries=max_queries or None, max_scan=max_scan, seed=seed)
-    qcfg = ql.QLConfig(attribution=IGConfig(steps=steps), kn_threshold=kn_threshold,
-                       static_threshold=static_threshold, split=split)
+    qcfg = ql.QLConfig(attribution=IGConfig(steps=steps), kn_threshold=kn_threshold, selection=selection,
+                       amig_tau=amig_tau, amig_words=amig_words, static_threshold=static_threshold, split=split)
     methods = _methods(method, many)
     if not rels:
         raise InvalidConfigError("relations (--relations) must not be empty; give e.g. P36,P103")
@@ -142,11 +147,13 @@ def consistency(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         data_dir: Path | None = _DATA, relations: str = _RELS, n_facts: int = _NF,
                 method: str = _METHOD, steps: int = _STEPS, kn_threshold: float = _KN_T, static_threshold: float = _STATIC,
                 split: str = _SPLIT, known_top_k: int = _KNOWN, max_queries: int = _MAXQ, max_scan: int = _SCAN,
+                selection: str = _SELECTION, amig_tau: float = _AMIG_TAU, amig_words: str = _AMIG_WORDS,
                 out: Path = _OUT["consistency"],
                 seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """KN-consistency CS1/CS2 per fact, K_I/K_II split, Welch's t-test (QL Table 1, Fig. 3)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan, many=True)
+                 static_threshold, split, seed, max_scan, many=True, selection=selection, amig_tau=amig_tau,
+                 amig_words=amig_words)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)

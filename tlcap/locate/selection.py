@@ -4,6 +4,18 @@ Reference defaults: Dai et al. threshold t = 0.2 (of the max over all layers), E
 knowledge-neurons t = 0.3; refinement keeps neurons found for more than a share p of the
 paraphrases (Dai: p tuned in 0.3–0.7 so each fact keeps 2–5 neurons; default 0.5 here);
 CNL σ-mask with σ ∈ {3, 6, 12} and spread = std (default) or var (the paper's literal text).
+
+Per-method knowledge-neuron rules of the QL paper (:func:`method_select`, Table 1): each
+localization method's own published rule by default (``selection="own"``), or the shared
+``score > t · max`` rule for every method (``selection="relative"``):
+
+=========  ==========================================================================
+method     own rule
+=========  ==========================================================================
+``ig``     ``score > t · max`` (Dai et al.'s coarse threshold, t = 0.2)
+``sig``    ``score > t · max`` (neither Enguehard nor the QL paper prints a neuron rule)
+``amig``   ``score > τ`` on eq. 18's normalised scores (QL eq. 19; τ = 0.01 here)
+=========  ==========================================================================
 """
 
 from __future__ import annotations
@@ -15,8 +27,14 @@ from typing import Literal
 from jaxtyping import Float
 from torch import Tensor
 
+from tlcap.config import check_choice, check_float
 from tlcap.errors import EmptyDatasetError
 from tlcap.metrics.sets import NeuronSet
+
+SELECTIONS: tuple[str, ...] = ("own", "relative")
+OWN_RULE: dict[str, str] = {"ig": "relative", "sig": "relative", "amig": "absolute"}
+AMIG_TAU = 0.01
+"""τ of QL eq. 19 (the paper prints no value): 1 % of the query's total (eq. 18-normalised) attribution."""
 
 
 def threshold_select(scores: Float[Tensor, "layer d_mlp"], t: float = 0.2) -> NeuronSet:
@@ -25,6 +43,49 @@ def threshold_select(scores: Float[Tensor, "layer d_mlp"], t: float = 0.2) -> Ne
     if mx <= 0:
         return NeuronSet((), tuple(scores.shape))
     return NeuronSet.from_mask(scores > t * mx)
+
+
+def absolute_select(scores: Float[Tensor, "layer d_mlp"], tau: float) -> NeuronSet:
+    """QL eq. 19: the neurons whose (eq. 18-normalised) score exceeds ``τ``.
+
+    Args:
+        scores: Normalised attribution scores (:func:`tlcap.attribution.amig.amig`).
+        tau: The threshold τ, ``> 0``.
+
+    Returns:
+        The neurons with ``score > τ``.
+
+    Raises:
+        InvalidConfigError: ``τ ≤ 0``.
+    """
+    check_float("tau", tau, gt=0, cli="--amig-tau")
+    return NeuronSet.from_mask(scores > tau)
+
+
+def method_select(
+    scores: Float[Tensor, "layer d_mlp"], method: str, selection: str = "own", t: float = 0.2, tau: float = AMIG_TAU
+) -> NeuronSet:
+    """The knowledge neurons of one query under ``method``'s rule (module table).
+
+    Args:
+        scores: The query's attribution scores.
+        method: ``"ig"``, ``"sig"`` or ``"amig"``.
+        selection: ``"own"`` (each method's published rule) or ``"relative"`` (``score > t · max``
+            for every method).
+        t: The relative threshold.
+        tau: τ of the absolute rule (AMIG, eq. 19).
+
+    Returns:
+        The selected neurons.
+
+    Raises:
+        UnknownNameError: unknown method or selection.
+    """
+    check_choice("selection", selection, SELECTIONS, cli="--selection")
+    check_choice("method", method, tuple(OWN_RULE))
+    if selection == "own" and OWN_RULE[method] == "absolute":
+        return absolute_select(scores, tau)
+    return threshold_select(scores, t)
 
 
 def top_k_select(scores: Float[Tensor, "layer d_mlp"], k: int) -> NeuronSet:

@@ -205,7 +205,8 @@ def _localize_work(ctx: StageContext) -> Workload:
         for q in f.queries:
             n = len(m.encode(q))
             per = (cfg.steps + 1) * m.n_layers
-            rows += per * (n if cfg.method == "sig" else 1)
+            # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
+            rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
             toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
     return ig_rows(shape, rows, ctx=16) + forward(shape, toks, 8, 32)
 

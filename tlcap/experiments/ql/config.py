@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tlcap.attribution.amig import WORDS
 from tlcap.attribution.config import IGConfig
 from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence, check_str
 from tlcap.errors import InvalidConfigError
 from tlcap.intervene.update import UPDATE_RULES
+from tlcap.locate.selection import AMIG_TAU, SELECTIONS
 
 SPLITS: tuple[str, ...] = ("static", "otsu")
 OPERATIONS: tuple[str, ...] = ("erasure", "update")
@@ -38,13 +40,21 @@ class QLConfig(Config):
     Attributes:
         attribution: Settings of the localization method (steps, quadrature rule, ...);
             ``steps`` is per layer (per word for SIG).
-        kn_threshold: KNs of one query: ``score > kn_threshold · max``, in ``(0, 1]`` (Dai: 0.2).
+        kn_threshold: ``t`` of the relative rule ``score > t · max``, in ``(0, 1]`` (Dai: 0.2).
+        selection: KNs of one query: ``"own"`` (default: each method's published rule — IG and
+            SIG ``score > t · max``, AMIG eq. 19 ``score > amig_tau``) or ``"relative"``
+            (``score > t · max`` for every method); :func:`tlcap.locate.selection.method_select`.
+        amig_tau: τ of AMIG's eq. 19 on eq. 18-normalised scores, ``> 0`` (the paper prints none).
+        amig_words: AMIG's words: ``"all"`` (eq. 18, default) or ``"last"`` (the last word only).
         static_threshold: CS2 threshold of the static split, in ``[0, 1]`` (QL Table 4: 0.1).
         split: ``"static"`` or ``"otsu"``: the split the headline numbers use.
     """
 
     attribution: IGConfig = field(default_factory=IGConfig)
     kn_threshold: float = KN_THRESHOLD
+    selection: str = "own"
+    amig_tau: float = AMIG_TAU
+    amig_words: str = "all"
     static_threshold: float = STATIC_THRESHOLD
     split: str = "static"
 
@@ -52,6 +62,9 @@ class QLConfig(Config):
         if not isinstance(self.attribution, IGConfig):
             raise InvalidConfigError(f"attribution must be an IGConfig, got a {type(self.attribution).__name__}")
         check_float("kn_threshold", self.kn_threshold, gt=0, le=1)
+        check_choice("selection", self.selection, SELECTIONS)
+        check_float("amig_tau", self.amig_tau, gt=0)
+        check_choice("amig_words", self.amig_words, WORDS)
         check_float("static_threshold", self.static_threshold, ge=0, le=1)
         check_choice("split", self.split, SPLITS)
 

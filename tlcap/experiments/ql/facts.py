@@ -23,7 +23,7 @@ from tlcap.attribution.methods import localize
 from tlcap.config import check_choice
 from tlcap.data.pararel import Fact
 from tlcap.experiments.ql.config import KN_THRESHOLD, QLConfig
-from tlcap.locate.selection import threshold_select
+from tlcap.locate.selection import AMIG_TAU, method_select, threshold_select
 from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import consistency_aware_scores, cs1, cs2, refined_set
 from tlcap.models.adapter import Model
@@ -71,8 +71,11 @@ class FactKNs(Result):
         probs: Clean target probability per query.
         fact: The fact as a dict (relation, subject, object, queries, uuid).
         method: ``ig``, ``sig`` or ``amig``.
-        threshold: KN selection ``score > threshold · max`` per query.
+        threshold: ``t`` of the relative rule ``score > t · max``.
         seconds: Wall time of the attribution.
+        selection: ``"own"`` (the method's published rule) or ``"relative"`` (``score > t · max``);
+            :func:`tlcap.locate.selection.method_select`.
+        tau: τ of AMIG's eq. 19 (``score > τ`` on normalised scores).
     """
 
     scores: Float[Tensor, "query layer d_mlp"]
@@ -81,6 +84,8 @@ class FactKNs(Result):
     method: str = "ig"
     threshold: float = KN_THRESHOLD
     seconds: float = 0.0
+    selection: str = "own"
+    tau: float = AMIG_TAU
 
     @property
     def queries(self) -> list[str]:
@@ -99,8 +104,8 @@ class FactKNs(Result):
         return (int(self.scores.shape[1]), int(self.scores.shape[2]))
 
     def sets(self) -> list[NeuronSet]:
-        """The KN set N_i of every query."""
-        return [threshold_select(self.scores[i], self.threshold) for i in range(self.k)]
+        """The KN set N_i of every query (the method's own rule, or ``score > t · max``)."""
+        return [method_select(self.scores[i], self.method, self.selection, self.threshold, self.tau) for i in range(self.k)]
 
     def global_set(self) -> NeuronSet:
         """N_g = ∪_j N_j."""
@@ -121,7 +126,8 @@ class FactKNs(Result):
         sets = self.sets()
         return {
             **{k: self.fact.get(k) for k in ("relation", "subject", "object", "uuid")},
-            "queries": self.queries, "method": self.method, "threshold": self.threshold, "n_queries": self.k,
+            "queries": self.queries, "method": self.method, "threshold": self.threshold, "selection": self.selection,
+            "tau": self.tau if self.method == "amig" else None, "n_queries": self.k,
             "probs": list(self.probs), "kn_sizes": [len(s) for s in sets],
             "union": len(union_of(sets, self.shape)), "intersection": len(intersection_of(sets, self.shape)),
             "cs1": cs1(sets) if self.k >= 2 else None, "cs2": cs2(sets) if self.k >= 2 else None,
@@ -155,10 +161,11 @@ def localize_facts(
         model: The model.
         facts: Facts with their neighbor queries (:func:`tlcap.data.load_pararel`).
         method: ``"ig"`` (Dai et al.), ``"sig"`` (Enguehard) or ``"amig"`` (Chen et al.).
-        config: A :class:`QLConfig` (attribution settings, KN threshold).
+        config: A :class:`QLConfig` (attribution settings, KN selection rule and thresholds, AMIG's words).
         progress: Show a progress bar.
         **overrides: :class:`QLConfig` or :class:`~tlcap.attribution.config.IGConfig` fields
-            (``steps=10``, ``kn_threshold=0.3``); ``threshold=`` is read as ``kn_threshold``.
+            (``steps=10``, ``kn_threshold=0.3``, ``selection="relative"``); ``threshold=`` is read
+            as ``kn_threshold``.
 
     Returns:
         One :class:`FactKNs` per fact, with provenance.
@@ -182,11 +189,12 @@ def localize_facts(
         t0 = time.perf_counter()
         scores, probs = [], []
         for q in f.queries:
-            a = localize(model, q, f.target, method=method, config=cfg.attribution)
+            a = localize(model, q, f.target, method=method, config=cfg.attribution, amig_words=cfg.amig_words)
             scores.append(a.scores)
             probs.append(a.target_prob)
             bar.update(1)
-        res = FactKNs(torch.stack(scores), tuple(probs), f.to_dict(), method, cfg.kn_threshold, time.perf_counter() - t0)
+        res = FactKNs(torch.stack(scores), tuple(probs), f.to_dict(), method, cfg.kn_threshold, time.perf_counter() - t0,
+                      cfg.selection, cfg.amig_tau)
         out.append(res.with_provenance(prov))
     bar.close()
     return out
