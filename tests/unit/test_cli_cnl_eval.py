@@ -27,11 +27,12 @@ def facts_file(tmp_path_factory):
 def test_cli_fidelity(tmp_path, facts_file):
     out = tmp_path / "fid"
     run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-samples", "1",
-                   "--out", str(out)])
+                   "--bos", "--out", str(out)])
     assert run.code == 0, run.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     res = load_result(out / "result")
     assert s["n_facts"] == 2 and s["methods"] == ["kn", "trace"]
+    assert res.config["bos"] is True  # --bos reaches the trace's settings (its effect: test_cnl_eval_fidelity)
     assert s["kn"]["overlap"]["value"] == pytest.approx(res.estimate("kn").value)
     assert s["kn"]["overlap"]["paper"] == 0.373
     assert set(s["tables"]) == {"fidelity.csv", "fidelity_rewrites.csv"} and (out / "fidelity.html").exists()

@@ -146,3 +146,20 @@ def test_rewrite_facts_from_pararel_without_model():
         assert all(f.subject in r for r in f.rewrites)
         assert f.target_new is not None and f.target_new != f.target
     assert rewrite_facts(None, n=4, known_top_k=None, single_token=False, relations=["P36", "P103"], n_rewrites=3) == facts
+
+
+def test_fidelity_bos_reaches_the_trace(tiny_llama):
+    # bos=True: every rewrite is traced with the BOS prepended; its located layers and clean
+    # probability are those of the trace with bos=True, and the probability differs from bos=False
+    fact = FACTS[1]
+    res = fidelity(tiny_llama, [fact], **dict(OPTS, methods=("trace",), bos=True))
+    assert res.config["bos"] is True
+    rows = res.rewrite_frame()
+    opts = dict(kinds=("mlp",), samples=1, window=1, seed=0)
+    for r, prompt in enumerate(fact.rewrites):
+        tr = causal_trace(tiny_llama, prompt, fact.subject, fact.target, bos=True, **opts)
+        assert list(res.sets["trace"][0][r]) == tr.top_layers(3, kind="mlp", token="last_subject")
+        assert rows.prob[r] == pytest.approx(tr.clean_prob)
+    plain = causal_trace(tiny_llama, fact.rewrites[1], fact.subject, fact.target, **opts)
+    assert tr.bos and len(tr.tokens) == len(plain.tokens) + 1
+    assert rows.prob[1] != pytest.approx(plain.clean_prob)

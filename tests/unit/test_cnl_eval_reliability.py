@@ -3,6 +3,7 @@ hand-made rows, and the tiny-model run against the methods' own APIs (identities
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import astuple
 
 import numpy as np
@@ -170,3 +171,21 @@ def test_kc_reliability_matches_evaluate_circuit(tiny_llama):
     assert all(r.n_edges == circ.n_edges for r in rows)
     rnd = circ.random_like(seed=draw_seed(0, 0, 0))
     assert rows[1].rank == evaluate_circuit(tiny_llama, rnd).circuit_target_rank
+
+
+def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
+    # the trace that marks ROME's located layer is called with bos=True and its layer is marked
+    rel_mod = importlib.import_module("tlcap.experiments.cnl_eval.reliability")  # the package re-exports the function
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["bos"])
+        return traced_layers(*args, **kwargs)
+
+    monkeypatch.setattr(rel_mod, "traced_layers", spy)
+    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace_samples=1,
+                      trace_window=1, bos=True, progress=False)
+    assert seen == [True] and res.config["bos"] is True
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
+                              window=1, seed=0, bos=True)
+    assert [r.traced_layer for r in res.rome_records()] == [top[0]]

@@ -49,6 +49,8 @@ _KNOWN = typer.Option(1, help="Keep a ParaRel rewrite only if the answer is in t
 _STEPS = typer.Option(20, help="KN integrated-gradients steps (>= 1).")
 _THRESHOLD = typer.Option(0.2, help="KN: keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2).")
 _TOP_K = typer.Option(None, help="KN: keep the top-k neurons (>= 1) instead of thresholding.")
+_BOS = typer.Option(False, "--bos", help="Causal tracing: prepend the model's BOS token so a subject that starts the "
+                    "prompt is not the attention sink at position 0 (many ParaRel rewrites start with the subject).")
 
 
 def _list(spec: str, name: str) -> tuple[str, ...]:
@@ -91,6 +93,7 @@ def fidelity_cmd(
     top_k: int | None = _TOP_K,
     trace_k: int = typer.Option(3, help="Causal tracing: located MLP layers at the last subject token (paper: 3)."),
     trace_samples: int = typer.Option(10, help="Causal tracing: noise draws per cell (ROME: 10)."),
+    bos: bool = _BOS,
     kc_top_n: int = typer.Option(300, help="Knowledge circuit: edges kept (fixed top-n)."),
     kc_ig_steps: int = typer.Option(5, help="Knowledge circuit: EAP-IG steps (1 = plain EAP)."),
     seed: int = typer.Option(0, help="Seed of the fact draw and the trace noise."),
@@ -101,7 +104,7 @@ def fidelity_cmd(
     _check_n(n)
     check_rewrite_options(n, n_rewrites, known_top_k or None)
     cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps), threshold=threshold,
-                         top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, kc_top_n=kc_top_n,
+                         top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
@@ -133,6 +136,7 @@ def reliability_cmd(
     rome_facts: int | None = typer.Option(None, help="ROME: edit only the first N facts."),
     rome_steps: int = typer.Option(20, help="ROME: Adam steps for the value vector."),
     trace_samples: int = typer.Option(10, help="Causal tracing (the marked layer): noise draws per cell."),
+    bos: bool = _BOS,
     kc_top_n: int = typer.Option(300, help="KC: edges kept."),
     kc_ig_steps: int = typer.Option(5, help="KC: EAP-IG steps."),
     n_random_circuits: int = typer.Option(20, help="KC: random circuits of as many edges per fact."),
@@ -146,7 +150,7 @@ def reliability_cmd(
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_facts=rome_facts,
-                            trace_samples=trace_samples, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
+                            trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)

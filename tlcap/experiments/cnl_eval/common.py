@@ -61,14 +61,18 @@ def kn_neurons(model: Model, prompt: str, target: str, ig: IGConfig, threshold: 
 
 
 def traced_layers(model: Model, prompt: str, subject: str, target: str, *, k: int = 3, samples: int = 10,
-                  window: int = 10, noise_factor: float = 3.0, seed: int = 0) -> tuple[list[int], float, float]:
+                  window: int = 10, noise_factor: float = 3.0, seed: int = 0,
+                  bos: bool = False) -> tuple[list[int], float, float]:
     """The ``k`` MLP layers with the largest indirect effect at the last subject token.
+
+    With ``bos`` the model's BOS token is prepended (:class:`~tlcap.locate.causal_trace.TraceConfig`),
+    so a subject that starts the prompt is not the attention sink at position 0.
 
     Returns:
         ``(layers in decreasing effect, clean probability, corrupted probability)``.
     """
     tr = causal_trace(model, prompt, subject, target, kinds=("mlp",), samples=samples, window=window,
-                      noise_factor=noise_factor, seed=seed)
+                      noise_factor=noise_factor, seed=seed, bos=bos)
     return tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import (
@@ -65,6 +65,9 @@ class FidelityConfig(Config):
         trace_samples: Noise draws per traced cell (ROME: 10).
         trace_window: MLP restoration window (ROME: 10).
         noise_factor: Noise ν = factor × std of the embeddings (ROME: 3).
+        bos: Causal tracing prepends the model's BOS token, so a subject that starts the rewrite
+            is not the attention sink at position 0 (KN and KC keep the model's default
+            tokenisation).
         kc_top_n: Edges kept in a knowledge circuit (before pruning dead nodes).
         kc_ig_steps: EAP-IG interpolation steps (1 = plain EAP).
         seed: Seed of the trace noise.
@@ -78,6 +81,7 @@ class FidelityConfig(Config):
     trace_samples: int = 10
     trace_window: int = 10
     noise_factor: float = 3.0
+    bos: bool = False
     kc_top_n: int = 300
     kc_ig_steps: int = 5
     seed: int = 0
@@ -94,6 +98,7 @@ class FidelityConfig(Config):
         check_int("trace_samples", self.trace_samples, min=1)
         check_int("trace_window", self.trace_window, min=1)
         check_float("noise_factor", self.noise_factor, gt=0)
+        check_bool("bos", self.bos)
         check_int("kc_top_n", self.kc_top_n, min=1)
         check_int("kc_ig_steps", self.kc_ig_steps, min=1)
         check_int("seed", self.seed, min=0)
@@ -131,7 +136,7 @@ def _locate(model: Model, method: str, fact: RewriteFact, prompt: str, cfg: Fide
         with sw("trace"):
             layers, p, _ = traced_layers(model, prompt, fact.subject, fact.target, k=cfg.trace_k,
                                          samples=cfg.trace_samples, window=cfg.trace_window,
-                                         noise_factor=cfg.noise_factor, seed=cfg.seed)
+                                         noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)
         return tuple(layers), counts.layers_share(layers), p
     with sw("kc"):
         circ = knowledge_circuit(model, prompt, fact.target, top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)

@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import (
@@ -76,6 +76,8 @@ class ReliabilityConfig(Config):
         trace_samples: Noise draws of the causal trace that marks the located layer.
         trace_window: MLP restoration window of that trace.
         noise_factor: Its noise ν = factor × std of the embeddings.
+        bos: That trace prepends the model's BOS token (the subject is then not the attention
+            sink at position 0); the KN, ROME and KC parts keep the model's default tokenisation.
         kc_top_n: Edges kept in a knowledge circuit.
         kc_ig_steps: EAP-IG steps.
         n_random_circuits: Random circuits of as many edges per fact.
@@ -96,6 +98,7 @@ class ReliabilityConfig(Config):
     trace_samples: int = 10
     trace_window: int = 10
     noise_factor: float = 3.0
+    bos: bool = False
     kc_top_n: int = 300
     kc_ig_steps: int = 5
     n_random_circuits: int = 20
@@ -123,6 +126,7 @@ class ReliabilityConfig(Config):
         check_int("trace_samples", self.trace_samples, min=1)
         check_int("trace_window", self.trace_window, min=1)
         check_float("noise_factor", self.noise_factor, gt=0)
+        check_bool("bos", self.bos)
         check_int("kc_top_n", self.kc_top_n, min=1)
         check_int("kc_ig_steps", self.kc_ig_steps, min=1)
         check_int("n_random_circuits", self.n_random_circuits, min=1)
@@ -175,7 +179,7 @@ def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: Reliabil
     prompt = fact.rewrites[0]
     with sw("trace"):
         top, _, _ = traced_layers(model, prompt, fact.subject, fact.target, k=3, samples=cfg.trace_samples,
-                                  window=cfg.trace_window, noise_factor=cfg.noise_factor, seed=cfg.seed)
+                                  window=cfg.trace_window, noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)
     layers = list(range(model.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"rome_layers (--rome-layers) must be below {model.n_layers} for {model.name}")
