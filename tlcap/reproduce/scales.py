@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tlcap.attribution.quadrature import RULES
 from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import UnknownNameError
 
@@ -42,6 +43,15 @@ class ScaleConfig(Config):
         cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
         cnl_eval_pairs: Comparative pairs of the decoupling experiment.
         cnl_eval_known_top_k: Keep rewrites the model answers within its top-k (``None`` = no filter).
+        cnl_eval_steps: KN IG steps of the evaluation suite (fidelity, reliability, decoupling; KN: 20).
+        cnl_eval_rule: Their quadrature rule (``docs/kn.md``).
+        cnl_eval_trace_samples: Noise draws of causal tracing (ROME: 10).
+        cnl_eval_kc_top_n: Edges of a knowledge circuit.
+        cnl_eval_kc_ig_steps: EAP-IG steps of a knowledge circuit (1 = plain EAP).
+        cnl_eval_rome_layers: Layers ROME edits in reliability / Fig. 2 (``None`` = every layer; at least two:
+            Fig. 2 compares the traced layer with the others).
+        cnl_eval_rome_facts: Facts ROME edits (the first ones; ``None`` = all).
+        cnl_eval_rome_steps: ROME value-optimisation steps (ROME: 20).
         n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value).
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
@@ -71,6 +81,14 @@ class ScaleConfig(Config):
     cnl_eval_facts: int = 2
     cnl_eval_pairs: int = 4
     cnl_eval_known_top_k: int | None = 1
+    cnl_eval_steps: int = 2
+    cnl_eval_rule: str = "midpoint"
+    cnl_eval_trace_samples: int = 2
+    cnl_eval_kc_top_n: int = 50
+    cnl_eval_kc_ig_steps: int = 1
+    cnl_eval_rome_layers: tuple[int, ...] | None = (0, 1)
+    cnl_eval_rome_facts: int | None = 1
+    cnl_eval_rome_steps: int = 2
     n_random: int = 20
     enhance_train_n: int = 2
     enhance_eval_n: int = 3
@@ -94,12 +112,18 @@ class ScaleConfig(Config):
         self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
                                                       item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
         for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "enhance_train_n",
+                  "cnl_eval_steps", "cnl_eval_trace_samples", "cnl_eval_kc_top_n", "cnl_eval_kc_ig_steps", "cnl_eval_rome_steps",
                   "enhance_eval_n", "cross_eval_n",
                   "cross_n_random", "ql_steps", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
         check_int("n_random", self.n_random, min=20, cli=None)
-        for f in ("cnl_locate_n", "cnl_eval_known_top_k", "ql_n_facts", "ql_max_queries", "ql_known_top_k", "ql_sig_facts",
+        check_choice("cnl_eval_rule", self.cnl_eval_rule, RULES, cli=None)
+        if self.cnl_eval_rome_layers is not None:
+            self._set("cnl_eval_rome_layers", check_sequence("cnl_eval_rome_layers", self.cnl_eval_rome_layers, min_len=2,
+                                                             cli=None, item=lambda n, x: check_int(n, x, min=0, cli=None)))
+        for f in ("cnl_locate_n", "cnl_eval_known_top_k", "cnl_eval_rome_facts", "ql_n_facts", "ql_max_queries",
+                  "ql_known_top_k", "ql_sig_facts",
                   "ql_edit_queries"):
             if getattr(self, f) is not None:
                 check_int(f, getattr(self, f), min=1, cli=None)
@@ -121,7 +145,9 @@ SCALES: dict[str, ScaleConfig] = {
     "smoke": ScaleConfig(),
     "cpu": ScaleConfig(
         name="cpu", cnl_locate_n=200, cnl_steps=20, cnl_max_answer_tokens=2, cnl_groups=20, cnl_eval_n=200,
-        cnl_eval_datasets=("emotion", "imdb", "mbpp"), cnl_eval_facts=50, cnl_eval_pairs=200, enhance_train_n=100,
+        cnl_eval_datasets=("emotion", "imdb", "mbpp"), cnl_eval_facts=50, cnl_eval_pairs=200,
+        cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=5,
+        cnl_eval_rome_layers=None, cnl_eval_rome_facts=10, cnl_eval_rome_steps=20, enhance_train_n=100,
         enhance_eval_n=200, enhance_epochs=(1, 5),
         cross_eval_n=100, cross_n_random=3, ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=4,
         ql_known_top_k=10, ql_steps=20, ql_sig_facts=20, ql_edit_queries=1, n_boot=5000,
@@ -129,6 +155,8 @@ SCALES: dict[str, ScaleConfig] = {
     "full": ScaleConfig(
         name="full", cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
         cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
+        cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=5,
+        cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,
         enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
         ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_edit_queries=None, n_boot=5000,
