@@ -62,3 +62,24 @@ def test_compare_uses_gsm8k_when_it_is_located_and_erased():
     assert compare_dataset(ScaleConfig(cnl_eval_datasets=("emotion", "gsm8k"))) == "gsm8k"
     assert compare_dataset(ScaleConfig(cnl_eval_datasets=("imdb", "emotion"))) == "imdb"
     assert compare_dataset(ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=("imdb",))) == ""
+
+
+def test_scale_checks_rules_and_the_random_set_minimum():
+    from tlcap.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="cnl_rule"):
+        ScaleConfig(cnl_rule="simpson")
+    ScaleConfig(n_random=5)  # smoke: the fewest draws an IPP takes
+    with pytest.raises(InvalidConfigError, match="n_random"):
+        ScaleConfig(name="cpu", n_random=5)  # every other scale: >= 20 matched random sets
+    with pytest.raises(InvalidConfigError, match="cnl_eval_rome_layers"):
+        ScaleConfig(cnl_eval_rome_layers=(3,))  # Fig. 2 needs the traced layer and another
+
+
+def test_locate_passes_the_scale_rule(tiny_llama, tmp_path):
+    scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=4, cnl_steps=1,
+                        cnl_rule="gauss_legendre")
+    runner = Runner(build_stages(("cnl",), scale), tmp_path, tiny_llama)
+    runner.run(runner.plan(["cnl.locate.emotion"]))
+    group = runner.outputs("cnl.locate.emotion")["group_A0"]
+    assert group.rule == "gauss_legendre" and group.steps == 1

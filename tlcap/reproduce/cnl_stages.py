@@ -51,6 +51,7 @@ class LocateConfig(Config):
     n: int | None = 200
     seed: int = 0
     steps: int = 20
+    rule: str = "midpoint"
     max_answer_tokens: int = 8
     groups: int = 20
     sigma: float = 3.0
@@ -101,7 +102,8 @@ def _locate(ctx: StageContext) -> dict[str, Result]:
     cfg: LocateConfig = ctx.config
     parts: dict[str, DatasetScores] = {}
     for name, chunk in _groups(cfg, ctx.inputs()):
-        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, max_answer_tokens=cfg.max_answer_tokens,
+        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, rule=cfg.rule,
+                                    max_answer_tokens=cfg.max_answer_tokens,
                                     checkpoint_dir=ctx.checkpoint / name, checkpoint_every=5, progress=ctx.progress,
                                     desc=f"CNL {cfg.dataset} group {name}")
     loc = finalize(parts, cfg.sigma)
@@ -115,7 +117,7 @@ def _locate_work(ctx: StageContext) -> Workload:
     rows, toks, longest = 0.0, 0.0, 0
     for s in ctx.inputs():
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
-        rows += len(t) * (cfg.steps + 1) * m.n_layers
+        rows += len(t) * (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
     return ig_rows(shape, rows, ctx=longest) + forward(shape, toks, longest / 2, longest)
@@ -220,7 +222,7 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
     """Every CNL stage at ``scale`` (see the module table)."""
     stages: list[Stage] = []
     for ds in scale.cnl_datasets:
-        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps,
+        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps, rule=scale.cnl_rule,
                            max_answer_tokens=scale.cnl_max_answer_tokens, groups=scale.cnl_groups, sigma=scale.cnl_sigma,
                            data_dir=data_dir)
         stages.append(Stage(f"cnl.locate.{ds}", _locate, cfg, code=CODE, data=_train_data, workload=_locate_work,

@@ -56,6 +56,7 @@ class SuiteConfig(Config):
         n: Facts (fidelity, reliability) or comparative pairs (decoupling).
         seed: Seed of the facts / pairs and of every random draw.
         known_top_k: Keep rewrites the model answers within its top-k (``None``: no filter).
+        n_rewrites: Rewrites per fact.
         steps: KN IG steps.
         rule: KN quadrature rule.
         trace_samples: Noise draws of causal tracing.
@@ -74,6 +75,7 @@ class SuiteConfig(Config):
     n: int = 50
     seed: int = 0
     known_top_k: int | None = 1
+    n_rewrites: int = 5
     steps: int = 20
     rule: str = "midpoint"
     trace_samples: int = 10
@@ -115,7 +117,8 @@ def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteCon
     """The :class:`SuiteConfig` of ``experiment`` at ``scale``."""
     return SuiteConfig(
         experiment=experiment, n=scale.cnl_eval_pairs if experiment == "decoupling" else scale.cnl_eval_facts, seed=seed,
-        known_top_k=scale.cnl_eval_known_top_k, steps=scale.cnl_eval_steps, rule=scale.cnl_eval_rule,
+        known_top_k=scale.cnl_eval_known_top_k, n_rewrites=scale.cnl_eval_rewrites,
+        steps=scale.cnl_eval_steps, rule=scale.cnl_eval_rule,
         trace_samples=scale.cnl_eval_trace_samples, kc_top_n=scale.cnl_eval_kc_top_n, kc_ig_steps=scale.cnl_eval_kc_ig_steps,
         n_random=scale.n_random, n_random_circuits=scale.n_random, rome_layers=scale.cnl_eval_rome_layers,
         rome_facts=scale.cnl_eval_rome_facts, rome_steps=scale.cnl_eval_rome_steps,
@@ -132,7 +135,7 @@ def compare_dataset(scale: ScaleConfig) -> str:
 # ------------------------------------------------------------------ data
 def _facts(ctx: StageContext) -> list:
     cfg: SuiteConfig = ctx.config
-    return rewrite_facts(ctx.model, cfg.n, seed=cfg.seed, known_top_k=cfg.known_top_k)
+    return rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=cfg.known_top_k)
 
 
 def _pairs(ctx: StageContext) -> list:
