@@ -1,4 +1,4 @@
-"""The CNL paper's stages, wired to :mod:`tlcap.experiments.cnl` (and, once it lands, ``cnl_eval``).
+"""The CNL paper's stages, wired to :mod:`tlcap.experiments.cnl` and ``tlcap.experiments.cnl_eval``.
 
 =====================  ==========================================  ===================================
 stage                  computes (tlcap API)                        feeds
@@ -12,8 +12,8 @@ stage                  computes (tlcap API)                        feeds
 ``cnl.enhance.<ds>``   :func:`enhance_effect` (located / random /   Table 2
                        w/o located)
 ``cnl.cross``          :func:`cross_dataset` (erase matrix)         Fig. 5 (Fig. 4 from the locates)
-``cnl.fidelity`` …     ``tlcap.experiments.cnl_eval`` (issue 11)    fidelity, reliability, Fig. 2,
-                                                                    decoupling, Table 4 (pending)
+``cnl.fidelity`` …     ``tlcap.experiments.cnl_eval`` (issue 11),   fidelity, reliability, Fig. 2,
+                       :mod:`tlcap.reproduce.suite_stages`          decoupling, Table 4
 =====================  ==========================================  ===================================
 
 The groups of ``cnl.locate.<ds>`` are the two random halves of :func:`split_halves` (as
@@ -24,25 +24,21 @@ fixed-point sums add exactly, the located set and the split-half overlap are tho
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import DatasetScores, score_dataset
-from tlcap.config import Config, check_choice, check_int, check_sequence
+from tlcap.config import Config, check_int, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
-from tlcap.intervene.rome.config import RomeConfig
 from tlcap.intervene.weights import erase_neurons
 from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
 from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, train
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.reproduce.suite_stages import suite_stages
 from tlcap.results import Result
 
-CNL_EVAL = "tlcap.experiments.cnl_eval"
 CODE = ("tlcap.experiments.cnl", "tlcap.attribution", "tlcap.metrics.accuracy", "tlcap.intervene", "tlcap.data.tasks")
 
 
@@ -55,6 +51,7 @@ class LocateConfig(Config):
     n: int | None = 200
     seed: int = 0
     steps: int = 20
+    rule: str = "midpoint"
     max_answer_tokens: int = 8
     groups: int = 20
     sigma: float = 3.0
@@ -105,7 +102,8 @@ def _locate(ctx: StageContext) -> dict[str, Result]:
     cfg: LocateConfig = ctx.config
     parts: dict[str, DatasetScores] = {}
     for name, chunk in _groups(cfg, ctx.inputs()):
-        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, max_answer_tokens=cfg.max_answer_tokens,
+        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, rule=cfg.rule,
+                                    max_answer_tokens=cfg.max_answer_tokens,
                                     checkpoint_dir=ctx.checkpoint / name, checkpoint_every=5, progress=ctx.progress,
                                     desc=f"CNL {cfg.dataset} group {name}")
     loc = finalize(parts, cfg.sigma)
@@ -119,7 +117,7 @@ def _locate_work(ctx: StageContext) -> Workload:
     rows, toks, longest = 0.0, 0.0, 0
     for s in ctx.inputs():
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
-        rows += len(t) * (cfg.steps + 1) * m.n_layers
+        rows += len(t) * (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
     return ig_rows(shape, rows, ctx=longest) + forward(shape, toks, longest / 2, longest)
@@ -219,70 +217,12 @@ def _cross_work(ctx: StageContext) -> Workload:
     return w
 
 
-# ------------------------------------------------------------------ tlcap.experiments.cnl_eval (issue 11)
-# experiment → (stage name, items it feeds, the public API it calls). A stage runs when the function is
-# importable from tlcap.experiments.cnl_eval; otherwise it is listed as "not run: experiment not available".
-EVAL_EXPERIMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "fidelity": ("cnl.fidelity", ("CNL §3.1 fidelity",),
-                 "cnl_eval.fidelity(model, tlcap.data.rewrites.rewrite_facts(model, n), checkpoint_dir=, progress=)"),
-    "reliability": ("cnl.reliability", ("CNL §3.2 reliability", "CNL Fig. 2"),
-                    "cnl_eval.reliability(model, rewrite_facts(model, n), checkpoint_dir=, progress=)"),
-    "decoupling": ("cnl.decoupling", ("CNL §4 decoupling",), "cnl_eval.decoupling (issue 11 item 3)"),
-    "compare": ("cnl.compare", ("CNL Table 4",), "cnl_eval.compare (issue 11 item 4)"),
-}
-REWRITES = "tlcap.data.rewrites"
-# Experiments whose call is wired here (the others, once they land, need their call added in _eval_fn).
-WIRED = ("fidelity", "reliability")
-
-
-@dataclass(frozen=True)
-class PendingConfig(Config):
-    """A ``tlcap.experiments.cnl_eval`` stage: its sizes."""
-
-    experiment: str = "fidelity"
-    n: int = 50
-    seed: int = 0
-    known_top_k: int | None = 1
-    steps: int = 20
-    light: bool = False
-
-    def validate(self) -> None:
-        check_choice("experiment", self.experiment, tuple(EVAL_EXPERIMENTS))
-
-
-def cnl_eval_function(experiment: str) -> Any | None:
-    """``tlcap.experiments.cnl_eval.<experiment>`` when it exists (and its call is wired here), else ``None``."""
-    if experiment not in WIRED or importlib.util.find_spec(CNL_EVAL) is None or importlib.util.find_spec(REWRITES) is None:
-        return None
-    return getattr(importlib.import_module(CNL_EVAL), experiment, None)
-
-
-def cnl_eval_available(experiment: str = "fidelity") -> bool:
-    """Whether the reproduce stage of ``experiment`` can run on this installation."""
-    return cnl_eval_function(experiment) is not None
-
-
-def _eval_fn(ctx: StageContext) -> dict[str, Result]:
-    cfg: PendingConfig = ctx.config
-    fn = cnl_eval_function(cfg.experiment)
-    if fn is None:
-        raise StageError(f"tlcap.experiments.cnl_eval.{cfg.experiment} is not available")
-    facts = importlib.import_module(REWRITES).rewrite_facts(ctx.model, cfg.n, seed=cfg.seed, known_top_k=cfg.known_top_k)
-    overrides: dict[str, Any] = {"ig": IGConfig(steps=cfg.steps)}
-    if cfg.light:  # smoke: every code path, at the smallest sizes that run them
-        overrides.update(trace_samples=2, kc_ig_steps=1, kc_top_n=50)
-        if cfg.experiment == "reliability":
-            overrides.update(rome_layers=(0,), rome_facts=1, rome=RomeConfig(steps=2))
-    res = fn(ctx.model, facts, checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress, **overrides)
-    return {cfg.experiment: res}
-
-
 # ------------------------------------------------------------------ the stage list
 def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
     """Every CNL stage at ``scale`` (see the module table)."""
     stages: list[Stage] = []
     for ds in scale.cnl_datasets:
-        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps,
+        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps, rule=scale.cnl_rule,
                            max_answer_tokens=scale.cnl_max_answer_tokens, groups=scale.cnl_groups, sigma=scale.cnl_sigma,
                            data_dir=data_dir)
         stages.append(Stage(f"cnl.locate.{ds}", _locate, cfg, code=CODE, data=_train_data, workload=_locate_work,
@@ -304,13 +244,7 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
         stages.append(Stage("cnl.cross", _cross, ccfg, deps=tuple(f"cnl.locate.{d}" for d in cross_ds), code=CODE,
                             data=_cross_data, workload=_cross_work, items=("CNL Fig. 5",),
                             description="erase each dataset's neurons, measure every dataset"))
-    for exp, (name, items, api) in EVAL_EXPERIMENTS.items():
-        pending = None if cnl_eval_available(exp) else f"not run: {api} is not wired into reproduce yet"
-        pcfg = PendingConfig(experiment=exp, n=scale.cnl_eval_facts if exp != "decoupling" else scale.cnl_eval_pairs,
-                             seed=seed, known_top_k=scale.cnl_eval_known_top_k, steps=scale.cnl_steps,
-                             light=scale.name == "smoke")
-        stages.append(Stage(name, _eval_fn, pcfg, code=(CNL_EVAL, REWRITES) if pending is None else (), pending=pending,
-                            items=items, description=api))
+    stages += suite_stages(scale, seed=seed)
     return stages
 
 
@@ -335,5 +269,4 @@ def _cross_data(ctx: StageContext) -> dict[str, list]:
     return {ds: load_task(ds, cfg.data_dir, "test", cfg.n_eval, cfg.seed) for ds in cfg.datasets}
 
 
-__all__ = ["LocateConfig", "EvalConfig", "PendingConfig", "cnl_stages", "cnl_eval_available", "cnl_eval_function",
-           "eval_work", "location", "EVAL_EXPERIMENTS", "CNL_EVAL"]
+__all__ = ["LocateConfig", "EvalConfig", "cnl_stages", "eval_work", "location"]

@@ -104,6 +104,7 @@ class LocalizeConfig(Config):
 
     method: str = "ig"
     steps: int = 20
+    rule: str = "midpoint"
     threshold: float = 0.2
     n_facts: int | None = None
 
@@ -190,7 +191,8 @@ def _localize(ctx: StageContext) -> dict[str, Result]:
         if (done / "result.json").exists():  # resume: facts finished before an interruption
             out[name] = _load(done)
             continue
-        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, kn_threshold=cfg.threshold, progress=False)[0]
+        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, rule=cfg.rule, kn_threshold=cfg.threshold,
+                            progress=False)[0]
         fk.save(done)
         out[name] = fk
     return out
@@ -204,7 +206,7 @@ def _localize_work(ctx: StageContext) -> Workload:
     for f in _candidate_facts(ctx, cfg.n_facts):
         for q in f.queries:
             n = len(m.encode(q))
-            per = (cfg.steps + 1) * m.n_layers
+            per = (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
             # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
             rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
             toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
@@ -271,7 +273,8 @@ def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None)
     stages = [Stage("ql.facts", _facts, fcfg, code=("tlcap.data.pararel",), data=_facts_data, workload=_facts_work,
                     items=("QL Table 1",), description="ParaRel facts with neighbor queries")]
     for m in METHODS:
-        lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, n_facts=scale.ql_sig_facts if m == "sig" else None)
+        lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, rule=scale.ql_rule,
+                              n_facts=scale.ql_sig_facts if m == "sig" else None)
         stages.append(Stage(f"ql.localize.{m}", _localize, lcfg, deps=("ql.facts",), code=CODE, workload=_localize_work,
                             items=("QL Table 1", "QL Fig. 3"), description=f"{m.upper()} knowledge neurons of every query"))
     deps = ("ql.facts", "ql.localize.ig")

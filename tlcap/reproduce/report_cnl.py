@@ -11,6 +11,7 @@ Statistics (see ``docs/reproduce.md``):
 - **Table 3** (erase): accuracies with per-sample bootstrap CIs; located minus the mean of ≥ 20
   matched random sets, permutation p-value (:func:`located_vs_random`, ``alternative="less"``).
 - **Table 2** (enhance): Wilson CIs (0/1 accuracies); located minus random by Newcombe's interval.
+- The evaluation suite (§3.1, §3.2, Fig. 2, §4, Table 4): :mod:`tlcap.reproduce.report_cnl_eval`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import torch
 
 from tlcap.attribution.dataset import DatasetScores, from_fixed
 from tlcap.data.tasks import get_task
-from tlcap.errors import TlcapError
 from tlcap.experiments.cnl import CNLLocation, CrossResult, EnhanceResult, EraseResult, located_sets_figure
 from tlcap.locate.selection import sigma_mask
 from tlcap.metrics import NeuronSet, bootstrap_ci, located_vs_random, share_ci
@@ -31,8 +31,9 @@ from tlcap.metrics.accuracy import TaskAccuracy
 from tlcap.metrics.effects import bootstrap_p, proportion_diff
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.sensitivity import SensitivityCurve
-from tlcap.reproduce.registry import paper_claim, paper_values
+from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
+from tlcap.reproduce.report_cnl_eval import suite_report
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig
 from tlcap.results import Result
 
@@ -317,48 +318,6 @@ def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
                   "no per-sample scores in CrossResult", differences=[rb.model_difference("cnl")])
 
 
-def _fidelity(rb: RowBuilder, res: Result) -> bool:
-    """Fidelity rows from a ``cnl_eval`` FidelityResult (its public ``estimate(method)``); False if it has none."""
-    if not hasattr(res, "estimate"):
-        return False
-    for v in paper_values(paper="cnl", item="§3.1 fidelity", quantity="overlap"):
-        method = v.coord("method") or ""
-        try:
-            est = res.estimate(method.lower())  # type: ignore[attr-defined]
-        except (KeyError, ValueError, TlcapError) as exc:
-            rb.value("CNL §3.1 fidelity", f"{method} · overlap over rewrites ({v.model})", None, v,
-                     missing=f"not computed: {exc}")
-            continue
-        rb.value("CNL §3.1 fidelity", f"{method} · overlap over rewrites ({v.model})", est, v,
-                 differences=[f"model: {rb.our_model} vs {v.model}", "data: ParaRel rewrites, not the paper's"])
-    if hasattr(res, "figure"):
-        rb.figure("CNL §3.1 fidelity", "cnl_fidelity", res.figure())
-    return True
-
-
-def pending(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """Rows of the CNL evaluation suite (fidelity, reliability, decoupling, Table 4, Fig. 2).
-
-    A stage that did not run (``tlcap.experiments.cnl_eval`` not available) gives one row per paper
-    value marked "not run: experiment not available"; never a number of ours.
-    """
-    for stage, item in (("cnl.fidelity", "§3.1 fidelity"), ("cnl.reliability", "§3.2 reliability"),
-                        ("cnl.decoupling", "§4 decoupling"), ("cnl.compare", "Table 4")):
-        out = get(stage)
-        if stage == "cnl.fidelity" and out and _fidelity(rb, next(iter(out.values()))):
-            continue
-        if out:
-            for key, res in out.items():
-                if hasattr(res, "figure"):
-                    rb.figure(f"CNL {item}", f"{stage.replace('.', '_')}_{key}", res.figure())
-        reason = why(stage) if out is None else "computed (figure below); its rows are not mapped into the report yet"
-        for v in paper_values(paper="cnl", item=item):
-            label = " · ".join([*(lab for _, lab in v.coords), v.quantity])
-            rb.missing(f"CNL {item}", f"{label} ({v.model})", reason, v)
-    rb.missing("CNL Fig. 2", "ROME edit success: traced layer − other layers", why("cnl.reliability"),
-               claim=paper_claim("cnl.fig2.rome-any-layer"))
-
-
 def cnl_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
     """Every CNL row and figure (see the module docstring)."""
     groups = table1(rb, get, why, scale, n_boot=n_boot, seed=seed)
@@ -366,7 +325,7 @@ def cnl_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: Scale
     table2(rb, get, why, scale)
     table3(rb, get, why, scale, n_boot=n_boot, seed=seed)
     fig5(rb, get, why)
-    pending(rb, get, why)
+    suite_report(rb, get, why)
 
 
-__all__ = ["cnl_report", "table1", "table2", "table3", "fig4", "fig5", "pending", "Groups", "LABEL"]
+__all__ = ["cnl_report", "table1", "table2", "table3", "fig4", "fig5", "Groups", "LABEL"]

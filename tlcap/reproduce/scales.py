@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tlcap.attribution.quadrature import RULES
 from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import UnknownNameError
 
@@ -34,6 +35,7 @@ class ScaleConfig(Config):
         cnl_datasets: Datasets located (paper's Meta_Math → SVAMP, Code25K → MBPP).
         cnl_locate_n: Samples located per dataset (train split), ``None`` = the whole split.
         cnl_steps: IG steps S (CNL: 20).
+        cnl_rule: Their quadrature rule (``docs/kn.md``; the paper's sum: ``cnl``).
         cnl_max_answer_tokens: Answer tokens scored per sample.
         cnl_groups: Scoring groups per dataset (clusters of the bootstrap; half of them per split half).
         cnl_sigma: σ of the located set used by Tables 1, 2, Figs. 4–6 (the paper's default reading: 3).
@@ -42,7 +44,18 @@ class ScaleConfig(Config):
         cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
         cnl_eval_pairs: Comparative pairs of the decoupling experiment.
         cnl_eval_known_top_k: Keep rewrites the model answers within its top-k (``None`` = no filter).
-        n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value).
+        cnl_eval_rewrites: Rewrites per fact (the paper: 5).
+        cnl_eval_steps: KN IG steps of the evaluation suite (fidelity, reliability, decoupling; KN: 20).
+        cnl_eval_rule: Their quadrature rule (``docs/kn.md``).
+        cnl_eval_trace_samples: Noise draws of causal tracing (ROME: 10).
+        cnl_eval_kc_top_n: Edges of a knowledge circuit.
+        cnl_eval_kc_ig_steps: EAP-IG steps of a knowledge circuit (1 = plain EAP).
+        cnl_eval_rome_layers: Layers ROME edits in reliability / Fig. 2 (``None`` = every layer; at least two:
+            Fig. 2 compares the traced layer with the others).
+        cnl_eval_rome_facts: Facts ROME edits (the first ones; ``None`` = all).
+        cnl_eval_rome_steps: ROME value-optimisation steps (ROME: 20).
+        n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value; ``smoke``: ≥ 5,
+            the fewest draws an IPP takes).
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
         enhance_epochs: Epochs evaluated (the paper: 1, 5, 10).
@@ -53,6 +66,7 @@ class ScaleConfig(Config):
         ql_max_queries: Neighbor queries per fact (``None`` = all).
         ql_known_top_k: Keep facts the model answers within its top-k (``None`` = no filter).
         ql_steps: IG steps (QL: m = 20; per word for SIG).
+        ql_rule: Their quadrature rule (``docs/kn.md``).
         ql_sig_facts: Facts attributed with SIG (its cost is one IG per prompt token), the first ones.
         ql_edit_queries: Queries edited per fact in Tables 2–3 (``None`` = all).
         ql_thresholds: Grid of the CS2-threshold sensitivity curves.
@@ -63,25 +77,36 @@ class ScaleConfig(Config):
     cnl_datasets: tuple[str, ...] = CNL_DATASETS
     cnl_locate_n: int | None = 4
     cnl_steps: int = 2
+    cnl_rule: str = "midpoint"
     cnl_max_answer_tokens: int = 1
     cnl_groups: int = 4
     cnl_sigma: float = 3.0
-    cnl_eval_n: int = 3
-    cnl_eval_datasets: tuple[str, ...] = ("emotion", "imdb")
+    cnl_eval_n: int = 2
+    cnl_eval_datasets: tuple[str, ...] = ("emotion", "mbpp")
     cnl_eval_facts: int = 2
-    cnl_eval_pairs: int = 4
-    cnl_eval_known_top_k: int | None = 1
-    n_random: int = 20
+    cnl_eval_pairs: int = 2
+    cnl_eval_known_top_k: int | None = None
+    cnl_eval_rewrites: int = 2
+    cnl_eval_steps: int = 1
+    cnl_eval_rule: str = "midpoint"
+    cnl_eval_trace_samples: int = 1
+    cnl_eval_kc_top_n: int = 50
+    cnl_eval_kc_ig_steps: int = 1
+    cnl_eval_rome_layers: tuple[int, ...] | None = (0, 1)
+    cnl_eval_rome_facts: int | None = 1
+    cnl_eval_rome_steps: int = 2
+    n_random: int = 5
     enhance_train_n: int = 2
-    enhance_eval_n: int = 3
+    enhance_eval_n: int = 2
     enhance_epochs: tuple[int, ...] = (1,)
-    cross_eval_n: int = 2
+    cross_eval_n: int = 1
     cross_n_random: int = 1
     ql_relations: tuple[str, ...] = ("P36", "P103")
     ql_n_facts: int | None = 3
-    ql_max_queries: int | None = 3
+    ql_max_queries: int | None = 2
     ql_known_top_k: int | None = None
     ql_steps: int = 2
+    ql_rule: str = "midpoint"
     ql_sig_facts: int | None = 1
     ql_edit_queries: int | None = 1
     ql_thresholds: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
@@ -94,12 +119,20 @@ class ScaleConfig(Config):
         self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
                                                       item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
         for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "enhance_train_n",
+                  "cnl_eval_steps", "cnl_eval_trace_samples", "cnl_eval_kc_top_n", "cnl_eval_kc_ig_steps", "cnl_eval_rome_steps",
                   "enhance_eval_n", "cross_eval_n",
                   "cross_n_random", "ql_steps", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
-        check_int("n_random", self.n_random, min=20, cli=None)
-        for f in ("cnl_locate_n", "cnl_eval_known_top_k", "ql_n_facts", "ql_max_queries", "ql_known_top_k", "ql_sig_facts",
+        check_int("n_random", self.n_random, min=5 if self.name == "smoke" else 20, cli=None)
+        check_int("cnl_eval_rewrites", self.cnl_eval_rewrites, min=2, cli=None)
+        for f in ("cnl_rule", "cnl_eval_rule", "ql_rule"):
+            check_choice(f, getattr(self, f), RULES, cli=None)
+        if self.cnl_eval_rome_layers is not None:
+            self._set("cnl_eval_rome_layers", check_sequence("cnl_eval_rome_layers", self.cnl_eval_rome_layers, min_len=2,
+                                                             cli=None, item=lambda n, x: check_int(n, x, min=0, cli=None)))
+        for f in ("cnl_locate_n", "cnl_eval_known_top_k", "cnl_eval_rome_facts", "ql_n_facts", "ql_max_queries",
+                  "ql_known_top_k", "ql_sig_facts",
                   "ql_edit_queries"):
             if getattr(self, f) is not None:
                 check_int(f, getattr(self, f), min=1, cli=None)
@@ -119,16 +152,24 @@ QL_CPU_RELATIONS = ("P36", "P103", "P37", "P30", "P364", "P1412", "P17", "P495",
 
 SCALES: dict[str, ScaleConfig] = {
     "smoke": ScaleConfig(),
+    # cpu: every reduction from the paper's settings is listed in docs/reproduce.md ("cpu: what was reduced")
     "cpu": ScaleConfig(
-        name="cpu", cnl_locate_n=200, cnl_steps=20, cnl_max_answer_tokens=2, cnl_groups=20, cnl_eval_n=200,
-        cnl_eval_datasets=("emotion", "imdb", "mbpp"), cnl_eval_facts=50, cnl_eval_pairs=200, enhance_train_n=100,
-        enhance_eval_n=200, enhance_epochs=(1, 5),
-        cross_eval_n=100, cross_n_random=3, ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=4,
-        ql_known_top_k=10, ql_steps=20, ql_sig_facts=20, ql_edit_queries=1, n_boot=5000,
+        name="cpu", cnl_locate_n=200, cnl_steps=4, cnl_rule="gauss_legendre", cnl_max_answer_tokens=1, cnl_groups=20,
+        cnl_eval_n=30, cnl_eval_datasets=("emotion", "mbpp"), n_random=20,
+        cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_steps=4, cnl_eval_rule="gauss_legendre",
+        cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
+        cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
+        enhance_train_n=50, enhance_eval_n=50, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
+        ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=3, ql_known_top_k=10, ql_steps=4,
+        ql_rule="gauss_legendre", ql_sig_facts=10, ql_edit_queries=1, n_boot=5000,
     ),
     "full": ScaleConfig(
-        name="full", cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
+        name="full", cnl_eval_known_top_k=1,
+        cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
         cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
+        n_random=20, cnl_eval_rewrites=5, cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300,
+        cnl_eval_kc_ig_steps=5,
+        cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,
         enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
         ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_edit_queries=None, n_boot=5000,

@@ -1,0 +1,85 @@
+"""The CNL evaluation suite in ``reproduce``: its workloads against the work the methods do, its dry-run plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from tlcap.attribution.config import IGConfig
+from tlcap.locate.causal_trace import causal_trace
+from tlcap.reproduce.cost import UNITS, Calibration
+from tlcap.reproduce.run import build_stages, predictions
+from tlcap.reproduce.scales import ScaleConfig
+from tlcap.reproduce.stages import Runner
+from tlcap.reproduce.suite_cost import kn_work, trace_work
+from tlcap.reproduce.suite_stages import compare_dataset
+
+PROMPT, SUBJECT, TARGET = "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"
+
+
+@pytest.mark.parametrize(("prompt", "subject"), [(PROMPT, SUBJECT),
+                                                 ("In the city of Paris, the tower called the Eiffel Tower is",
+                                                  "the Eiffel Tower")])
+def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatch, prompt, subject):
+    m = tiny_llama
+    seen = {"tokens": 0}
+    for name in ("logits", "last_logits", "prefix_cache"):  # every forward entry point of the batched trace
+        f = getattr(m, name)
+
+        def counted(tokens, *a, _f=f, **k):
+            seen["tokens"] += tokens.shape[0] * tokens.shape[1]
+            return _f(tokens, *a, **k)
+        monkeypatch.setattr(m, name, counted)
+    causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False)
+    assert trace_work(m, prompt, subject, 2).units["fwd_token"] == seen["tokens"]
+
+
+def test_kn_workload_is_rows_per_target_token(tiny_llama):
+    m = tiny_llama
+    t = len(m.encode(" Paris France", prepend_bos=False))
+    # every rule but cnl: m points + the baseline row per layer; cnl: m + 1 points
+    assert kn_work(m, PROMPT, " Paris France", IGConfig(steps=3)).units["ig_row"] == t * 4 * m.n_layers
+    assert kn_work(m, PROMPT, " Paris France", IGConfig(steps=3, rule="cnl")).units["ig_row"] == t * 5 * m.n_layers
+    assert kn_work(m, PROMPT, TARGET, IGConfig(steps=6)).units["ig_row"] == 7 * m.n_layers * len(m.encode(TARGET,
+                                                                                                          prepend_bos=False))
+
+
+def test_dry_run_predicts_every_suite_stage(tiny_llama, tmp_path):
+    scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_eval_facts=1, cnl_eval_pairs=2,
+                        cnl_eval_known_top_k=None)
+    runner = Runner(build_stages(("cnl",), scale), tmp_path, tiny_llama)
+    cal = Calibration(dict.fromkeys(UNITS, 1e-9))
+    pred = predictions(runner, runner.plan(["cnl.compare", "cnl.decoupling"]), cal)
+    assert set(pred) == {"cnl.locate.emotion", "cnl.erase.emotion", "cnl.fidelity", "cnl.reliability", "cnl.compare",
+                         "cnl.decoupling"}
+    for name in ("cnl.fidelity", "cnl.reliability", "cnl.decoupling"):
+        assert pred[name] is not None and pred[name].seconds > 0, name
+    assert pred["cnl.compare"].seconds == 0  # a composition of the results above
+    assert runner.stage("cnl.compare").deps == ("cnl.fidelity", "cnl.reliability", "cnl.locate.emotion",
+                                                "cnl.erase.emotion")
+
+
+def test_compare_uses_gsm8k_when_it_is_located_and_erased():
+    assert compare_dataset(ScaleConfig(cnl_eval_datasets=("emotion", "gsm8k"))) == "gsm8k"
+    assert compare_dataset(ScaleConfig(cnl_eval_datasets=("imdb", "emotion"))) == "imdb"
+    assert compare_dataset(ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=("imdb",))) == ""
+
+
+def test_scale_checks_rules_and_the_random_set_minimum():
+    from tlcap.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="cnl_rule"):
+        ScaleConfig(cnl_rule="simpson")
+    ScaleConfig(n_random=5)  # smoke: the fewest draws an IPP takes
+    with pytest.raises(InvalidConfigError, match="n_random"):
+        ScaleConfig(name="cpu", n_random=5)  # every other scale: >= 20 matched random sets
+    with pytest.raises(InvalidConfigError, match="cnl_eval_rome_layers"):
+        ScaleConfig(cnl_eval_rome_layers=(3,))  # Fig. 2 needs the traced layer and another
+
+
+def test_locate_passes_the_scale_rule(tiny_llama, tmp_path):
+    scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=4, cnl_steps=1,
+                        cnl_rule="gauss_legendre")
+    runner = Runner(build_stages(("cnl",), scale), tmp_path, tiny_llama)
+    runner.run(runner.plan(["cnl.locate.emotion"]))
+    group = runner.outputs("cnl.locate.emotion")["group_A0"]
+    assert group.rule == "gauss_legendre" and group.steps == 1

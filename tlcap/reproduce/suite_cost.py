@@ -1,0 +1,96 @@
+"""Cost model of the CNL evaluation suite (``tlcap.experiments.cnl_eval``): one workload per method call.
+
+Each function turns one call of a locator or validation into :mod:`tlcap.reproduce.cost` units
+from the model's shape and the prompt's token counts, following what the call runs:
+
+==================  ===============================================================================
+call                work
+==================  ===============================================================================
+KN (IG)             ``(points + 1) · L`` IG rows per target token (``points`` = the rule's
+                    evaluations: ``steps``, ``steps + 1`` for ``cnl``) + the clean forward
+causal trace (MLP)  the clean run, ``samples`` corrupted runs, then per token from the subject on:
+                    the corrupted prefix (``samples · t`` tokens) and ``samples · L`` restored rows
+                    over the rest of the prompt (``T − t`` tokens each)
+KC (EAP / EAP-IG)   corrupted + clean passes and ``ig_steps`` interpolated passes, each forward +
+                    backward over the prompt (``train_token`` units) + the edge-score products
+                    (``2 · T · n_upstream · n_readers · d_model`` per pass); the circuit's
+                    evaluation: masked forwards of ``1 + n_random`` circuits (2 forwards' worth each)
+ROME at one layer   the key (``prefixes`` forwards), ``steps`` value-optimisation steps (forward +
+                    backward over ``prefixes`` rows and the essence prompt), the rank-one solve
+                    (``d_mlp³``) and the evaluation forwards (before and after the edit); the key
+                    covariance once per layer when it is not in the on-disk cache
+==================  ===============================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tlcap.attribution.config import IGConfig
+from tlcap.intervene.covariance import covariance_path
+from tlcap.intervene.rome.config import RomeConfig
+from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.subjects import find_subject
+from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, train
+
+
+def _len(model: Any, text: str, bos: bool = True) -> int:
+    return len(model.encode(text, prepend_bos=bos, check_length=False))
+
+
+def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
+    """One :func:`tlcap.integrated_gradients` call (every layer, teacher-forced over the target's tokens)."""
+    shape = ModelShape.of(model)
+    p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
+    points = ig.steps + 1 if ig.rule == "cnl" else ig.steps
+    rows = t * (points + 1) * shape.n_layers
+    return ig_rows(shape, rows, ctx=p + t) + forward(shape, p + t, (p + t) / 2, p + t)
+
+
+def trace_work(model: Any, prompt: str, subject: str, samples: int) -> Workload:
+    """One causal trace of the MLP kind at every layer (the batched engine: prefix reuse, no BOS, cells before
+    the subject skipped)."""
+    shape = ModelShape.of(model)
+    T = len(model.to_tokens(prompt, prepend_bos=False)[0])
+    s0 = find_subject(model, prompt, subject, prepend_bos=False).range[0]
+    toks = T * (1 + samples)  # the clean run and the corrupted runs
+    for t in range(s0, T):
+        toks += samples * t + samples * shape.n_layers * (T - t)
+    return forward(shape, toks, T / 2, T)
+
+
+def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int = 0) -> Workload:
+    """One :func:`edge_attribution` (zero ablation) and, with ``n_circuits``, the circuits' evaluation."""
+    shape = ModelShape.of(model)
+    T = _len(model, prompt) + max(1, _len(model, target, bos=False)) - 1
+    g = EdgeGraph.from_model(model)
+    passes = 2 + ig_steps
+    products = 2.0 * T * g.n_upstream * g.n_readers * shape.d_model * passes
+    w = train(shape, T * passes, 0, T / 2, T) + Workload.of(train_token=products)
+    if n_circuits:
+        w = w + forward(shape, 2 * T * n_circuits, T / 2, T)
+    return w
+
+
+def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeConfig, n_eval_prompts: int,
+              cov_layers: list[int]) -> Workload:
+    """``layers`` ROME edits of one fact, each evaluated on ``n_eval_prompts`` prompts (before and after)."""
+    shape = ModelShape.of(model)
+    T = _len(model, prompt) + _len(model, target_new, bos=False)
+    P = len(cfg.prefixes)
+    pre = sum(_len(model, p, bos=False) for p in cfg.prefixes) / max(P, 1)
+    rows = P * (T + pre) + _len(model, cfg.kl_prompt)
+    per_layer = forward(shape, P * (T + pre), T, int(T + pre)) \
+        + train(shape, cfg.steps * rows, 0, T, int(T + pre)) \
+        + Workload.of(fwd_token=2.0 * shape.d_mlp ** 3) \
+        + forward(shape, 2 * n_eval_prompts * T, T / 2, T)
+    w = per_layer.scaled(layers)
+    missing = [l for l in cov_layers if not covariance_path(model, l, cfg.cov_tokens, cfg.cov_seq_len).exists()]
+    if missing and cfg.mom2_adjustment:
+        top = max(missing) + 1  # the recording stops after the highest layer's keys
+        w = w + forward(shape, cfg.cov_tokens * top / shape.n_layers, cfg.cov_seq_len / 2, cfg.cov_seq_len) \
+            + Workload.of(fwd_token=2.0 * cfg.cov_tokens * shape.d_mlp ** 2 * len(missing))
+    return w
+
+
+__all__ = ["kn_work", "trace_work", "kc_work", "rome_work"]

@@ -1,0 +1,240 @@
+"""The CNL evaluation suite's stages (issue 11), wired to :mod:`tlcap.experiments.cnl_eval`.
+
+===================  ================================================  ====================================
+stage                computes (tlcap API)                              feeds
+===================  ================================================  ====================================
+``cnl.fidelity``     :func:`~tlcap.experiments.cnl_eval.fidelity` on   §3.1 fidelity, Table 4 (Overlap,
+                     :func:`~tlcap.data.rewrites.rewrite_facts`        Neuron of KN / ROME / KC)
+``cnl.reliability``  :func:`~tlcap.experiments.cnl_eval.reliability`   §3.2 reliability, Fig. 2, Table 4
+                     on the same facts                                 (IPP of KN / ROME / KC)
+``cnl.decoupling``   :func:`~tlcap.experiments.cnl_eval.decoupling` on  §4 decoupling
+                     :func:`~tlcap.data.comparative.comparative_pairs`
+``cnl.compare``      :func:`~tlcap.experiments.cnl_eval.compare` of    Table 4
+                     the two above and of ``cnl.locate.<ds>`` /
+                     ``cnl.erase.<ds>`` (CNL's row; nothing re-run)
+===================  ================================================  ====================================
+
+Every size comes from the :class:`~tlcap.reproduce.scales.ScaleConfig` (``cnl_eval_*`` knobs); the
+workloads (:mod:`tlcap.reproduce.suite_cost`) follow the calls each experiment makes per item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tlcap.attribution.config import IGConfig
+from tlcap.config import Config, check_choice, check_int
+from tlcap.data.comparative import comparative_pairs
+from tlcap.data.rewrites import rewrite_facts
+from tlcap.experiments.cnl import CNLLocation, EraseResult
+from tlcap.experiments.cnl_eval import FidelityResult, ReliabilityResult, compare, decoupling, fidelity, reliability
+from tlcap.experiments.cnl_eval.common import param_counts
+from tlcap.experiments.cnl_eval.reliability import neighbourhood
+from tlcap.intervene.rome.config import RomeConfig
+from tlcap.reproduce.cost import ModelShape, Workload, forward
+from tlcap.reproduce.scales import ScaleConfig
+from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.reproduce.suite_cost import kc_work, kn_work, rome_work, trace_work
+from tlcap.results import Result
+
+CODE = ("tlcap.experiments.cnl_eval", "tlcap.data.rewrites", "tlcap.data.comparative", "tlcap.attribution",
+        "tlcap.locate", "tlcap.intervene")
+EXPERIMENTS = ("fidelity", "reliability", "decoupling", "compare")
+ITEMS: dict[str, tuple[str, ...]] = {
+    "fidelity": ("CNL §3.1 fidelity", "CNL Table 4"), "reliability": ("CNL §3.2 reliability", "CNL Fig. 2", "CNL Table 4"),
+    "decoupling": ("CNL §4 decoupling",), "compare": ("CNL Table 4",),
+}
+
+
+@dataclass(frozen=True)
+class SuiteConfig(Config):
+    """A ``tlcap.experiments.cnl_eval`` stage: its data and settings (from the scale's ``cnl_eval_*`` knobs).
+
+    Attributes:
+        experiment: ``fidelity``, ``reliability``, ``decoupling`` or ``compare``.
+        n: Facts (fidelity, reliability) or comparative pairs (decoupling).
+        seed: Seed of the facts / pairs and of every random draw.
+        known_top_k: Keep rewrites the model answers within its top-k (``None``: no filter).
+        n_rewrites: Rewrites per fact.
+        steps: KN IG steps.
+        rule: KN quadrature rule.
+        trace_samples: Noise draws of causal tracing.
+        kc_top_n: Edges of a knowledge circuit.
+        kc_ig_steps: EAP-IG steps.
+        n_random: Matched random neuron sets (reliability) per fact.
+        n_random_circuits: Random circuits per fact.
+        rome_layers: Layers ROME edits (``None``: every layer).
+        rome_facts: Facts ROME edits (the first ones; ``None``: all).
+        rome_steps: ROME value-optimisation steps.
+        dataset: ``compare``: the dataset of CNL's row (its locate and erase stages).
+        sigma: ``compare``: the σ of CNL's erase row.
+    """
+
+    experiment: str = "fidelity"
+    n: int = 50
+    seed: int = 0
+    known_top_k: int | None = 1
+    n_rewrites: int = 5
+    steps: int = 20
+    rule: str = "midpoint"
+    trace_samples: int = 10
+    kc_top_n: int = 300
+    kc_ig_steps: int = 5
+    n_random: int = 20
+    n_random_circuits: int = 20
+    rome_layers: tuple[int, ...] | None = None
+    rome_facts: int | None = None
+    rome_steps: int = 20
+    dataset: str = ""
+    sigma: float = 3.0
+
+    def validate(self) -> None:
+        check_choice("experiment", self.experiment, EXPERIMENTS)
+        check_int("n", self.n, min=1)
+
+    @property
+    def ig(self) -> IGConfig:
+        return IGConfig(steps=self.steps, rule=self.rule)
+
+    @property
+    def rome(self) -> RomeConfig:
+        return RomeConfig(steps=self.rome_steps)
+
+    def overrides(self) -> dict[str, Any]:
+        """The experiment's config fields (``fidelity(..., **overrides)``)."""
+        if self.experiment == "fidelity":
+            return {"ig": self.ig, "trace_samples": self.trace_samples, "kc_top_n": self.kc_top_n,
+                    "kc_ig_steps": self.kc_ig_steps, "seed": self.seed}
+        if self.experiment == "reliability":
+            return {"ig": self.ig, "trace_samples": self.trace_samples, "kc_top_n": self.kc_top_n,
+                    "kc_ig_steps": self.kc_ig_steps, "n_random": self.n_random, "n_random_circuits": self.n_random_circuits,
+                    "rome_layers": self.rome_layers, "rome_facts": self.rome_facts, "rome": self.rome, "seed": self.seed}
+        return {"ig": self.ig}
+
+
+def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteConfig:
+    """The :class:`SuiteConfig` of ``experiment`` at ``scale``."""
+    return SuiteConfig(
+        experiment=experiment, n=scale.cnl_eval_pairs if experiment == "decoupling" else scale.cnl_eval_facts, seed=seed,
+        known_top_k=scale.cnl_eval_known_top_k, n_rewrites=scale.cnl_eval_rewrites,
+        steps=scale.cnl_eval_steps, rule=scale.cnl_eval_rule,
+        trace_samples=scale.cnl_eval_trace_samples, kc_top_n=scale.cnl_eval_kc_top_n, kc_ig_steps=scale.cnl_eval_kc_ig_steps,
+        n_random=scale.n_random, n_random_circuits=scale.n_random, rome_layers=scale.cnl_eval_rome_layers,
+        rome_facts=scale.cnl_eval_rome_facts, rome_steps=scale.cnl_eval_rome_steps,
+        dataset=compare_dataset(scale) if experiment == "compare" else "", sigma=scale.cnl_sigma,
+    )
+
+
+def compare_dataset(scale: ScaleConfig) -> str:
+    """CNL's Table 4 row: GSM8K (the paper's 96.4) when it is located and erased, else the first erased dataset."""
+    both = [d for d in scale.cnl_eval_datasets if d in scale.cnl_datasets]
+    return "gsm8k" if "gsm8k" in both else (both[0] if both else "")
+
+
+# ------------------------------------------------------------------ data
+def _facts(ctx: StageContext) -> list:
+    cfg: SuiteConfig = ctx.config
+    return rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=cfg.known_top_k)
+
+
+def _pairs(ctx: StageContext) -> list:
+    cfg: SuiteConfig = ctx.config
+    return comparative_pairs(cfg.n, seed=cfg.seed)
+
+
+# ------------------------------------------------------------------ stage functions
+def _fidelity(ctx: StageContext) -> dict[str, Result]:
+    cfg: SuiteConfig = ctx.config
+    return {"fidelity": fidelity(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress,
+                                 **cfg.overrides())}
+
+
+def _reliability(ctx: StageContext) -> dict[str, Result]:
+    cfg: SuiteConfig = ctx.config
+    return {"reliability": reliability(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items",
+                                       progress=ctx.progress, **cfg.overrides())}
+
+
+def _decoupling(ctx: StageContext) -> dict[str, Result]:
+    cfg: SuiteConfig = ctx.config
+    return {"decoupling": decoupling(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items",
+                                     progress=ctx.progress, **cfg.overrides())}
+
+
+def _compare(ctx: StageContext) -> dict[str, Result]:
+    cfg: SuiteConfig = ctx.config
+    fid = ctx.dep("cnl.fidelity")["fidelity"]
+    rel = ctx.dep("cnl.reliability")["reliability"]
+    if not isinstance(fid, FidelityResult) or not isinstance(rel, ReliabilityResult):
+        raise StageError("cnl.fidelity / cnl.reliability hold other results; delete their cache folders")
+    loc_summary = erase_summary = None
+    if cfg.dataset:
+        loc = ctx.dep(f"cnl.locate.{cfg.dataset}")["location"]
+        if isinstance(loc, CNLLocation):
+            loc_summary = loc.summary()
+        er = ctx.dep(f"cnl.erase.{cfg.dataset}").get(f"sigma{cfg.sigma:g}")
+        if isinstance(er, EraseResult):  # absent: no neuron above mean + σ·std; compare notes the missing IPP
+            erase_summary = er.summary()
+    return {"table4": compare(fid, rel, cnl_locate=loc_summary, cnl_erase=erase_summary, counts=param_counts(ctx.model))}
+
+
+# ------------------------------------------------------------------ workloads
+def _fidelity_work(ctx: StageContext) -> Workload:
+    cfg: SuiteConfig = ctx.config
+    m, w = ctx.model, Workload()
+    for f in ctx.inputs():
+        for p in f.rewrites:
+            w = w + kn_work(m, p, f.target, cfg.ig) + trace_work(m, p, f.subject, cfg.trace_samples) \
+                + kc_work(m, p, f.target, cfg.kc_ig_steps)
+    return w
+
+
+def _reliability_work(ctx: StageContext) -> Workload:
+    cfg: SuiteConfig = ctx.config
+    m, facts, w = ctx.model, ctx.inputs(), Workload()
+    shape = ModelShape.of(m)
+    layers = list(range(m.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
+    rome = cfg.rome
+    edited = 0
+    for i, f in enumerate(facts):
+        p = f.rewrites[0]
+        T = len(m.encode(p + f.target, check_length=False))
+        w = w + kn_work(m, p, f.target, cfg.ig) + forward(shape, T * (1 + 2 * (1 + cfg.n_random)), T / 2, T)
+        w = w + kc_work(m, p, f.target, cfg.kc_ig_steps, 1 + cfg.n_random_circuits)
+        if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
+            nb = neighbourhood(facts, i, 10, cfg.seed) or []
+            w = w + trace_work(m, p, f.subject, cfg.trace_samples) + \
+                rome_work(m, p, f.target_new, len(layers), rome, 1 + len(f.rewrites) - 1 + len(nb),
+                          layers if edited == 0 else [])
+            edited += 1
+    return w
+
+
+def _decoupling_work(ctx: StageContext) -> Workload:
+    cfg: SuiteConfig = ctx.config
+    w = Workload()
+    for pair in ctx.inputs():
+        for t in (1, 2):
+            prompt, target = pair.framing(t)
+            w = w + kn_work(ctx.model, prompt, target, cfg.ig)
+    return w
+
+
+def suite_stages(scale: ScaleConfig, *, seed: int = 0) -> list[Stage]:
+    """The four stages of the CNL evaluation suite at ``scale`` (module table)."""
+    out = []
+    for exp, fn, data, work in (("fidelity", _fidelity, _facts, _fidelity_work),
+                                ("reliability", _reliability, _facts, _reliability_work),
+                                ("decoupling", _decoupling, _pairs, _decoupling_work)):
+        out.append(Stage(f"cnl.{exp}", fn, suite_config(scale, exp, seed), code=CODE, data=data, workload=work,
+                         items=ITEMS[exp], description=f"tlcap.experiments.cnl_eval.{exp}"))
+    cfg = suite_config(scale, "compare", seed)
+    deps = ("cnl.fidelity", "cnl.reliability") + ((f"cnl.locate.{cfg.dataset}", f"cnl.erase.{cfg.dataset}")
+                                                 if cfg.dataset else ())
+    out.append(Stage("cnl.compare", _compare, cfg, deps=deps, code=CODE, workload=lambda ctx: Workload(),
+                     items=ITEMS["compare"], description="Table 4: tlcap.experiments.cnl_eval.compare of the results above"))
+    return out
+
+
+__all__ = ["SuiteConfig", "suite_stages", "suite_config", "compare_dataset", "EXPERIMENTS"]
