@@ -11,6 +11,13 @@ layers) — tens of minutes on a laptop CPU. ``--quick``: n = 10, 20, 40 with ``
     python benchmarks/bench_cnl.py --quick
     python benchmarks/bench_cnl.py --ns 50,100,200 --method ig
     python benchmarks/bench_cnl.py --ns 2,4 --method ig --tag ig-small   # exact IG cost per sample
+
+``--compare``: exact IG on the same n samples in ONE process, today's path (midpoint, S = 20, one
+sample at a time) first, then each ``rule:steps:sample_batch`` setting (``steps`` a number or
+``auto`` with ``--tol``); reports samples/s, the ratio to the first setting (a ratio survives
+machine load), the completeness error and the gradient rows per sample:
+
+    python benchmarks/bench_cnl.py --compare midpoint:20:1,gauss_legendre:auto:8 --n 12 --tol 0.02
 """
 
 from __future__ import annotations
@@ -48,6 +55,50 @@ def worker(n: int, method: str, dataset: str, steps: int, max_answer_tokens: int
                       "peak_rss_mb": rss, "rss_after_load_mb": rss0, "n_neurons_sigma3": len(res.select(3.0))}))
 
 
+def compare(settings: str, n: int, dataset: str, tol: float, threads: int, tag: str) -> None:
+    """Exact-IG settings against today's path, same samples, same process (module docstring)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    import tlcap
+    from tlcap.attribution.dataset import score_dataset
+    from tlcap.data.tasks import load_task
+
+    model = tlcap.load_model("smollm2-135m")
+    samples = load_task(dataset, split="train", n=n, seed=0)
+    rows = []
+    for spec in settings.split(","):
+        rule, steps, sb = spec.split(":")
+        st: int | str = steps if steps == "auto" else int(steps)
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        res = score_dataset(model, samples, method="ig", rule=rule, steps=st, tol=tol, sample_batch=int(sb),
+                            max_answer_tokens=8, progress=False, task=dataset)
+        dt = time.perf_counter() - t0
+        rows.append({"setting": spec, "rule": rule, "steps": steps, "sample_batch": int(sb), "tol": tol if steps == "auto" else None,
+                     "n": res.n_samples, "seconds": dt, "samples_per_s": res.n_samples / dt,
+                     "completeness_rel_error": res.completeness_rel_error,
+                     "rows_per_sample": res.meta["evaluations"] / max(res.n_samples, 1),
+                     "load_1min_before": load0, "load_1min_after": os.getloadavg()[0]})
+        rows[-1]["scores"] = res.scores
+        print(f"{spec}: {dt:.1f} s, {res.n_samples / dt:.3f} samples/s, completeness {res.completeness_rel_error:.2%}", flush=True)
+    base = rows[0]
+    print(f"\nexact-IG CNL scoring, SmolLM2-135M, {dataset}, n={n}, {threads} thread(s), all 30 layers")
+    print(f"{'setting':>28} {'seconds':>8} {'samples/s':>10} {'ratio':>6} {'completeness':>13} {'rows/sample':>12} {'corr(scores)':>12}")
+    for r in rows:
+        r["ratio"] = r["samples_per_s"] / base["samples_per_s"]
+        a, b = base["scores"].flatten(), r["scores"].flatten()
+        r["score_corr_vs_first"] = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+        print(f"{r['setting']:>28} {r['seconds']:>8.1f} {r['samples_per_s']:>10.3f} {r['ratio']:>6.2f} "
+              f"{r['completeness_rel_error']:>12.2%} {r['rows_per_sample']:>12.0f} {r['score_corr_vs_first']:>12.4f}")
+    for r in rows:
+        del r["scores"]
+    path = ROOT / "benchmarks" / "results" / (f"bench_cnl_compare-{tag}.json" if tag else "bench_cnl_compare.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"dataset": dataset, "n": n, "threads": threads, "cpu_count": os.cpu_count(), "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="n = 10, 20, 40 with method=joint (cheaper estimator)")
@@ -59,7 +110,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: best on a shared 2-core box)")
     ap.add_argument("--tag", default="", help="suffix of the results file (bench_cnl-TAG.json)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--compare", default=None, help="rule:steps:sample_batch settings, comma-separated (first = baseline)")
+    ap.add_argument("--n", type=int, default=12, help="samples of --compare")
+    ap.add_argument("--tol", type=float, default=0.02, help="completeness target of steps=auto in --compare")
     a = ap.parse_args()
+    if a.compare:
+        compare(a.compare, a.n, a.dataset, a.tol, a.threads, a.tag)
+        return
     method = a.method or ("joint" if a.quick else "ig")
     if a.worker is not None:
         worker(a.worker, method, a.dataset, a.steps, a.max_answer_tokens, a.threads)

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tlcap.attribution.quadrature import RULES
-from tlcap.config import Config, check_bool, check_choice, check_int, check_sequence
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
+from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import parse_memory
 
 ESTIMATORS: tuple[str, ...] = ("ig", "joint", "grad_x_act")
@@ -32,7 +33,9 @@ class IGConfig(Config):
     """Settings of integrated-gradient neuron attribution.
 
     Attributes:
-        steps: Gradient evaluations m per layer (per word for SIG), ``>= 1``.
+        steps: Gradient evaluations m per layer (per word for SIG), ``>= 1``; or ``"auto"``
+            (exact IG only): per answer token and layer, the rule's size is doubled from 4 until
+            the completeness error is at most ``tol`` (:mod:`tlcap.attribution.grouped`).
         rule: Quadrature rule, one of :data:`~tlcap.attribution.quadrature.RULES` (see
             :func:`tlcap.attribution.quadrature`).
         method: ``ig`` (exact, one layer scaled at a time) or the cheaper estimators ``joint``
@@ -47,11 +50,16 @@ class IGConfig(Config):
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
             compare).
+        tol: Completeness target of ``steps="auto"`` (relative error, e.g. 0.01 = 1 %), ``> 0``.
+        max_steps: Largest size ``steps="auto"`` tries, ``>= 1``.
+        sample_batch: Samples whose rows share batches in dataset scoring (exact IG;
+            :func:`~tlcap.attribution.dataset.score_dataset`), ``>= 1``. Exact: results do not
+            depend on it (beyond float rounding).
         layer_chunks: Split the layers into at least this many groups, one batch each, ``>= 1``
             (exact).
     """
 
-    steps: int = 20
+    steps: int | str = 20
     rule: str = "midpoint"
     method: str = "ig"
     site: str = "mlp_post"
@@ -61,11 +69,22 @@ class IGConfig(Config):
     late_expand: bool = True
     layer_chunks: int = 4
     max_memory: int | str | None = None
+    tol: float = 0.01
+    max_steps: int = 64
+    sample_batch: int = 1
 
     def validate(self) -> None:
-        check_int("steps", self.steps, min=1)
         check_choice("rule", self.rule, RULES)
         check_choice("method", self.method, ESTIMATORS)
+        if self.steps == "auto":
+            if self.method != "ig":
+                raise InvalidConfigError(f"steps='auto' is for exact IG (method='ig'), not method={self.method!r}; "
+                                         "give a number of steps")
+        else:
+            check_int("steps", self.steps, min=1)
+        check_float("tol", self.tol, gt=0, lt=1)
+        check_int("max_steps", self.max_steps, min=1)
+        check_int("sample_batch", self.sample_batch, min=1)
         check_choice("site", self.site, NEURON_SITES)
         if self.layers is not None:
             self._set(

@@ -39,6 +39,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.attribution.batched import fact_tokens
 from tlcap.attribution.checkpoint import load_checkpoint, save_checkpoint
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset_scores import (
@@ -61,7 +63,9 @@ from tlcap.attribution.dataset_scores import (
     sample_id,
 )
 from tlcap.attribution.fixed_point import FIXED_POINT_BITS, from_fixed, to_fixed
+from tlcap.attribution.grouped import ig_units, make_units
 from tlcap.attribution.ig import integrated_gradients
+from tlcap.attribution.quadrature import quadrature
 from tlcap.config import check_int
 from tlcap.data.sample import Sample
 from tlcap.data.tasks import encode_sample
@@ -73,6 +77,8 @@ from tlcap.errors import (
     TargetTokenizationError,
 )
 from tlcap.models.adapter import Model
+from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
+from tlcap.runtime.sites import get_site
 
 
 def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -184,6 +190,8 @@ def score_dataset(
         "model": model.name, "method": cfg.method, "steps": cfg.steps, "rule": cfg.rule, "layers": list(layer_list),
         "site": cfg.site, "max_answer_tokens": max_answer_tokens, "shard": list(sh),
     }
+    if cfg.steps == "auto":
+        settings.update(tol=cfg.tol, max_steps=cfg.max_steps)
     mine = [s for k, s in enumerate(samples) if k % sh[1] == sh[0]]
     fp = _fingerprint(mine, settings)
     common = dict(model_name=model.name, task=task, method=cfg.method, steps=cfg.steps, rule=cfg.rule, layers=layer_list,
@@ -200,47 +208,129 @@ def score_dataset(
     skipped = {k: int(state.skipped.get(k, 0)) for k in SKIP_KINDS}
     ids = list(state.sample_ids)
     seconds = state.seconds
+    stats = {k: state.meta[k] for k in STAT_KEYS if k in state.meta}
     t0 = time.perf_counter()
 
     def snapshot() -> DatasetScores:
         return DatasetScores(
             sums=sums.clone(), n_samples=n_samples, n_tokens=n_tokens, n_skipped=sum(skipped.values()), n_seen=n_seen,
             prob_sum=prob_sum, shard=sh, fingerprint=fp, seconds=seconds + time.perf_counter() - t0,
-            skipped=dict(skipped), sample_ids=tuple(ids), **common,
+            skipped=dict(skipped), sample_ids=tuple(ids), meta=dict(stats), **common,
         )
 
     label = (desc or f"CNL {task or 'scores'}") + (f" [{sh[0]}/{sh[1]}]" if sh[1] > 1 else "")
     bar = tqdm(total=len(mine), initial=n_seen, desc=label, disable=not progress, unit="sample")
-    for pos in range(n_seen, len(mine)):
-        s = mine[pos]
-        if on_sample is not None:
-            on_sample(pos, s)
-        try:
-            _, t_ids = encode_sample(model, s, max_answer_tokens)
-            if not t_ids:
-                raise TargetTokenizationError("empty answer")
-            attr = integrated_gradients(model, s.prompt, t_ids, config=cfg)
-        except PromptTooLongError:
-            skipped["too_long"] += 1
-        except TargetTokenizationError:
-            skipped["empty_answer"] += 1
-        else:
-            sums += to_fixed(attr.scores)
-            n_samples += 1
-            n_tokens += len(t_ids)
-            prob_sum += float(attr.prob_full[:, layer_list[0]].double().mean())
-            del attr
-        n_seen += 1
-        ids.append(sample_id(s))
-        bar.update(1)
-        if ckpt is not None and (n_seen % checkpoint_every == 0 or n_seen == len(mine)):
-            snap = snapshot()
-            save_checkpoint(ckpt, {"sums": snap.sums}, snap.to_dict())
+    grouped = cfg.method == "ig" and (cfg.sample_batch > 1 or cfg.steps == "auto")
+    pos = n_seen
+    while pos < len(mine):
+        window = list(range(pos, min(pos + (cfg.sample_batch if grouped else 1), len(mine))))
+        for p in window:
+            if on_sample is not None:
+                on_sample(p, mine[p])
+        outcome = _score_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
+        for p, out in zip(window, outcome):
+            if isinstance(out, str):
+                skipped[out] += 1
+            else:
+                sums += to_fixed(out.scores)
+                n_samples += 1
+                n_tokens += out.n_tokens
+                prob_sum += out.prob
+                for k, v in out.stats.items():
+                    stats[k] = stats.get(k, 0) + v
+            n_seen += 1
+            ids.append(sample_id(mine[p]))
+            bar.update(1)
+            if ckpt is not None and (n_seen % checkpoint_every == 0 or n_seen == len(mine)):
+                snap = snapshot()
+                save_checkpoint(ckpt, {"sums": snap.sums}, snap.to_dict())
+        pos = window[-1] + 1
     bar.close()
     result = snapshot()
     if dist is not None:
         result = _all_reduce(dist, result, samples, settings)
     return result
+
+
+STAT_KEYS = ("completeness_abs_error", "completeness_delta", "evaluations")
+"""Running completeness and cost counters of a scoring run, kept in ``DatasetScores.meta``."""
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One sample's contribution: mean-over-tokens scores, mean clean probability, counters."""
+
+    scores: Tensor
+    n_tokens: int
+    prob: float
+    stats: dict
+
+
+def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,
+                  layer_list: tuple[int, ...], grouped: bool) -> list[_Scored | str]:
+    """Score the samples of a window: each alone, or (``grouped``) all their rows batched together.
+
+    Returns, per sample, a :class:`_Scored` or the skip kind (``too_long``, ``empty_answer``).
+    """
+    out: list[_Scored | str | None] = []
+    items: list[tuple[list[int], list[int]]] = []
+    for s in window:
+        try:
+            _, t_ids = encode_sample(model, s, max_answer_tokens)
+            if not t_ids:
+                raise TargetTokenizationError("empty answer")
+            p_ids, t_ids = fact_tokens(model, s.prompt, t_ids)
+            if not grouped:
+                attr = integrated_gradients(model, s.prompt, t_ids, config=cfg)
+                li = list(layer_list)
+                err = (attr.layer_sums[:, li].double() - (attr.prob_full - attr.prob_baseline)[:, li].double()).abs().sum()
+                den = (attr.prob_full - attr.prob_baseline)[:, li].double().abs().sum()
+                n_rows = len(t_ids) * len(li) * (len(quadrature(int(cfg.steps), cfg.rule)[0]) + 1) if cfg.method == "ig" else 0
+                out.append(_Scored(attr.scores, len(t_ids), float(attr.prob_full[:, layer_list[0]].double().mean()),
+                                   {"completeness_abs_error": float(err), "completeness_delta": float(den),
+                                    "evaluations": n_rows}))
+                continue
+        except PromptTooLongError:
+            out.append("too_long")
+            continue
+        except TargetTokenizationError:
+            out.append("empty_answer")
+            continue
+        items.append((p_ids, t_ids))
+        out.append(None)
+    if not items:
+        return [o for o in out if o is not None]
+    res = _grouped(model, items, cfg, layer_list)
+    return [res.pop(0) if o is None else o for o in out]
+
+
+def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConfig,
+             layer_list: tuple[int, ...]) -> list[_Scored]:
+    """Exact IG of several samples' answer tokens in shared batches (:func:`ig_units`)."""
+    li = list(layer_list)
+    hook_names = [get_site(cfg.site).hook_name(l) for l in li]
+    pairs = [(p + t[:k], t[k]) for p, t in items for k in range(len(t))]
+    units = make_units(model, pairs, hook_names, li, cfg)
+    if cfg.batch_rows == "auto":
+        longest = max(len(c) for c, _ in pairs)
+        m = cfg.max_steps if cfg.steps == "auto" else int(cfg.steps)
+        rows = auto_batch_rows(ig_row_bytes(model, longest), len(pairs) * len(li) * (m + 1), cfg.max_memory, model.device)
+        res = run_auto_batched(lambda b: ig_units(model, units, hook_names, li, cfg, b), rows, model.device)
+    else:
+        res = ig_units(model, units, hook_names, li, cfg, int(cfg.batch_rows))
+    out, k = [], 0
+    p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
+    for _, t in items:
+        sl = slice(k, k + len(t))
+        k += len(t)
+        scores = torch.zeros(len(t), model.n_layers, model.d_mlp, dtype=torch.float64)
+        scores[:, li] = res.attr[sl]
+        delta = p_clean[sl, None] - res.p_base[sl]
+        err = (res.attr[sl].sum(-1) - delta).abs().sum()
+        out.append(_Scored(scores.mean(0).float(), len(t), float(p_clean[sl].float().double().mean()),
+                           {"completeness_abs_error": float(err), "completeness_delta": float(delta.abs().sum()),
+                            "evaluations": int(res.evaluations[sl].sum())}))
+    return out
 
 
 def _all_reduce(dist: Any, result: DatasetScores, samples: Sequence[Sample], settings: dict) -> DatasetScores:

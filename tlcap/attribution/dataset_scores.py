@@ -84,7 +84,7 @@ class DatasetScores(Result):
     model_name: str = ""
     task: str = ""
     method: str = "ig"
-    steps: int = 20
+    steps: int | str = 20
     rule: str = "midpoint"
     layers: tuple[int, ...] = ()
     max_answer_tokens: int = 8
@@ -106,6 +106,17 @@ class DatasetScores(Result):
         if self.n_samples == 0:
             raise EmptyDatasetError("no samples were scored (every one was skipped); nothing to average")
         return from_fixed(self.sums) / self.n_samples
+
+    @property
+    def completeness_rel_error(self) -> float:
+        """Σ |Σ_j Attr − ΔP| / Σ |ΔP| over samples, answer tokens and scored layers (NaN if not recorded).
+
+        Kept as running sums in :attr:`meta` by :func:`~tlcap.attribution.dataset.score_dataset`
+        (merges do not carry them).
+        """
+        if "completeness_delta" not in self.meta:
+            return float("nan")
+        return float(self.meta["completeness_abs_error"]) / max(float(self.meta["completeness_delta"]), 1e-12)
 
     @property
     def mean_prob(self) -> float:

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from tlcap.attribution.batched import clean_last, fact_tokens, layer_chunks, scaled_batch
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.grouped import ig_units, make_units
 from tlcap.attribution.quadrature import RULES, quadrature
 from tlcap.config import check_float, check_int
 from tlcap.errors import InvalidConfigError
@@ -238,12 +239,14 @@ def integrated_gradients(
             f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
         )
     if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
-        n_rows = len(layer_list) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
+        n_rows = len(layer_list) * (len(quadrature(cfg.max_steps if cfg.steps == "auto" else cfg.steps, cfg.rule)[0]) + 1)
         rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
         return run_auto_batched(lambda b: integrated_gradients(model, prompt, target, config=cfg.replace(batch_rows=b),
                                                                baseline=baseline, progress=progress), rows, model.device)
     s = get_site(cfg.site)
     hook_names = [s.hook_name(l) for l in layer_list]
+    if cfg.steps == "auto":
+        return _auto_steps(model, prompt, target, p_ids, t_ids, hook_names, layer_list, cfg, baseline)
     alphas, weights = quadrature(cfg.steps, cfg.rule)
     L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
     scores = torch.zeros(nT, L, d, dtype=torch.float64)
@@ -286,6 +289,36 @@ def integrated_gradients(
         rule=cfg.rule,
         layers=tuple(layer_list),
         provenance=Provenance.collect(model, cfg),
+    )
+
+
+def _auto_steps(model: Model, prompt: str, target: str | Sequence[int], p_ids: list[int], t_ids: list[int],
+                hook_names: list[str], layer_list: list[int], cfg: IGConfig, baseline: Tensor | None) -> NeuronAttribution:
+    """``steps="auto"``: every answer token's rows in one batched run (:func:`ig_units`)."""
+    units = make_units(model, [(p_ids + t_ids[:t], t_ids[t]) for t in range(len(t_ids))], hook_names, layer_list, cfg,
+                       baseline)
+    res = ig_units(model, units, hook_names, layer_list, cfg, int(cfg.batch_rows))
+    L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
+    scores = torch.zeros(nT, L, d, dtype=torch.float64)
+    p_full = torch.zeros(nT, L, dtype=torch.float64)
+    p_base = torch.zeros(nT, L, dtype=torch.float64)
+    acts = torch.zeros(nT, L, d)
+    steps_used = torch.zeros(nT, L, dtype=torch.long)
+    scores[:, layer_list] = res.attr
+    p_base[:, layer_list] = res.p_base
+    steps_used[:, layer_list] = res.steps_used
+    for t, u in enumerate(units):
+        p_full[t, layer_list] = u.p_clean
+        acts[t, layer_list] = u.w_bar.float().cpu()
+    return NeuronAttribution(
+        scores=scores.mean(0).float(), prob_full=p_full.float(), prob_baseline=p_base.float(),
+        layer_sums=scores.sum(-1).float(), activations=acts, prompt=prompt,
+        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
+        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
+        model_name=model.name, site=cfg.site, method=cfg.method, steps=int(res.steps_used.max()), rule=cfg.rule,
+        layers=tuple(layer_list), provenance=Provenance.collect(model, cfg),
+        meta={"steps": "auto", "tol": cfg.tol, "steps_used": steps_used.tolist(),
+              "evaluations": int(res.evaluations.sum())},
     )
 
 

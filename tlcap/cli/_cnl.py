@@ -44,6 +44,20 @@ def ints(option: str, spec: str) -> list[int]:
         raise InvalidConfigError(f"{option} takes comma-separated integers (e.g. 1,5,10), got {spec!r}") from None
 
 
+def parse_steps(spec: str) -> int | str:
+    """``"20"`` → 20, ``"auto"`` → ``"auto"`` (``--steps``).
+
+    Raises:
+        InvalidConfigError: neither an integer nor ``auto``.
+    """
+    if spec.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(spec)
+    except ValueError:
+        raise InvalidConfigError(f"--steps must be an integer >= 1 or 'auto', got {spec!r}") from None
+
+
 def layers(spec: str | None) -> list[int] | None:
     """``"0-3,8"`` → ``[0, 1, 2, 3, 8]`` (None / empty: all layers)."""
     if not spec:

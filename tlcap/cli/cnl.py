@@ -25,7 +25,7 @@ import typer
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import merge_scores, parse_shard
 from tlcap.cli import app
-from tlcap.cli._cnl import floats, ints, layers, neuron_source, print_warnings, skips_line
+from tlcap.cli._cnl import floats, ints, layers, neuron_source, parse_steps, print_warnings, skips_line
 from tlcap.cli._common import (
     StagedOutput,
     checkpoint_dir,
@@ -102,10 +102,13 @@ def locate(
     spread: str = typer.Option("std", help="std (default) or var (the paper's literal text)."),
     split: str = typer.Option("train", help="Dataset split to locate on."),
     method: str = typer.Option("ig", help="ig (exact, S steps per layer) or the cheaper estimators joint / grad_x_act."),
-    steps: int = typer.Option(20, help="IG steps S (>= 1)."),
+    steps: str = typer.Option("20", help="IG steps S (>= 1), or auto: doubled per layer until completeness error <= --tol."),
+    rule: str = typer.Option("midpoint", help="Quadrature rule (see docs/kn.md); gauss_legendre suits --steps auto."),
+    tol: float = typer.Option(0.01, help="Completeness target of --steps auto (0.01 = 1 %)."),
     layers_: str | None = typer.Option(None, "--layers", help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
     max_answer_tokens: int = typer.Option(8, help="Answer tokens scored per sample (the first ones, >= 1)."),
     batch_rows: int = typer.Option(128, help="IG rows per forward pass (memory knob; results do not depend on it)."),
+    sample_batch: int = typer.Option(1, help="Samples whose IG rows share forward passes (exact IG; same results)."),
     convergence_points: int = typer.Option(4, help="Points of the convergence curve (>= 1)."),
     checkpoint_every: int = typer.Option(25, help="Samples between checkpoints (>= 1)."),
     checkpoint_dir_: Path | None = typer.Option(None, "--checkpoint-dir",
@@ -119,7 +122,9 @@ def locate(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Score every MLP neuron on a dataset (CNL eq. 7), select by σ-mask, test split-half stability."""
-    cfg = CNLConfig(ig=IGConfig(method=method, steps=steps, layers=layers(layers_), batch_rows=batch_rows), sigma=sigma,
+    ig = IGConfig(method=method, steps=parse_steps(steps), rule=rule, tol=tol, layers=layers(layers_), batch_rows=batch_rows,
+                  sample_batch=sample_batch)
+    cfg = CNLConfig(ig=ig, sigma=sigma,
                     spread=spread, max_answer_tokens=max_answer_tokens, convergence_points=convergence_points, seed=seed)
     check_int("n", n, min=2)
     check_int("checkpoint_every", checkpoint_every, min=1)

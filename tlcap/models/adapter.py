@@ -26,6 +26,7 @@ from tlcap.models.cache import PrefixCache
 from tlcap.models.generate import GenerationMixin
 from tlcap.models.params import ParamsMixin
 from tlcap.models.recording import RecordingMixin
+from tlcap.models.rows import PaddedPrefix, RowsMixin
 from tlcap.models.token_types import SubjectSpan, TokenBatch, Tokens
 from tlcap.models.tokens import TokensMixin
 from tlcap.models.weights import _HF_MLP_LAYOUT, WeightSlice, WeightsMixin
@@ -63,7 +64,7 @@ def _rows(tokens: Tokens) -> Tokens:
     return tokens[None] if isinstance(tokens, Tensor) and tokens.ndim == 1 else tokens
 
 
-class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin):
+class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin, RowsMixin):
     """A hookable language model with the shape facts and weight handles methods need.
 
     Wraps a TransformerLens 4.x ``TransformerBridge`` or a TL 3.9 ``HookedTransformer``
@@ -362,6 +363,6 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
 
 
 __all__ = [
-    "HookList", "Model", "PrefixCache", "SubjectSpan", "TokenBatch", "WeightSlice", "transformer_bridge_class",
+    "HookList", "Model", "PaddedPrefix", "PrefixCache", "SubjectSpan", "TokenBatch", "WeightSlice", "transformer_bridge_class",
     "_HF_MLP_LAYOUT",
 ]

@@ -326,3 +326,20 @@ def expand_batch(batch: int) -> HookFn:
         return act.expand(batch, *act.shape[1:]).clone()
 
     return hook
+
+
+def repeat_rows(counts: Int[Tensor, " rows"]) -> HookFn:
+    """Repeat row ``g`` of a ``rows``-row activation ``counts[g]`` times (``repeat_interleave``).
+
+    The start of a late-expanded batch of several contexts (``Model.continue_rows``): each
+    context runs as one row below the expansion layer. An activation that already has
+    ``sum(counts)`` rows is returned unchanged.
+    """
+    total = int(counts.sum())
+
+    def hook(act: Float[Tensor, " in_batch *dims"], hook: Any = None) -> Float[Tensor, " out_batch *dims"]:
+        if act.shape[0] == total:
+            return act
+        return act.repeat_interleave(counts.to(act.device), 0)
+
+    return hook

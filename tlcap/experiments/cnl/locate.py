@@ -195,7 +195,7 @@ class CNLLocation(RowFields, Result):
     task: str = ""
     model_name: str = ""
     method: str = "ig"
-    steps: int = 20
+    steps: int | str = 20
     max_answer_tokens: int = 8
     seconds: float = 0.0
     meta: dict = field(default_factory=dict)

@@ -1,0 +1,97 @@
+"""Exact IG with rows batched across samples (``sample_batch``) and ``steps="auto"``, on tiny GPT-2 and Llama.
+
+What is asserted: several contexts of different lengths in one batch give each context's own
+logits; dataset scores batched across samples equal the one-sample-at-a-time path (unequal prompt
+and answer lengths, padding, small batches that split a sample's rows); ``steps="auto"`` reaches its
+completeness target and each layer equals the fixed-steps result at the size it chose.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.attribution.config import IGConfig
+from tlcap.attribution.dataset import score_dataset
+from tlcap.attribution.ig import integrated_gradients
+from tlcap.data.tasks import Sample
+from tlcap.errors import InvalidConfigError, TlcapError
+
+# unequal prompt and answer lengths (1 to 3 answer tokens): prefixes are padded to the longest
+SAMPLES = [
+    Sample("The capital of France is", " Paris", uid="0"),
+    Sample("Hi", " there you go", uid="1"),
+    Sample("One two three four five six seven", " eight nine", uid="2"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(params=["tiny_gpt2", "tiny_llama"])
+def model(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_continue_rows_equals_each_context_alone(model):
+    ctxs = [[5, 7, 9, 11, 3], [4, 8], [6, 1, 2, 3, 4, 5, 7], [9]]
+    prefix = model.padded_prefix([c[:-1] for c in ctxs])
+    counts = torch.tensor([2, 0, 3, 1])  # the second context is left out of this batch
+    ref = torch.cat([model.logits(torch.tensor([c]))[:, -1].expand(int(k), -1) for c, k in zip(ctxs, counts) if k])
+    for expand_at in (None, 1):
+        out = model.continue_rows([c[-1] for c in ctxs], prefix, counts, expand_at=expand_at)
+        assert out.shape == (6, model.d_vocab)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TlcapError, match="one count"):
+        model.continue_rows([1, 2], prefix, counts)
+
+
+@pytest.mark.parametrize("batch_rows", [256, 7])  # 7: a sample's rows are split over batches
+def test_samples_batched_equal_one_at_a_time(model, batch_rows):
+    kw = dict(max_answer_tokens=3, steps=3, progress=False)
+    one = score_dataset(model, SAMPLES, **kw)
+    many = score_dataset(model, SAMPLES, sample_batch=3, batch_rows=batch_rows, **kw)
+    assert (many.n_samples, many.n_tokens) == (one.n_samples, one.n_tokens) == (3, 6)
+    scale = float(one.scores.abs().max())
+    assert scale > 0
+    torch.testing.assert_close(many.scores, one.scores, rtol=1e-4, atol=1e-5 * scale)
+    assert many.prob_sum == pytest.approx(one.prob_sum, rel=1e-6)
+    assert many.meta["evaluations"] == one.meta["evaluations"] == 6 * model.n_layers * 4
+    assert many.completeness_rel_error == pytest.approx(one.completeness_rel_error, rel=1e-2, abs=1e-6)
+
+
+def test_steps_auto_reaches_tol_and_equals_fixed_steps(model):
+    # `left` converges at first order, so a 1e-4 target needs more than the 4 starting nodes
+    attr = integrated_gradients(model, "The capital of France is", " Paris", steps="auto", tol=1e-4, rule="left")
+    used = torch.tensor(attr.meta["steps_used"])[0]
+    assert attr.completeness_rel_error <= 1e-4 or bool((used * 2 > 64).any())
+    assert int(used.max()) > 4  # it had to refine
+    for m in used.unique().tolist():
+        fixed = integrated_gradients(model, "The capital of France is", " Paris", steps=int(m), rule="left")
+        for l in (used == m).nonzero().flatten().tolist():
+            scale = float(fixed.scores[l].abs().max())
+            torch.testing.assert_close(attr.scores[l], fixed.scores[l], rtol=1e-4, atol=1e-5 * scale)
+            assert float(attr.prob_baseline[0, l]) == pytest.approx(float(fixed.prob_baseline[0, l]), rel=1e-5)
+    tries = [sum(2 ** k for k in range(2, 2 + (int(u) // 4).bit_length())) for u in used]  # 4 + 8 + ... + u
+    assert attr.meta["evaluations"] == sum(tries) + len(used)  # plus one baseline row per layer
+
+
+def test_steps_auto_dataset_records_completeness(tiny_gpt2):
+    res = score_dataset(tiny_gpt2, SAMPLES[:2], max_answer_tokens=1, steps="auto", tol=1e-3, rule="gauss_legendre",
+                        progress=False)
+    assert res.completeness_rel_error <= 1e-3
+    assert res.steps == "auto" and res.n_samples == 2
+
+
+def test_steps_auto_is_for_exact_ig():
+    with pytest.raises(InvalidConfigError, match="steps='auto'"):
+        IGConfig(steps="auto", method="joint")
+    with pytest.raises(InvalidConfigError, match="tol"):
+        IGConfig(steps="auto", tol=0)
+    with pytest.raises(InvalidConfigError, match="sample_batch"):
+        IGConfig(sample_batch=0)

@@ -1,0 +1,187 @@
+"""Rows of many different contexts in one batch: padded prefix caches and per-row continuations.
+
+Exact integrated gradients scales only the last position, so a row needs the keys/values of its
+context's prefix and recomputes one token. To put rows of *different* samples (prompts of
+different lengths) in one forward pass, :meth:`RowsMixin.padded_prefix` caches the prefixes of
+``G`` contexts right-padded to the longest one, and :meth:`RowsMixin.continue_rows` runs each
+context's last token after its own prefix:
+
+- the last token of context ``g`` sits at its true position ``len(prefix_g)`` (explicit position
+  ids), and the padded keys between are masked out, so every row sees exactly its own context;
+- context ``g`` is repeated ``counts[g]`` times (``repeat_interleave``: rows of a context are
+  consecutive); with ``expand_at = e`` it runs as one row through layers ``< e`` and is
+  repeated from the ``resid_pre`` site of layer ``e`` on (rows that differ only from layer
+  ``e`` on share the lower layers, as ``Model.logits(expand_at=...)`` does for one context).
+
+TransformerBridge backends only (the attention mask and position embeddings the backend hands
+to each attention layer are repeated with the rows, which needs the bridge's module layout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tlcap.errors import TlcapError
+from tlcap.runtime import hooks as H
+from tlcap.runtime.hooks import HookList
+from tlcap.runtime.sites import get_site
+
+_REPEATED_KWARGS = ("attention_mask", "position_embeddings", "position_ids")
+
+
+@dataclass(frozen=True)
+class PaddedPrefix:
+    """Keys/values of ``rows`` token prefixes of different lengths, right-padded to ``n_tokens``.
+
+    Attributes:
+        cache: The backend's cache of the padded ``[rows, n_tokens]`` prefix batch (``None`` when
+            every prefix is empty).
+        lengths: Real length of each prefix.
+        n_tokens: The padded length (the longest prefix).
+    """
+
+    cache: Any
+    lengths: tuple[int, ...]
+    n_tokens: int
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
+
+
+def _repeat(x: Any, counts: Tensor, rows: int) -> Any:
+    if isinstance(x, Tensor) and x.ndim >= 1 and x.shape[0] == rows and rows != int(counts.sum()):
+        return x.repeat_interleave(counts.to(x.device), 0)
+    if isinstance(x, tuple):
+        return tuple(_repeat(y, counts, rows) for y in x)
+    return x
+
+
+class RowsMixin:
+    """:meth:`padded_prefix` and :meth:`continue_rows` (mixed into :class:`tlcap.models.Model`)."""
+
+    backend: Any
+    is_bridge: bool
+    n_layers: int
+    device: torch.device
+    pad_token_id: int
+    hooks: Callable[..., contextlib.AbstractContextManager[Any]]
+
+    def _check_rows_backend(self) -> None:
+        if not self.is_bridge:
+            raise TlcapError("Rows of several contexts in one batch need a TransformerBridge backend; "
+                             "score one sample at a time (sample_batch=1) on this model.")
+
+    def padded_prefix(self, prefixes: Sequence[Sequence[int]]) -> PaddedPrefix:
+        """Cache the keys/values of several prefixes at once (right-padded, module docstring).
+
+        Args:
+            prefixes: Token ids of each prefix (lengths may differ; empty prefixes are allowed).
+
+        Returns:
+            The :class:`PaddedPrefix` (padding sits after each prefix: it never changes a real
+            position, attention being causal).
+
+        Raises:
+            TlcapError: the backend is not a TransformerBridge.
+        """
+        self._check_rows_backend()
+        lengths = tuple(len(p) for p in prefixes)
+        n = max(lengths) if lengths else 0
+        if n == 0:
+            return PaddedPrefix(None, lengths, 0)
+        pad = self.pad_token_id
+        toks = torch.tensor([list(p) + [pad] * (n - len(p)) for p in prefixes], device=self.device)
+        with torch.no_grad():
+            _, cache = self.backend(toks, return_type="logits_and_cache")
+        return PaddedPrefix(cache, lengths, n)
+
+    @contextlib.contextmanager
+    def _repeat_attention_inputs(self, counts: Tensor, rows: int, from_layer: int) -> Iterator[None]:
+        """Repeat the mask / position inputs of attention layers ≥ ``from_layer`` with the rows."""
+
+        def pre(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return args, {k: (_repeat(v, counts, rows) if k in _REPEATED_KWARGS else v) for k, v in kwargs.items()}
+
+        handles = [self.backend.blocks[l].attn.register_forward_pre_hook(pre, with_kwargs=True)
+                   for l in range(from_layer, self.n_layers)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def continue_rows(
+        self,
+        last_tokens: Sequence[int],
+        prefix: PaddedPrefix,
+        counts: Int[Tensor, " contexts"],
+        hooks: HookList = (),
+        expand_at: int | None = None,
+    ) -> Float[Tensor, "rows d_vocab"]:
+        """Next-token logits of ``counts[g]`` rows of each context ``prefix_g ⊕ last_tokens[g]``.
+
+        Args:
+            last_tokens: The token after each prefix (one per prefix row).
+            prefix: From :meth:`padded_prefix`.
+            counts: Rows of each context (``0``: the context is left out of this batch).
+            hooks: Forward hooks; activations have ``sum(counts)`` rows (from layer ``expand_at``
+                on when given, else everywhere), context-major.
+            expand_at: Run one row per context below this layer, repeat from its ``resid_pre``.
+
+        Returns:
+            ``[sum(counts), d_vocab]`` logits.
+
+        Raises:
+            TlcapError: the backend is not a TransformerBridge, or the sizes disagree.
+        """
+        self._check_rows_backend()
+        counts = torch.as_tensor(counts, dtype=torch.long).cpu()
+        if len(last_tokens) != prefix.rows or counts.shape[0] != prefix.rows or bool((counts < 0).any()):
+            raise TlcapError(f"continue_rows needs one last token and one count >= 0 per prefix row ({prefix.rows}).")
+        sel = (counts > 0).nonzero().flatten()
+        cs = counts[sel]
+        g, b = int(sel.numel()), int(cs.sum())
+        e = 0 if not expand_at else int(expand_at)
+        dev = self.device
+        lengths = torch.tensor(prefix.lengths, dtype=torch.long)[sel]
+        toks = torch.tensor(list(last_tokens), dtype=torch.long)[sel][:, None]
+        n = prefix.n_tokens
+        mask = (torch.arange(n + 1)[None, :] < lengths[:, None]).long()
+        mask[:, n] = 1
+        pos = lengths[:, None]
+        if e == 0:  # every layer has all rows
+            toks, mask, pos = (x.repeat_interleave(cs, 0) for x in (toks, mask, pos))
+        past = None
+        if prefix.cache is not None:
+            past = copy.deepcopy(prefix.cache)
+            sel_d, cs_d = sel.to(dev), cs.to(dev)
+            for i, layer in enumerate(past.layers):
+                if getattr(layer, "keys", None) is None or not layer.keys.numel():
+                    continue
+                keys, values = layer.keys[sel_d], layer.values[sel_d]
+                if i >= e:
+                    keys, values = keys.repeat_interleave(cs_d, 0), values.repeat_interleave(cs_d, 0)
+                layer.keys, layer.values = keys, values
+        fwd = list(hooks)
+        if e > 0:
+            fwd = [(get_site("resid_pre").hook_name(e), H.repeat_rows(cs)), *fwd]
+        kw: dict[str, Any] = {"attention_mask": mask.to(dev), "position_ids": pos.to(dev)}
+        if past is not None:
+            kw["past_key_values"] = past
+        with self._repeat_attention_inputs(cs, g, e), self.hooks(fwd=fwd):
+            out = self.backend(toks.to(dev), **kw)
+        if out.shape[0] != b:
+            raise TlcapError(f"continue_rows produced {out.shape[0]} rows, expected {b}.")
+        return out[:, -1]
+
+
+__all__ = ["PaddedPrefix", "RowsMixin"]
