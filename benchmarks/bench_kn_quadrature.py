@@ -12,6 +12,14 @@ Usage::
     python benchmarks/bench_kn_quadrature.py --facts 2 --steps 1 2 4 8 16 --layers 0 7 14 21 29
 
 Writes ``benchmarks/results/bench_kn_quadrature.json``.
+
+``--auto TOL``: instead of the m grid, ``steps="auto"`` per rule (sizes doubled from 4 per layer
+until the completeness error is at most TOL, up to ``--max-steps``) and reports per fact the
+gradient rows needed (``evaluations``: every round's nodes plus one baseline row per layer), the
+rows per layer, the largest size used and the error reached; writes
+``bench_kn_quadrature_auto.json``::
+
+    python benchmarks/bench_kn_quadrature.py --auto 0.01 --facts 3 --rules midpoint gauss_legendre trapezoid
 """
 
 from __future__ import annotations
@@ -46,11 +54,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rules", nargs="+", default=list(RULES))
     ap.add_argument("--layers", type=int, nargs="+", default=None, help="Layers to attribute (default all).")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--auto", type=float, default=None, help="steps='auto' at this completeness target instead")
+    ap.add_argument("--max-steps", type=int, default=256)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model("smollm2-135m")
     facts = known_facts(model, args.facts)
     print(f"facts: {facts}", flush=True)
+    if args.auto is not None:
+        return auto(model, facts, args)
     rows = []
     for rule in args.rules:
         row: dict[str, Any] = {"rule": rule}
@@ -63,6 +75,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print_table(rows, floatfmt="{:.2%}")
     payload = {"env": env_info(), "facts": facts, "steps": args.steps, "layers": args.layers, "rows": rows}
     print(write_json("bench_kn_quadrature", payload))
+    return payload
+
+
+def auto(model: Any, facts: list, args: argparse.Namespace) -> dict[str, Any]:
+    """``steps="auto"`` per rule: gradient rows needed for completeness error <= ``args.auto``."""
+    rows = []
+    for rule in args.rules:
+        for p, t in facts:
+            a = integrated_gradients(model, p, t, steps="auto", tol=args.auto, max_steps=args.max_steps, rule=rule,
+                                     layers=args.layers)
+            n_l = len(a.layers)
+            rows.append({"rule": rule, "fact": p, "evaluations": a.meta["evaluations"],
+                         "rows_per_layer": a.meta["evaluations"] / n_l / len(a.target_tokens),
+                         "max_steps_used": a.steps, "completeness_rel_error": a.completeness_rel_error})
+            print(rows[-1], flush=True)
+    summary = []
+    for rule in args.rules:
+        mine = [r for r in rows if r["rule"] == rule]
+        summary.append({"rule": rule, "mean evaluations": sum(r["evaluations"] for r in mine) / len(mine),
+                        "mean rows/layer": sum(r["rows_per_layer"] for r in mine) / len(mine),
+                        "max size": max(r["max_steps_used"] for r in mine),
+                        "mean error": sum(r["completeness_rel_error"] for r in mine) / len(mine),
+                        "worst error": max(r["completeness_rel_error"] for r in mine)})
+    print_table(summary)
+    payload = {"env": env_info(), "facts": facts, "tol": args.auto, "max_steps": args.max_steps, "layers": args.layers,
+               "rows": rows, "summary": summary}
+    print(write_json("bench_kn_quadrature_auto", payload))
     return payload
 
 

@@ -309,15 +309,14 @@ def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConf
     """Exact IG of several samples' answer tokens in shared batches (:func:`ig_units`)."""
     li = list(layer_list)
     hook_names = [get_site(cfg.site).hook_name(l) for l in li]
-    pairs = [(p + t[:k], t[k]) for p, t in items for k in range(len(t))]
-    units = make_units(model, pairs, hook_names, li, cfg)
+    units, prefix = make_units(model, items, hook_names, li)
     if cfg.batch_rows == "auto":
-        longest = max(len(c) for c, _ in pairs)
+        longest = max(len(p) + len(t) for p, t in items)
         m = cfg.max_steps if cfg.steps == "auto" else int(cfg.steps)
-        rows = auto_batch_rows(ig_row_bytes(model, longest), len(pairs) * len(li) * (m + 1), cfg.max_memory, model.device)
-        res = run_auto_batched(lambda b: ig_units(model, units, hook_names, li, cfg, b), rows, model.device)
+        rows = auto_batch_rows(ig_row_bytes(model, longest), len(units) * len(li) * (m + 1), cfg.max_memory, model.device)
+        res = run_auto_batched(lambda b: ig_units(model, units, prefix, hook_names, li, cfg, b), rows, model.device)
     else:
-        res = ig_units(model, units, hook_names, li, cfg, int(cfg.batch_rows))
+        res = ig_units(model, units, prefix, hook_names, li, cfg, int(cfg.batch_rows))
     out, k = [], 0
     p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
     for _, t in items:

@@ -27,7 +27,6 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from tlcap.attribution.batched import clean_last
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.quadrature import quadrature
 from tlcap.models.adapter import Model, PaddedPrefix
@@ -67,16 +66,25 @@ class UnitsIG:
     evaluations: Int[Tensor, " unit"]
 
 
-def make_units(model: Model, items: Sequence[tuple[Sequence[int], int]], hook_names: Sequence[str],
-               layers: Sequence[int], cfg: IGConfig, baseline: Tensor | None = None) -> list[Unit]:
-    """Clean runs of ``(context, target_id)`` pairs (the same runs as the per-sample path)."""
-    units = []
-    for context, tid in items:
-        w_bar, logits, _ = clean_last(model, context, hook_names, cfg.prefix_reuse)
-        base = torch.zeros_like(w_bar) if baseline is None else baseline[list(layers)].to(w_bar)
-        units.append(Unit(tuple(int(t) for t in context), int(tid), w_bar, base,
-                          float(logits.float().softmax(-1)[int(tid)])))
-    return units
+def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]], hook_names: Sequence[str],
+               layers: Sequence[int], baseline: Tensor | None = None) -> tuple[list[Unit], PaddedPrefix]:
+    """Units of ``(prompt ids, answer ids)`` samples (one per answer token) and their prefixes.
+
+    One forward of ``prompt ⊕ answer[:-1]`` per sample gives every answer token's clean
+    activations, clean probability and prefix keys/values (:meth:`Model.context_run`).
+    """
+    units, parts = [], []
+    for p_ids, t_ids in items:
+        seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
+        acts, logits, cache = model.context_run(seq, hook_names)
+        for t, tid in enumerate(t_ids):
+            pos = len(p_ids) + t - 1
+            w_bar = acts[pos]
+            base = torch.zeros_like(w_bar) if baseline is None else baseline[list(layers)].to(w_bar)
+            units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base,
+                              float(logits[pos].float().softmax(-1)[int(tid)])))
+            parts.append((cache, pos))
+    return units, model.stack_prefixes(parts)
 
 
 def _layer_groups(n_li: int, n_chunks: int) -> list[range]:
@@ -153,11 +161,11 @@ def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit
     return torch.zeros_like(allowed).scatter(1, order, pick)
 
 
-def ig_units(model: Model, units: Sequence[Unit], hook_names: Sequence[str], layers: Sequence[int],
-             cfg: IGConfig, batch_rows: int) -> UnitsIG:
-    """Exact IG of every unit, rows batched across units; ``cfg.steps`` fixed or ``"auto"``."""
+def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str],
+             layers: Sequence[int], cfg: IGConfig, batch_rows: int) -> UnitsIG:
+    """Exact IG of every unit (``prefix``: their prefixes, from :func:`make_units`), rows batched
+    across units; ``cfg.steps`` fixed or ``"auto"``."""
     n_u, n_li = len(units), len(layers)
-    prefix = model.padded_prefix([u.context[:-1] for u in units])
     auto = cfg.steps == "auto"
     m0 = min(AUTO_START, int(cfg.max_steps)) if auto else int(cfg.steps)
     steps = torch.full((n_u, n_li), m0, dtype=torch.long)

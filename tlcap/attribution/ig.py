@@ -295,9 +295,8 @@ def integrated_gradients(
 def _auto_steps(model: Model, prompt: str, target: str | Sequence[int], p_ids: list[int], t_ids: list[int],
                 hook_names: list[str], layer_list: list[int], cfg: IGConfig, baseline: Tensor | None) -> NeuronAttribution:
     """``steps="auto"``: every answer token's rows in one batched run (:func:`ig_units`)."""
-    units = make_units(model, [(p_ids + t_ids[:t], t_ids[t]) for t in range(len(t_ids))], hook_names, layer_list, cfg,
-                       baseline)
-    res = ig_units(model, units, hook_names, layer_list, cfg, int(cfg.batch_rows))
+    units, prefix = make_units(model, [(p_ids, t_ids)], hook_names, layer_list, baseline)
+    res = ig_units(model, units, prefix, hook_names, layer_list, cfg, int(cfg.batch_rows))
     L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
     scores = torch.zeros(nT, L, d, dtype=torch.float64)
     p_full = torch.zeros(nT, L, dtype=torch.float64)

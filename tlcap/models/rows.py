@@ -71,6 +71,7 @@ class RowsMixin:
     backend: Any
     is_bridge: bool
     n_layers: int
+    _cut_name: str | None
     device: torch.device
     pad_token_id: int
     hooks: Callable[..., contextlib.AbstractContextManager[Any]]
@@ -100,9 +101,52 @@ class RowsMixin:
             return PaddedPrefix(None, lengths, 0)
         pad = self.pad_token_id
         toks = torch.tensor([list(p) + [pad] * (n - len(p)) for p in prefixes], device=self.device)
-        with torch.no_grad():
+        cut = [(self._cut_name, H.last_position_only())] if self._cut_name else []  # logits are discarded
+        with torch.no_grad(), self.hooks(fwd=cut):
             _, cache = self.backend(toks, return_type="logits_and_cache")
         return PaddedPrefix(cache, lengths, n)
+
+    def context_run(
+        self, tokens: Sequence[int], hook_names: Sequence[str]
+    ) -> tuple[Float[Tensor, "pos n_hooks d"], Float[Tensor, "pos d_vocab"], Any]:
+        """One forward of ``tokens``: the named states and logits at every position, and the cache.
+
+        The cache's first ``n`` positions are the prefix cache of ``tokens[:n]`` for every ``n``
+        (attention is causal), so one run serves every teacher-forced position of a sample
+        (:meth:`stack_prefixes`).
+
+        Raises:
+            TlcapError: the backend is not a TransformerBridge.
+        """
+        self._check_rows_backend()
+        store: dict[str, Tensor] = {}
+        toks = torch.tensor([list(tokens)], device=self.device)
+        with torch.no_grad(), self.hooks(fwd=[(n, H.record(store, n)) for n in hook_names]):
+            logits, cache = self.backend(toks, return_type="logits_and_cache")
+        return torch.stack([store[n][0] for n in hook_names], 1), logits[0], cache
+
+    def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
+        """A :class:`PaddedPrefix` of the first ``n`` positions of each ``(cache, n)`` (from :meth:`context_run`).
+
+        The same keys/values :meth:`padded_prefix` would compute for those prefixes, without
+        running them again; padding is zeros (masked out by :meth:`continue_rows`).
+        """
+        self._check_rows_backend()
+        lengths = tuple(int(n) for _, n in parts)
+        big = max(lengths) if lengths else 0
+        if big == 0:
+            return PaddedPrefix(None, lengths, 0)
+        out = copy.deepcopy(next(c for c, n in parts if n > 0))
+        for i, layer in enumerate(out.layers):
+            k0 = layer.keys
+            keys = k0.new_zeros(len(parts), k0.shape[1], big, k0.shape[3])
+            values = keys.clone()
+            for g, (c, n) in enumerate(parts):
+                if n:
+                    keys[g, :, :n] = c.layers[i].keys[0, :, :n]
+                    values[g, :, :n] = c.layers[i].values[0, :, :n]
+            layer.keys, layer.values = keys, values
+        return PaddedPrefix(out, lengths, big)
 
     @contextlib.contextmanager
     def _repeat_attention_inputs(self, counts: Tensor, rows: int, from_layer: int) -> Iterator[None]:
@@ -121,7 +165,7 @@ class RowsMixin:
 
     def continue_rows(
         self,
-        last_tokens: Sequence[int],
+        last_tokens: Sequence[int] | Sequence[Sequence[int]],
         prefix: PaddedPrefix,
         counts: Int[Tensor, " contexts"],
         hooks: HookList = (),
@@ -130,7 +174,8 @@ class RowsMixin:
         """Next-token logits of ``counts[g]`` rows of each context ``prefix_g ⊕ last_tokens[g]``.
 
         Args:
-            last_tokens: The token after each prefix (one per prefix row).
+            last_tokens: The token after each prefix (one per prefix row), or the same number of
+                tokens after each prefix (lists; the logits are those after the last one).
             prefix: From :meth:`padded_prefix`.
             counts: Rows of each context (``0``: the context is left out of this batch).
             hooks: Forward hooks; activations have ``sum(counts)`` rows (from layer ``expand_at``
@@ -153,11 +198,11 @@ class RowsMixin:
         e = 0 if not expand_at else int(expand_at)
         dev = self.device
         lengths = torch.tensor(prefix.lengths, dtype=torch.long)[sel]
-        toks = torch.tensor(list(last_tokens), dtype=torch.long)[sel][:, None]
-        n = prefix.n_tokens
-        mask = (torch.arange(n + 1)[None, :] < lengths[:, None]).long()
-        mask[:, n] = 1
-        pos = lengths[:, None]
+        toks = torch.tensor([list(t) if isinstance(t, Sequence) else [t] for t in last_tokens], dtype=torch.long)[sel]
+        n, q = prefix.n_tokens, int(toks.shape[1])
+        mask = (torch.arange(n + q)[None, :] < lengths[:, None]).long()
+        mask[:, n:] = 1
+        pos = lengths[:, None] + torch.arange(q)[None, :]
         if e == 0:  # every layer has all rows
             toks, mask, pos = (x.repeat_interleave(cs, 0) for x in (toks, mask, pos))
         past = None
@@ -172,6 +217,8 @@ class RowsMixin:
                     keys, values = keys.repeat_interleave(cs_d, 0), values.repeat_interleave(cs_d, 0)
                 layer.keys, layer.values = keys, values
         fwd = list(hooks)
+        if self._cut_name is not None and q > 1:  # unembed the last position only
+            fwd.append((self._cut_name, H.last_position_only()))
         if e > 0:
             fwd = [(get_site("resid_pre").hook_name(e), H.repeat_rows(cs)), *fwd]
         kw: dict[str, Any] = {"attention_mask": mask.to(dev), "position_ids": pos.to(dev)}
