@@ -10,6 +10,15 @@ against the batched trace.
 Usage:
     python benchmarks/bench_trace.py --quick          # 3 noise samples, 12 loop cells
     python benchmarks/bench_trace.py                  # 10 noise samples, 30 loop cells
+
+``--shapes``: for the subject-first prompt ("The Eiffel Tower is located in the city of" /
+"The Eiffel Tower") and the mid-prompt one ("The capital of France is" / "France"), times in one
+process the batched trace with late expansion (each batch reuses the corrupted run below its
+lowest restored layer, the default), without it (the previous engine), and the per-cell loop
+(extrapolated from a spread subset); then the dataset mode's seconds per fact with and without
+late expansion on ``--facts`` known facts. Writes ``bench_trace_shapes.json``::
+
+    python benchmarks/bench_trace.py --shapes --samples 10 --loop-cells 30 --facts 4
 """
 
 from __future__ import annotations
@@ -32,6 +41,64 @@ from tlcap.intervene.rome import RomeConfig, rome_edit  # noqa: E402
 from tlcap.locate.causal_trace import KINDS, causal_trace, prepare_trace, trace_cell  # noqa: E402
 
 
+SHAPES = [("subject-first", "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"),
+          ("mid-prompt", "The capital of France is", "France", " Paris")]
+
+
+def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
+    """Late expansion vs the previous batched engine vs the per-cell loop, both prompt shapes + dataset mode."""
+    from tlcap.data.knowns import load_known_facts
+    from tlcap.locate.causal_trace import trace_batched, trace_dataset
+
+    L = model.n_layers
+    out: dict = {"model": model.name, "samples": samples, "threads": torch.get_num_threads(), "shapes": []}
+    for name, prompt, subject, target in SHAPES:
+        setup = prepare_trace(model, prompt, subject, target, samples=samples, warn=False)
+        T = setup.n_tokens
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        late = trace_batched(setup, late_expand=True)
+        t_late = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        full = trace_batched(setup, late_expand=False)
+        t_full = time.perf_counter() - t0
+        cells = [(k, t, l) for k in KINDS for t in range(T) for l in range(L)]
+        subset = cells[:: max(1, len(cells) // n_loop)][:n_loop]
+        t0 = time.perf_counter()
+        for kind, t, l in subset:
+            trace_cell(setup, kind, t, l)
+        t_loop = (time.perf_counter() - t0) / len(subset) * len(cells)
+        row = {"shape": name, "prompt": prompt, "subject": subject, "tokens": T, "cells": len(cells),
+               "late_s": t_late, "previous_batched_s": t_full, "loop_extrapolated_s": t_loop,
+               "loop_cells_measured": len(subset), "speedup_vs_loop": t_loop / t_late,
+               "speedup_vs_previous": t_full / t_late, "previous_speedup_vs_loop": t_loop / t_full,
+               "max_abs_diff_late_vs_previous": float((late - full).abs().max()),
+               "load_1min_before": load0, "load_1min_after": os.getloadavg()[0]}
+        out["shapes"].append(row)
+        print(json.dumps(row), flush=True)
+    facts = load_known_facts(n=n_facts)
+    ds = {}
+    for late_on in (True, False):
+        t0 = time.perf_counter()
+        trace_dataset(model, facts, samples=samples, late_expand=late_on)
+        ds["late" if late_on else "previous"] = (time.perf_counter() - t0) / len(facts)
+    out["dataset"] = {"facts": len(facts), "late_s_per_fact": ds["late"], "previous_s_per_fact": ds["previous"],
+                      "speedup": ds["previous"] / ds["late"], "load_1min_after": os.getloadavg()[0]}
+    print(json.dumps(out["dataset"]), flush=True)
+    print(f"\n{'shape':<14} {'tokens':>6} {'late s':>8} {'previous s':>11} {'loop s (extrap.)':>17} "
+          f"{'late vs loop':>13} {'previous vs loop':>17}")
+    for r in out["shapes"]:
+        print(f"{r['shape']:<14} {r['tokens']:>6} {r['late_s']:>8.1f} {r['previous_batched_s']:>11.1f} "
+              f"{r['loop_extrapolated_s']:>17.1f} {r['speedup_vs_loop']:>12.1f}x {r['previous_speedup_vs_loop']:>16.1f}x")
+    d = out["dataset"]
+    print(f"dataset mode ({d['facts']} known facts): {d['late_s_per_fact']:.1f} s/fact late, "
+          f"{d['previous_s_per_fact']:.1f} s/fact previous ({d['speedup']:.2f}x)")
+    path = Path(__file__).parent / "results" / "bench_trace_shapes.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -42,12 +109,20 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--loop-cells", type=int, default=None)
     ap.add_argument("--edits", type=int, default=None)
+    ap.add_argument("--shapes", action="store_true", help="late expansion vs previous vs loop, both prompt shapes")
+    ap.add_argument("--facts", type=int, default=4, help="known facts of the --shapes dataset-mode timing")
+    ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     samples = args.samples or (3 if args.quick else 10)
     n_loop = args.loop_cells or (12 if args.quick else 30)
     n_edits = args.edits or (1 if args.quick else 3)
 
     model = tlcap.load_model(args.model)
+    if args.shapes:
+        shapes(model, samples, n_loop, args.facts)
+        return
     L = model.n_layers
     rows = []
 

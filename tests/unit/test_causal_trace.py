@@ -23,6 +23,7 @@ from tlcap.locate.causal_trace import (
     subject_noise_std,
     subject_span,
     token_classes,
+    trace_batched,
     trace_dataset,
     trace_reference,
     window_layers,
@@ -82,6 +83,20 @@ def test_batched_equals_per_cell_reference(fixture, request):
     assert fast.clean_prob == ref.clean_prob and fast.corrupted_prob == ref.corrupted_prob
     # Restoring the final-layer residual at the last token gives the clean probability.
     assert _close(fast.score("resid")[-1, -1], fast.clean_prob)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
+@pytest.mark.parametrize("prompt,subject", [("France is where Paris is", "France"), (PROMPT, SUBJECT)])
+def test_late_expansion_equals_full_runs(fixture, prompt, subject, request):
+    # subject first and mid-prompt; window 1 so every cell's lowest restored layer is its own
+    model = request.getfixturevalue(fixture)
+    setup = prepare_trace(model, prompt, subject, samples=2, window=1, seed=2, warn=False)
+    late = trace_batched(setup, batch_rows=6, late_expand=True)
+    full = trace_batched(setup, batch_rows=6, late_expand=False)
+    assert not torch.isnan(late).any()
+    assert _close(late, full), (late - full).abs().max()
+    cell = ("mlp", setup.subject_range[1] - 1, 1)  # the last subject token, layer 1: run from layer 1
+    assert _close(late[1, cell[1], 1], setup.restored_prob([cell]))
 
 
 def test_no_prefix_reuse_same_result_and_result_roundtrip(tiny_llama, tmp_path):

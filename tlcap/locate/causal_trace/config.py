@@ -54,6 +54,8 @@ class TraceConfig(Config):
             model's own prediction (ROME traces the prediction, the default).
         batch_rows: Most rows (noise sample × restoration) per forward pass, ``>= 1`` (exact).
         prefix_reuse: Reuse the corrupted prefix's keys/values (exact; off only to compare).
+        late_expand: Reuse the corrupted run below each batch's lowest restored layer (exact;
+            TransformerBridge backends; off only to compare).
         skip_pre_subject: Give the cells before the subject the corrupted probability without a
             forward pass (exact: restoring them is a no-op; off only to compare).
     """
@@ -72,6 +74,7 @@ class TraceConfig(Config):
     batch_rows: int = 256
     prefix_reuse: bool = True
     skip_pre_subject: bool = True
+    late_expand: bool = True
 
     def validate(self) -> None:
         kinds = check_sequence("kinds", self.kinds, min_len=1, unique=True,
@@ -95,6 +98,7 @@ class TraceConfig(Config):
         check_int("batch_rows", self.batch_rows, min=1)
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("skip_pre_subject", self.skip_pre_subject, cli=None)
+        check_bool("late_expand", self.late_expand, cli=None)
 
     def check_layers(self, n_layers: int, model_name: str = "the model") -> tuple[int, ...]:
         """The traced layers for a model of ``n_layers`` layers (all when ``layers`` is ``None``).

@@ -39,6 +39,7 @@ def trace_batched(
     prefix_reuse: bool | None = None,
     skip_pre_subject: bool | None = None,
     progress: bool = False,
+    late_expand: bool | None = None,
 ) -> Float[Tensor, "kind token layer"]:
     """All cells of ``setup``, batched; returns ``[kind, token, layer]`` restored probabilities.
 
@@ -53,6 +54,8 @@ def trace_batched(
         prefix_reuse: Reuse the corrupted prefix (default: the setup's config).
         skip_pre_subject: Skip the cells before the subject (default: the setup's config).
         progress: Show a progress bar.
+        late_expand: Share the corrupted run below each batch's lowest restored layer (exact;
+            default: the setup's config).
 
     Returns:
         The scores tensor.
@@ -61,6 +64,7 @@ def trace_batched(
     batch_rows = cfg.batch_rows if batch_rows is None else batch_rows
     prefix_reuse = cfg.prefix_reuse if prefix_reuse is None else prefix_reuse
     skip_pre_subject = cfg.skip_pre_subject if skip_pre_subject is None else skip_pre_subject
+    late_expand = cfg.late_expand if late_expand is None else late_expand
     model = setup.model
     n, T = setup.samples, setup.n_tokens
     kinds, layers = setup.kinds, setup.layers
@@ -73,12 +77,16 @@ def trace_batched(
         if t not in todo:
             scores[:, t, :] = setup.corrupted_prob
     bar = tqdm(total=len(todo) * len(cells), desc="causal trace", disable=not progress, unit="cell")
+    late = late_expand and model.is_bridge
+    if late:  # cells that first touch the same layers share batches (and the layers below them)
+        cells.sort(key=lambda c: min(setup.site_layers(kinds[c[0]], layers[c[1]])))
     for t in todo:
         offset = t if (prefix_reuse and t > 0) else 0
         prefix = None
         if offset:  # one cache row per noise sample; a batch of n*k rows repeats each k times
             with model.hooks(setup.noise_hooks(upto=t)):
-                prefix = model.prefix_cache(setup.tokens[:, :t].expand(n, -1))
+                prefix = (model.padded_prefix(setup.tokens[:, :t].expand(n, -1).tolist()) if late
+                          else model.prefix_cache(setup.tokens[:, :t].expand(n, -1)))
         run = setup.tokens[:, offset:]
         for c0 in range(0, len(cells), k_max):
             chunk = cells[c0 : c0 + k_max]
@@ -88,13 +96,21 @@ def trace_batched(
                 kind = kinds[ki]
                 for ll in setup.site_layers(kind, layers[li]):
                     per_hook.setdefault(setup.hook(kind, ll), []).append(ci)
-            hooks = list(setup.noise_hooks(rows_per_sample=k, offset=offset))
+            # rows differ from the corrupted run only from the lowest restored layer on
+            lowest = min(min(setup.site_layers(kinds[ki], layers[li])) for ki, li in chunk) if late else 0
+            hooks = list(setup.noise_hooks(rows_per_sample=1 if lowest > 0 else k, offset=offset))
             for name, cis in per_hook.items():
                 ci_t = torch.tensor(cis, dtype=torch.long)
                 rows = (torch.arange(n)[:, None] * k + ci_t[None, :]).reshape(-1)  # sample-major rows
                 src = setup.clean[name][:, offset:]
                 hooks.append((name, H.patch_rows(src, rows, t - offset)))
-            logits = model.last_logits(run.expand(n * k, -1), hooks=hooks, prefix=prefix)
+            if late:
+                if prefix is None:
+                    prefix = model.padded_prefix([[]] * n)
+                logits = model.continue_rows(run.expand(n, -1).tolist(), prefix, torch.full((n,), k), hooks=hooks,
+                                             expand_at=lowest or None)
+            else:
+                logits = model.last_logits(run.expand(n * k, -1), hooks=hooks, prefix=prefix)
             p = setup.probs(logits).reshape(n, k).mean(0)
             for ci, (ki, li) in enumerate(chunk):
                 scores[ki, t, li] = p[ci]
