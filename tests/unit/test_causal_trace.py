@@ -19,6 +19,7 @@ from tlcap.locate.causal_trace import (
     TraceConfig,
     causal_trace,
     known_subjects,
+    late_chunks,
     prepare_trace,
     subject_noise_std,
     subject_span,
@@ -97,6 +98,16 @@ def test_late_expansion_equals_full_runs(fixture, prompt, subject, request):
     assert _close(late, full), (late - full).abs().max()
     cell = ("mlp", setup.subject_range[1] - 1, 1)  # the last subject token, layer 1: run from layer 1
     assert _close(late[1, cell[1], 1], setup.restored_prob([cell]))
+
+
+def test_late_chunks_minimise_the_layer_work():
+    # one batch of 5 cells from layer 0: 5·10 + 0 + 10 = 60; cell 0 alone, then 4 cells from layer 8:
+    # (10 + 0 + 10) + (4·2 + 8 + 10) = 46
+    assert late_chunks([0, 8, 8, 8, 8], k_max=5, rows=1, n_layers=10) == [(0, 1), (1, 5)]
+    # equal layers: as few batches as k_max allows, covering every cell in order
+    ch = late_chunks([3, 3, 3, 3, 3], k_max=2, rows=4, n_layers=10)
+    assert len(ch) == 3 and ch[0][0] == 0 and ch[-1][1] == 5 and all(b - a <= 2 for a, b in ch)
+    assert all(ch[i][1] == ch[i + 1][0] for i in range(2))
 
 
 def test_no_prefix_reuse_same_result_and_result_roundtrip(tiny_llama, tmp_path):

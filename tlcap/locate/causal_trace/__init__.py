@@ -53,7 +53,7 @@ from tlcap.locate.causal_trace.dataset import (
     token_classes,
     trace_dataset,
 )
-from tlcap.locate.causal_trace.engine import causal_trace, trace_batched, trace_cell, trace_reference
+from tlcap.locate.causal_trace.engine import causal_trace, late_chunks, trace_batched, trace_cell, trace_reference
 from tlcap.locate.causal_trace.results import CausalTrace, TraceCellRow
 from tlcap.locate.causal_trace.setup import (
     TraceSetup,
@@ -70,5 +70,5 @@ __all__ = [
     "KINDS", "KIND_SITES", "NOISE_FROM", "TOKEN_CLASSES", "CausalTrace", "DatasetEffectRow", "DatasetTrace",
     "SubjectNotFoundError", "TraceCellRow", "TraceConfig", "TraceSetup", "causal_trace", "embedding_noise_std",
     "known_subjects", "load_known_facts", "noise_level", "prepare_trace", "subject_noise_std", "subject_span",
-    "token_classes", "trace_batched", "trace_cell", "trace_dataset", "trace_reference", "window_layers",
+    "late_chunks", "token_classes", "trace_batched", "trace_cell", "trace_dataset", "trace_reference", "window_layers",
 ]
