@@ -37,11 +37,21 @@ from tlcap.locate.circuits import (
     run_pass,
     size_sweep,
 )
-from tlcap.models import make_gpt2, make_llama
+from tlcap.models import make_gpt2, make_llama, make_tiny
 from tlcap.results import load_result
 from tlcap.runtime import hooks as H
 
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
+
+
+@pytest.fixture(scope="module")
+def tiny_neox():
+    return make_tiny("neox", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2():
+    return make_tiny("qwen2", seed=0)
 
 
 @pytest.fixture(params=["tiny_gpt2", "tiny_llama"])
@@ -49,15 +59,22 @@ def model(request):
     return request.getfixturevalue(request.param)
 
 
-def test_graph_shapes_and_params(model):
+@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2"])
+def arch_model(request):
+    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2) and parallel (NeoX) blocks."""
+    return request.getfixturevalue(request.param)
+
+
+def test_graph_shapes_and_params(arch_model):
+    model = arch_model
     g = EdgeGraph.from_model(model)
     L, Hh, K = model.n_layers, model.n_heads, model.n_kv_heads
     assert g.n_upstream == 1 + L * (Hh + 1)
     assert g.n_readers == L * (Hh + 2 * K + 1) + 1
     # edges: each reader is fed by everything computed before it
     expected = 0
-    for l in range(L):
-        expected += (Hh + 2 * K) * (1 + l * (Hh + 1)) + (1 + l * (Hh + 1) + Hh)
+    for l in range(L):  # parallel blocks (NeoX): the MLP reads the block input, not its own layer's heads
+        expected += (Hh + 2 * K) * (1 + l * (Hh + 1)) + (1 + l * (Hh + 1) + (0 if model.parallel_attn_mlp else Hh))
     expected += g.n_upstream
     assert int(g.valid_mask().sum()) == expected
     # node parameters partition the model
@@ -74,7 +91,8 @@ def test_graph_shapes_and_params(model):
 
 
 @pytest.mark.parametrize("corrupt", [CORRUPT, None])
-def test_full_circuit_reproduces_model_and_empty_equals_ablated(model, corrupt):
+def test_full_circuit_reproduces_model_and_empty_equals_ablated(arch_model, corrupt):
+    model = arch_model
     task = make_task(model, PROMPT, TARGET, corrupt)
     g = EdgeGraph.from_model(model)
     full = g.valid_mask()
@@ -94,8 +112,9 @@ def test_full_circuit_reproduces_model_and_empty_equals_ablated(model, corrupt):
     assert not model.backend.cfg.use_split_qkv_input
 
 
-def test_removing_all_out_edges_equals_patching_the_node(model):
+def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     """Independent check of circuit-only runs: no out-edges of u == u's output patched."""
+    model = arch_model
     task = make_task(model, PROMPT, TARGET, CORRUPT)
     g = EdgeGraph.from_model(model)
     with edge_hooks_enabled(model):
@@ -113,14 +132,14 @@ def test_removing_all_out_edges_equals_patching_the_node(model):
     assert (p1 - model.logits(task.clean)).abs().max() > 1e-4  # the patch did something
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2"])
 def test_eap_agrees_with_patching_every_edge(arch):
     """EAP vs actually patching each edge, on all edges, in the linear regime.
 
     A float64 tiny model whose corrupted subject embedding is 5% of the way from ' France'
     to ' Italy' keeps the perturbation small, so the first-order estimate should be close.
     """
-    m = make_gpt2("tiny", seed=1) if arch == "gpt2" else make_llama(seed=1)
+    m = make_gpt2("tiny", seed=1) if arch == "gpt2" else make_llama(seed=1) if arch == "llama" else make_tiny(arch, seed=1)
     m.backend.to(torch.float64)
     a, b = m.encode(" France")[0], m.encode(" Italy")[0]
     with torch.no_grad():
