@@ -28,10 +28,13 @@ from tlcap.cli import app
 from tlcap.cli._cnl import floats, ints, layers, neuron_source, print_warnings, skips_line
 from tlcap.cli._common import (
     StagedOutput,
+    batch_rows_option,
+    batch_rows_value,
     checkpoint_dir,
     device_option,
     dtype_option,
     load,
+    max_memory_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -105,7 +108,8 @@ def locate(
     steps: int = typer.Option(20, help="IG steps S (>= 1)."),
     layers_: str | None = typer.Option(None, "--layers", help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
     max_answer_tokens: int = typer.Option(8, help="Answer tokens scored per sample (the first ones, >= 1)."),
-    batch_rows: int = typer.Option(128, help="IG rows per forward pass (memory knob; results do not depend on it)."),
+    batch_rows: str = batch_rows_option(128),
+    max_memory: str | None = max_memory_option(),
     convergence_points: int = typer.Option(4, help="Points of the convergence curve (>= 1)."),
     checkpoint_every: int = typer.Option(25, help="Samples between checkpoints (>= 1)."),
     checkpoint_dir_: Path | None = typer.Option(None, "--checkpoint-dir",
@@ -119,7 +123,9 @@ def locate(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Score every MLP neuron on a dataset (CNL eq. 7), select by σ-mask, test split-half stability."""
-    cfg = CNLConfig(ig=IGConfig(method=method, steps=steps, layers=layers(layers_), batch_rows=batch_rows), sigma=sigma,
+    ig = IGConfig(method=method, steps=steps, layers=layers(layers_), batch_rows=batch_rows_value(batch_rows, max_memory),
+                  max_memory=max_memory)
+    cfg = CNLConfig(ig=ig, sigma=sigma,
                     spread=spread, max_answer_tokens=max_answer_tokens, convergence_points=convergence_points, seed=seed)
     check_int("n", n, min=2)
     check_int("checkpoint_every", checkpoint_every, min=1)
