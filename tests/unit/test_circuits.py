@@ -371,6 +371,20 @@ def test_pass_engine_runs_a_batch_of_items(tiny_llama):
     torch.testing.assert_close(abl.upstream[1], out.upstream[0], atol=1e-5, rtol=1e-5)
 
 
+def test_mean_grads_is_the_mean_of_the_per_row_reader_gradients(tiny_llama):
+    """EAP-IG keeps one averaged gradient per reader (taken in the backward hook): equal to averaging the rows."""
+    m = tiny_llama
+    task = make_task(m, PROMPT, TARGET, CORRUPT)
+    g = EdgeGraph.from_model(m)
+    emb = run_pass(m, g, task, task.clean, record_upstream=True).upstream[0, 0]
+    x = emb[None] * torch.tensor([0.25, 0.5, 1.0])[:, None, None]  # three different rows
+    rows = task.clean.expand(3, -1)
+    full = run_pass(m, g, task, rows, input_value=x, grads=True).reader_grads
+    mean = run_pass(m, g, task, rows, input_value=x, grads=True, mean_grads=True).reader_grads
+    assert full.shape[0] == 3 and mean.shape[0] == 1
+    assert (full[0] - full[2]).abs().max() > 1e-4  # the rows really differ
+    torch.testing.assert_close(mean[0], full.mean(0), atol=1e-7, rtol=1e-6)
+
 def test_no_function_level_imports_and_no_tl_compat_in_the_library():
     pkg = Path(tlcap.__file__).resolve().parent
     files = [*sorted((pkg / "locate" / "circuits").glob("*.py")), pkg / "viz" / "circuit.py", pkg / "cli" / "circuit.py"]

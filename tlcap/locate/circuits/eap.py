@@ -192,9 +192,9 @@ def _scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConfig) -
         alphas = ((torch.arange(cfg.steps, dtype=torch.float32) + 0.5) / cfg.steps).to(clean_up.device)
         a = alphas[:, None, None].to(clean_up.dtype)
         x = abl_up[0][None].to(clean_up.dtype) + a * (clean_up[0] - abl_up[0].to(clean_up.dtype))[None]
-        ig = run_pass(model, graph, task, task.clean.expand(cfg.steps, -1), input_value=x, grads=True)
+        ig = run_pass(model, graph, task, task.clean.expand(cfg.steps, -1), input_value=x, grads=True, mean_grads=True)
         assert ig.reader_grads is not None
-        grad = ig.reader_grads.mean(0)
+        grad = ig.reader_grads[0]
     diff = abl_up.to(clean_up.dtype) - clean_up
     if cfg.direction == "denoising":
         diff = -diff

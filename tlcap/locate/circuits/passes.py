@@ -44,13 +44,14 @@ class PassOutput:
         logits: ``[batch, pos, d_vocab]`` (detached).
         metric: The task's metric per row.
         upstream: Every upstream output ``[batch, n_up, pos, d_model]`` (``record_upstream``).
-        reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``).
+        reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``;
+            one row, their mean over the rows, with ``mean_grads``).
     """
 
     logits: Float[Tensor, "batch pos d_vocab"]
     metric: Float[Tensor, " batch"]
     upstream: Float[Tensor, "batch n_up pos d_model"] | None = None
-    reader_grads: Float[Tensor, "batch n_readers pos d_model"] | None = None
+    reader_grads: Float[Tensor, "#batch n_readers pos d_model"] | None = None
 
 
 def _as_nodes(act: Tensor) -> Tensor:
@@ -114,6 +115,7 @@ def run_pass(
     keep: Float[Tensor, "batch n_up n_readers"] | None = None,
     replacement: Float[Tensor, "#batch n_up pos d_model"] | None = None,
     grad_rows: list[int] | None = None,
+    mean_grads: bool = False,
 ) -> PassOutput:
     """One forward (and optionally backward) pass on the edge graph.
 
@@ -131,6 +133,10 @@ def run_pass(
         replacement: Upstream outputs replacing the dropped edges' (one row for every row,
             or one per row); needed with ``keep``.
         grad_rows: Backpropagate only these rows' metric (default: all rows).
+        mean_grads: Keep only the mean of the reader gradients over the rows
+            (``reader_grads`` is ``[1, n_readers, pos, d_model]``): EAP-IG's average over its
+            interpolation points, taken in the backward hook so that the per-row gradients of
+            every reader are never stored together.
 
     Returns:
         A :class:`PassOutput`.
@@ -156,7 +162,7 @@ def run_pass(
     bwd: list[tuple[str, Callable[..., Any]]] = []
     gstore: dict[str, Tensor] = {}
     if grads:
-        bwd = [(rh.name, H.capture_grad(gstore, rh.name)) for rh in graph.reader_hooks()]
+        bwd = [(rh.name, H.capture_grad(gstore, rh.name, mean_rows=mean_grads)) for rh in graph.reader_hooks()]
     with torch.set_grad_enabled(grads), model.edge_hooks(), model.hooks(fwd=fwd, bwd=bwd):
         logits = model.forward(tokens)
         metric = task.metric_rows(logits, items)
@@ -166,7 +172,8 @@ def run_pass(
     upstream = _stack_upstream(graph, ups).detach() if record_upstream else None
     reader_grads = None
     if grads:
-        reader_grads = _stack_readers(graph, gstore, tokens.shape[0], tokens.shape[1], model.d_model)
+        rows = 1 if mean_grads else tokens.shape[0]
+        reader_grads = _stack_readers(graph, gstore, rows, tokens.shape[1], model.d_model)
     return PassOutput(logits.detach(), metric.detach(), upstream, reader_grads)
 
 
