@@ -7,6 +7,8 @@ import torch
 
 import tlcap.attribution.ig as ig_module
 from tlcap.attribution import integrated_gradients
+from tlcap.attribution.dataset import score_dataset
+from tlcap.data.tasks import Sample
 from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
 
@@ -102,3 +104,23 @@ def test_row_bytes_grows_with_context_and_config_validation(tiny_gpt2):
         integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", batch_rows="big")
     with pytest.raises(InvalidConfigError, match="max_memory"):
         integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", batch_rows="auto", max_memory="lots")
+
+
+def test_dataset_scores_auto_batch_equal_fixed_batch_under_fake_oom(tiny_gpt2, monkeypatch):
+    """score_dataset with batch_rows="auto": every sample's IG halves past an injected OOM; sums equal batch 2's."""
+    samples = [Sample("Item 1 is", " very red", uid="1"), Sample("Item 2 is", " old", uid="2")]
+    fixed = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows=2, progress=False)
+    real = ig_module.scaled_batch
+    ooms: list[int] = []
+
+    def fake(model, context, prefix, hook_names, row_layer, values, *args, **kwargs):
+        if values.shape[0] > 2:
+            ooms.append(int(values.shape[0]))
+            raise MemoryError("injected")
+        return real(model, context, prefix, hook_names, row_layer, values, *args, **kwargs)
+
+    monkeypatch.setattr(ig_module, "scaled_batch", fake)
+    auto = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows="auto", max_memory="1GiB",
+                         progress=False)
+    assert len(ooms) >= 2  # at least one retry per sample
+    assert torch.equal(auto.scores, fixed.scores)

@@ -37,11 +37,21 @@ from tlcap.locate.circuits import (
     run_pass,
     size_sweep,
 )
-from tlcap.models import make_gpt2, make_llama
+from tlcap.models import make_gpt2, make_llama, make_tiny
 from tlcap.results import load_result
 from tlcap.runtime import hooks as H
 
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
+
+
+@pytest.fixture(scope="module")
+def tiny_neox():
+    return make_tiny("neox", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2():
+    return make_tiny("qwen2", seed=0)
 
 
 @pytest.fixture(params=["tiny_gpt2", "tiny_llama"])
@@ -49,15 +59,22 @@ def model(request):
     return request.getfixturevalue(request.param)
 
 
-def test_graph_shapes_and_params(model):
+@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2"])
+def arch_model(request):
+    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2) and parallel (NeoX) blocks."""
+    return request.getfixturevalue(request.param)
+
+
+def test_graph_shapes_and_params(arch_model):
+    model = arch_model
     g = EdgeGraph.from_model(model)
     L, Hh, K = model.n_layers, model.n_heads, model.n_kv_heads
     assert g.n_upstream == 1 + L * (Hh + 1)
     assert g.n_readers == L * (Hh + 2 * K + 1) + 1
     # edges: each reader is fed by everything computed before it
     expected = 0
-    for l in range(L):
-        expected += (Hh + 2 * K) * (1 + l * (Hh + 1)) + (1 + l * (Hh + 1) + Hh)
+    for l in range(L):  # parallel blocks (NeoX): the MLP reads the block input, not its own layer's heads
+        expected += (Hh + 2 * K) * (1 + l * (Hh + 1)) + (1 + l * (Hh + 1) + (0 if model.parallel_attn_mlp else Hh))
     expected += g.n_upstream
     assert int(g.valid_mask().sum()) == expected
     # node parameters partition the model
@@ -74,7 +91,8 @@ def test_graph_shapes_and_params(model):
 
 
 @pytest.mark.parametrize("corrupt", [CORRUPT, None])
-def test_full_circuit_reproduces_model_and_empty_equals_ablated(model, corrupt):
+def test_full_circuit_reproduces_model_and_empty_equals_ablated(arch_model, corrupt):
+    model = arch_model
     task = make_task(model, PROMPT, TARGET, corrupt)
     g = EdgeGraph.from_model(model)
     full = g.valid_mask()
@@ -94,8 +112,9 @@ def test_full_circuit_reproduces_model_and_empty_equals_ablated(model, corrupt):
     assert not model.backend.cfg.use_split_qkv_input
 
 
-def test_removing_all_out_edges_equals_patching_the_node(model):
+def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     """Independent check of circuit-only runs: no out-edges of u == u's output patched."""
+    model = arch_model
     task = make_task(model, PROMPT, TARGET, CORRUPT)
     g = EdgeGraph.from_model(model)
     with edge_hooks_enabled(model):
@@ -113,14 +132,14 @@ def test_removing_all_out_edges_equals_patching_the_node(model):
     assert (p1 - model.logits(task.clean)).abs().max() > 1e-4  # the patch did something
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2"])
 def test_eap_agrees_with_patching_every_edge(arch):
     """EAP vs actually patching each edge, on all edges, in the linear regime.
 
     A float64 tiny model whose corrupted subject embedding is 5% of the way from ' France'
     to ' Italy' keeps the perturbation small, so the first-order estimate should be close.
     """
-    m = make_gpt2("tiny", seed=1) if arch == "gpt2" else make_llama(seed=1)
+    m = make_gpt2("tiny", seed=1) if arch == "gpt2" else make_llama(seed=1) if arch == "llama" else make_tiny(arch, seed=1)
     m.backend.to(torch.float64)
     a, b = m.encode(" France")[0], m.encode(" Italy")[0]
     with torch.no_grad():
@@ -352,6 +371,20 @@ def test_pass_engine_runs_a_batch_of_items(tiny_llama):
     abl = CorruptedAblation().run(m, g, both)
     torch.testing.assert_close(abl.upstream[1], out.upstream[0], atol=1e-5, rtol=1e-5)
 
+
+def test_mean_grads_is_the_mean_of_the_per_row_reader_gradients(tiny_llama):
+    """EAP-IG keeps one averaged gradient per reader (taken in the backward hook): equal to averaging the rows."""
+    m = tiny_llama
+    task = make_task(m, PROMPT, TARGET, CORRUPT)
+    g = EdgeGraph.from_model(m)
+    emb = run_pass(m, g, task, task.clean, record_upstream=True).upstream[0, 0]
+    x = emb[None] * torch.tensor([0.25, 0.5, 1.0])[:, None, None]  # three different rows
+    rows = task.clean.expand(3, -1)
+    full = run_pass(m, g, task, rows, input_value=x, grads=True).reader_grads
+    mean = run_pass(m, g, task, rows, input_value=x, grads=True, mean_grads=True).reader_grads
+    assert full.shape[0] == 3 and mean.shape[0] == 1
+    assert (full[0] - full[2]).abs().max() > 1e-4  # the rows really differ
+    torch.testing.assert_close(mean[0], full.mean(0), atol=1e-7, rtol=1e-6)
 
 def test_no_function_level_imports_and_no_tl_compat_in_the_library():
     pkg = Path(tlcap.__file__).resolve().parent

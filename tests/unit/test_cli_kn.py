@@ -59,6 +59,11 @@ def test_cli_clear_error_for_unknown_model(tmp_path):
         (["--steps", "abc"], "Invalid value for '--steps': Input should be a valid integer, unable to parse string "
                              "as an integer (see 'tlcap kn --help')"),
         (["--stepz", "3"], "No such option: --stepz (Possible options: --seed, --site, --steps) (see 'tlcap kn --help')"),
+        (["--batch-rows", "0"], "batch_rows (--batch-rows) must be >= 1, got 0"),
+        (["--batch-rows", "many"], "--batch-rows must be auto or an integer >= 1, got 'many'"),
+        (["--batch-rows", "auto", "--max-memory", "lots"],
+         "max_memory (--max-memory) must be a size such as 8GiB or 500MB, got 'lots'"),
+        (["--max-memory", "1GiB"], "--max-memory applies to --batch-rows auto only; got --batch-rows 256"),
     ],
 )
 def test_bad_option_fails_before_any_work(tmp_path, extra, message):
@@ -113,3 +118,18 @@ def test_no_random_control_and_finished_run_policy(tmp_path):
     assert s2["config"]["ig"]["steps"] == 3
     assert not (out / "kn_extra_from_old_run.csv").exists() and (out / "my_notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_batch_rows_auto_with_max_memory_equals_a_fixed_batch(tmp_path):
+    """--batch-rows auto --max-memory: the budget reaches IG (recorded in the config) and the neurons equal batch 3's."""
+    runs = {}
+    for name, extra in (("auto", ["--batch-rows", "auto", "--max-memory", "64KiB"]), ("fixed", ["--batch-rows", "3"])):
+        out = tmp_path / name
+        run = run_cli(["kn", *FACT, "--steps", "3", "--n-random", "0", *extra, "--out", str(out)])
+        assert run.code == 0, run.stderr[-2000:]
+        runs[name] = json.loads((out / "summary.json").read_text())
+    ig = runs["auto"]["provenance"]["config"]["ig"]
+    assert ig["batch_rows"] == "auto" and ig["max_memory"] == "64KiB"
+    assert runs["fixed"]["provenance"]["config"]["ig"]["batch_rows"] == 3
+    assert runs["auto"]["neurons"] == runs["fixed"]["neurons"]
+    assert runs["auto"]["target_prob"] == runs["fixed"]["target_prob"]

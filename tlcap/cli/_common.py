@@ -40,9 +40,11 @@ import pandas as pd
 import torch
 import typer
 
-from tlcap.errors import OutputExistsError, OutputPathError
+from tlcap.config import check_int
+from tlcap.errors import InvalidConfigError, OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
 from tlcap.results import Result
+from tlcap.runtime.batching import parse_memory
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype
 from tlcap.viz.export import save_figure
 
@@ -276,6 +278,40 @@ def device_option() -> Any:
 def dtype_option() -> Any:
     """The ``--dtype`` option every command that loads a model takes."""
     return typer.Option("float32", "--dtype", help="Model dtype: float32, bfloat16 or float16 (scores accumulate in float32).")
+
+
+def batch_rows_option(default: int) -> Any:
+    """The ``--batch-rows`` option of commands whose batch size does not change the result."""
+    return typer.Option(str(default), "--batch-rows", help=(
+        "Rows per forward pass: a number >= 1, or auto (the largest that fits --max-memory, halved and rerun on "
+        "out-of-memory). Results do not depend on it."))
+
+
+def max_memory_option() -> Any:
+    """The ``--max-memory`` option: the budget of ``--batch-rows auto``."""
+    return typer.Option(None, "--max-memory", help=(
+        "Memory budget of --batch-rows auto, e.g. 8GiB or 500MB (default: the device's free memory)."))
+
+
+def batch_rows_value(value: str, max_memory: str | None) -> int | str:
+    """``--batch-rows`` as the config takes it (an int or ``"auto"``), ``--max-memory`` checked.
+
+    Raises:
+        InvalidConfigError: not ``auto`` or an integer >= 1; ``--max-memory`` without ``--batch-rows auto``
+            or not a size.
+    """
+    text = str(value).strip().lower()
+    if max_memory is not None:
+        parse_memory(max_memory)
+        if text != "auto":
+            raise InvalidConfigError(f"--max-memory applies to --batch-rows auto only; got --batch-rows {value}")
+    if text == "auto":
+        return "auto"
+    try:
+        rows = int(text)
+    except ValueError:
+        raise InvalidConfigError(f"--batch-rows must be auto or an integer >= 1, got {value!r}") from None
+    return check_int("batch_rows", rows, min=1, cli="--batch-rows")
 
 
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:

@@ -28,10 +28,13 @@ from tlcap.cli import app
 from tlcap.cli._cnl import floats, ints, layers, neuron_source, parse_steps, print_warnings, skips_line
 from tlcap.cli._common import (
     StagedOutput,
+    batch_rows_option,
+    batch_rows_value,
     checkpoint_dir,
     device_option,
     dtype_option,
     load,
+    max_memory_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -107,7 +110,8 @@ def locate(
     tol: float = typer.Option(0.01, help="Completeness target of --steps auto (0.01 = 1 %)."),
     layers_: str | None = typer.Option(None, "--layers", help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
     max_answer_tokens: int = typer.Option(8, help="Answer tokens scored per sample (the first ones, >= 1)."),
-    batch_rows: int = typer.Option(128, help="IG rows per forward pass (memory knob; results do not depend on it)."),
+    batch_rows: str = batch_rows_option(128),
+    max_memory: str | None = max_memory_option(),
     sample_batch: int = typer.Option(1, help="Samples whose IG rows share forward passes (exact IG; same results)."),
     convergence_points: int = typer.Option(4, help="Points of the convergence curve (>= 1)."),
     checkpoint_every: int = typer.Option(25, help="Samples between checkpoints (>= 1)."),
@@ -122,8 +126,8 @@ def locate(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Score every MLP neuron on a dataset (CNL eq. 7), select by σ-mask, test split-half stability."""
-    ig = IGConfig(method=method, steps=parse_steps(steps), rule=rule, tol=tol, layers=layers(layers_), batch_rows=batch_rows,
-                  sample_batch=sample_batch)
+    ig = IGConfig(method=method, steps=parse_steps(steps), rule=rule, tol=tol, layers=layers(layers_),
+                  batch_rows=batch_rows_value(batch_rows, max_memory), max_memory=max_memory, sample_batch=sample_batch)
     cfg = CNLConfig(ig=ig, sigma=sigma,
                     spread=spread, max_answer_tokens=max_answer_tokens, convergence_points=convergence_points, seed=seed)
     check_int("n", n, min=2)

@@ -9,7 +9,18 @@ import typer
 
 from tlcap.attribution.config import IGConfig
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import (
+    batch_rows_option,
+    batch_rows_value,
+    device_option,
+    dtype_option,
+    load,
+    max_memory_option,
+    overwrite_option,
+    seed_everything,
+    staged_output,
+    write_outputs,
+)
 from tlcap.errors import EmptyNeuronSetWarning, PromptBoundaryWarning, TlcapWarning
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
 
@@ -41,10 +52,14 @@ def kn(
     ),
     n_random: int = typer.Option(10, help="Random neuron sets (same count per layer) for the control; 0 = no control."),
     seed: int = typer.Option(0, help="Seed of the random controls."),
+    batch_rows: str = batch_rows_option(256),
+    max_memory: str | None = max_memory_option(),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Locate the knowledge neurons of a fact and test them by suppression and enhancement."""
-    cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site), threshold=threshold, top_k=top_k,
+    rows = batch_rows_value(batch_rows, max_memory)
+    cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site, batch_rows=rows,
+                               max_memory=max_memory), threshold=threshold, top_k=top_k,
                    refine_p=refine_p, n_random=n_random, seed=seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PromptBoundaryWarning)

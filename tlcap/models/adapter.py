@@ -7,7 +7,8 @@ logits, prefix caches, edge-hook flags); the rest is mixed in from small modules
 :mod:`tlcap.models.tokens` (the tokenizer: encoding, padded batches, subject spans),
 :mod:`tlcap.models.recording` (``record``, ``run_with_cache``), :mod:`tlcap.models.generate`
 (greedy decoding), :mod:`tlcap.models.weights` (MLP neuron weights, embeddings),
-:mod:`tlcap.models.params` (parameters per head / MLP) and :mod:`tlcap.models.cache`
+:mod:`tlcap.models.params` (parameters per head / MLP), :mod:`tlcap.models.architecture`
+(block layout facts: parallel blocks, post-norms, patchable attention) and :mod:`tlcap.models.cache`
 (:class:`PrefixCache`).
 """
 
@@ -22,6 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.errors import TlcapError
+from tlcap.models.architecture import ArchitectureMixin
 from tlcap.models.cache import PrefixCache
 from tlcap.models.generate import GenerationMixin
 from tlcap.models.params import ParamsMixin
@@ -64,7 +66,7 @@ def _rows(tokens: Tokens) -> Tokens:
     return tokens[None] if isinstance(tokens, Tensor) and tokens.ndim == 1 else tokens
 
 
-class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin, RowsMixin):
+class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin, RowsMixin, ArchitectureMixin):
     """A hookable language model with the shape facts and weight handles methods need.
 
     Wraps a TransformerLens 4.x ``TransformerBridge`` or a TL 3.9 ``HookedTransformer``
@@ -143,11 +145,6 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
     def n_neurons(self) -> int:
         """Total number of MLP neurons (``n_layers * d_mlp``)."""
         return self.n_layers * self.d_mlp
-
-    @property
-    def parallel_attn_mlp(self) -> bool:
-        """Whether attention and MLP read the same block input (GPT-J, NeoX) instead of in sequence."""
-        return bool(getattr(self.cfg, "parallel_attn_mlp", False))
 
     def eval(self) -> Model:
         """Put the backend in inference mode (no dropout); returns the model."""

@@ -14,6 +14,7 @@ import torch
 
 from tlcap.errors import HubUnavailableError, MissingFileError, UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
+from tlcap.models.families import FAMILIES, make_tiny
 from tlcap.models.paths import cache_dir
 from tlcap.models.shapes import SHAPES, make_shape
 from tlcap.models.tiny import make_gpt2
@@ -154,6 +155,13 @@ def _tiny(size: str) -> Callable[..., Model]:
     return load
 
 
+def _family(family: str) -> Callable[..., Model]:
+    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, **_: Any) -> Model:
+        return make_tiny(family, seed=seed, device=device, dtype=dtype)
+
+    return load
+
+
 def _shape(name: str) -> Callable[..., Model]:
     def load(
         device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None, **_: Any
@@ -168,6 +176,7 @@ REGISTRY: dict[str, Callable[..., Model]] = {
     "smollm2-135m-instruct": _load_smollm2,
     "gpt2-tiny": _tiny("tiny"),
     "gpt2-small-random": _tiny("small"),
+    **{f"{family}-tiny": _family(family) for family in FAMILIES},
     **{name: _shape(name) for name in SHAPES},
 }
 _HUB_ALIASES = {
@@ -186,6 +195,8 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
         model: One of
             - a registered name: ``"smollm2-135m"`` (offline GGUF, float32 cached on disk),
               ``"gpt2-tiny"`` / ``"gpt2-small-random"`` (random GPT-2 for unit tests);
+              ``"gptj-tiny"``, ``"neox-tiny"``, ``"qwen2-tiny"``, ``"gemma2-tiny"`` (random
+              models of those families: :mod:`tlcap.models.families`);
               ``"smollm2-135m-shape"`` / ``"llama-7b-shape"`` / ``"llama-1b-shape"`` (random
               weights of the real shapes, for timing: :mod:`tlcap.models.shapes`);
             - a local HF model directory;

@@ -74,6 +74,13 @@ _HF_MLP_LAYOUT: dict[str, dict[str, Any]] = {
         "in": [("up_proj", 0), ("gate_proj", 0)],
         "bias": [],
     },
+    "gemma2": {
+        "layers": "model.layers",
+        "mlp": "mlp",
+        "out": ("down_proj", 1),
+        "in": [("up_proj", 0), ("gate_proj", 0)],
+        "bias": [],
+    },
     "gpt_neox": {
         "layers": "gpt_neox.layers",
         "mlp": "mlp",

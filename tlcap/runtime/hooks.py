@@ -152,12 +152,16 @@ def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: b
     return hook
 
 
-def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None) -> HookFn:
-    """Backward hook storing the gradient of the loss w.r.t. this activation."""
+def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None, mean_rows: bool = False) -> HookFn:
+    """Backward hook storing the gradient of the loss w.r.t. this activation.
+
+    With ``mean_rows`` only the mean over the batch rows is kept (``[1, *dims]``): a batch of
+    interpolation points whose gradients are averaged then holds one row per hook, not ``batch``.
+    """
 
     def hook(grad: Float[Tensor, " batch *dims"], hook: Any = None) -> None:
         k = key if key is not None else getattr(hook, "name", "grad")
-        store[k] = grad.detach().clone()
+        store[k] = grad.detach().mean(0, keepdim=True) if mean_rows else grad.detach().clone()
         return None
 
     return hook

@@ -197,7 +197,12 @@ def synapse_experiment(
     Example:
         >>> syn = synapse_experiment(model, locs, groups, alpha=0.3)
         >>> syn.table()
+
+    Raises:
+        UnsupportedModelError: the model's attention pattern cannot be edited (GPT-J on
+            TransformerLens 4.x, :attr:`tlcap.models.Model.attention_internals_patchable`).
     """
+    model.require_patchable_attention("scaling knowledge synapses (attention-pattern columns)")
     cfg = SynapseConfig.resolve(config, **overrides)
     rows: list[dict] = []
     pred: list[dict] = []

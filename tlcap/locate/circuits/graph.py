@@ -63,7 +63,7 @@ BOUNDARY_NODES = ("input", "logits")
 
 
 class UnsupportedModelError(TlcapError, NotImplementedError):
-    """A model whose computation graph the circuit code cannot build (parallel attention/MLP blocks)."""
+    """A model whose computation graph the circuit code cannot build (GPT-J on TL 4.x, post-norm blocks)."""
 
 
 def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
@@ -143,6 +143,8 @@ class EdgeGraph(Result):
         param_groups: ``(key, n_params, users)`` of every parameter group
             (:class:`tlcap.models.ParameterGroups`, users named as graph nodes): what
             :meth:`count_params` counts exactly for a set of nodes.
+        parallel: Parallel attention/MLP blocks (NeoX): the MLP of layer ``l`` reads the layer's
+            input, so it has no edge from the heads of its own layer.
     """
 
     upstream: tuple[str, ...]
@@ -153,11 +155,12 @@ class EdgeGraph(Result):
     n_kv_heads: int
     node_params: tuple[int, ...]
     param_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    parallel: bool = False
 
     # ------------------------------------------------------------------ build
     @classmethod
     def from_model(cls, model: Model) -> "EdgeGraph":
-        """The graph of ``model`` (GPT-2 and Llama-family sequential blocks).
+        """The graph of ``model`` (sequential blocks: GPT-2, Llama family, Qwen2; parallel blocks: NeoX).
 
         Args:
             model: The model.
@@ -166,12 +169,23 @@ class EdgeGraph(Result):
             Its :class:`EdgeGraph`, with the parameter groups of :meth:`tlcap.models.Model.parameter_groups`.
 
         Raises:
-            UnsupportedModelError: parallel attention/MLP blocks, or heads not grouped evenly into kv heads.
+            UnsupportedModelError: attention without per-head input hooks (GPT-J on TransformerLens 4.x),
+                post-norm blocks (Gemma-2), or heads not grouped evenly into kv heads.
         """
-        if model.parallel_attn_mlp:
+        if not model.attention_internals_patchable:
             raise UnsupportedModelError(
-                f"{model.name} has parallel attention/MLP blocks (GPT-J, NeoX: the MLP reads the layer input); "
-                "its edge graph is not implemented; use a model with sequential blocks (GPT-2, Llama family)"
+                f"{model.name} ({model.architecture}): the installed TransformerLens wraps its attention with the "
+                "generic AttentionBridge, which has no hook point before the q/k/v projections (use_split_qkv_input "
+                "is not available) and fires the attention-pattern hook after the fact; per-head reader inputs cannot be read or "
+                "patched, so its edge graph cannot be built (GPT-J on TransformerLens 4.x); use a GPT-2, NeoX, "
+                "Llama, Qwen2 or SmolLM2 model"
+            )
+        if model.post_norm_blocks:
+            raise UnsupportedModelError(
+                f"{model.name} ({model.architecture}) normalises each block's attention and MLP output before "
+                "adding it to the residual (post-norms, Gemma-2): the heads' writes are normalised together, so a "
+                "head's output is not an additive term of the residual and the edge graph's exact decomposition "
+                "does not hold; knowledge circuits are not implemented for post-norm models"
             )
         L, H, K = model.n_layers, model.n_heads, model.n_kv_heads
         if H % K:
@@ -196,7 +210,7 @@ class EdgeGraph(Result):
         groups = tuple((g.key, g.numel, tuple(_GROUP_ALIAS.get(u, u) for u in g.users)) for g in pg.groups)
         owner = {v: k for k, v in _GROUP_ALIAS.items()}
         node_params = tuple(counts[owner.get(n, n)] for n in nodes)
-        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, node_params, groups)
+        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, node_params, groups, model.parallel_attn_mlp)
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -261,7 +275,8 @@ class EdgeGraph(Result):
             for site, count in (("q_input", H), ("k_input", K), ("v_input", K)):
                 out.append(ReaderHook(_hook(site, l), r, count, True, n_avail, site, l))
                 r += count
-            out.append(ReaderHook(_hook("mlp_input", l), r, 1, False, n_avail + H, "mlp_input", l))
+            mlp_avail = n_avail if self.parallel else n_avail + H  # parallel: the MLP reads the block input
+            out.append(ReaderHook(_hook("mlp_input", l), r, 1, False, mlp_avail, "mlp_input", l))
             r += 1
         out.append(ReaderHook(_hook("final_in"), r, 1, False, self.n_upstream, "final_in", None))
         return out

@@ -44,7 +44,8 @@ class PassOutput:
         logits: ``[batch, pos, d_vocab]`` (detached).
         metric: The task's metric per row.
         upstream: Every upstream output ``[batch, n_up, pos, d_model]`` (``record_upstream``).
-        reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``).
+        reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``;
+            one row, their mean over the rows, with ``mean_grads``).
         sites: Activations of the extra hook points (``record_sites``), by hook name.
         site_grads: ``d metric / d`` those activations (``record_sites`` with ``grads``).
     """
@@ -52,7 +53,7 @@ class PassOutput:
     logits: Float[Tensor, "batch pos d_vocab"]
     metric: Float[Tensor, " batch"]
     upstream: Float[Tensor, "batch n_up pos d_model"] | None = None
-    reader_grads: Float[Tensor, "batch n_readers pos d_model"] | None = None
+    reader_grads: Float[Tensor, "#batch n_readers pos d_model"] | None = None
     sites: dict[str, Tensor] | None = None
     site_grads: dict[str, Tensor] | None = None
 
@@ -119,6 +120,7 @@ def run_pass(
     replacement: Float[Tensor, "#batch n_up pos d_model"] | None = None,
     grad_rows: list[int] | None = None,
     record_sites: tuple[str, ...] = (),
+    mean_grads: bool = False,
 ) -> PassOutput:
     """One forward (and optionally backward) pass on the edge graph.
 
@@ -138,6 +140,10 @@ def run_pass(
         grad_rows: Backpropagate only these rows' metric (default: all rows).
         record_sites: More hook names to record (and, with ``grads``, to take the gradient at),
             e.g. the ``mlp_post`` sites for MLP-neuron nodes.
+        mean_grads: Keep only the mean of the reader gradients over the rows
+            (``reader_grads`` is ``[1, n_readers, pos, d_model]``): EAP-IG's average over its
+            interpolation points, taken in the backward hook so that the per-row gradients of
+            every reader are never stored together.
 
     Returns:
         A :class:`PassOutput`.
@@ -166,7 +172,7 @@ def run_pass(
     sgrads: dict[str, Tensor] = {}
     fwd += [(name, H.record(sites, name, detach=not grads)) for name in record_sites]
     if grads:
-        bwd = [(rh.name, H.capture_grad(gstore, rh.name)) for rh in graph.reader_hooks()]
+        bwd = [(rh.name, H.capture_grad(gstore, rh.name, mean_rows=mean_grads)) for rh in graph.reader_hooks()]
         bwd += [(name, H.capture_grad(sgrads, name)) for name in record_sites]
     with torch.set_grad_enabled(grads), model.edge_hooks(), model.hooks(fwd=fwd, bwd=bwd):
         logits = model.forward(tokens)
@@ -177,7 +183,8 @@ def run_pass(
     upstream = _stack_upstream(graph, ups).detach() if record_upstream else None
     reader_grads = None
     if grads:
-        reader_grads = _stack_readers(graph, gstore, tokens.shape[0], tokens.shape[1], model.d_model)
+        rows = 1 if mean_grads else tokens.shape[0]
+        reader_grads = _stack_readers(graph, gstore, rows, tokens.shape[1], model.d_model)
     extra = {k: v.detach() for k, v in sites.items()} if record_sites else None
     return PassOutput(logits.detach(), metric.detach(), upstream, reader_grads, extra, sgrads if grads and record_sites else None)
 
