@@ -57,3 +57,18 @@ def test_table4_missing_inputs_are_nan_with_a_note():
     assert math.isnan(r["kn"].ipp) and "no reliability result" in r["kn"].note
     assert math.isnan(r["cnl"].ipp) and "5" in r["cnl"].note  # 3 draws < the 5 an IPP needs
     assert math.isnan(r["cnl"].neuron) and "parameter counts" in r["cnl"].note
+
+
+def test_rome_ipp_with_only_the_traced_layer_edited_is_none_not_an_error():
+    # Each fact edited at its traced layer only (a one-layer --rome-layers run): no random layer to draw.
+    only_traced = tuple(r for r in _rome_rows() if r[4])
+    rel = ReliabilityResult(kn_rows=_kn_rows(), rome_rows=only_traced, kc_rows=_kc_rows(), parts=("kn", "rome", "kc"),
+                            n_facts=4, n_layers=3, model_name="hand", config={"n_random": 5})
+    assert rel.rome_ipp() is None
+    # One fact with other layers, one without: the IPP uses the first fact only.
+    mixed = only_traced + tuple(r for r in _rome_rows() if r[0] == 0 and not r[4])
+    rel = ReliabilityResult(kn_rows=_kn_rows(), rome_rows=mixed, kc_rows=_kc_rows(), parts=("kn", "rome", "kc"),
+                            n_facts=4, n_layers=3, model_name="hand", config={"n_random": 5})
+    est = rel.rome_ipp()
+    # fact 0: efficacy 0 at its traced layer 1; other layers 0 and 2 both have efficacy 1 -> IPP = 0 - 1
+    assert est is not None and est.value == pytest.approx(-1.0)

@@ -29,7 +29,8 @@ def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatc
             seen["tokens"] += tokens.shape[0] * tokens.shape[1]
             return _f(tokens, *a, **k)
         monkeypatch.setattr(m, name, counted)
-    causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False)
+    # The full-depth engine (late_expand=False): the cost model counts it, an upper bound of late expansion.
+    causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False, late_expand=False)
     assert trace_work(m, prompt, subject, 2).units["fwd_token"] == seen["tokens"]
 
 

@@ -41,6 +41,7 @@ from tlcap.data.pararel_files import (
     query_pattern,
     relation_objects,
 )
+from tlcap.data.sample import DataWarning
 from tlcap.errors import EmptyDatasetError, InvalidConfigError, MissingFileError, PromptTooLongError, TargetTokenizationError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,14 +262,15 @@ def _warn(sample: ParaRelSample, cfg: ParaRelConfig) -> None:
             why = (f"{r.kept} of {r.tested} tested facts known (top-{cfg.known_top_k}), scan stopped: {r.stopped}"
                    if cfg.known_top_k else f"{r.candidates} facts with ≥ {cfg.min_queries} queries, {r.multi_token} multi-token")
             warnings.warn(f"ParaRel relation {r.relation} gave no fact ({why}); raise --max-scan or --known-top-k, "
-                          "or pick another relation", stacklevel=3)
+                          "or pick another relation", DataWarning, stacklevel=3)
         elif 0 < r.n_patterns < MIN_CONSISTENCY_QUERIES:
             warnings.warn(f"ParaRel relation {r.relation} has {r.n_patterns} queries per fact: CS1 ≡ CS2 for its facts "
-                          "(consistency reports them separately)", stacklevel=3)
+                          "(consistency reports them separately)", DataWarning, stacklevel=3)
     if sample.requested is not None and sample.used < sample.requested:
         rates = ", ".join(f"{r.relation} {r.used} ({r.kept}/{r.tested} known)" if r.tested else f"{r.relation} {r.used}"
                           for r in sample.relations)
-        warnings.warn(f"{sample.requested} ParaRel facts requested (--n-facts), {sample.used} found: {rates}", stacklevel=3)
+        warnings.warn(f"{sample.requested} ParaRel facts requested (--n-facts), {sample.used} found: {rates}",
+                      DataWarning, stacklevel=3)
 
 
 def scan_pararel(

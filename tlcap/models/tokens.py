@@ -21,6 +21,7 @@ from tlcap.errors import (
     SubjectNotFoundError,
     TargetTokenizationError,
     TlcapError,
+    TlcapWarning,
 )
 from tlcap.models.token_types import SubjectSpan, TokenBatch
 
@@ -224,7 +225,7 @@ class TokensMixin:
                 f"Target {target!r} has no leading space and the prompt does not end with one: "
                 f"it is scored as the tokens {self.to_str_tokens(ids)} glued to the prompt. "
                 "Most facts need a leading space (e.g. ' Paris').",
-                stacklevel=2,
+                TlcapWarning, stacklevel=2,
             )
         if single_token and len(ids) != 1:
             raise TargetTokenizationError(

@@ -49,7 +49,8 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
 
 def trace_work(model: Any, prompt: str, subject: str, samples: int) -> Workload:
     """One causal trace of the MLP kind at every layer (the batched engine: prefix reuse, no BOS, cells before
-    the subject skipped)."""
+    the subject skipped). Counted without late expansion (``TraceConfig.late_expand``, on by default), which
+    skips the layers below each batch's lowest restored one: an upper bound of the default engine's work."""
     shape = ModelShape.of(model)
     T = len(model.to_tokens(prompt, prepend_bos=False)[0])
     s0 = find_subject(model, prompt, subject, prepend_bos=False).range[0]

@@ -160,15 +160,16 @@ class ReliabilityResult(Result):
         """IPP of ROME: ``metric`` at the traced layer − the best of ``n_draws`` draws of one random
         other layer per fact (seeded)."""
         rows = self.rome_records()
-        facts = sorted({r.fact for r in rows if r.located})
+        by = {(r.fact, r.layer): float(getattr(r, metric)) for r in rows}
+        others = {f: sorted(l for (g, l) in by if g == f and not any(r.located and r.layer == l and r.fact == f for r in rows))
+                  for f in {r.fact for r in rows if r.located}}
+        # A fact edited only at its traced layer has no other layer to draw: it cannot enter the IPP.
+        facts = sorted(f for f, ls in others.items() if ls)
         if not facts:
             return None
         n_draws = n_draws or int(self.config.get("n_random", 20))
         rng = random.Random(seed)
-        by = {(r.fact, r.layer): float(getattr(r, metric)) for r in rows}
         loc = [next(float(getattr(r, metric)) for r in rows if r.fact == f and r.located) for f in facts]
-        others = {f: sorted(l for (g, l) in by if g == f and not any(r.located and r.layer == l and r.fact == f for r in rows))
-                  for f in facts}
         draws = [[by[f, rng.choice(others[f])] for f in facts] for _ in range(n_draws)]
         return ipp_ci(loc, draws)
 

@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tlcap.data.pararel import MIN_CONSISTENCY_QUERIES as MIN_QUERIES
+from tlcap.data.sample import DataWarning
 from tlcap.experiments.ql.config import STATIC_THRESHOLD, QLConfig
 from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
@@ -181,7 +182,7 @@ def consistency_analysis(
     if few:
         warnings.warn(f"{len(few)} fact(s) have fewer than {MIN_QUERIES} queries (CS1 ≡ CS2 for them), e.g. "
                       f"{few[0][1]!r} of {few[0][0]}: they are reported separately (n_few_queries) and left out of "
-                      "K_I/K_II, Welch and Otsu", stacklevel=2)
+                      "K_I/K_II, Welch and Otsu", DataWarning, stacklevel=2)
     rows: list[dict] = []
     otsu: dict[str, float] = {}
     for m, fl in locs.items():

@@ -37,7 +37,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from tlcap.config import check_int
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import InvalidConfigError, TlcapWarning
 from tlcap.locate.circuits.ablation import ablation_source, fit_source
 from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_edges
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
@@ -125,7 +125,7 @@ class EdgeScores(Result):
             InvalidConfigError: both or neither of ``top_n`` and ``threshold``, or one out of range.
 
         Warns:
-            UserWarning: ``top_n`` larger than the graph's number of edges (all are kept).
+            TlcapWarning: ``top_n`` larger than the graph's number of edges (all are kept).
         """
         if top_n is not None:
             check_int("top_n", top_n, min=1)
@@ -133,7 +133,7 @@ class EdgeScores(Result):
                 warnings.warn(
                     f"top_n={top_n} is more than the {self.n_edges} edges of the graph: the circuit holds all of them "
                     f"(requested {top_n}, selected {self.n_edges}; recorded as selection and n_selected)",
-                    UserWarning, stacklevel=2,
+                    TlcapWarning, stacklevel=2,
                 )
         mask = select_edges(self.scores, self.valid, top_n, threshold)
         selected = int(mask.sum())

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from tlcap.config import check_int, check_sequence
+from tlcap.errors import TlcapWarning
 from tlcap.locate.circuits.circuit import Circuit, prune_dead, select_edges
 from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.evaluate import evaluate_masks, task_for
@@ -115,7 +116,7 @@ def size_sweep(
         The :class:`SizeSweep`, with provenance (its sizes and seed).
 
     Warns:
-        UserWarning: a size above the graph's number of edges (it keeps every edge).
+        TlcapWarning: a size above the graph's number of edges (it keeps every edge).
 
     Example:
         >>> sweep = size_sweep(model, scores, [10, 30, 100, 300])
@@ -130,7 +131,7 @@ def size_sweep(
     if beyond:
         warnings.warn(
             f"sweep sizes {beyond} are more than the {total} edges of the graph: each keeps all of them "
-            "(top_n records the requested size, n_edges the edges kept)", UserWarning, stacklevel=2,
+            "(top_n records the requested size, n_edges the edges kept)", TlcapWarning, stacklevel=2,
         )
     task = task or task_for(model, scores)
     circuits = []
