@@ -28,18 +28,17 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from _util import write_json  # noqa: E402
 
 import tlcap  # noqa: E402
 from tlcap.intervene.covariance import covariance_path, key_covariance  # noqa: E402
 from tlcap.intervene.rome import RomeConfig, rome_edit  # noqa: E402
 from tlcap.locate.causal_trace import KINDS, causal_trace, prepare_trace, trace_cell  # noqa: E402
-
 
 SHAPES = [("subject-first", "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"),
           ("mid-prompt", "The capital of France is", "France", " Paris")]
@@ -93,10 +92,7 @@ def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
     d = out["dataset"]
     print(f"dataset mode ({d['facts']} known facts): {d['late_s_per_fact']:.1f} s/fact late, "
           f"{d['previous_s_per_fact']:.1f} s/fact previous ({d['speedup']:.2f}x)")
-    path = Path(__file__).parent / "results" / "bench_trace_shapes.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    print(f"wrote {write_json('bench_trace_shapes', out)}")
 
 
 def main() -> None:
@@ -190,10 +186,7 @@ def main() -> None:
     print(f"{edit_label:<62} {res['rome_edit_mean_s']:9.1f}")
     print(f"(cells = 3 kinds × {T} tokens × {L} layers = {n_cells}; {samples} noise samples; "
           f"1-min load avg {res['load_avg_1m']:.1f})")
-    out = Path(__file__).parent / "results" / "bench_trace.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {write_json('bench_trace', res)}")
 
 
 if __name__ == "__main__":
