@@ -73,6 +73,9 @@ def test_scale_checks_rules_and_the_random_set_minimum():
     ScaleConfig(n_random=5)  # smoke: the fewest draws an IPP takes
     with pytest.raises(InvalidConfigError, match="n_random"):
         ScaleConfig(name="cpu", n_random=5)  # every other scale: >= 20 matched random sets
+    # the permutation tests ask for what the scale draws: 5 at smoke, the 20 minimum elsewhere
+    assert ScaleConfig(n_random=5).min_null_draws == 5
+    assert ScaleConfig(name="cpu", n_random=30).min_null_draws == 20
     with pytest.raises(InvalidConfigError, match="cnl_eval_rome_layers"):
         ScaleConfig(cnl_eval_rome_layers=(3,))  # Fig. 2 needs the traced layer and another
 

@@ -12,6 +12,7 @@ from tlcap.errors import InvalidConfigError, SubjectNotFoundError
 from tlcap.intervene.covariance import covariance_path, key_covariance, solve_key
 from tlcap.intervene.rome import RomeConfig, RomeSweep, ValueRows, evaluate_rome, rome_edit, rome_sweep, subject_keys, value_loss
 from tlcap.intervene.rome import evaluate as rome_evaluate
+from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.results import load_result
 from tlcap.runtime import hooks as H
@@ -268,3 +269,14 @@ def test_occurrence_bos_and_bad_facts(tiny_gpt2, monkeypatch):
         rome_sweep(tiny_gpt2, prompt, "France", " Rome", config=cfg, occurrence=2)
     with pytest.raises(InvalidConfigError, match=r"^layer \(--layer\) must be >= 0, got -1$"):
         rome_edit(tiny_gpt2, PROMPT, "France", " Rome", -1, config=cfg)
+
+
+def test_default_neighbourhood_leaves_out_the_edited_fact(tiny_llama):
+    """Specificity is measured on other facts: not the edited prompt, not prompts naming the subject."""
+    eiffel = "The Eiffel Tower is located in the city of"
+    assert eiffel in DEFAULT_NEIGHBOURHOOD and PROMPT in DEFAULT_NEIGHBOURHOOD
+    neigh = rome_evaluate.default_neighbourhood(eiffel, "The Eiffel Tower")
+    assert eiffel not in neigh and len(neigh) == len(DEFAULT_NEIGHBOURHOOD) - 1
+    assert rome_evaluate.default_neighbourhood("Paris is the capital of", "France") == list(DEFAULT_NEIGHBOURHOOD[1:])
+    res = evaluate_rome(tiny_llama, PROMPT, SUBJECT, " Rome", 0, paraphrases=[], config=CFG)
+    assert PROMPT not in res.neighbourhood and len(res.neighbourhood) == len(DEFAULT_NEIGHBOURHOOD) - 1

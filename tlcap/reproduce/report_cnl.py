@@ -30,7 +30,6 @@ from tlcap.metrics import NeuronSet, bootstrap_ci, located_vs_random, share_ci
 from tlcap.metrics.accuracy import TaskAccuracy
 from tlcap.metrics.effects import bootstrap_p, proportion_diff
 from tlcap.metrics.estimate import Estimate
-from tlcap.metrics.permutation import MIN_NULL_DRAWS
 from tlcap.metrics.sensitivity import SensitivityCurve
 from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
@@ -133,7 +132,7 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         a, b = g.halves(scale.cnl_sigma)
         null = [a.overlap(b.random_like(seed=seed + i)) for i in range(scale.n_random)]
         test = located_vs_random(a.overlap(b), null, alternative="greater", statistic="split-half overlap",
-                                 min_draws=min(MIN_NULL_DRAWS, scale.n_random))
+                                 min_draws=scale.min_null_draws)
         eff = Estimate(st["overlap"].value - test.null_mean, st["overlap"].low - test.null_mean,
                        st["overlap"].high - test.null_mean, n=g.n, n_groups=g.n_groups, method="percentile")
         rb.effect(item, f"{ds} · overlap − overlap with matched random sets", paper_claim("cnl.table1.above-random"), eff,
@@ -251,7 +250,7 @@ def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                      rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="random", dataset=label),
                      differences=diffs)
             test = located_vs_random(er.located_accuracy, er.random_accuracies, alternative="less",
-                                     statistic="accuracy after erasing", min_draws=min(MIN_NULL_DRAWS, scale.n_random))
+                                     statistic="accuracy after erasing", min_draws=scale.min_null_draws)
             eff = bootstrap_ci(loc - test.null_mean, n_boot=n_boot, seed=seed)
             pl = rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="located", dataset=label)
             pr = rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="random", dataset=label)

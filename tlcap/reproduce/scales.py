@@ -21,6 +21,7 @@ import pandas as pd
 from tlcap.attribution.quadrature import RULES
 from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import UnknownNameError
+from tlcap.metrics.permutation import MIN_NULL_DRAWS
 
 CNL_DATASETS = ("gsm8k", "svamp", "mbpp", "emotion", "imdb")
 SIGMAS = (3.0, 6.0, 12.0)
@@ -111,6 +112,11 @@ class ScaleConfig(Config):
     ql_edit_queries: int | None = 1
     ql_thresholds: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
     n_boot: int = 1000
+
+    @property
+    def min_null_draws(self) -> int:
+        """Random sets a permutation test of this scale needs: 20 (:data:`MIN_NULL_DRAWS`), ``smoke``'s ``n_random`` below that."""
+        return min(MIN_NULL_DRAWS, self.n_random)
 
     def validate(self) -> None:
         check_choice("name", self.name, SCALE_NAMES, cli="--scale")

@@ -20,6 +20,24 @@ from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 
 
+def default_neighbourhood(prompt: str, subject: str) -> list[str]:
+    """:data:`DEFAULT_NEIGHBOURHOOD` without the edited prompt and without prompts that name the subject.
+
+    A neighbourhood prompt measures specificity: it must be about something else than the edited
+    fact (editing "The Eiffel Tower is located in the city of" must not count that prompt's own
+    change as a specificity failure).
+
+    Args:
+        prompt: The edited prompt.
+        subject: The edited subject.
+
+    Returns:
+        The default prompts that neither equal ``prompt`` nor contain ``subject`` (case-insensitive).
+    """
+    key = subject.strip().lower()
+    return [p for p in DEFAULT_NEIGHBOURHOOD if p.strip() != prompt.strip() and (not key or key not in p.lower())]
+
+
 @torch.no_grad()
 def target_logprobs(model: Model, items: Sequence[tuple[str, str]], bos: bool = False) -> Float[Tensor, " n"]:
     """Mean log-probability of each ``(prompt, target)``'s tokens (teacher forcing, one batch).
@@ -102,8 +120,9 @@ def evaluate_rome(
         layer: The edited layer.
         target_old: The fact's current object (default: the model's top next token).
         paraphrases: Other prompts of the same fact (default: :func:`default_paraphrases`).
-        neighbourhood: Unrelated prompts whose answers must not change (default: 10 generic
-            facts, :data:`DEFAULT_NEIGHBOURHOOD`).
+        neighbourhood: Unrelated prompts whose answers must not change (default: the 10 generic
+            facts of :data:`DEFAULT_NEIGHBOURHOOD` minus the edited prompt and those naming the
+            subject, :func:`default_neighbourhood`).
         config: Hyper-parameters (:class:`RomeConfig`).
         cov: The layer's key covariance (default: computed or read from the cache).
         occurrence: Which occurrence of the subject is edited (see :func:`rome_edit`).
@@ -124,7 +143,7 @@ def evaluate_rome(
     if target_old is None:
         target_old = model.to_str_tokens([next_tokens(model, [prompt], cfg.bos)[0]])[0]
     paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
-    neigh = list(neighbourhood) if neighbourhood is not None else list(DEFAULT_NEIGHBOURHOOD)
+    neigh = list(neighbourhood) if neighbourhood is not None else default_neighbourhood(prompt, subject)
     items = [(p, t) for p in [prompt] + paras for t in (target_new, target_old)]
 
     def measure() -> tuple[Tensor, list[int]]:
@@ -205,4 +224,4 @@ def rome_sweep(
                      provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))
 
 
-__all__ = ["default_paraphrases", "evaluate_rome", "next_tokens", "rome_sweep", "target_logprobs"]
+__all__ = ["default_neighbourhood", "default_paraphrases", "evaluate_rome", "next_tokens", "rome_sweep", "target_logprobs"]
