@@ -9,16 +9,21 @@ the new object. Two rules for the coefficients ``c``:
   ``(Σ_p a_p)·δ`` more, ``a_p`` their activations. With GPT-2's GELU every KN has ``a_p ≥ 0`` and
   this is the intended push from ``o`` to ``o'``; on a gated MLP (SwiGLU) KNs with ``a_p < 0``
   write ``−δ`` and *reinforce* ``o``.
-- ``rule="activation"`` (default, documented variant): ``c_p = a_p · Σ_q |a_q| / Σ_q a_q²`` — the
-  smallest change of the columns (least squares) whose write at the query is ``(Σ_p |a_p|)·δ``,
-  i.e. the paper's write had every activation been non-negative. The sign follows each neuron's
-  activation at the query, and neurons barely active at the query are barely changed (so
-  neurons that fire on every token do not flood the rest of the text). Both rules are the same
-  when every activation is equal and positive.
+- ``rule="activation"`` (default of the modification experiment; documented variant): the KNs
+  write, at the query, ``ρ·δ`` with ``ρ = ‖Σ_p a_p W_p‖ / ‖E(o') − E(o)‖`` — the paper's edit with the
+  object embeddings rescaled to the size of what the KNs write at the query now, so that with
+  ``λ1 = λ2 = λ`` the added write is ``λ`` times the KNs' own output, pointed from ``o`` to ``o'``.
+  Among the column changes ``c_p·δ`` that write ``ρ·δ`` at the query the smallest (least squares)
+  is ``c_p = ρ·a_p / Σ_q a_q²``: the sign follows each neuron's activation at the query (a KN with
+  ``a_p < 0`` gets ``−δ``, which it turns into ``+δ``), and neurons barely active at the query are
+  barely changed. The literal write ``(Σ_p a_p)·δ`` is sized by the object embeddings, not by the
+  model's activations: on SmolLM2 (SwiGLU) it is tens of times the KNs' own output, and the
+  neurons that fire on most tokens then push ``o'`` everywhere (perplexity ×10³–10⁶); ``ρ`` ties
+  the write to the KNs' own scale instead.
 
 Example:
     >>> acts = model.last_position_activations(model.to_tokens(q), mlp_post_names)[0][0]
-    >>> with update_neurons(model, kns, old_id, new_id, activations=acts):
+    >>> with update_neurons(model, kns, old_id, new_id, rule="activation", activations=acts):
     ...     p_new = target_prob(model, q, " Rome")
 """
 
@@ -38,7 +43,10 @@ UPDATE_RULES: tuple[str, ...] = ("activation", "paper")
 
 
 def update_coefficients(
-    neurons: NeuronSet, activations: Float[Tensor, "layer d_mlp"] | None, rule: str = "activation"
+    neurons: NeuronSet,
+    activations: Float[Tensor, "layer d_mlp"] | None,
+    rule: str = "activation",
+    write_scale: float | None = None,
 ) -> dict[tuple[int, int], float]:
     """The coefficient ``c`` of ``δ`` added to each KN's value vector.
 
@@ -47,25 +55,46 @@ def update_coefficients(
         activations: ``[n_layers, d_mlp]`` neuron activations at the query's last position
             (needed by ``rule="activation"``).
         rule: ``"activation"`` or ``"paper"`` (see the module docstring).
+        write_scale: ``ρ`` of ``rule="activation"``: the KNs then write ``ρ·δ`` at the query
+            (:func:`update_neurons` passes ``‖Σ_p a_p W_p‖ / ‖E(o') − E(o)‖``).
 
     Returns:
         ``{(layer, neuron): c}``.
 
     Raises:
         UnknownNameError: unknown rule.
-        InvalidConfigError: ``rule="activation"`` without activations.
+        InvalidConfigError: ``rule="activation"`` without activations or write_scale.
     """
     check_choice("update_rule", rule, UPDATE_RULES)
     if rule == "paper":
         return {n: 1.0 for n in neurons.neurons}
-    if activations is None:
-        raise InvalidConfigError("update rule 'activation' needs the KNs' activations at the query (activations=...)")
+    if activations is None or write_scale is None:
+        raise InvalidConfigError("update rule 'activation' needs the KNs' activations at the query (activations=...) "
+                                 "and the write scale (write_scale=...; update_neurons computes it)")
     a = torch.tensor([float(activations[l, p]) for l, p in neurons.neurons], dtype=torch.float64)
     sq = float((a * a).sum())
     if sq == 0.0:
         return {n: 0.0 for n in neurons.neurons}
-    scale = float(a.abs().sum()) / sq
-    return {n: float(x) * scale for n, x in zip(neurons.neurons, a.tolist())}
+    return {n: float(x) * float(write_scale) / sq for n, x in zip(neurons.neurons, a.tolist())}
+
+
+def kn_write(model: Model, neurons: NeuronSet, activations: Float[Tensor, "layer d_mlp"]) -> Float[Tensor, " d_model"]:
+    """What the KNs write into the residual stream at the query: ``Σ_p a_p W_p`` (float32).
+
+    Args:
+        model: The model.
+        neurons: The knowledge neurons.
+        activations: ``[n_layers, d_mlp]`` activations at the query's last position.
+
+    Returns:
+        ``[d_model]`` the summed writes of the KNs' value vectors.
+    """
+    out = torch.zeros(model.d_model, dtype=torch.float32)
+    for l, idx in neurons.by_layer().items():
+        ws = model.mlp_out_weight(l)
+        cols = ws.param.detach().movedim(ws.neuron_dim, 0)[torch.tensor(idx, dtype=torch.long)].float().cpu()
+        out += (activations[l, idx].float().cpu()[:, None] * cols).sum(0)
+    return out
 
 
 def update_neurons(
@@ -100,8 +129,12 @@ def update_neurons(
         >>> with update_neurons(model, kns, model.target_ids(q, " Paris")[0], model.target_ids(q, " Rome")[0]):
         ...     ...
     """
-    coef = update_coefficients(neurons, activations, rule)
     E = model.W_E.detach()
+    scale = None
+    if rule == "activation" and activations is not None:
+        gap = float((E[new_id] - E[old_id]).float().norm())
+        scale = float(kn_write(model, neurons, activations).norm()) / gap if gap > 0 else 0.0
+    coef = update_coefficients(neurons, activations, rule, scale)
     delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()
     edit = WeightEdit()
 
@@ -116,4 +149,4 @@ def update_neurons(
     return edit.apply(fn)
 
 
-__all__ = ["UPDATE_RULES", "update_coefficients", "update_neurons"]
+__all__ = ["UPDATE_RULES", "kn_write", "update_coefficients", "update_neurons"]

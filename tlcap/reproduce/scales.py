@@ -115,7 +115,11 @@ class ScaleConfig(Config):
 
     @property
     def min_null_draws(self) -> int:
-        """Random sets a permutation test of this scale needs: 20 (:data:`MIN_NULL_DRAWS`), ``smoke``'s ``n_random`` below that."""
+        """Random sets a permutation test of this scale asks for.
+
+        Returns:
+            20 (:data:`MIN_NULL_DRAWS`), or ``n_random`` where a scale draws fewer (``smoke``).
+        """
         return min(MIN_NULL_DRAWS, self.n_random)
 
     def validate(self) -> None:
