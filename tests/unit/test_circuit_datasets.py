@@ -19,8 +19,11 @@ from tlcap.locate.circuits import (
     make_items_task,
 )
 from tlcap.locate.circuits import eap as eap_mod
+from tlcap.locate.circuits.ablation import ablation_source
+from tlcap.locate.circuits.config import EAPConfig
 from tlcap.locate.circuits.dataset import pair_corruptions, read_items
 from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
+from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.runtime import hooks as H
 
 # prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
@@ -47,6 +50,21 @@ def test_dataset_scores_are_the_mean_of_item_scores_for_any_batch_size(request, 
         torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * scale, rtol=1e-4)
         assert sc.clean_metric == pytest.approx(sum(s.clean_metric for s in per_item) / 4, rel=1e-5)
         assert sc.corrupt_metric == pytest.approx(sum(s.corrupt_metric for s in per_item) / 4, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_eap_ig_batch_of_three_items_equals_three_one_item_batches(request, name):
+    """EAP-IG's in-hook gradient mean is per item in a multi-item batch (padding included)."""
+    model = request.getfixturevalue(name)
+    g = EdgeGraph.from_model(model)
+    cfg = EAPConfig(steps=4, ablation="corrupt")
+    src = ablation_source("corrupt")
+    three = batch_scores(model, g, make_items_task(model, list(ITEMS[:3])), cfg, src)
+    ones = [batch_scores(model, g, make_items_task(model, [it]), cfg, src) for it in ITEMS[:3]]
+    ref = sum(o.scores for o in ones)
+    assert float(ref.abs().max()) > 1e-4 and (ones[0].scores - ones[1].scores).abs().max() > 1e-5
+    torch.testing.assert_close(three.scores, ref, atol=1e-5 * float(ref.abs().max()), rtol=1e-5)
+    torch.testing.assert_close(three.clean_metric, torch.cat([o.clean_metric for o in ones]), atol=1e-5, rtol=1e-5)
 
 
 def _live_tensors() -> tuple[int, int]:
