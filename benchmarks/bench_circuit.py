@@ -15,14 +15,31 @@ max relative difference of the two score matrices.
   ``_edge_effects`` over a GQA edge list whose k/v readers are kv heads (``Node(kind="k_input",
   head=g)``) -- exactly what ``attribution_patch`` would do with a GQA-aware ``enumerate_edges``.
 
-Dataset mode (``--dataset-mode``, issue 14): 100 ParaRel P36 prompts with same-length corrupted
-partners on SmolLM2; seconds per prompt and peak memory of ``edge_attribution(model, dataset,
-batch_size=8)`` for EAP and EAP-IG(5), against the per-prompt loop (``edge_attribution`` per
-item), each in its own process so that its peak RSS (``ru_maxrss``) is its own; the peak above
-the loaded model is measured at 25 and at 100 prompts (it must not grow with the prompts).
+Dataset mode (``--dataset-mode``, issue 14): ParaRel P36 prompts with same-length corrupted
+partners on SmolLM2. Seconds per prompt and peak memory of ``edge_attribution(model, dataset,
+batch_size=8)`` for EAP and EAP-IG(5) at 25 and 100 prompts, against the per-prompt loop
+(``edge_attribution`` per item, ``--loop-n`` prompts, default 25), each run in its own process
+started with ``MALLOC_MMAP_THRESHOLD_=65536`` (the resident set follows the live tensors).
+``peak_above_load_mib`` = the kernel's high-water mark during the run (``VmHWM``, reset after a
+one-prompt warm-up) minus the resident set just before it. Torch threads: ``BENCH_THREADS``
+(default 1): on a shared 2-core machine two threads that wait for each other at every parallel
+region were 8x slower per prompt at load 4 (EAP-IG(5) loop: 15.9 vs 2.0 s/prompt).
+
+Padding rule, and why the prompts are reordered: a batch is right-padded to its longest row, and
+only one batch's activations are alive at a time (running sums cross batches), so the peak is
+the peak of the *widest* batch (``batch_size`` x its longest row), whatever the number of prompts.
+In dataset order the first 25 P36 prompts' widest batch is 8 x 9 tokens and the 100 prompts'
+is 8 x 11, which alone made the 100-prompt peak higher. The benchmark therefore moves the widest
+batch of the 100 prompts to the front (the other batches keep their order and composition), so
+both sizes contain the same widest batch; every row records its ``widest_batch`` and its total
+``padded_tokens``. The loop's batches are single prompts (its widest is the longest prompt).
+
+``--only eap25,ig100,...`` runs a subset (keys: eap25, eap100, loop-eap, ig25, loop-ig, ig100);
+rows of other runs already in the results file are kept. Printed: seconds per prompt, peak above
+load, the loop / dataset ratio of seconds per prompt, and the 100 - 25 prompt peak difference.
 Results: ``benchmarks/results/bench_circuit_dataset.json``.
 
-Usage: ``python benchmarks/bench_circuit.py [--quick] [--skip-smollm2] [--dataset-mode [--loop-n N]]``
+Usage: ``python benchmarks/bench_circuit.py [--quick] [--skip-smollm2] [--dataset-mode [--loop-n N] [--only KEYS]]``
 """
 
 from __future__ import annotations
@@ -120,60 +137,102 @@ def bench(model, label: str, reps: int, gqa: bool, pair: tuple[str, str, str] = 
     return row
 
 
-def _rss_mib() -> float:
-    import resource
+RUNS: dict[str, tuple[str, int | None, int]] = {  # key -> (mode, prompts (None: --loop-n), IG steps)
+    "eap25": ("dataset", 25, 1), "eap100": ("dataset", 100, 1), "loop-eap": ("loop", None, 1),
+    "ig25": ("dataset", 25, 5), "loop-ig": ("loop", None, 5), "ig100": ("dataset", 100, 5),
+}
+BATCH = 8
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def _proc_mib(field: str) -> float:
+    """``VmRSS`` / ``VmHWM`` of this process in MiB (Linux ``/proc``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def widest_first(items: list, batch: int) -> list:
+    """The items with the batch of the most padded tokens moved to the front (the other batches unchanged).
+
+    The peak of a dataset run is the peak of its widest batch (``batch`` items right-padded to the
+    longest row), so the 25- and 100-prompt runs both start with this batch: like with like.
+    """
+    chunks = [items[i : i + batch] for i in range(0, len(items), batch)]
+    w = max(range(len(chunks)), key=lambda i: len(chunks[i]) * max(it.width for it in chunks[i]))
+    return [it.item for it in chunks[w] + [x for i, c in enumerate(chunks) if i != w for x in c]]
 
 
 def dataset_worker(mode: str, n: int, steps: int) -> dict:
-    """One measurement in this process: ``mode`` = ``dataset`` (batched, streamed) or ``loop`` (per prompt)."""
-    from tlcap.locate.circuits import load_circuit_dataset
+    """One measurement in this process: ``mode`` = ``dataset`` (batched, streamed) or ``loop`` (per prompt).
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    Peak memory: the kernel's high-water mark (``VmHWM``) is reset after the warm-up
+    (``/proc/self/clear_refs``), so ``peak_above_load_mib`` = peak during the run minus the resident
+    set just before it.
+    """
+    from types import SimpleNamespace
+
+    from tlcap.locate.circuits import load_circuit_dataset
+    from tlcap.locate.circuits.task import make_items_task
+
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     sm = load_model("smollm2-135m")
     ds = load_circuit_dataset("pararel", relation="P36", n=100, model=sm)
-    items = ds.items[:n]
+    tagged = [SimpleNamespace(item=it, width=int(make_items_task(sm, [it]).clean.shape[1])) for it in ds.items]
+    items = widest_first(tagged, BATCH)[:n]
+    sub = type(ds)(tuple(items), ds.name)
+    widths = [(t.n_items, int(t.clean.shape[1])) for t in sub.tasks(sm, BATCH if mode == "dataset" else 1)]
     edge_attribution(sm, items[0].prompt, items[0].target, items[0].corrupt_prompt, steps=steps)  # warm-up
-    base = _rss_mib()
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
+    base = _proc_mib("VmRSS")
     t, c = time.perf_counter(), time.process_time()
     if mode == "dataset":
-        sc = edge_attribution(sm, type(ds)(items, ds.name), steps=steps, batch_size=8)
+        sc = edge_attribution(sm, sub, steps=steps, batch_size=BATCH)
     else:
         for it in items:
             sc = edge_attribution(sm, it.prompt, it.target, it.corrupt_prompt, steps=steps)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    return {"mode": mode, "n_prompts": n, "steps": steps, "s_per_prompt": wall / n, "cpu_s_per_prompt": cpu / n,
-            "peak_rss_mib": _rss_mib(), "rss_after_load_mib": base, "peak_above_load_mib": _rss_mib() - base,
-            "score_abs_max": float(sc.scores.abs().max())}
+    peak = _proc_mib("VmHWM")
+    wb = max(widths, key=lambda w: w[0] * w[1])
+    return {"mode": mode, "n_prompts": n, "steps": steps, "batch_size": BATCH if mode == "dataset" else 1,
+            "s_per_prompt": wall / n, "cpu_s_per_prompt": cpu / n, "peak_rss_mib": peak, "rss_before_mib": base,
+            "peak_above_load_mib": peak - base, "widest_batch": list(wb), "padded_tokens": sum(a * b for a, b in widths),
+            "score_abs_max": float(sc.scores.abs().max()), "loadavg": os.getloadavg(),
+            "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
-def dataset_mode(loop_n: int) -> None:
+def dataset_mode(loop_n: int, only: list[str]) -> None:
     import subprocess
 
-    runs = [("dataset", 25, 1), ("dataset", 100, 1), ("loop", loop_n, 1),
-            ("dataset", 25, 5), ("loop", loop_n, 5), ("dataset", 100, 5)]
-    rows: list[dict] = []
     out = Path(__file__).parent / "results" / "bench_circuit_dataset.json"
+    old = json.loads(out.read_text()).get("rows", []) if out.exists() else []
+    rows: dict[str, dict] = {r["key"]: r for r in old if "key" in r}  # --only keeps the other runs' rows
 
     def write() -> None:  # after every run: a long benchmark stopped early keeps what it measured
-        out.write_text(json.dumps({"torch_threads": int(os.environ.get("BENCH_THREADS", "2")), "batch_size": 8,
-                                   "dataset": "pararel:P36 (same-length corrupted partners)",
-                                   "loadavg_at_end": os.getloadavg(), "rows": rows}, indent=1))
+        out.write_text(json.dumps({"torch_threads": int(os.environ.get("BENCH_THREADS", "1")), "batch_size": BATCH,
+                                   "dataset": "pararel:P36 (same-length corrupted partners), widest batch first",
+                                   "malloc_mmap_threshold": 65536, "rows": list(rows.values())}, indent=1))
 
-    for mode, n, steps in runs:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # the resident set follows the live tensors
+    for key in only:
+        mode, n, steps = RUNS[key]
+        n = loop_n if n is None else n
         res = subprocess.run([sys.executable, __file__, "--worker", mode, str(n), str(steps)], capture_output=True,
-                             text=True, check=True)
-        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
-        r = rows[-1]
-        print(f"{mode:<8}{n:>5} prompts  {'EAP' if steps == 1 else f'EAP-IG({steps})':<10}{r['s_per_prompt']:>8.3f} s/prompt"
-              f"{r['peak_rss_mib']:>9.0f} MiB peak{r['peak_above_load_mib']:>8.0f} MiB above load "
-              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                             text=True, check=True, env=env)
+        r = rows[key] = {"key": key, **json.loads(res.stdout.strip().splitlines()[-1])}
+        print(f"{key:<9}{mode:<8}{n:>5} prompts  {'EAP' if steps == 1 else f'EAP-IG({steps})':<10}"
+              f"{r['s_per_prompt']:>8.3f} s/prompt{r['peak_above_load_mib']:>8.0f} MiB above load  widest batch "
+              f"{r['widest_batch'][0]}x{r['widest_batch'][1]}  (load {r['loadavg'][0]:.1f})", flush=True)
         write()
-    for steps in (1, 5):
-        d = next(r for r in rows if r["mode"] == "dataset" and r["n_prompts"] == 100 and r["steps"] == steps)
-        lp = next(r for r in rows if r["mode"] == "loop" and r["steps"] == steps)
-        print(f"steps={steps}: per-prompt loop / dataset = {lp['s_per_prompt'] / d['s_per_prompt']:.2f}x per prompt")
+    for steps, loop_key, keys in ((1, "loop-eap", ("eap100", "eap25")), (5, "loop-ig", ("ig100", "ig25"))):
+        d = next((rows[k] for k in keys if k in rows), None)
+        if d is not None and loop_key in rows:
+            ratio = rows[loop_key]["s_per_prompt"] / d["s_per_prompt"]
+            print(f"steps={steps}: per-prompt loop / dataset ({d['n_prompts']} prompts) = {ratio:.2f}x seconds per prompt")
+    for a, b in (("eap25", "eap100"), ("ig25", "ig100")):
+        if a in rows and b in rows:
+            print(f"{b} - {a}: peak above load {rows[b]['peak_above_load_mib'] - rows[a]['peak_above_load_mib']:+.0f} MiB "
+                  f"(widest batch {rows[a]['widest_batch']} vs {rows[b]['widest_batch']})")
     print(f"wrote {out}")
 
 
@@ -182,14 +241,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one repetition per timing")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--dataset-mode", action="store_true", help="issue 14: dataset vs per-prompt loop on SmolLM2")
-    parser.add_argument("--loop-n", type=int, default=100, help="prompts of the per-prompt loop (dataset mode)")
+    parser.add_argument("--loop-n", type=int, default=25, help="prompts of the per-prompt loop (dataset mode)")
+    parser.add_argument("--only", default=",".join(RUNS),
+                        help=f"dataset mode: comma-separated runs among {','.join(RUNS)} (default: all, in this order)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(dataset_worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))))
         return
     if args.dataset_mode:
-        dataset_mode(args.loop_n)
+        only = [k.strip() for k in args.only.split(",") if k.strip()]
+        if bad := [k for k in only if k not in RUNS]:
+            parser.error(f"--only: unknown run(s) {bad}; choose among {','.join(RUNS)}")
+        dataset_mode(args.loop_n, only)
         return
     reps = 1 if args.quick else 3
     g2 = make_gpt2("small", seed=0)

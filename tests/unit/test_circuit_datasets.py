@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -17,8 +18,12 @@ from tlcap.locate.circuits import (
     load_circuit_dataset,
     make_items_task,
 )
+from tlcap.locate.circuits import eap as eap_mod
+from tlcap.locate.circuits.ablation import ablation_source
+from tlcap.locate.circuits.config import EAPConfig
 from tlcap.locate.circuits.dataset import pair_corruptions, read_items
 from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
+from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.runtime import hooks as H
 
 # prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
@@ -45,6 +50,54 @@ def test_dataset_scores_are_the_mean_of_item_scores_for_any_batch_size(request, 
         torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * scale, rtol=1e-4)
         assert sc.clean_metric == pytest.approx(sum(s.clean_metric for s in per_item) / 4, rel=1e-5)
         assert sc.corrupt_metric == pytest.approx(sum(s.corrupt_metric for s in per_item) / 4, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_eap_ig_batch_of_three_items_equals_three_one_item_batches(request, name):
+    """EAP-IG's in-hook gradient mean is per item in a multi-item batch (padding included)."""
+    model = request.getfixturevalue(name)
+    g = EdgeGraph.from_model(model)
+    cfg = EAPConfig(steps=4, ablation="corrupt")
+    src = ablation_source("corrupt")
+    three = batch_scores(model, g, make_items_task(model, list(ITEMS[:3])), cfg, src)
+    ones = [batch_scores(model, g, make_items_task(model, [it]), cfg, src) for it in ITEMS[:3]]
+    ref = sum(o.scores for o in ones)
+    assert float(ref.abs().max()) > 1e-4 and (ones[0].scores - ones[1].scores).abs().max() > 1e-5
+    torch.testing.assert_close(three.scores, ref, atol=1e-5 * float(ref.abs().max()), rtol=1e-5)
+    torch.testing.assert_close(three.clean_metric, torch.cat([o.clean_metric for o in ones]), atol=1e-5, rtol=1e-5)
+
+
+def _live_tensors() -> tuple[int, int]:
+    """Live torch tensors: their number and the bytes of their distinct storages."""
+    gc.collect()
+    ts = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ts if t.device.type != "meta"}
+    return len(ts), sum(storages.values())
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_dataset_scoring_keeps_nothing_per_batch(tiny_gpt2, monkeypatch, steps):
+    """Equal-length batches: what is alive when batch k starts is what was alive when batch 2 started.
+
+    Only running sums cross batches, so a dataset's memory does not grow with its number of items
+    (batch 1 is the baseline's exception: the previous batch's result is not yet held).
+    """
+    seen: list[tuple[int, int]] = []
+    real = eap_mod.batch_scores
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(_live_tensors())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eap_mod, "batch_scores", spy)
+    ds = CircuitDataset((ITEMS[0],) * 10, "same")  # 5 batches of 2 equal-length items
+    sc = edge_attribution(tiny_gpt2, ds, batch_size=2, steps=steps)
+    assert len(seen) == 5
+    assert seen[1:] == [seen[1]] * 4, seen
+    one = edge_attribution(tiny_gpt2, ITEMS[0].prompt, ITEMS[0].target, ITEMS[0].corrupt_prompt, steps=steps)
+    torch.testing.assert_close(sc.scores, one.scores, atol=1e-6 * float(one.scores.abs().max()), rtol=1e-5)
+    assert sc.clean_metric == pytest.approx(one.clean_metric, rel=1e-6)
+    assert sc.corrupt_metric == pytest.approx(one.corrupt_metric, rel=1e-6)
 
 
 def test_zero_ablation_dataset_mean_and_padding(tiny_gpt2):

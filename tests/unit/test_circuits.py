@@ -381,10 +381,17 @@ def test_mean_grads_is_the_mean_of_the_per_row_reader_gradients(tiny_llama):
     x = emb[None] * torch.tensor([0.25, 0.5, 1.0])[:, None, None]  # three different rows
     rows = task.clean.expand(3, -1)
     full = run_pass(m, g, task, rows, input_value=x, grads=True).reader_grads
-    mean = run_pass(m, g, task, rows, input_value=x, grads=True, mean_grads=True).reader_grads
+    mean = run_pass(m, g, task, rows, input_value=x, grads=True, mean_grads=3).reader_grads
     assert full.shape[0] == 3 and mean.shape[0] == 1
     assert (full[0] - full[2]).abs().max() > 1e-4  # the rows really differ
     torch.testing.assert_close(mean[0], full.mean(0), atol=1e-7, rtol=1e-6)
+    # grouped: rows (0, 1, 2) and (3, 4, 5) are two items' points: one mean gradient row per item
+    x6 = torch.cat([x, x.flip(0) * 0.5])
+    full6 = run_pass(m, g, task, task.clean.expand(6, -1), input_value=x6, grads=True).reader_grads
+    grouped = run_pass(m, g, task, task.clean.expand(6, -1), input_value=x6, grads=True, mean_grads=3).reader_grads
+    assert grouped.shape[0] == 2
+    assert (grouped[0] - grouped[1]).abs().max() > 1e-4
+    torch.testing.assert_close(grouped, full6.unflatten(0, (2, 3)).mean(1), atol=1e-7, rtol=1e-6)
 
 def test_no_function_level_imports_and_no_tl_compat_in_the_library():
     pkg = Path(tlcap.__file__).resolve().parent

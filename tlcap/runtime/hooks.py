@@ -152,16 +152,18 @@ def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: b
     return hook
 
 
-def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None, mean_rows: bool = False) -> HookFn:
+def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None, mean_rows: int = 0) -> HookFn:
     """Backward hook storing the gradient of the loss w.r.t. this activation.
 
-    With ``mean_rows`` only the mean over the batch rows is kept (``[1, *dims]``): a batch of
-    interpolation points whose gradients are averaged then holds one row per hook, not ``batch``.
+    With ``mean_rows = k > 0`` only the mean over each run of ``k`` consecutive batch rows is
+    kept (``[batch // k, *dims]``; ``k`` must divide the batch): a batch holding ``k``
+    interpolation points per item then keeps one gradient row per item, not ``k``.
     """
 
     def hook(grad: Float[Tensor, " batch *dims"], hook: Any = None) -> None:
         k = key if key is not None else getattr(hook, "name", "grad")
-        store[k] = grad.detach().mean(0, keepdim=True) if mean_rows else grad.detach().clone()
+        g = grad.detach()
+        store[k] = g.unflatten(0, (-1, mean_rows)).mean(1) if mean_rows > 0 else g.clone()
         return None
 
     return hook

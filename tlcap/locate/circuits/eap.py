@@ -179,6 +179,11 @@ def score_tasks(
 ) -> tuple[Tensor, float, float, int]:
     """Mean per-item scores over a stream of batches, with the mean clean and fully ablated metrics.
 
+    Memory: only running sums are kept across batches (one ``[n_up, n_readers]`` float64
+    matrix and two numbers), so what stays alive does not grow with the number of items; the
+    peak is the peak of one batch, which grows with ``batch_size`` and with the batch's padded
+    width (its longest row, :func:`~.task.make_items_task`), not with the number of batches.
+
     Args:
         model: The model.
         graph: Its edge graph.
@@ -190,15 +195,15 @@ def score_tasks(
     """
     source = fit_source(ablation_source(str(cfg.ablation)), model, graph, tasks)
     total = torch.zeros(graph.n_upstream, graph.n_readers, dtype=torch.float64)
-    clean: list[Tensor] = []
-    abl: list[Tensor] = []
+    clean = abl = 0.0
+    n = 0
     for task in tasks:
         b = batch_scores(model, graph, task, cfg, source)
         total += b.scores
-        clean.append(b.clean_metric.double().cpu())
-        abl.append(b.ablated_metric.double().cpu())
-    n = sum(t.n_items for t in tasks)
-    return (total / n).float(), float(torch.cat(clean).mean()), float(torch.cat(abl).mean()), n
+        clean += float(b.clean_metric.double().sum())
+        abl += float(b.ablated_metric.double().sum())
+        n += task.n_items
+    return (total / n).float(), clean / n, abl / n, n
 
 
 def edge_attribution(

@@ -45,7 +45,7 @@ class PassOutput:
         metric: The task's metric per row.
         upstream: Every upstream output ``[batch, n_up, pos, d_model]`` (``record_upstream``).
         reader_grads: ``d metric / d reader input`` ``[batch, n_readers, pos, d_model]`` (``grads``;
-            one row, their mean over the rows, with ``mean_grads``).
+            with ``mean_grads = k``: ``[batch // k, ...]``, the mean of each ``k`` consecutive rows).
         sites: Activations of the extra hook points (``record_sites``), by hook name.
         site_grads: ``d metric / d`` those activations (``record_sites`` with ``grads``).
     """
@@ -53,7 +53,7 @@ class PassOutput:
     logits: Float[Tensor, "batch pos d_vocab"]
     metric: Float[Tensor, " batch"]
     upstream: Float[Tensor, "batch n_up pos d_model"] | None = None
-    reader_grads: Float[Tensor, "#batch n_readers pos d_model"] | None = None
+    reader_grads: Float[Tensor, "grad_rows n_readers pos d_model"] | None = None
     sites: dict[str, Tensor] | None = None
     site_grads: dict[str, Tensor] | None = None
 
@@ -120,7 +120,7 @@ def run_pass(
     replacement: Float[Tensor, "#batch n_up pos d_model"] | None = None,
     grad_rows: list[int] | None = None,
     record_sites: tuple[str, ...] = (),
-    mean_grads: bool = False,
+    mean_grads: int = 0,
 ) -> PassOutput:
     """One forward (and optionally backward) pass on the edge graph.
 
@@ -140,10 +140,11 @@ def run_pass(
         grad_rows: Backpropagate only these rows' metric (default: all rows).
         record_sites: More hook names to record (and, with ``grads``, to take the gradient at),
             e.g. the ``mlp_post`` sites for MLP-neuron nodes.
-        mean_grads: Keep only the mean of the reader gradients over the rows
-            (``reader_grads`` is ``[1, n_readers, pos, d_model]``): EAP-IG's average over its
-            interpolation points, taken in the backward hook so that the per-row gradients of
-            every reader are never stored together.
+        mean_grads: ``k > 0``: keep only the mean of the reader gradients over each run of ``k``
+            consecutive rows (``reader_grads`` is ``[batch // k, n_readers, pos, d_model]``;
+            ``k`` divides the batch): EAP-IG's average over the ``k`` interpolation points of
+            each item, taken in the backward hook so that the per-row gradients of every reader
+            are never stored together.
 
     Returns:
         A :class:`PassOutput`.
@@ -183,7 +184,7 @@ def run_pass(
     upstream = _stack_upstream(graph, ups).detach() if record_upstream else None
     reader_grads = None
     if grads:
-        rows = 1 if mean_grads else tokens.shape[0]
+        rows = tokens.shape[0] // mean_grads if mean_grads > 0 else tokens.shape[0]
         reader_grads = _stack_readers(graph, gstore, rows, tokens.shape[1], model.d_model)
     extra = {k: v.detach() for k, v in sites.items()} if record_sites else None
     return PassOutput(logits.detach(), metric.detach(), upstream, reader_grads, extra, sgrads if grads and record_sites else None)

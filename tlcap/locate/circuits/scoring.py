@@ -97,13 +97,12 @@ def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConf
         alphas = ((torch.arange(k, dtype=torch.float32) + 0.5) / k).to(clean_up.device, clean_up.dtype)
         a0 = abl_up[:, 0].to(clean_up.dtype)  # [n, pos, d] the ablated input node
         x = a0[:, None] + alphas[None, :, None, None] * (clean_up[:, 0] - a0)[:, None]  # [n, k, pos, d]
-        rows = items.repeat_interleave(k)
-        # One item: average the k rows' gradients inside the backward hook (never stored together).
-        one = n == 1
+        rows = items.repeat_interleave(k)  # item i's k points are rows i*k .. i*k+k-1
+        # each item's k gradients are averaged inside the backward hook (never stored together)
         ig = run_pass(model, graph, task, task.clean[rows], items=rows, input_value=x.flatten(0, 1), grads=True,
-                      mean_grads=one)
+                      mean_grads=k)
         assert ig.reader_grads is not None
-        grad = ig.reader_grads if one else ig.reader_grads.unflatten(0, (n, k)).mean(1)
+        grad = ig.reader_grads  # [n, n_readers, pos, d]
     diff = abl_up.to(clean_up.dtype) - clean_up
     if cfg.direction == "denoising":
         diff = -diff
