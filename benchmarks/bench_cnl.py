@@ -75,16 +75,19 @@ def compare(settings: str, n: int, dataset: str, tol: float, threads: int, tag: 
         res = score_dataset(model, samples, method="ig", rule=rule, steps=st, tol=tol, sample_batch=int(sb),
                             max_answer_tokens=8, progress=False, task=dataset)
         dt = time.perf_counter() - t0
-        rows.append({"setting": spec, "rule": rule, "steps": steps, "sample_batch": int(sb), "tol": tol if steps == "auto" else None,
+        rows.append({"setting": spec, "rule": rule, "steps": steps, "sample_batch": int(sb),
+                     "tol": tol if steps == "auto" else None,
                      "n": res.n_samples, "seconds": dt, "samples_per_s": res.n_samples / dt,
                      "completeness_rel_error": res.completeness_rel_error,
                      "rows_per_sample": res.meta["evaluations"] / max(res.n_samples, 1),
                      "load_1min_before": load0, "load_1min_after": os.getloadavg()[0]})
         rows[-1]["scores"] = res.scores
-        print(f"{spec}: {dt:.1f} s, {res.n_samples / dt:.3f} samples/s, completeness {res.completeness_rel_error:.2%}", flush=True)
+        print(f"{spec}: {dt:.1f} s, {res.n_samples / dt:.3f} samples/s, "
+              f"completeness {res.completeness_rel_error:.2%}", flush=True)
     base = rows[0]
     print(f"\nexact-IG CNL scoring, SmolLM2-135M, {dataset}, n={n}, {threads} thread(s), all 30 layers")
-    print(f"{'setting':>28} {'seconds':>8} {'samples/s':>10} {'ratio':>6} {'completeness':>13} {'rows/sample':>12} {'corr(scores)':>12}")
+    print(f"{'setting':>28} {'seconds':>8} {'samples/s':>10} {'ratio':>6} {'completeness':>13} "
+          f"{'rows/sample':>12} {'corr(scores)':>12}")
     for r in rows:
         r["ratio"] = r["samples_per_s"] / base["samples_per_s"]
         a, b = base["scores"].flatten(), r["scores"].flatten()
@@ -95,7 +98,8 @@ def compare(settings: str, n: int, dataset: str, tol: float, threads: int, tag: 
         del r["scores"]
     path = ROOT / "benchmarks" / "results" / (f"bench_cnl_compare-{tag}.json" if tag else "bench_cnl_compare.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"dataset": dataset, "n": n, "threads": threads, "cpu_count": os.cpu_count(), "rows": rows}, indent=1))
+    meta = {"dataset": dataset, "n": n, "threads": threads, "cpu_count": os.cpu_count()}
+    path.write_text(json.dumps({**meta, "rows": rows}, indent=1))
     print(f"wrote {path}")
 
 
@@ -130,7 +134,8 @@ def main() -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"n={n} done: {rows[-1]['seconds']:.1f} s", flush=True)
     base = rows[0]
-    print(f"\nCNL streamed scoring, SmolLM2-135M, {a.dataset}, method={method}{' (cheaper estimator)' if method != 'ig' else ''}, "
+    label = " (cheaper estimator)" if method != "ig" else ""
+    print(f"\nCNL streamed scoring, SmolLM2-135M, {a.dataset}, method={method}{label}, "
           f"S={a.steps}, all 30 layers, {a.threads} thread(s){'  [QUICK n ladder]' if a.quick else ''}")
     print(f"{'n':>6} {'seconds':>9} {'samples/s':>10} {'time ratio':>11} {'n ratio':>8} {'peak RSS MB':>12} {'RSS ratio':>10}")
     for r in rows:
@@ -143,7 +148,8 @@ def main() -> None:
     res_dir.mkdir(parents=True, exist_ok=True)
     path = res_dir / (f"bench_cnl-{a.tag}.json" if a.tag else "bench_cnl.json")
     path.write_text(json.dumps(
-        {"dataset": a.dataset, "method": method, "steps": a.steps, "quick": a.quick, "threads": a.threads, "cpu_count": os.cpu_count(),
+        {"dataset": a.dataset, "method": method, "steps": a.steps, "quick": a.quick, "threads": a.threads,
+         "cpu_count": os.cpu_count(),
          "load_average_at_end": os.getloadavg(), "rows": rows},
         indent=1))
     print(f"wrote {path}")

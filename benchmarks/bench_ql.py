@@ -62,7 +62,8 @@ def main() -> None:
           f"{args.steps} steps, {model.n_layers} layers, torch threads {torch.get_num_threads()}")
     print(f"{'method':8s} {'s/fact':>8s} {'s/query':>8s} {'facts/min':>10s} {'× IG':>6s}")
     for r in rows:
-        print(f"{r['method']:8s} {r['sec_per_fact']:8.2f} {r['sec_per_query']:8.2f} {r['facts_per_min']:10.2f} {r['cost_vs_ig']:6.2f}")
+        print(f"{r['method']:8s} {r['sec_per_fact']:8.2f} {r['sec_per_query']:8.2f} {r['facts_per_min']:10.2f} "
+              f"{r['cost_vs_ig']:6.2f}")
     print(f"CS1/CS2 + split + t-test for all methods: {t_cons * 1000:.1f} ms")
     out = Path(__file__).parent / "results" / "bench_ql.json"
     out.parent.mkdir(parents=True, exist_ok=True)
