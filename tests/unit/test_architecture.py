@@ -132,5 +132,6 @@ def test_ruff_is_clean() -> None:
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "ruff", "check", "tlcap", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "ruff", "check", "tlcap", "tests", "benchmarks"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:]
