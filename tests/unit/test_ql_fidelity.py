@@ -20,8 +20,8 @@ def _acts(m, prompt):
     return m.last_position_activations(m.to_tokens(prompt), names)[0][0].float()
 
 
-def test_update_activation_rule_writes_sum_of_abs_activations_at_query(tiny_llama):
-    """Item 3: at the query the KNs write (Σ|a|)·δ under the default rule, (Σa)·δ under the literal one."""
+def test_update_activation_rule_writes_the_kns_own_scale_at_query(tiny_llama):
+    """Item 3: at the query the KNs write ρ·δ, ρ = ‖Σ a_p W_p‖/‖E(o')−E(o)‖ (default), (Σa)·δ (literal)."""
     m = tiny_llama
     acts = _acts(m, "The capital of France is")
     flat = acts.flatten()
@@ -31,18 +31,26 @@ def test_update_activation_rule_writes_sum_of_abs_activations_at_query(tiny_llam
     kns = NeuronSet.from_list([(pos // d, pos % d), (neg // d, neg % d)], (m.n_layers, d))
     delta = (-2.0 * m.W_E[10] + 2.0 * m.W_E[20]).float()
     a = torch.tensor([float(acts[l, p]) for l, p in kns.neurons])
+    # by hand: the KNs' current write at the query and the object gap
+    w = sum(float(acts[l, p]) * m.mlp_down_matrix(l)[:, p].float() for l, p in kns.neurons)
+    rho = float(w.norm()) / float((m.W_E[20] - m.W_E[10]).float().norm())
 
     def write(rule):
         before = {l: m.mlp_down_matrix(l).clone() for l in range(m.n_layers)}
         with update_neurons(m, kns, 10, 20, 2.0, 2.0, rule=rule, activations=acts):
             return sum((m.mlp_down_matrix(l)[:, p] - before[l][:, p]).float() * float(acts[l, p]) for l, p in kns.neurons)
 
-    assert torch.allclose(write("activation"), a.abs().sum() * delta, atol=1e-4)
+    assert torch.allclose(write("activation"), rho * delta, atol=1e-4)
+    # with λ1 = λ2 = 2 the added write is twice the KNs' own output, pointed from o to o'
+    assert float(write("activation").norm()) == pytest.approx(2.0 * float(w.norm()), rel=1e-4)
     assert torch.allclose(write("paper"), a.sum() * delta, atol=1e-4)
-    # the coefficients follow the sign of each activation; the literal rule is c = 1
-    c = update_coefficients(kns, acts, "activation")
-    assert all((c[n] > 0) == (float(acts[n]) > 0) for n in kns.neurons)
+    # least squares: c_p = ρ a_p / Σ a², the sign of each activation; the literal rule is c = 1
+    c = update_coefficients(kns, acts, "activation", rho)
+    for n in kns.neurons:
+        assert c[n] == pytest.approx(rho * float(acts[n]) / float((a * a).sum()), rel=1e-6)
     assert update_coefficients(kns, acts, "paper") == {n: 1.0 for n in kns.neurons}
+    with pytest.raises(TlcapError, match="write scale"):
+        update_coefficients(kns, acts, "activation")
     assert ModificationConfig().update_rule == "activation"
 
 
