@@ -52,8 +52,9 @@ _MAX_MISSES = typer.Option(MAX_MISSES, help="ParaRel draw: stop a relation after
 _STEPS = typer.Option(20, help="KN integrated-gradients steps (>= 1).")
 _THRESHOLD = typer.Option(0.2, help="KN: keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2).")
 _TOP_K = typer.Option(None, help="KN: keep the top-k neurons (>= 1) instead of thresholding.")
-_BOS = typer.Option(False, "--bos", help="Causal tracing: prepend the model's BOS token so a subject that starts the "
-                    "prompt is not the attention sink at position 0 (many ParaRel rewrites start with the subject).")
+_BOS = typer.Option(False, "--bos", help="Causal tracing (and reliability's ROME edit): prepend the model's BOS token so "
+                    "a subject that starts the prompt is not the attention sink at position 0 (many ParaRel rewrites "
+                    "start with the subject).")
 
 
 def _list(spec: str, name: str) -> tuple[str, ...]:
