@@ -12,6 +12,7 @@ import torch
 
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
+from tlcap.errors import CheckpointMismatchError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
@@ -218,3 +219,23 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
     assert row.new_prob_after == pytest.approx(direct.new_prob_after, rel=1e-5)
     assert row.new_prob_before == pytest.approx(direct.new_prob_before, rel=1e-5)
     assert ReliabilityConfig(rome=ROME).rome.bos is False and ReliabilityConfig(rome=ROME, bos=True).rome.bos is True
+
+
+def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
+    # interrupted at the second fact, the rerun computes only that fact and equals an uninterrupted run
+    opts = dict(parts=("kn", "kc"), ig=IG, top_k=4, n_random=2, kc_top_n=12, kc_ig_steps=1, n_random_circuits=2,
+                progress=False)
+    full = reliability(tiny_llama, FACTS, **opts)
+
+    def boom(i):
+        if i == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, checkpoint_every=5, on_item=boom, **opts)
+    seen = []
+    res = reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, on_item=seen.append, **opts)
+    assert seen == [1]  # fact 0 came from the checkpoint saved on the interrupt (not by checkpoint_every)
+    assert res.kn_rows == full.kn_rows and res.kc_rows == full.kc_rows
+    with pytest.raises(CheckpointMismatchError):
+        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, top_k=3))
