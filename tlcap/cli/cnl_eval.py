@@ -86,6 +86,13 @@ def _check_n(n: int) -> None:
         raise InvalidConfigError(f"n (--n) must be >= 1, got {n!r}")
 
 
+def _check_draw(n: int, n_rewrites: int, known_top_k: int, max_scan: int, max_misses: int) -> None:
+    _check_n(n)
+    if max_misses < 0:
+        raise InvalidConfigError(f"max_misses (--max-misses) must be >= 0 (0 = only --max-scan), got {max_misses}")
+    check_rewrite_options(n, n_rewrites, known_top_k or None, max_scan, max_misses or None)
+
+
 @cnl_app.command("fidelity")
 def fidelity_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
@@ -109,8 +116,7 @@ def fidelity_cmd(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Fidelity: do rewrites of a fact get the same KN neurons / traced layers / circuit edges?"""
-    _check_n(n)
-    check_rewrite_options(n, n_rewrites, known_top_k or None, max_scan, max_misses or None)
+    _check_draw(n, n_rewrites, known_top_k, max_scan, max_misses)
     cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps), threshold=threshold,
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
@@ -155,8 +161,7 @@ def reliability_cmd(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Reliability: KN double/zero vs random sets, ROME at every layer, KC recall of the circuit alone."""
-    _check_n(n)
-    check_rewrite_options(n, 5, known_top_k or None, max_scan, max_misses or None)
+    _check_draw(n, 5, known_top_k, max_scan, max_misses)
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_facts=rome_facts,
