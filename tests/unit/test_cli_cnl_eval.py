@@ -79,6 +79,8 @@ def test_cli_reliability_kn(tmp_path, facts_file):
     ("fidelity", ["--methods", "kn,rome"], "unknown methods[1] 'rome' (--methods); choose one of: kn, trace, kc"),
     ("fidelity", ["--n", "0"], "n (--n) must be >= 1, got 0"),
     ("fidelity", ["--n-rewrites", "1"], "n_rewrites (--n-rewrites) must be >= 2, got 1"),
+    ("fidelity", ["--max-misses", "-1"], "max_misses (--max-misses) must be >= 0 (0 = only --max-scan), got -1"),
+    ("reliability", ["--max-scan", "0"], "max_scan (--max-scan) must be >= 1, got 0"),
     ("reliability", ["--parts", "kc,x"], "unknown parts[1] 'x' (--parts); choose one of: kn, rome, kc"),
     ("reliability", ["--rome-layers", "1,a"], "--rome-layers must be comma-separated integers, e.g. '0,5,10', got '1,a'"),
     ("decouple", ["--sources", "mmlu"], "unknown source 'mmlu' (--sources); choose one of: template, gsm8k, svamp"),

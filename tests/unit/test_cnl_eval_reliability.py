@@ -4,7 +4,7 @@ hand-made rows, and the tiny-model run against the methods' own APIs (identities
 from __future__ import annotations
 
 import importlib
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -12,14 +12,16 @@ import torch
 
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
+from tlcap.errors import CheckpointMismatchError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
-from tlcap.experiments.cnl_eval.reliability import draw_seed, neighbourhood, reliability
+from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.intervene.activations import scale_neurons
-from tlcap.intervene.rome import RomeConfig
+from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import evaluate_circuit
 from tlcap.locate.selection import top_k_select
 from tlcap.metrics.probs import target_prob
+from tlcap.models import TokenBatch
 from tlcap.results import load_result
 
 FACTS = [
@@ -189,3 +191,51 @@ def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
     top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
                               window=1, seed=0, bos=True)
     assert [r.traced_layer for r in res.rome_records()] == [top[0]]
+
+
+def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
+    # bos=True puts the BOS first in the ROME edit's prompt tokens (the keys at the subject), and
+    # the rows are those of rome_sweep with RomeConfig(bos=True)
+    bos_id = tiny_llama.special_token_id("bos")
+    assert tiny_llama.encode(FACTS[0].rewrites[0])[0] != bos_id  # the model's default tokenisation has none
+    firsts, real = [], tiny_llama.record
+
+    def spy(tokens, *args, **kwargs):
+        if isinstance(tokens, TokenBatch):  # subject_keys' prompts (the covariance passes a tensor of text windows)
+            firsts.extend(tokens.tokens[:, 0].tolist())
+        return real(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(tiny_llama, "record", spy)
+    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(1,), trace_samples=1,
+                      trace_window=1, bos=True, progress=False)
+    monkeypatch.undo()
+    assert firsts and set(firsts) == {bos_id}
+    assert res.config["rome"]["bos"] is True
+    fact = FACTS[0]
+    direct = rome_sweep(tiny_llama, fact.rewrites[0], fact.subject, fact.target_new, [1], target_old=fact.target,
+                        paraphrases=list(fact.rewrites[1:]), neighbourhood=neighbourhood(FACTS[:1], 0, 10, 0),
+                        config=replace(ROME, bos=True)).results[0]
+    row = res.rome_records()[0]
+    assert row.new_prob_after == pytest.approx(direct.new_prob_after, rel=1e-5)
+    assert row.new_prob_before == pytest.approx(direct.new_prob_before, rel=1e-5)
+    assert ReliabilityConfig(rome=ROME).rome.bos is False and ReliabilityConfig(rome=ROME, bos=True).rome.bos is True
+
+
+def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
+    # interrupted at the second fact, the rerun computes only that fact and equals an uninterrupted run
+    opts = dict(parts=("kn", "kc"), ig=IG, top_k=4, n_random=2, kc_top_n=12, kc_ig_steps=1, n_random_circuits=2,
+                progress=False)
+    full = reliability(tiny_llama, FACTS, **opts)
+
+    def boom(i):
+        if i == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, checkpoint_every=5, on_item=boom, **opts)
+    seen = []
+    res = reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, on_item=seen.append, **opts)
+    assert seen == [1]  # fact 0 came from the checkpoint saved on the interrupt (not by checkpoint_every)
+    assert res.kn_rows == full.kn_rows and res.kc_rows == full.kc_rows
+    with pytest.raises(CheckpointMismatchError):
+        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, top_k=3))

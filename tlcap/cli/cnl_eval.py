@@ -26,7 +26,7 @@ from tlcap.attribution import IGConfig
 from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
 from tlcap.cli.cnl import cnl_app
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
-from tlcap.data.rewrites import check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
+from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
 from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError
 from tlcap.experiments.cnl_eval import (
     DecouplingConfig,
@@ -46,11 +46,15 @@ from tlcap.results import load_result
 _FACTS = typer.Option(None, help="A JSON file of your own facts with rewrites (docs/cnl_eval.md); default: ParaRel.")
 _N_FACTS = typer.Option(50, help="Facts to draw from ParaRel (the first N of --facts when given).")
 _KNOWN = typer.Option(1, help="Keep a ParaRel rewrite only if the answer is in the model's top-k (0 = keep all).")
+_MAX_SCAN = typer.Option(300, help="ParaRel draw: facts tried per relation at most.")
+_MAX_MISSES = typer.Option(MAX_MISSES, help="ParaRel draw: stop a relation after this many failing facts in a row "
+                           "(0 = only --max-scan).")
 _STEPS = typer.Option(20, help="KN integrated-gradients steps (>= 1).")
 _THRESHOLD = typer.Option(0.2, help="KN: keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2).")
 _TOP_K = typer.Option(None, help="KN: keep the top-k neurons (>= 1) instead of thresholding.")
-_BOS = typer.Option(False, "--bos", help="Causal tracing: prepend the model's BOS token so a subject that starts the "
-                    "prompt is not the attention sink at position 0 (many ParaRel rewrites start with the subject).")
+_BOS = typer.Option(False, "--bos", help="Causal tracing (and reliability's ROME edit): prepend the model's BOS token so "
+                    "a subject that starts the prompt is not the attention sink at position 0 (many ParaRel rewrites "
+                    "start with the subject).")
 
 
 def _list(spec: str, name: str) -> tuple[str, ...]:
@@ -69,15 +73,24 @@ def _ints(spec: str | None, name: str) -> tuple[int, ...] | None:
         raise InvalidConfigError(f"{name} must be comma-separated integers, e.g. '0,5,10', got {spec!r}") from None
 
 
-def _facts(m, facts: Path | None, n: int, n_rewrites: int, known_top_k: int, seed: int):  # noqa: ANN001, ANN202
+def _facts(m, facts: Path | None, n: int, n_rewrites: int, known_top_k: int, seed: int, max_scan: int,  # noqa: ANN001, ANN202
+           max_misses: int):
     if facts is not None:
         return load_rewrites(facts)[:n]
-    return rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed)
+    return rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed, max_scan=max_scan,
+                         max_misses=max_misses or None)
 
 
 def _check_n(n: int) -> None:
     if isinstance(n, bool) or n < 1:
         raise InvalidConfigError(f"n (--n) must be >= 1, got {n!r}")
+
+
+def _check_draw(n: int, n_rewrites: int, known_top_k: int, max_scan: int, max_misses: int) -> None:
+    _check_n(n)
+    if max_misses < 0:
+        raise InvalidConfigError(f"max_misses (--max-misses) must be >= 0 (0 = only --max-scan), got {max_misses}")
+    check_rewrite_options(n, n_rewrites, known_top_k or None, max_scan, max_misses or None)
 
 
 @cnl_app.command("fidelity")
@@ -87,6 +100,8 @@ def fidelity_cmd(
     facts: Path | None = _FACTS,
     n_rewrites: int = typer.Option(5, help="Rewrites per ParaRel fact (the paper: 5)."),
     known_top_k: int = _KNOWN,
+    max_scan: int = _MAX_SCAN,
+    max_misses: int = _MAX_MISSES,
     methods: str = typer.Option("kn,trace,kc", help="Comma-separated: kn, trace, kc."),
     steps: int = _STEPS,
     threshold: float = _THRESHOLD,
@@ -101,15 +116,14 @@ def fidelity_cmd(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Fidelity: do rewrites of a fact get the same KN neurons / traced layers / circuit edges?"""
-    _check_n(n)
-    check_rewrite_options(n, n_rewrites, known_top_k or None)
+    _check_draw(n, n_rewrites, known_top_k, max_scan, max_misses)
     cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps), threshold=threshold,
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model)
-        data = _facts(m, facts, n, n_rewrites, known_top_k, seed)
+        data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses)
         res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_rewrites(data, stage.path / "facts.json")
         write_outputs(stage.path, res, figures={"fidelity": res.figure()},
@@ -126,6 +140,8 @@ def reliability_cmd(
     n: int = _N_FACTS,
     facts: Path | None = _FACTS,
     known_top_k: int = _KNOWN,
+    max_scan: int = _MAX_SCAN,
+    max_misses: int = _MAX_MISSES,
     parts: str = typer.Option("kn,rome,kc", help="Comma-separated: kn, rome, kc."),
     steps: int = _STEPS,
     threshold: float = _THRESHOLD,
@@ -145,8 +161,7 @@ def reliability_cmd(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Reliability: KN double/zero vs random sets, ROME at every layer, KC recall of the circuit alone."""
-    _check_n(n)
-    check_rewrite_options(n, 5, known_top_k or None)
+    _check_draw(n, 5, known_top_k, max_scan, max_misses)
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_facts=rome_facts,
@@ -155,7 +170,7 @@ def reliability_cmd(
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model)
-        data = _facts(m, facts, n, 5, known_top_k, seed)
+        data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses)
         res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_rewrites(data, stage.path / "facts.json")
         figs, tables = {}, {"reliability": res.to_frame()}

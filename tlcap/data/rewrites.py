@@ -8,6 +8,10 @@ answers are kept: the object's first token must be the model's top-1 next token
 (``known_top_k=1``) after each kept rewrite; a fact needs ``n_rewrites`` such rewrites (the
 first ones in ParaRel's pattern order).
 
+Relations are visited round-robin; a relation stops after ``max_scan`` facts tried or
+``max_misses`` failing facts in a row. The facts are tested in batches and each fact's result is
+cached on disk (:mod:`tlcap.data.rewrite_scan`), so a rerun does not test them again.
+
 Each fact also carries a *new object* for ROME edits (the reliability test): another object of
 the same relation, drawn with the seed from the relation's ParaRel objects.
 
@@ -31,26 +35,25 @@ Example:
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
+from tqdm.auto import tqdm
 
 from tlcap.data.files import read_json_rows, write_json_rows
-from tlcap.data.pararel import Fact, causal_patterns, iter_facts, list_relations
-from tlcap.errors import (
-    DataFormatError,
-    EmptyDatasetError,
-    InvalidConfigError,
-    TargetTokenizationError,
-)
+from tlcap.data.pararel import causal_patterns, iter_facts, list_relations
+from tlcap.data.rewrite_scan import CHUNK, RewriteScan
+from tlcap.data.sample import DataWarning
+from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tlcap.models.adapter import Model
 
 N_REWRITES = 5
+MAX_MISSES = 50
 
 
 @dataclass(frozen=True)
@@ -110,14 +113,18 @@ class RewriteFact:
         return cls(subject, target, tuple(rewrites), str(row.get("relation", "")), str(row.get("uid", "")), new)
 
 
-def check_rewrite_options(n: int | None, n_rewrites: int, known_top_k: int | None) -> None:
+def check_rewrite_options(n: int | None, n_rewrites: int, known_top_k: int | None, max_scan: int = 300,
+                          max_misses: int | None = MAX_MISSES, chunk: int = CHUNK) -> None:
     """Validate the options of :func:`rewrite_facts` (before any forward pass)."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise InvalidConfigError(f"n (--n) must be >= 1, got {n!r}")
-    if isinstance(n_rewrites, bool) or not isinstance(n_rewrites, int) or n_rewrites < 2:
-        raise InvalidConfigError(f"n_rewrites (--n-rewrites) must be >= 2, got {n_rewrites!r}")
-    if known_top_k is not None and (isinstance(known_top_k, bool) or not isinstance(known_top_k, int) or known_top_k < 1):
-        raise InvalidConfigError(f"known_top_k (--known-top-k) must be >= 1, got {known_top_k!r}")
+    def bad(x: object, optional: bool = False) -> bool:
+        return not (optional and x is None) and (isinstance(x, bool) or not isinstance(x, int) or x < 1)
+
+    for name, value, least, optional in (("n (--n)", n, 1, True), ("n_rewrites (--n-rewrites)", n_rewrites, 2, False),
+                                         ("known_top_k (--known-top-k)", known_top_k, 1, True),
+                                         ("max_scan (--max-scan)", max_scan, 1, False),
+                                         ("max_misses (--max-misses)", max_misses, 1, True), ("chunk", chunk, 1, False)):
+        if bad(value, optional) or (value is not None and value < least):
+            raise InvalidConfigError(f"{name} must be >= {least}, got {value!r}")
 
 
 def _new_object(data_dir: str | Path | None, relation: str, obj: str, rng: random.Random,
@@ -127,26 +134,6 @@ def _new_object(data_dir: str | Path | None, relation: str, obj: str, rng: rando
         cache[relation] = objs
     others = [o for o in cache[relation] if o != obj]
     return " " + rng.choice(others) if others else None
-
-
-def _answered(model: Model, queries: Sequence[str], target: str, known_top_k: int | None,
-              single_token: bool) -> list[str]:
-    """The queries after which the model ranks the target's first token within ``known_top_k``
-    (and, with ``single_token``, the target is one token); one padded forward for all of them."""
-    qs = []
-    for q in queries:
-        try:
-            ids = model.target_ids(q, target, single_token=single_token)
-        except TargetTokenizationError:
-            continue
-        qs.append((q, ids[0]))
-    if not qs or known_top_k is None:
-        return [q for q, _ in qs]
-    with torch.no_grad():
-        logits = model.last_logits(model.encode_batch([q for q, _ in qs])).float()
-    tids = torch.tensor([t for _, t in qs], device=logits.device)
-    ranks = (logits > logits[torch.arange(len(qs), device=logits.device), tids][:, None]).sum(-1)
-    return [q for (q, _), r in zip(qs, ranks.tolist()) if r < known_top_k]
 
 
 def rewrite_facts(
@@ -159,14 +146,23 @@ def rewrite_facts(
     single_token: bool = True,
     seed: int = 0,
     max_scan: int = 300,
+    max_misses: int | None = MAX_MISSES,
+    chunk: int = CHUNK,
+    scan_cache: bool | str | Path = True,
+    progress: bool = True,
     data_dir: str | Path | None = None,
 ) -> list[RewriteFact]:
     """ParaRel facts with ``n_rewrites`` rewrites each that the model answers (module docstring).
 
-    Relations are visited round-robin; each relation's facts are shuffled with ``seed`` and at
-    most ``max_scan`` of them are tried (a relation the model rarely answers does not stall the
-    draw). A fact is kept when at least ``n_rewrites`` of its templates pass the filters; its
-    rewrites are the first ``n_rewrites`` that pass, in ParaRel's pattern order.
+    Relations are visited round-robin, one kept fact per relation and round; each relation's
+    facts are shuffled with ``seed`` and tried in that order until one passes. A relation stops
+    after ``max_scan`` facts tried, or after ``max_misses`` facts in a row that fail (a relation
+    the model does not answer stops early instead of stalling the draw). A fact is kept when at
+    least ``n_rewrites`` of its templates pass the filters; its rewrites are the first
+    ``n_rewrites`` that pass, in ParaRel's pattern order.
+
+    The facts are tested in batches and the test's outcome per fact is cached on disk
+    (:mod:`tlcap.data.rewrite_scan`); the draw is the same as testing one fact at a time.
 
     Args:
         model: The model that must answer each rewrite (needed for ``known_top_k`` and
@@ -179,6 +175,12 @@ def rewrite_facts(
         single_token: Keep only rewrites after which the answer is one token.
         seed: Seed of the fact order and of the new objects.
         max_scan: Facts tried per relation at most.
+        max_misses: Stop a relation after this many failing facts in a row (``None``: only
+            ``max_scan``).
+        chunk: Queries per padded forward of the known filter.
+        scan_cache: Cache the per-fact test results (``True``: under the tlcap cache dir; a
+            folder: there; ``False``: no cache).
+        progress: Show the facts tested with the model and the facts kept.
         data_dir: Folder holding ``pararel/`` (default: ``$TLCAP_DATA`` or the bundled copy).
 
     Returns:
@@ -188,40 +190,60 @@ def rewrite_facts(
         InvalidConfigError: an invalid option, or filters that need a model without one.
         EmptyDatasetError: no fact survives the filters.
 
+    Warns:
+        DataWarning: fewer facts than ``n`` (the message gives each relation's facts kept / tried).
+
     Example:
         >>> facts = rewrite_facts(model, n=50, known_top_k=1)
     """
-    check_rewrite_options(n, n_rewrites, known_top_k)
+    check_rewrite_options(n, n_rewrites, known_top_k, max_scan, max_misses, chunk)
     if model is None and (known_top_k is not None or single_token):
         raise InvalidConfigError("rewrite_facts needs the model to keep only the facts it answers (known_top_k) or "
                                  "single-token answers; pass model=..., or known_top_k=None and single_token=False")
     rels = list(relations) if relations else [r for r in list_relations(data_dir)
                                               if len(causal_patterns(data_dir, r)) >= n_rewrites]
-    pools: dict[str, list[Fact]] = {}
-    for r in rels:
-        pool = list(iter_facts(data_dir, r, min_queries=n_rewrites))
-        random.Random(f"{seed}:{r}").shuffle(pool)
-        pools[r] = pool[:max_scan]
+    bar = tqdm(desc="rewrite draw (facts tested)", unit="fact", leave=False,
+               disable=not progress or model is None or known_top_k is None)
+    scan = RewriteScan(model, rels, n_rewrites=n_rewrites, known_top_k=known_top_k, single_token=single_token,
+                       seed=seed, chunk=chunk, cache=scan_cache, data_dir=data_dir, bar=bar)
+    cursor = dict.fromkeys(rels, 0)
+    active = [r for r in rels if scan.size(r)]
     rng = random.Random(seed)
     cache: dict[str, list[str]] = {}
     out: list[RewriteFact] = []
-    while pools and (n is None or len(out) < n):
-        for r in list(pools):
+    while active and (n is None or len(out) < n):
+        for r in list(active):
             if n is not None and len(out) >= n:
                 break
-            while pools[r]:
-                f = pools[r].pop(0)
-                qs = list(f.queries) if model is None else _answered(model, f.queries, f.target, known_top_k, single_token)
-                if len(qs) >= n_rewrites:
-                    out.append(RewriteFact(f.subject, f.target, tuple(qs[:n_rewrites]), f.relation, f.uuid,
+            end, misses = min(scan.size(r), max_scan), 0
+            while cursor[r] < end:
+                i = cursor[r]
+                cursor[r] += 1
+                qs = scan.outcome(r, i, limit=end)
+                if qs:
+                    f = scan.fact(r, i)
+                    out.append(RewriteFact(f.subject, f.target, qs, f.relation, f.uuid,
                                            _new_object(data_dir, f.relation, f.object, rng, cache)))
+                    bar.set_postfix_str(f"kept {len(out)}" + (f"/{n}" if n else "") + f", last from {r}")
                     break
-            if not pools[r]:
-                del pools[r]
+                misses += 1
+                if max_misses is not None and misses >= max_misses:
+                    cursor[r] = end
+            if cursor[r] >= end:
+                active.remove(r)
+    bar.close()
     if not out:
         raise EmptyDatasetError(f"no ParaRel fact of {rels if relations else 'any relation'} has {n_rewrites} rewrites "
-                                f"the model answers (known_top_k={known_top_k}); relax the filters or raise max_scan")
+                                f"the model answers (known_top_k={known_top_k}); relax the filters or raise max_scan / "
+                                f"max_misses ({_rates(scan, cursor)})")
+    if n is not None and len(out) < n:
+        warnings.warn(f"{n} rewrite facts requested, {len(out)} found (kept / tried per relation: {_rates(scan, cursor)}); "
+                      "raise max_scan / max_misses, or relax known_top_k", DataWarning, stacklevel=2)
     return out
+
+
+def _rates(scan: RewriteScan, cursor: dict[str, int]) -> str:
+    return ", ".join(f"{r} {sum(bool(o) for o in scan.outcomes[r][:c])}/{c}" for r, c in cursor.items())
 
 
 def load_rewrites(path: str | Path) -> list[RewriteFact]:

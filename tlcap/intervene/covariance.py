@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,22 +30,7 @@ from tqdm.auto import tqdm
 from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import EmptyDatasetError
 from tlcap.models.adapter import Model
-from tlcap.models.loading import cache_dir
-
-
-def model_fingerprint(model: Model) -> str:
-    """Short hash of the model's shape and a slice of its weights (tells random seeds apart).
-
-    Args:
-        model: The model.
-
-    Returns:
-        12 hex digits.
-    """
-    h = hashlib.sha1(f"{model.name}|{model.n_layers}|{model.d_model}|{model.d_mlp}".encode())
-    h.update(model.W_E.detach().float().flatten()[:4096].cpu().numpy().tobytes())
-    h.update(model.mlp_down_matrix(0).detach().float().flatten()[:4096].cpu().numpy().tobytes())
-    return h.hexdigest()[:12]
+from tlcap.models.paths import model_cache_dir, model_fingerprint
 
 
 def covariance_path(model: Model, layer: int, n_tokens: int, seq_len: int) -> Path:
@@ -61,8 +45,7 @@ def covariance_path(model: Model, layer: int, n_tokens: int, seq_len: int) -> Pa
     Returns:
         The ``.safetensors`` path under ``tlcap.models.cache_dir()/rome_cov``.
     """
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
-    return cache_dir() / "rome_cov" / f"{safe}-{model_fingerprint(model)}" / f"L{layer}_n{n_tokens}_s{seq_len}.safetensors"
+    return model_cache_dir(model, "rome_cov") / f"L{layer}_n{n_tokens}_s{seq_len}.safetensors"
 
 
 def _token_windows(model: Model, texts: Sequence[str], n_tokens: int, seq_len: int) -> Tensor:

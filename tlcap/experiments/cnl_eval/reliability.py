@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -76,8 +76,10 @@ class ReliabilityConfig(Config):
         trace_samples: Noise draws of the causal trace that marks the located layer.
         trace_window: MLP restoration window of that trace.
         noise_factor: Its noise ν = factor × std of the embeddings.
-        bos: That trace prepends the model's BOS token (the subject is then not the attention
-            sink at position 0); the KN, ROME and KC parts keep the model's default tokenisation.
+        bos: That trace and the ROME edit (its keys, value optimisation and evaluation prompts)
+            prepend the model's BOS token, so the subject is not the attention sink at position 0;
+            ``True`` sets ``rome.bos`` (``rome=RomeConfig(bos=True)`` alone puts the BOS in the
+            edit only). The KN and KC parts keep the model's default tokenisation.
         kc_top_n: Edges kept in a knowledge circuit.
         kc_ig_steps: EAP-IG steps.
         n_random_circuits: Random circuits of as many edges per fact.
@@ -127,6 +129,8 @@ class ReliabilityConfig(Config):
         check_int("trace_window", self.trace_window, min=1)
         check_float("noise_factor", self.noise_factor, gt=0)
         check_bool("bos", self.bos)
+        if self.bos and not self.rome.bos:
+            self._set("rome", replace(self.rome, bos=True))
         check_int("kc_top_n", self.kc_top_n, min=1)
         check_int("kc_ig_steps", self.kc_ig_steps, min=1)
         check_int("n_random_circuits", self.n_random_circuits, min=1)
