@@ -17,7 +17,7 @@ Usage:
     python benchmarks/ql_table2.py --relations P36,P103,P37,P30 --n-facts 32 --max-queries 3 --steps 10
     python benchmarks/ql_table2.py ... --steps 5 --estimator joint --edit-queries 1 --sets local \
         --ppl-max-tokens 64 --first 8          # what fits a loaded 2-core CPU
-    python benchmarks/ql_table2.py ... --runs activation:2,activation:1,activation:0.5,paper:2   # λ sensitivity
+    python benchmarks/ql_table2.py ... --runs activation:1,activation:2,activation:0.5,paper:2   # size sensitivity
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=None, help="Use only the first n facts of the scan (round-robin)")
     ap.add_argument("--sets", default="local,global", help="KN sets edited: local (N_i), global (N_g)")
     ap.add_argument("--ppl-max-tokens", type=int, default=128, help="Tokens per ΔPPL text")
-    ap.add_argument("--runs", default="activation:2,paper:2",
-                    help="Update rules and λ (= λ1 = λ2) to compare, RULE:λ,... (erasure runs with the first)")
+    ap.add_argument("--runs", default="activation:1,paper:2",
+                    help="Update rules to compare, RULE:x,... with x = the write size (activation, units of the KNs' "
+                         "own output) or λ1 = λ2 (paper); erasure runs with the first")
     ap.add_argument("--out", type=Path, default=Path("runs/ql_table2"))
     args = ap.parse_args()
 
@@ -107,13 +108,14 @@ def main() -> None:
               "known_policy": args.known_policy, "max_queries": args.max_queries, "edit_queries": args.edit_queries,
               "sets": args.sets, "ppl_max_tokens": args.ppl_max_tokens}
     runs = [(r.split(":")[0], float(r.split(":")[1])) for r in args.runs.split(",")]
-    for k, (rule, lam) in enumerate(runs):
+    for k, (rule, x) in enumerate(runs):
         ops = ("erasure", "update") if k == 0 else ("update",)
+        kw = {"update_size": x} if rule == "activation" else {"lambda1": x, "lambda2": x}
         res = ql.modification_experiment(model, locs, groups, operations=ops, update_rule=rule, new_objects=objs,
                                          edit_queries=args.edit_queries, sets=tuple(args.sets.split(",")),
-                                         ppl_max_tokens=args.ppl_max_tokens, lambda1=lam, lambda2=lam)
+                                         ppl_max_tokens=args.ppl_max_tokens, **kw)
         df = res.to_frame()
-        rule = f"{rule}@{lam:g}"
+        rule = f"{rule}@{x:g}"
         df.to_csv(args.out / f"edits_{rule}.csv", index=False)
         rep: dict = {"table": res.table().to_dict("records"), "skipped": res.summary()["skipped_reasons"]}
         for (op, sname), sub in df.groupby(["operation", "set"], sort=False):

@@ -21,7 +21,7 @@ def _acts(m, prompt):
 
 
 def test_update_activation_rule_writes_the_kns_own_scale_at_query(tiny_llama):
-    """Item 3: at the query the KNs write ρ·δ, ρ = ‖Σ a_p W_p‖/‖E(o')−E(o)‖ (default), (Σa)·δ (literal)."""
+    """Item 3: at the query the KNs add ρ·δ, ‖ρ·δ‖ = size·‖Σ a_p W_p‖ (default), (Σa)·δ (literal)."""
     m = tiny_llama
     acts = _acts(m, "The capital of France is")
     flat = acts.flatten()
@@ -29,29 +29,33 @@ def test_update_activation_rule_writes_the_kns_own_scale_at_query(tiny_llama):
     assert flat[pos] > 0 > flat[neg]  # a mixed-sign KN set, as on SwiGLU models
     d = m.d_mlp
     kns = NeuronSet.from_list([(pos // d, pos % d), (neg // d, neg % d)], (m.n_layers, d))
-    delta = (-2.0 * m.W_E[10] + 2.0 * m.W_E[20]).float()
+    delta = (-2.0 * m.W_E[10] + 3.0 * m.W_E[20]).float()
     a = torch.tensor([float(acts[l, p]) for l, p in kns.neurons])
-    # by hand: the KNs' current write at the query and the object gap
+    # by hand: what the KNs write at the query now
     w = sum(float(acts[l, p]) * m.mlp_down_matrix(l)[:, p].float() for l, p in kns.neurons)
-    rho = float(w.norm()) / float((m.W_E[20] - m.W_E[10]).float().norm())
 
-    def write(rule):
+    def write(rule, **kw):
         before = {l: m.mlp_down_matrix(l).clone() for l in range(m.n_layers)}
-        with update_neurons(m, kns, 10, 20, 2.0, 2.0, rule=rule, activations=acts):
+        with update_neurons(m, kns, 10, 20, 2.0, 3.0, rule=rule, activations=acts, **kw):
             return sum((m.mlp_down_matrix(l)[:, p] - before[l][:, p]).float() * float(acts[l, p]) for l, p in kns.neurons)
 
-    assert torch.allclose(write("activation"), rho * delta, atol=1e-4)
-    # with λ1 = λ2 = 2 the added write is twice the KNs' own output, pointed from o to o'
-    assert float(write("activation").norm()) == pytest.approx(2.0 * float(w.norm()), rel=1e-4)
+    for size in (1.0, 0.5):
+        rho = size * float(w.norm()) / float(delta.norm())
+        assert torch.allclose(write("activation", size=size), rho * delta, atol=1e-4)
+        # the added write is `size` times the KNs' own output, along the paper's δ
+        assert float(write("activation", size=size).norm()) == pytest.approx(size * float(w.norm()), rel=1e-4)
     assert torch.allclose(write("paper"), a.sum() * delta, atol=1e-4)
     # least squares: c_p = ρ a_p / Σ a², the sign of each activation; the literal rule is c = 1
+    rho = float(w.norm()) / float(delta.norm())
     c = update_coefficients(kns, acts, "activation", rho)
     for n in kns.neurons:
         assert c[n] == pytest.approx(rho * float(acts[n]) / float((a * a).sum()), rel=1e-6)
     assert update_coefficients(kns, acts, "paper") == {n: 1.0 for n in kns.neurons}
     with pytest.raises(TlcapError, match="write scale"):
         update_coefficients(kns, acts, "activation")
-    assert ModificationConfig().update_rule == "activation"
+    assert ModificationConfig().update_rule == "activation" and ModificationConfig().update_size == 1.0
+    with pytest.raises(TlcapError, match="update_size"):
+        ModificationConfig(update_size=0)
 
 
 def _fk(m, relation, subject, obj, queries, seed=0):

@@ -23,6 +23,8 @@ def test_split_rule_and_scan_checked_before_the_model_loads(tmp_path):
                      "unknown split 'foo' (--split); choose one of: static, otsu", out=out)
     assert_cli_error(["ql", "cas", "--model", "no-such-model", "--rule", "foo", "--out", str(out)],
                      "unknown update_rule 'foo' (--rule); choose one of: activation, paper", out=out)
+    assert_cli_error(["ql", "modify", "--model", "no-such-model", "--update-size", "0", "--out", str(out)],
+                     "update_size (--update-size) must be > 0, got 0", out=out)
     assert_cli_error(["ql", "synapses", "--model", "no-such-model", "--max-scan", "0", "--out", str(out)],
                      "max_scan (--max-scan) must be >= 1, got 0", out=out)
 

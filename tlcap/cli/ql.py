@@ -57,6 +57,8 @@ _AMIG_WORDS = typer.Option("all", "--amig-words", help="AMIG: all (eq. 18, sum o
 _SPLIT = typer.Option("static", "--split", help="static | otsu: the split the headline numbers use.")
 _RULE = typer.Option("activation", "--rule",
                      help="Update rule: activation (sign/size of each KN's activation at the query) | paper (eq. 2 as printed).")
+_SIZE = typer.Option(1.0, "--update-size",
+                     help="--rule activation: write added at the query, in units of the KNs' own output there (> 0).")
 _ALLQ = typer.Option(False, "--all-queries",
                      help="Edit every query, also those the model does not answer top-1 before the edit.")
 _KNOWN = typer.Option(10, "--known-top-k",
@@ -198,15 +200,15 @@ def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
            edit_queries: int = _EDIT_QUERIES,
            lambda1: float = typer.Option(2.0, help="Update: weight of the old object's embedding removed (>= 0; paper 2)."),
            lambda2: float = typer.Option(2.0, help="Update: weight of the new object's embedding added (>= 0; paper 2)."),
-           rule: str = _RULE, all_queries: bool = _ALLQ,
+           rule: str = _RULE, update_size: float = _SIZE, all_queries: bool = _ALLQ,
            out: Path = _OUT["modify"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Erasure / update of N_i vs N_g: Rel, Gen, Loc, ΔPPL per K_I / K_II (QL Table 2)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
                  static_threshold, split, seed, max_scan)
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=_names(sets), lambda1=lambda1, lambda2=lambda2,
-                                edit_queries=edit_queries or None, update_rule=rule, only_known=not all_queries,
-                                seed=seed)
+                                edit_queries=edit_queries or None, update_rule=rule, update_size=update_size,
+                                only_known=not all_queries, seed=seed)
     _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table2", cas=False)
 
 
@@ -220,7 +222,7 @@ def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         beta1: float = typer.Option(0.7, help="CAS weight β1 of the mean score over the queries (paper 0.7)."),
         beta2: float = typer.Option(0.3, help="CAS weight β2 of the scores' spread (paper 0.3)."),
         cas_threshold: float = typer.Option(0.3, help="CAS KNs: CAS > t · max, t in (0, 1] (paper 0.3)."),
-        rule: str = _RULE, all_queries: bool = _ALLQ,
+        rule: str = _RULE, update_size: float = _SIZE, all_queries: bool = _ALLQ,
         out: Path = _OUT["cas"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Consistency-Aware KN modification vs N_i and N_g (QL Table 3)."""
     plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
@@ -228,7 +230,7 @@ def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=("local", "global", "cas"), beta1=beta1, beta2=beta2,
                                 cas_threshold=cas_threshold, edit_queries=edit_queries or None, update_rule=rule,
-                                only_known=not all_queries, seed=seed)
+                                update_size=update_size, only_known=not all_queries, seed=seed)
     _modification(model, device, dtype, data_dir, plan, out, overwrite, seed, cfg, "table3", cas=True)
 
 

@@ -10,16 +10,16 @@ the new object. Two rules for the coefficients ``c``:
   this is the intended push from ``o`` to ``o'``; on a gated MLP (SwiGLU) KNs with ``a_p < 0``
   write ``−δ`` and *reinforce* ``o``.
 - ``rule="activation"`` (default of the modification experiment; documented variant): the KNs
-  write, at the query, ``ρ·δ`` with ``ρ = ‖Σ_p a_p W_p‖ / ‖E(o') − E(o)‖`` — the paper's edit with the
-  object embeddings rescaled to the size of what the KNs write at the query now, so that with
-  ``λ1 = λ2 = λ`` the added write is ``λ`` times the KNs' own output, pointed from ``o`` to ``o'``.
-  Among the column changes ``c_p·δ`` that write ``ρ·δ`` at the query the smallest (least squares)
-  is ``c_p = ρ·a_p / Σ_q a_q²``: the sign follows each neuron's activation at the query (a KN with
-  ``a_p < 0`` gets ``−δ``, which it turns into ``+δ``), and neurons barely active at the query are
-  barely changed. The literal write ``(Σ_p a_p)·δ`` is sized by the object embeddings, not by the
-  model's activations: on SmolLM2 (SwiGLU) it is tens of times the KNs' own output, and the
-  neurons that fire on most tokens then push ``o'`` everywhere (perplexity ×10³–10⁶); ``ρ`` ties
-  the write to the KNs' own scale instead.
+  write, at the query, ``ρ·δ`` with ``ρ = size·‖Σ_p a_p W_p‖ / ‖δ‖`` — an added write as large as
+  ``size`` times what the KNs write at the query now (default ``size = 1``), pointing along the
+  paper's ``δ``. Rescaled this way, λ1 and λ2 only set the direction (their ratio); their size,
+  which the paper chose for GPT-2's embedding scale, drops out. Among the column changes ``c_p·δ``
+  that write ``ρ·δ`` at the query the smallest (least squares) is ``c_p = ρ·a_p / Σ_q a_q²``: the
+  sign follows each neuron's activation at the query (a KN with ``a_p < 0`` gets ``−δ``, which it
+  turns into ``+δ``), and neurons barely active at the query are barely changed. The literal
+  write ``(Σ_p a_p)·δ`` is sized by the object embeddings, not by the model's activations: on
+  SmolLM2 (SwiGLU) it is many times the KNs' own output, and the neurons that fire on most tokens
+  then push ``o'`` everywhere (perplexity ×10³–10⁸); ``ρ`` ties the write to the KNs' own scale.
 
 Example:
     >>> acts = model.last_position_activations(model.to_tokens(q), mlp_post_names)[0][0]
@@ -56,7 +56,7 @@ def update_coefficients(
             (needed by ``rule="activation"``).
         rule: ``"activation"`` or ``"paper"`` (see the module docstring).
         write_scale: ``ρ`` of ``rule="activation"``: the KNs then write ``ρ·δ`` at the query
-            (:func:`update_neurons` passes ``‖Σ_p a_p W_p‖ / ‖E(o') − E(o)‖``).
+            (:func:`update_neurons` passes ``size·‖Σ_p a_p W_p‖ / ‖δ‖``).
 
     Returns:
         ``{(layer, neuron): c}``.
@@ -107,6 +107,7 @@ def update_neurons(
     *,
     rule: str = "paper",
     activations: Float[Tensor, "layer d_mlp"] | None = None,
+    size: float = 1.0,
 ) -> WeightEdit:
     """QL eq. 2 (Update): each KN's value vector ``W[:, p] += c_p·(−λ1·E(o) + λ2·E(o'))``.
 
@@ -121,6 +122,8 @@ def update_neurons(
             or ``"activation"`` (``c`` from the activations at the query; the default of the
             modification experiment).
         activations: ``[n_layers, d_mlp]`` activations at the query's last position (``rule="activation"``).
+        size: ``rule="activation"``: the added write at the query, in units of the KNs' own output
+            there (``‖Σ_p a_p W_p‖``); ``1`` = as large as what they write now.
 
     Returns:
         The applied :class:`~tlcap.intervene.weights.WeightEdit` (restores the weights bit for bit).
@@ -130,12 +133,12 @@ def update_neurons(
         ...     ...
     """
     E = model.W_E.detach()
+    delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()
     scale = None
     if rule == "activation" and activations is not None:
-        gap = float((E[new_id] - E[old_id]).float().norm())
-        scale = float(kn_write(model, neurons, activations).norm()) / gap if gap > 0 else 0.0
+        norm = float(delta.norm())
+        scale = float(size) * float(kn_write(model, neurons, activations).norm()) / norm if norm > 0 else 0.0
     coef = update_coefficients(neurons, activations, rule, scale)
-    delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()
     edit = WeightEdit()
 
     def fn(e: WeightEdit) -> None:

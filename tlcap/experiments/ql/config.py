@@ -101,6 +101,8 @@ class ModificationConfig(Config):
         update_rule: ``"activation"`` (default: each KN's change follows the sign and size of
             its activation at the query) or ``"paper"`` (eq. 2 as printed);
             :mod:`tlcap.intervene.update`.
+        update_size: ``update_rule="activation"``: the write added at the query in units of the
+            KNs' own output there (default 1: as large as what they write now), ``> 0``.
         only_known: Edit and score only queries the model answers top-1 before the edit (Gen
             over such neighbors); ``False`` edits every query.
         seed: Seed of the draws (o', locality prompts, ΔPPL texts), ``>= 0``.
@@ -118,6 +120,7 @@ class ModificationConfig(Config):
     beta2: float = 0.3
     cas_threshold: float = 0.3
     update_rule: str = "activation"
+    update_size: float = 1.0
     only_known: bool = True
     seed: int = 0
 
@@ -135,6 +138,7 @@ class ModificationConfig(Config):
         check_float("beta2", self.beta2, ge=0)
         check_float("cas_threshold", self.cas_threshold, gt=0, le=1)
         check_choice("update_rule", self.update_rule, UPDATE_RULES, cli="--rule")
+        check_float("update_size", self.update_size, gt=0, cli="--update-size")
         check_bool("only_known", self.only_known, cli="--all-queries")
         check_int("seed", self.seed, min=0)
 

@@ -100,6 +100,9 @@ class ModificationResult(Result):
         groups: K_I / K_II of each fact.
         method: Localization method of the KNs.
         title: What the table reproduces (QL Table 2 or 3).
+        update_rule: The Update rule (``"activation"`` or ``"paper"``).
+        skipped: One :class:`SkipRow` (as a dict) per (fact, query, operation) left out.
+        update_size: The activation rule's write size (units of the KNs' own output).
     """
 
     rows: tuple[dict, ...] = ()
@@ -111,6 +114,7 @@ class ModificationResult(Result):
     title: str = "Knowledge modification (QL Table 2)"
     update_rule: str = "activation"
     skipped: tuple[dict, ...] = ()
+    update_size: float = 1.0
 
     def skipped_frame(self) -> pd.DataFrame:
         """One :class:`SkipRow` per (fact, query, operation) left out, with the reason."""
@@ -143,7 +147,7 @@ class ModificationResult(Result):
             reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
         return {
             "title": self.title, "method": self.method, "n_facts": len(self.groups), "groups": list(self.groups),
-            "update_rule": self.update_rule, "n_edits": len(self.rows), "n_skipped": len(self.skipped),
+            "update_rule": self.update_rule, "update_size": self.update_size, "n_edits": len(self.rows), "n_skipped": len(self.skipped),
             "skipped_reasons": reasons, "skipped": [dict(r) for r in self.skipped],
             "ppl_before": self.ppl_before, "lambda1": self.lambda1, "lambda2": self.lambda2,
             "table": self.table().to_dict("records"), "edits": [dict(r) for r in self.rows],
@@ -290,7 +294,7 @@ def modification_experiment(
                     texts, ppl_b = ppl_texts_for_edit()
                     edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
                         model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
-                        rule=cfg.update_rule, activations=acts)
+                        rule=cfg.update_rule, activations=acts, size=cfg.update_size)
                     with edit:
                         lg = next_token_logits(model, qs)
                         ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
@@ -321,7 +325,7 @@ def modification_experiment(
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
     ppl_b = float(np.mean(list(ppl_cache.values()))) if ppl_cache else math.nan
     return ModificationResult(tuple(rows), cfg.lambda1, cfg.lambda2, ppl_b, tuple(groups), method, title,
-                              cfg.update_rule, tuple(skipped), provenance=prov)
+                              cfg.update_rule, tuple(skipped), cfg.update_size, provenance=prov)
 
 
 def cas_experiment(
