@@ -147,7 +147,8 @@ class ModificationResult(Result):
             reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
         return {
             "title": self.title, "method": self.method, "n_facts": len(self.groups), "groups": list(self.groups),
-            "update_rule": self.update_rule, "update_size": self.update_size, "n_edits": len(self.rows), "n_skipped": len(self.skipped),
+            "update_rule": self.update_rule, "update_size": self.update_size, "n_edits": len(self.rows),
+            "n_skipped": len(self.skipped),
             "skipped_reasons": reasons, "skipped": [dict(r) for r in self.skipped],
             "ppl_before": self.ppl_before, "lambda1": self.lambda1, "lambda2": self.lambda2,
             "table": self.table().to_dict("records"), "edits": [dict(r) for r in self.rows],
