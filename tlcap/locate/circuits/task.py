@@ -111,6 +111,10 @@ class CircuitTask:
     ) -> dict[str, Tensor]:
         """NLL of the target, 1-based rank and logit of its first token, for every row.
 
+        The rank counts ties against the target (``rank = #{tokens with logit >= the target's}``):
+        a circuit whose logits are all equal — e.g. one with no path to the logits, zero-ablated
+        everywhere else — ranks the target last, not first.
+
         Args:
             logits: Logits of a batch of rows.
             items: The item of each row (default :meth:`rows`).
@@ -122,7 +126,7 @@ class CircuitTask:
         lp, mask, sel = self._gather(logits, items)
         first = sel[:, 0]
         tl = first.gather(-1, self.target_ids.to(logits.device)[items][:, :1])[:, 0]
-        rank = (first > tl[:, None]).sum(-1) + 1
+        rank = (first >= tl[:, None]).sum(-1)
         return {"nll": -(lp * mask).sum(-1) / mask.sum(-1), "rank": rank, "target_logit": tl}
 
 
