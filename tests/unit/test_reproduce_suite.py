@@ -80,6 +80,12 @@ def test_scale_checks_rules_and_the_random_set_minimum():
         ScaleConfig(cnl_eval_rome_layers=(3,))  # Fig. 2 needs the traced layer and another
 
 
+def test_sig_and_amig_attribute_the_scale_s_first_facts():
+    """SIG and AMIG (one IG per token / per word) run on the first ql_sig_facts / ql_amig_facts facts, IG on all."""
+    stages = {s.name: s for s in build_stages(("ql",), ScaleConfig(ql_n_facts=4, ql_sig_facts=2, ql_amig_facts=3))}
+    assert [stages[f"ql.localize.{m}"].config.n_facts for m in ("ig", "sig", "amig")] == [None, 2, 3]
+
+
 def test_locate_passes_the_scale_rule(tiny_llama, tmp_path):
     scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=4, cnl_steps=1,
                         cnl_rule="gauss_legendre")

@@ -274,7 +274,7 @@ def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None)
                     items=("QL Table 1",), description="ParaRel facts with neighbor queries")]
     for m in METHODS:
         lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, rule=scale.ql_rule,
-                              n_facts=scale.ql_sig_facts if m == "sig" else None)
+                              n_facts={"sig": scale.ql_sig_facts, "amig": scale.ql_amig_facts}.get(m))
         stages.append(Stage(f"ql.localize.{m}", _localize, lcfg, deps=("ql.facts",), code=CODE, workload=_localize_work,
                             items=("QL Table 1", "QL Fig. 3"), description=f"{m.upper()} knowledge neurons of every query"))
     deps = ("ql.facts", "ql.localize.ig")

@@ -69,6 +69,8 @@ class ScaleConfig(Config):
         ql_steps: IG steps (QL: m = 20; per word for SIG).
         ql_rule: Their quadrature rule (``docs/kn.md``).
         ql_sig_facts: Facts attributed with SIG (its cost is one IG per prompt token), the first ones.
+        ql_amig_facts: Facts attributed with AMIG (eq. 18: one IG per word of the query, on its
+            prefix, so about n(n+1)/2 IG rows for n words), the first ones.
         ql_edit_queries: Queries edited per fact in Tables 2–3 (``None`` = all).
         ql_thresholds: Grid of the CS2-threshold sensitivity curves.
         n_boot: Bootstrap resamples of every CI.
@@ -109,6 +111,7 @@ class ScaleConfig(Config):
     ql_steps: int = 2
     ql_rule: str = "midpoint"
     ql_sig_facts: int | None = 1
+    ql_amig_facts: int | None = 1
     ql_edit_queries: int | None = 1
     ql_thresholds: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
     n_boot: int = 1000
@@ -142,7 +145,7 @@ class ScaleConfig(Config):
             self._set("cnl_eval_rome_layers", check_sequence("cnl_eval_rome_layers", self.cnl_eval_rome_layers, min_len=2,
                                                              cli=None, item=lambda n, x: check_int(n, x, min=0, cli=None)))
         for f in ("cnl_locate_n", "cnl_eval_known_top_k", "cnl_eval_rome_facts", "ql_n_facts", "ql_max_queries",
-                  "ql_known_top_k", "ql_sig_facts",
+                  "ql_known_top_k", "ql_sig_facts", "ql_amig_facts",
                   "ql_edit_queries"):
             if getattr(self, f) is not None:
                 check_int(f, getattr(self, f), min=1, cli=None)
@@ -171,7 +174,8 @@ SCALES: dict[str, ScaleConfig] = {
         cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
         enhance_train_n=50, enhance_eval_n=50, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
         ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=3, ql_known_top_k=10, ql_steps=4,
-        ql_rule="gauss_legendre", ql_sig_facts=10, ql_edit_queries=1, n_boot=5000,
+        ql_rule="gauss_legendre", ql_sig_facts=10, ql_amig_facts=10, ql_edit_queries=1,
+        n_boot=5000,
     ),
     "full": ScaleConfig(
         name="full", cnl_eval_known_top_k=1,
@@ -182,7 +186,8 @@ SCALES: dict[str, ScaleConfig] = {
         cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,
         enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
-        ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_edit_queries=None, n_boot=5000,
+        ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_amig_facts=None,
+        ql_edit_queries=None, n_boot=5000,
     ),
 }
 
