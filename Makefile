@@ -24,9 +24,10 @@ test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider
 	HF_HUB_OFFLINE=1 bash tests/run_tl39.sh -m tl39 tests/unit -q
 
-# The slow tier: `tlcap reproduce --scale smoke` on SmolLM2 and the two paper notebooks.
+# The slow tier: tests marked `slow` (long SmolLM2 measurements kept out of `make test`; none
+# today: the smoke reproduce and the paper notebooks run in `make test`). Exit 5 = none collected.
 test-slow: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider -m slow
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider -m slow || [ $$? -eq 5 ]
 
 unit: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/unit -q

@@ -10,11 +10,9 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.notebook]
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
-# The paper notebooks read a `tlcap reproduce` report (figures/reproduce, or they run smoke first):
-# slow until smoke fits its 5-minute budget on the CPU (issue 12).
-PAPER_NOTEBOOKS = {"cnl_paper.ipynb", "ql_paper.ipynb"}
-CASES = [pytest.param(p, id=p.name, marks=pytest.mark.slow) if p.name in PAPER_NOTEBOOKS else pytest.param(p, id=p.name)
-         for p in NOTEBOOKS]
+# The paper notebooks read a `tlcap reproduce` report (figures/reproduce, or they run smoke first:
+# about 3 and 1.2 minutes on the 2-core CPU).
+CASES = [pytest.param(p, id=p.name) for p in NOTEBOOKS]
 
 
 @pytest.mark.parametrize("path", CASES)

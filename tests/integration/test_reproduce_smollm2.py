@@ -7,7 +7,7 @@ import pytest
 from tests.cli_helpers import run_cli
 from tests.reproduce_checks import check_report, md_without_costs
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
