@@ -100,6 +100,42 @@ def test_late_expansion_equals_full_runs(fixture, prompt, subject, request):
     assert _close(late[1, cell[1], 1], setup.restored_prob([cell]))
 
 
+@pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
+@pytest.mark.parametrize("prompt,subject", [("France is where Paris is", "France"), (PROMPT, SUBJECT)])
+def test_traced_token_rows_equal_the_full_trace(fixture, prompt, subject, request):
+    model = request.getfixturevalue(fixture)
+    kw = dict(kinds=("mlp", "resid"), samples=3, window=2, seed=1, warn=False)
+    full = causal_trace(model, prompt, subject, **kw)
+    last = full.subject_range[1] - 1
+    one = causal_trace(model, prompt, subject, tokens="last_subject", **kw)
+    assert _close(one.scores[:, last], full.scores[:, last])
+    rest = [t for t in range(len(full.tokens)) if t != last]
+    assert torch.isnan(one.scores[:, rest]).all()
+    assert one.top_layers(2) == full.top_layers(2)
+    assert one.summary()["top_layers"] == full.summary()["top_layers"]
+    subj = causal_trace(model, prompt, subject, tokens="subject", **kw)
+    s0, s1 = full.subject_range
+    assert _close(subj.scores[:, s0:s1], full.scores[:, s0:s1]) and torch.isnan(subj.scores[:, s1:]).all()
+    ends = causal_trace(model, prompt, subject, tokens=(0, -1), **kw)  # a pre-subject row is the corrupted run
+    assert _close(ends.scores[:, [0, -1]], full.scores[:, [0, -1]])
+    ref = trace_reference(model, prompt, subject, config=TraceConfig(tokens="last_subject"), kinds=("mlp", "resid"),
+                          samples=3, window=2, seed=1, warn=False)
+    assert _close(ref.scores[:, last], one.scores[:, last]) and torch.isnan(ref.scores[:, rest]).all()
+
+
+def test_traced_token_rows_errors(tiny_gpt2):
+    with pytest.raises(InvalidConfigError, match="tokens"):
+        TraceConfig(tokens="first")
+    with pytest.raises(InvalidConfigError, match="outside the prompt"):
+        causal_trace(tiny_gpt2, PROMPT, SUBJECT, tokens=(40,), samples=1)
+    tr = causal_trace(tiny_gpt2, PROMPT, SUBJECT, tokens=(-1,), samples=1, kinds=("mlp",))
+    with pytest.raises(InvalidConfigError, match="was not traced"):
+        tr.top_layers(3, token="last_subject")
+    assert tr.summary()["top_layers_token"] == "max"
+    with pytest.raises(InvalidConfigError, match="dataset mode"):
+        trace_dataset(tiny_gpt2, [{"prompt": PROMPT, "subject": SUBJECT}], tokens="last_subject")
+
+
 def test_late_chunks_minimise_the_layer_work():
     # one batch of 5 cells from layer 0: 5·10 + 0 + 10 = 60; cell 0 alone, then 4 cells from layer 8:
     # (10 + 0 + 10) + (4·2 + 8 + 10) = 46

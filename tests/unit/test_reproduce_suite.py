@@ -16,10 +16,11 @@ from tlcap.reproduce.suite_stages import compare_dataset
 PROMPT, SUBJECT, TARGET = "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"
 
 
+@pytest.mark.parametrize("tokens", ["all", "last_subject"])
 @pytest.mark.parametrize(("prompt", "subject"), [(PROMPT, SUBJECT),
                                                  ("In the city of Paris, the tower called the Eiffel Tower is",
                                                   "the Eiffel Tower")])
-def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatch, prompt, subject):
+def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatch, prompt, subject, tokens):
     m = tiny_llama
     seen = {"tokens": 0}
     for name in ("logits", "last_logits", "prefix_cache"):  # every forward entry point of the batched trace
@@ -30,8 +31,9 @@ def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatc
             return _f(tokens, *a, **k)
         monkeypatch.setattr(m, name, counted)
     # The full-depth engine (late_expand=False): the cost model counts it, an upper bound of late expansion.
-    causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False, late_expand=False)
-    assert trace_work(m, prompt, subject, 2).units["fwd_token"] == seen["tokens"]
+    causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False, late_expand=False,
+                 tokens=tokens)
+    assert trace_work(m, prompt, subject, 2, tokens).units["fwd_token"] == seen["tokens"]
 
 
 def test_kn_workload_is_rows_per_target_token(tiny_llama):

@@ -46,6 +46,15 @@ def parse_kinds(spec: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in spec.split(",") if k.strip())
 
 
+def parse_tokens(spec: str) -> str | tuple[int, ...]:
+    """``"last_subject"`` → itself; ``"0,3,-1"`` → ``(0, 3, -1)`` (checked by :class:`TraceConfig`)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        return spec.strip()
+
+
 @app.command("trace")
 def trace_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY) or path."),
@@ -68,6 +77,8 @@ def trace_cmd(
     kinds: str = typer.Option("resid,mlp,attn", help="Comma-separated kinds to trace: resid, mlp, attn."),
     layers: str | None = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
     top_k: int = typer.Option(3, help="Located layers reported (CNL uses 3)."),
+    tokens: str = typer.Option("all", help="Token rows traced: all | subject | last_subject (ROME's and CNL's "
+                                           "located layers read only that row) | positions, e.g. '0,3,-1'."),
     seed: int = typer.Option(0, help="Noise seed (>= 0)."),
     batch_rows: int = typer.Option(256, help="Rows per forward pass (exact; >= 1)."),
     dataset: str | None = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
@@ -80,7 +91,7 @@ def trace_cmd(
     """Causal tracing of one fact (or the average over a dataset with --dataset)."""
     cfg = TraceConfig(kinds=parse_kinds(kinds), layers=parse_layers(layers), window=window, samples=samples,
                       noise_std=noise, noise_factor=noise_factor, noise_from=noise_from, bos=bos, seed=seed,
-                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows)
+                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows, tokens=parse_tokens(tokens))
     if dataset is not None:
         if prompt is not None or subject is not None or target is not None or occurrence is not None:
             raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject, --target "

@@ -8,7 +8,7 @@ call                work
 ==================  ===============================================================================
 KN (IG)             ``(points + 1) · L`` IG rows per target token (``points`` = the rule's
                     evaluations: ``steps``, ``steps + 1`` for ``cnl``) + the clean forward
-causal trace (MLP)  the clean run, ``samples`` corrupted runs, then per token from the subject on:
+causal trace (MLP)  the clean run, ``samples`` corrupted runs, then per traced token from the subject on:
                     the corrupted prefix (``samples · t`` tokens) and ``samples · L`` restored rows
                     over the rest of the prompt (``T − t`` tokens each)
 KC (EAP / EAP-IG)   corrupted + clean passes and ``ig_steps`` interpolated passes, each forward +
@@ -47,15 +47,16 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
     return ig_rows(shape, rows, ctx=p + t) + forward(shape, p + t, (p + t) / 2, p + t)
 
 
-def trace_work(model: Any, prompt: str, subject: str, samples: int) -> Workload:
+def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str = "all") -> Workload:
     """One causal trace of the MLP kind at every layer (the batched engine: prefix reuse, no BOS, cells before
-    the subject skipped). Counted without late expansion (``TraceConfig.late_expand``, on by default), which
+    the subject skipped) over the token rows ``tokens`` (``"all"`` or ``"last_subject"``, the rows of
+    ``TraceConfig.tokens``). Counted without late expansion (``TraceConfig.late_expand``, on by default), which
     skips the layers below each batch's lowest restored one: an upper bound of the default engine's work."""
     shape = ModelShape.of(model)
     T = len(model.to_tokens(prompt, prepend_bos=False)[0])
-    s0 = find_subject(model, prompt, subject, prepend_bos=False).range[0]
+    s0, s1 = find_subject(model, prompt, subject, prepend_bos=False).range
     toks = T * (1 + samples)  # the clean run and the corrupted runs
-    for t in range(s0, T):
+    for t in (range(s0, T) if tokens == "all" else [s1 - 1]):
         toks += samples * t + samples * shape.n_layers * (T - t)
     return forward(shape, toks, T / 2, T)
 

@@ -185,7 +185,7 @@ def _fidelity_work(ctx: StageContext) -> Workload:
     m, w = ctx.model, Workload()
     for f in ctx.inputs():
         for p in f.rewrites:
-            w = w + kn_work(m, p, f.target, cfg.ig) + trace_work(m, p, f.subject, cfg.trace_samples) \
+            w = w + kn_work(m, p, f.target, cfg.ig) + trace_work(m, p, f.subject, cfg.trace_samples, "last_subject") \
                 + kc_work(m, p, f.target, cfg.kc_ig_steps)
     return w
 
@@ -204,7 +204,7 @@ def _reliability_work(ctx: StageContext) -> Workload:
         w = w + kc_work(m, p, f.target, cfg.kc_ig_steps, 1 + cfg.n_random_circuits)
         if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
             nb = neighbourhood(facts, i, 10, cfg.seed) or []
-            w = w + trace_work(m, p, f.subject, cfg.trace_samples) + \
+            w = w + trace_work(m, p, f.subject, cfg.trace_samples, "last_subject") + \
                 rome_work(m, p, f.target_new, len(layers), rome, 1 + len(f.rewrites) - 1 + len(nb),
                           layers if edited == 0 else [])
             edited += 1

@@ -65,6 +65,9 @@ def traced_layers(model: Model, prompt: str, subject: str, target: str, *, k: in
                   bos: bool = False) -> tuple[list[int], float, float]:
     """The ``k`` MLP layers with the largest indirect effect at the last subject token.
 
+    Only that token's row is traced (``tokens="last_subject"``): the same cells, and so the same
+    layers, as a full trace's row, at the cost of one row.
+
     With ``bos`` the model's BOS token is prepended (:class:`~tlcap.locate.causal_trace.TraceConfig`),
     so a subject that starts the prompt is not the attention sink at position 0.
 
@@ -72,7 +75,7 @@ def traced_layers(model: Model, prompt: str, subject: str, target: str, *, k: in
         ``(layers in decreasing effect, clean probability, corrupted probability)``.
     """
     tr = causal_trace(model, prompt, subject, target, kinds=("mlp",), samples=samples, window=window,
-                      noise_factor=noise_factor, seed=seed, bos=bos)
+                      noise_factor=noise_factor, seed=seed, bos=bos, tokens="last_subject")
     return tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob
 
 

@@ -24,6 +24,7 @@ from tlcap.errors import InvalidConfigError
 KINDS: tuple[str, ...] = ("resid", "mlp", "attn")
 KIND_SITES: dict[str, str] = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
 NOISE_FROM: tuple[str, ...] = ("subjects", "embedding")
+TOKEN_SETS: tuple[str, ...] = ("all", "subject", "last_subject")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class TraceConfig(Config):
             TransformerBridge backends; off only to compare).
         skip_pre_subject: Give the cells before the subject the corrupted probability without a
             forward pass (exact: restoring them is a no-op; off only to compare).
+        tokens: Token positions traced: ``"all"`` (the default, ROME's figure), ``"subject"``,
+            ``"last_subject"`` (the only row ROME's and CNL's located layers read) or a tuple of
+            positions (negative counts from the end). The other rows are NaN; each cell is computed
+            as in a full trace (exact), so a ``"last_subject"`` trace costs one row of the figure.
     """
 
     kinds: Sequence[str] = KINDS
@@ -75,6 +80,7 @@ class TraceConfig(Config):
     prefix_reuse: bool = True
     skip_pre_subject: bool = True
     late_expand: bool = True
+    tokens: str | Sequence[int] = "all"
 
     def validate(self) -> None:
         kinds = check_sequence("kinds", self.kinds, min_len=1, unique=True,
@@ -99,6 +105,29 @@ class TraceConfig(Config):
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("skip_pre_subject", self.skip_pre_subject, cli=None)
         check_bool("late_expand", self.late_expand, cli=None)
+        if isinstance(self.tokens, str):
+            check_choice("tokens", self.tokens, TOKEN_SETS, cli="--tokens")
+        else:
+            self._set("tokens", check_sequence("tokens", self.tokens, min_len=1, unique=True,
+                                               item=lambda n, x: check_int(n, x, cli="--tokens")))
+
+    def token_positions(self, n_tokens: int, subject_range: tuple[int, int]) -> tuple[int, ...]:
+        """The traced positions of a prompt of ``n_tokens`` tokens whose subject is ``subject_range``.
+
+        Raises:
+            InvalidConfigError: a position outside the prompt.
+        """
+        s0, s1 = subject_range
+        if self.tokens == "all":
+            return tuple(range(n_tokens))
+        if self.tokens == "subject":
+            return tuple(range(s0, s1))
+        if self.tokens == "last_subject":
+            return (s1 - 1,)
+        bad = [t for t in self.tokens if not -n_tokens <= t < n_tokens]
+        if bad:
+            raise InvalidConfigError(f"tokens (--tokens) {bad} outside the prompt's {n_tokens} tokens")
+        return tuple(sorted({t % n_tokens for t in self.tokens}))
 
     def check_layers(self, n_layers: int, model_name: str = "the model") -> tuple[int, ...]:
         """The traced layers for a model of ``n_layers`` layers (all when ``layers`` is ``None``).
@@ -116,4 +145,4 @@ class TraceConfig(Config):
         return tuple(self.layers)
 
 
-__all__ = ["KINDS", "KIND_SITES", "NOISE_FROM", "TraceConfig"]
+__all__ = ["KINDS", "KIND_SITES", "NOISE_FROM", "TOKEN_SETS", "TraceConfig"]

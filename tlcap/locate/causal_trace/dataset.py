@@ -15,7 +15,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.errors import EmptyDatasetError, UnknownNameError
+from tlcap.errors import EmptyDatasetError, InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace.config import KINDS, TraceConfig
 from tlcap.locate.causal_trace.engine import causal_trace
 from tlcap.locate.causal_trace.setup import noise_level
@@ -187,6 +187,9 @@ def trace_dataset(
     """
     t0 = time.perf_counter()
     cfg = TraceConfig.resolve(config, **overrides)
+    if cfg.tokens != "all":
+        raise InvalidConfigError(f"tokens (--tokens) {cfg.tokens!r}: dataset mode averages every token class; "
+                                 "leave --tokens at all")
     layers_t = cfg.check_layers(model.n_layers, model.name)
     facts = list(facts)
     if not facts:

@@ -74,6 +74,8 @@ def trace_batched(
 ) -> Float[Tensor, "kind token layer"]:
     """All cells of ``setup``, batched; returns ``[kind, token, layer]`` restored probabilities.
 
+    Only the rows of the config's ``tokens`` are traced; the others are NaN.
+
     One forward pass carries many rows, each row one noise sample × one (kind, layer)
     restoration of the current token (:func:`tlcap.runtime.hooks.patch_rows`); the corrupted
     prefix before the token is computed once per token (a :class:`tlcap.models.PrefixCache` with
@@ -103,8 +105,9 @@ def trace_batched(
     scores = torch.full((len(kinds), T, len(layers)), float("nan"))
     cells = [(ki, li) for ki in range(len(kinds)) for li in range(len(layers))]
     k_max = max(1, batch_rows // n)
-    todo = [t for t in range(T) if not (skip_pre_subject and t < s0)]
-    for t in range(T):
+    traced = cfg.token_positions(T, setup.subject_range)  # other rows stay NaN
+    todo = [t for t in traced if not (skip_pre_subject and t < s0)]
+    for t in traced:
         if t not in todo:
             scores[:, t, :] = setup.corrupted_prob
     bar = tqdm(total=len(todo) * len(cells), desc="causal trace", disable=not progress, unit="cell")
@@ -231,7 +234,7 @@ def trace_reference(
     Args:
         model, prompt, subject, target, config, progress, overrides: As in :func:`causal_trace`.
         tokens: Restrict the loop to these token positions (the other rows are NaN) — the
-            benchmark times a subset of cells this way.
+            benchmark times a subset of cells this way (default: the config's ``tokens``).
 
     Returns:
         A :class:`CausalTrace` equal to :func:`causal_trace`'s up to float rounding.
@@ -242,7 +245,7 @@ def trace_reference(
     t0 = time.perf_counter()
     setup = prepare_trace(model, prompt, subject, target, config=config, **overrides)
     T = setup.n_tokens
-    toks = range(T) if tokens is None else tokens
+    toks = setup.config.token_positions(T, setup.subject_range) if tokens is None else tokens
     scores = torch.full((len(setup.kinds), T, len(setup.layers)), float("nan"))
     bar = tqdm(total=len(toks) * len(setup.kinds) * len(setup.layers), desc="trace (per cell)", disable=not progress)
     for ki, kind in enumerate(setup.kinds):

@@ -102,7 +102,7 @@ class CausalTrace(Result):
             kind = self.kinds[0]
         eff = self.effect(kind)
         if token == "max":
-            row = eff.max(0).values
+            row = eff.nan_to_num(nan=float("-inf")).max(0).values  # untraced rows are NaN
         elif token == "last_subject":
             row = eff[self.subject_range[1] - 1]
         elif isinstance(token, int) and -len(self.tokens) <= token < len(self.tokens):
@@ -112,6 +112,8 @@ class CausalTrace(Result):
                 f"token must be 'last_subject', 'max' or a token index in {-len(self.tokens)}..{len(self.tokens) - 1}, "
                 f"got {token!r}"
             )
+        if torch.isnan(row).all():
+            raise InvalidConfigError(f"token {token!r} was not traced (TraceConfig.tokens); trace it or pick a traced row")
         order = torch.argsort(row, descending=True, stable=True)[: min(k, len(self.layers))]
         return [int(self.layers[i]) for i in order]
 
@@ -144,6 +146,8 @@ class CausalTrace(Result):
             top_k: Located layers reported (default: the trace's ``top_k``).
         """
         k = self.top_k if top_k is None else top_k
+        last = self.subject_range[1] - 1
+        row: str = "last_subject" if not torch.isnan(self.scores[:, last]).all() else "max"
         all_kinds = {kind: self.score(kind).tolist() if kind in self.kinds else None for kind in KINDS}
         return {
             "model": self.model_name, "mode": "single",
@@ -153,8 +157,8 @@ class CausalTrace(Result):
             "layers": list(self.layers), "kinds": list(self.kinds),
             "scores": all_kinds,
             "indirect_effects": {kind: self.effect(kind).tolist() for kind in self.kinds},
-            "top_layers": self.top_layers(k),
-            "top_layers_by_kind": {kind: self.top_layers(k, kind=kind) for kind in self.kinds},
+            "top_layers": self.top_layers(k, token=row), "top_layers_token": row,
+            "top_layers_by_kind": {kind: self.top_layers(k, kind=kind, token=row) for kind in self.kinds},
             "window": self.window, "samples": self.samples, "noise_std": self.noise_std,
             "seed": self.seed, "bos": self.bos, "subject_at_start": self.subject_at_start, "seconds": self.seconds,
         }

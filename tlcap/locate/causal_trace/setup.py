@@ -287,6 +287,7 @@ def prepare_trace(
         check_str("target", target)
     tokens = model.to_tokens(prompt, prepend_bos=cfg.bos)
     span = find_subject(model, prompt, subject, occurrence, prepend_bos=cfg.bos).range
+    cfg.token_positions(int(tokens.shape[1]), span)  # a position outside the prompt fails here
     if span[0] == 0 and warn:
         warnings.warn(sink_message(prompt, subject), SubjectWarning, stacklevel=3)
     names = sorted({get_site(KIND_SITES[k]).hook_name(l) for k in cfg.kinds for l in range(model.n_layers)})
