@@ -126,6 +126,30 @@ def test_update_rule_is_validated():
         ModificationConfig(update_rule="foo")
 
 
+def test_dppl_texts_are_drawn_per_query_and_shared_by_its_edits(tiny_gpt2):
+    """ΔPPL is paired: every edit of one query (erasure / update × N_i / N_g) is scored on the same
+    seeded draw of texts, and the unedited perplexity is that draw's."""
+    import random
+
+    from tlcap.metrics.perplexity import perplexity
+
+    m = tiny_gpt2
+    pool = [f"Text number {i} talks about {w} and the weather in the city." for i, w in
+            enumerate(["rivers", "trains", "music", "bread", "stars", "roads", "birds", "tea"])]
+    qs = ["The capital of {} is", "{}'s capital is"]
+    locs = [_fk(m, "P36", "France", "Paris", [q.format("France") for q in qs], 0),
+            _fk(m, "P36", "Italy", "Rome", [q.format("Italy") for q in qs], 1)]
+    res = modification_experiment(m, locs, ["K_I", "K_I"], operations=("erasure", "update"), sets=("local", "global"),
+                                  ppl_texts=pool, n_ppl_texts=2, only_known=False, edit_queries=2, progress=False)
+    df = res.to_frame()
+    assert len(df) == 2 * 2 * 2 * 2
+    for (fi, qi), g in df.groupby(["fact", "query"]):
+        idx = sorted(random.Random(f"0:ppl:{fi}:{qi}").sample(range(len(pool)), 2))
+        want = perplexity(m, [pool[j] for j in idx], 128)
+        assert g.ppl_before.nunique() == 1 and g.ppl_before.iloc[0] == pytest.approx(want, rel=1e-6)
+    assert df.groupby(["fact", "query"]).ppl_before.first().nunique() > 1  # queries draw their own texts
+
+
 def test_ppl_texts_are_a_seeded_random_draw_of_wikitext():
     """Item 6: ΔPPL texts are random WikiText-2 paragraphs (seeded), not the first n."""
     from tlcap.data.wikitext import load_wikitext

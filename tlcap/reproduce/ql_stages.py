@@ -256,10 +256,12 @@ def _analysis_work(ctx: StageContext) -> Workload:
     n_q = sum(len(f.queries) for f in facts)
     if cfg.analysis in ("table2", "table3"):
         sets = 2 if cfg.analysis == "table2" else 1
-        edits = sum(min(len(f.queries), cfg.edit_queries or len(f.queries)) for f in facts) * 2 * sets
+        edited = sum(min(len(f.queries), cfg.edit_queries or len(f.queries)) for f in facts)
+        edits = edited * 2 * sets
         per_q = q_tok / max(n_q, 1)
         per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
-        return forward(shape, edits * per_edit + PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS)
+        # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
+        return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS)
     if cfg.analysis == "fig4":
         return forward(shape, q_tok * (1 + 4 * 2), 8, 32)
     return forward(shape, q_tok * 8, 8, 32)

@@ -4,7 +4,8 @@ Metrics (QL §2.2, A.5): argmax accuracy of the edited query (Rel) and of its ne
 (Gen), inverted (1 − acc) for erasure and measured against the new object o' for update; Loc =
 share of unrelated prompts (queries of facts of other relations with other objects, a seeded
 sample) whose argmax is unchanged; Avg = mean(Rel, Gen, Loc); ΔPPL = (PPL_a − PPL_b)/PPL_b on
-``n_ppl_texts`` random WikiText-2 paragraphs drawn per edit (seeded). Every edit is a reversible
+``n_ppl_texts`` random WikiText-2 paragraphs drawn per edited query (seeded) and shared by that
+query's edits, so ΔPPL is paired across operations and KN sets. Every edit is a reversible
 :class:`~tlcap.intervene.weights.WeightEdit`, undone on every exit path.
 
 Only what the model knew is scored (``only_known=True``, default): a query is edited only when
@@ -221,7 +222,9 @@ def modification_experiment(
         groups: ``"K_I"``/``"K_II"`` per fact.
         config: A :class:`ModificationConfig`.
         ppl_texts: Pool of texts for ΔPPL (default all WikiText-2 paragraphs); ``n_ppl_texts``
-            of them are drawn per edit (seeded).
+            of them are drawn per edited query (seeded by seed, fact and query) and shared by
+            that query's edits (erasure / update × each KN set), so their ΔPPL are paired and
+            the unedited perplexity is computed once per query.
         new_objects: Extra candidates for o' per relation (e.g. every object of the relation in
             ParaRel, :func:`tlcap.data.pararel.relation_objects`); the objects of ``locs`` of the
             same relation are always candidates.
@@ -240,10 +243,11 @@ def modification_experiment(
     """
     cfg = ModificationConfig.resolve(config, **overrides)
     pool = list(ppl_texts) if ppl_texts is not None else load_wikitext()
-    rng = random.Random(cfg.seed)
     ppl_cache: dict[tuple[int, ...], float] = {}
 
-    def ppl_texts_for_edit() -> tuple[list[str], float]:
+    def ppl_texts_for_query(fi: int, qi: int) -> tuple[list[str], float]:
+        """The query's ΔPPL texts (a seeded draw per fact and query) and the unedited perplexity on them."""
+        rng = random.Random(f"{cfg.seed}:ppl:{fi}:{qi}")
         idx = tuple(sorted(rng.sample(range(len(pool)), min(cfg.n_ppl_texts, len(pool)))))
         texts = [pool[j] for j in idx]
         if idx not in ppl_cache:
@@ -292,7 +296,7 @@ def modification_experiment(
                 if op == "update" and cfg.update_rule == "activation" and acts is None:
                     acts = model.last_position_activations(model.to_tokens(qs[i]), post_names)[0][0].float()
                 for sname, ns in chosen.items():
-                    texts, ppl_b = ppl_texts_for_edit()
+                    texts, ppl_b = ppl_texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
                     edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
                         model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
                         rule=cfg.update_rule, activations=acts, size=cfg.update_size)
