@@ -44,6 +44,40 @@ SHAPES = [("subject-first", "The Eiffel Tower is located in the city of", "The E
           ("mid-prompt", "The capital of France is", "France", " Paris")]
 
 
+def flop_floor(model: tlcap.Model, setup) -> dict:  # noqa: ANN001
+    """Counted FLOPs of the per-cell loop vs the compute floor of any exact trace of ``setup``'s cells.
+
+    A restored cell (kind, token t, layer l) differs from the corrupted run only at positions ``>= t``
+    and layers ``>= low`` (its lowest restored layer: ``l`` for ``resid``, the window's first layer for
+    ``mlp``/``attn``); cells before the subject equal the corrupted run. The floor counts, per noise
+    row, only that work — ``(T − t) · (L − low) / L`` of the block stack's per-token cost — plus one
+    unembedding at the last position; the shared corrupted prefix and lower layers are free. The
+    per-cell loop (ROME's scheme) runs every block and the unembedding at every position of every
+    row. Per token: block stack ``2 · (block parameters)``, unembedding ``2 · d_model · d_vocab``
+    (attention-score FLOPs, ``O(T)`` per token, are left out of both).
+
+    Returns:
+        ``{"loop_flops", "floor_flops", "loop_over_floor"}``: ``loop_over_floor`` is the largest
+        speed-up over the loop that an exact engine can reach on this prompt (in FLOPs).
+    """
+    from tlcap.reproduce.cost import ModelShape
+
+    shape = ModelShape.of(model)
+    L, T, n = model.n_layers, setup.n_tokens, setup.samples
+    blk = 2.0 * shape.n_block_params
+    head = 2.0 * shape.d_model * shape.d_vocab
+    s0 = setup.subject_range[0]
+    loop = floor = 0.0
+    for kind in setup.kinds:
+        for t in range(T):
+            for l in setup.layers:
+                loop += n * T * (blk + head)
+                if t >= s0:
+                    low = min(setup.site_layers(kind, l))
+                    floor += n * ((T - t) * blk * (L - low) / L + head)
+    return {"loop_flops": loop, "floor_flops": floor, "loop_over_floor": loop / floor}
+
+
 def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
     """Late expansion vs the previous batched engine vs the per-cell loop, both prompt shapes + dataset mode."""
     from tlcap.data.knowns import load_known_facts
@@ -71,8 +105,9 @@ def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
                "late_s": t_late, "previous_batched_s": t_full, "loop_extrapolated_s": t_loop,
                "loop_cells_measured": len(subset), "speedup_vs_loop": t_loop / t_late,
                "speedup_vs_previous": t_full / t_late, "previous_speedup_vs_loop": t_loop / t_full,
-               "max_abs_diff_late_vs_previous": float((late - full).abs().max()),
+               "max_abs_diff_late_vs_previous": float((late - full).abs().max()), **flop_floor(model, setup),
                "load_1min_before": load0, "load_1min_after": os.getloadavg()[0]}
+        row["share_of_floor_speedup"] = row["speedup_vs_loop"] / row["loop_over_floor"]
         out["shapes"].append(row)
         print(json.dumps(row), flush=True)
     facts = load_known_facts(n=n_facts)
@@ -85,10 +120,11 @@ def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
                       "speedup": ds["previous"] / ds["late"], "load_1min_after": os.getloadavg()[0]}
     print(json.dumps(out["dataset"]), flush=True)
     print(f"\n{'shape':<14} {'tokens':>6} {'late s':>8} {'previous s':>11} {'loop s (extrap.)':>17} "
-          f"{'late vs loop':>13} {'previous vs loop':>17}")
+          f"{'late vs loop':>13} {'previous vs loop':>17} {'floor vs loop':>14}")
     for r in out["shapes"]:
         print(f"{r['shape']:<14} {r['tokens']:>6} {r['late_s']:>8.1f} {r['previous_batched_s']:>11.1f} "
-              f"{r['loop_extrapolated_s']:>17.1f} {r['speedup_vs_loop']:>12.1f}x {r['previous_speedup_vs_loop']:>16.1f}x")
+              f"{r['loop_extrapolated_s']:>17.1f} {r['speedup_vs_loop']:>12.1f}x {r['previous_speedup_vs_loop']:>16.1f}x "
+              f"{r['loop_over_floor']:>13.2f}x")
     d = out["dataset"]
     print(f"dataset mode ({d['facts']} known facts): {d['late_s_per_fact']:.1f} s/fact late, "
           f"{d['previous_s_per_fact']:.1f} s/fact previous ({d['speedup']:.2f}x)")
