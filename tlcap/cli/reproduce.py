@@ -12,12 +12,16 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import torch
 import typer
 
 from tlcap.cli import app
 from tlcap.cli._common import load, seed_everything
+from tlcap.config import check_int
+from tlcap.models import load_model
 
 
 @app.command("reproduce")
@@ -37,8 +41,11 @@ def reproduce_cmd(
     reprobe: bool = typer.Option(False, "--reprobe", help="Re-run the calibration probe (it is cached per machine)."),
     device: str | None = typer.Option(None, "--device", help="torch device (default: the model's)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars inside stages."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Stages computed at once, each in its own process with "
+                                                     "cpus/jobs threads (e.g. 2 on a 2-core CPU)."),
 ) -> None:
     """Reproduce the CNL and/or QL paper: every table and figure, with CIs and verdicts."""
+    from tlcap.reproduce.parallel import threads_per_job  # noqa: PLC0415
     from tlcap.reproduce.run import build_stages, cached_calibration, papers_of, plan_lines, predictions, reproduce  # noqa: PLC0415
     from tlcap.reproduce.scales import get_scale  # noqa: PLC0415 - commands import lazily (fast --help)
     from tlcap.reproduce.stages import Runner  # noqa: PLC0415
@@ -50,18 +57,23 @@ def reproduce_cmd(
         from tlcap.errors import OutputPathError  # noqa: PLC0415
 
         raise OutputPathError(f"--out {out} is a file; give a folder")
+    check_int("jobs", jobs, min=1, cli="--jobs")
     seed_everything(seed)
     m = load(model, device=device)
+    if jobs > 1:
+        torch.set_num_threads(threads_per_job(jobs))
     if dry_run:
         cache = cache_dir or out / "cache"
         runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, m)
         plan = runner.plan(stages_only)
         cal = cached_calibration(m, cache, runner.model_id, reprobe=reprobe)
-        for line in plan_lines(runner, plan, predictions(runner, plan, cal)):
+        for line in plan_lines(runner, plan, predictions(runner, plan, cal), jobs):
             typer.echo(line)
         return
+    loader = functools.partial(load_model, model, device=str(m.device), dtype=m.dtype) if jobs > 1 else None
     run = reproduce(m, out, papers=papers, scale=sc, seed=seed, data_dir=data_dir, only=stages_only, n_boot=n_boot,
-                    cache_dir=cache_dir, reprobe=reprobe, progress=progress, echo=typer.echo, model_name=model)
+                    cache_dir=cache_dir, reprobe=reprobe, progress=progress and jobs == 1, echo=typer.echo,
+                    model_name=model, jobs=jobs, load=loader)
     s = run.report.summary()
     typer.echo(f"{s['n_rows']} rows: " + ", ".join(f"{v} {k}" for k, v in s["verdicts"].items()))
     typer.echo(f"report: {out / 'report.md'}  {out / 'report.html'}")

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,9 +27,11 @@ from typing import Any
 
 import torch
 
-from tlcap.errors import TlcapError, UnknownNameError
+from tlcap.config import check_int
+from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
 from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
+from tlcap.reproduce.parallel import makespan, run_parallel, threads_per_job, worker_spec
 from tlcap.reproduce.probe import calibrate
 from tlcap.reproduce.ql_stages import ql_stages
 from tlcap.reproduce.render import write_report
@@ -91,8 +94,11 @@ def predictions(runner: Runner, plan: Sequence[Stage], cal: Calibration) -> dict
     return out
 
 
-def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction | None]) -> list[str]:
-    """The plan as printed before starting: one line per stage with its predicted time and peak memory."""
+def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction | None], jobs: int = 1) -> list[str]:
+    """The plan as printed before starting: one line per stage with its predicted time and peak memory.
+
+    With ``jobs > 1`` the last line adds the predicted wall time of the parallel run (:func:`makespan`).
+    """
     lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'peak mem':>9}  what"]
     total, peak = 0.0, 0
     for s in plan:
@@ -104,6 +110,10 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
         lines.append(f"{s.name:<22} {status:<9} {fmt_seconds(p.seconds) if p else '–':>10} "
                      f"{fmt_bytes(p.peak_bytes) if p else '–':>9}  {s.pending or s.description}")
     lines.append(f"{'total':<22} {'':<9} {fmt_seconds(total):>10} {fmt_bytes(peak):>9}")
+    if jobs > 1:
+        wall = makespan(plan, {n: p.seconds if p else None for n, p in pred.items()}, jobs)
+        lines.append(f"{'wall, ' + str(jobs) + ' jobs':<22} {'':<9} {fmt_seconds(wall):>10} {fmt_bytes(peak * jobs):>9}"
+                     f"  {jobs} processes of {threads_per_job(jobs)} thread(s), longest ready stage first")
     return lines
 
 
@@ -176,7 +186,8 @@ class ReproduceRun:
 def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, scale: str | ScaleConfig = "smoke",
               seed: int = 0, data_dir: str | None = None, only: Sequence[str] | None = None, n_boot: int | None = None,
               cache_dir: str | Path | None = None, reprobe: bool = False, progress: bool = False,
-              keep_going: bool = True, echo: Echo | None = None, model_name: str | None = None) -> ReproduceRun:
+              keep_going: bool = True, echo: Echo | None = None, model_name: str | None = None, jobs: int = 1,
+              load: Callable[[], Any] | None = None) -> ReproduceRun:
     """Run (or load from the cache) every stage of ``papers`` at ``scale`` and write the report into ``out``.
 
     Args:
@@ -194,6 +205,10 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
         keep_going: A failing stage is reported (its dependents blocked) instead of stopping the run.
         echo: Where the plan and the cost table are printed (default: nowhere).
         model_name: Our model's name in the report (default ``model.name``).
+        jobs: Stages computed at once by worker processes of ``cpus // jobs`` threads each
+            (:mod:`tlcap.reproduce.parallel`); 1 = in this process.
+        load: With ``jobs > 1``: a picklable zero-argument callable that loads the same model in a
+            worker (``functools.partial(load_model, "smollm2-135m")``).
 
     Returns:
         A :class:`ReproduceRun`.
@@ -202,6 +217,12 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
         >>> run = reproduce(model, "runs/repro", papers=("cnl", "ql"), scale="smoke", echo=print)
     """
     say = echo or (lambda _s: None)
+    check_int("jobs", jobs, min=1, cli="--jobs")
+    if jobs > 1 and load is None:
+        raise InvalidConfigError("jobs > 1 needs load=, a picklable callable that loads the model in a worker "
+                                 "(e.g. functools.partial(load_model, 'smollm2-135m'))")
+    if jobs > 1:  # the probe calibrates the workers' thread count
+        torch.set_num_threads(threads_per_job(jobs))
     sc = scale if isinstance(scale, ScaleConfig) else get_scale(scale)
     papers = tuple(p for p in PAPERS if p in papers)
     out = Path(out)
@@ -214,7 +235,7 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
     pred = predictions(runner, plan, cal) if cal is not None else dict.fromkeys(s.name for s in plan)
     if cal is not None:
         say(f"calibration probe: {cal.device}, load {cal.load if cal.load is not None else '?'}, {cal.seconds:.0f} s")
-    for line in plan_lines(runner, plan, pred):
+    for line in plan_lines(runner, plan, pred, jobs):
         say(line)
 
     def on_stage(stage: Stage, status: str) -> None:
@@ -222,7 +243,13 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
             rec = runner.records[stage.name]
             say(f"  {stage.name}: {status} ({fmt_seconds(rec.seconds)}){' - ' + rec.note if rec.note else ''}")
 
-    records = runner.run(plan, on_stage=on_stage)
+    if jobs > 1:
+        assert load is not None
+        spec = worker_spec(load, functools.partial(build_stages, papers, sc, seed=seed, data_dir=data_dir), cache, jobs)
+        records = run_parallel(runner, plan, spec, jobs, {n: p.seconds if p else None for n, p in pred.items()},
+                               on_stage=on_stage)
+    else:
+        records = runner.run(plan, on_stage=on_stage)
     rb = RowBuilder(model_name or str(getattr(model, "name", "model")), {p: REFERENCE[p] for p in papers})
     get, why = _get(runner), _why(runner, {s.name for s in plan})
     boots = n_boot if n_boot is not None else sc.n_boot
@@ -242,7 +269,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
     say("predicted vs measured:")
     for line in cost_lines(rows):
         say(line)
-    return ReproduceRun(report, tuple(records), tuple(files), tuple(runner.executed))
+    executed = runner.executed if jobs == 1 else [r.name for r in records if r.status == "computed"]
+    return ReproduceRun(report, tuple(records), tuple(files), tuple(executed))
 
 
 __all__ = ["reproduce", "ReproduceRun", "build_stages", "papers_of", "cached_calibration", "predictions", "plan_lines",

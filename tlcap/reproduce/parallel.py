@@ -1,0 +1,175 @@
+"""Stages in parallel: ``jobs`` worker processes share one stage cache (``tlcap reproduce --jobs N``).
+
+A 135M-parameter model keeps a CPU core busy with one thread but gains little from a second
+(small matrices: intra-op threads wait for each other at every operator), while the stages of a
+reproduction are mostly independent (five CNL locates, three QL localizations, the evaluation
+suite). So ``jobs`` processes of ``cpus // jobs`` threads each run different stages at once.
+
+The parent keeps the plan: a stage is dispatched when every stage it depends on is in the cache,
+longest predicted first; pending, blocked and cached stages are resolved by the parent as in a
+sequential run. Each worker loads the model once (``load``, a picklable zero-argument callable
+such as ``functools.partial(load_model, "smollm2-135m")``), builds the same stages, computes one
+stage at a time and saves it into the shared cache (content-addressed: the key is the same in
+every process, and a finished folder is renamed into place atomically). A worker whose model
+gives other keys than the parent's (another model) is an error, not a silent recomputation.
+Results are the sequential run's: each stage is computed by exactly one process from the same
+inputs and seeds (tested).
+
+Example:
+    >>> from functools import partial
+    >>> run = reproduce(model, "runs/repro", scale="cpu", jobs=2, load=partial(load_model, "smollm2-135m"))
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tlcap.reproduce.stages import Runner, Stage, StageError, StageRecord
+
+_WORKER: dict[str, Runner] = {}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process needs to rebuild the parent's runner (every field picklable).
+
+    Attributes:
+        load: Zero-argument callable returning the model (the parent's model, loaded again).
+        stages: Zero-argument callable returning the stages (the parent's :func:`build_stages` call).
+        cache_dir: The shared stage cache.
+        threads: torch intra-op threads of the worker.
+    """
+
+    load: Callable[[], Any]
+    stages: Callable[[], Sequence[Stage]]
+    cache_dir: str
+    threads: int
+
+
+def _init_worker(spec: WorkerSpec) -> None:
+    torch.set_num_threads(spec.threads)
+    _WORKER["runner"] = Runner(spec.stages(), spec.cache_dir, spec.load(), keep_going=True)
+
+
+def _run_in_worker(name: str) -> StageRecord:
+    runner = _WORKER["runner"]
+    return runner.run_stage(runner.stage(name))
+
+
+def threads_per_job(jobs: int, cpus: int | None = None) -> int:
+    """torch threads of each of ``jobs`` workers on ``cpus`` cores (at least one)."""
+    return max(1, (cpus or multiprocessing.cpu_count()) // jobs)
+
+
+def makespan(plan: Sequence[Stage], seconds: Mapping[str, float | None], jobs: int) -> float:
+    """Wall time of ``plan`` on ``jobs`` workers with :func:`run_parallel`'s policy (an event simulation).
+
+    Whenever a worker is free, the longest stage whose dependencies have finished starts (plan
+    order on ties).
+
+    Args:
+        plan: Stages in dependency order.
+        seconds: Predicted seconds per stage (``None`` or missing: 0, e.g. cached).
+        jobs: Workers.
+
+    Returns:
+        The simulated wall time in seconds.
+    """
+    cost = {s.name: float(seconds.get(s.name) or 0.0) for s in plan}
+    names = {s.name for s in plan}
+    deps = {s.name: [d for d in s.deps if d in names] for s in plan}
+    todo = [s.name for s in plan]
+    done: set[str] = set()
+    running: list[tuple[float, str]] = []
+    t = 0.0
+    while todo or running:
+        ready = sorted((n for n in todo if all(d in done for d in deps[n])), key=lambda n: -cost[n])
+        for n in ready[: max(1, jobs) - len(running)]:
+            running.append((t + cost[n], n))
+            todo.remove(n)
+        if not running:
+            raise StageError(f"stages {todo} wait for stages that are not planned")
+        t = min(f for f, _ in running)
+        done |= {n for f, n in running if f <= t}
+        running = [(f, n) for f, n in running if f > t]
+    return t
+
+
+def run_parallel(
+    runner: Runner,
+    plan: Sequence[Stage],
+    spec: WorkerSpec,
+    jobs: int,
+    seconds: Mapping[str, float | None] | None = None,
+    on_stage: Callable[[Stage, str], None] | None = None,
+) -> list[StageRecord]:
+    """Run ``plan`` on ``jobs`` worker processes (module docstring); returns the records in plan order.
+
+    Args:
+        runner: The parent's runner (its records are filled; its outputs load from the cache).
+        plan: Stages in dependency order (:meth:`Runner.plan`).
+        spec: How the workers rebuild the model and the stages.
+        jobs: Worker processes, ``>= 1``.
+        seconds: Predicted seconds per stage: the longest ready stage is dispatched first.
+        on_stage: ``on_stage(stage, "start" | status)``, as :meth:`Runner.run`.
+
+    Raises:
+        StageError: a worker's model gives other cache keys than the parent's.
+    """
+    seconds = seconds or {}
+    names = {s.name for s in plan}
+    todo = list(plan)
+    running: dict[Future, Stage] = {}
+    note = on_stage or (lambda _s, _st: None)
+
+    def settled(s: Stage) -> bool:
+        return all(d in runner.records or d not in names for d in s.deps)
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(spec,)) as pool:
+        try:
+            while todo or running:
+                for s in [s for s in todo if settled(s)]:  # what the parent resolves itself
+                    blocked = any(runner.records[d].status in ("pending", "blocked", "failed") for d in s.deps if d in names)
+                    if s.pending or blocked or runner.is_cached(s.name):
+                        note(s, "start")
+                        note(s, runner.run_stage(s).status)
+                        todo.remove(s)
+                ready = sorted((s for s in todo if settled(s)), key=lambda s: -float(seconds.get(s.name) or 0.0))
+                for s in ready[: jobs - len(running)]:
+                    note(s, "start")
+                    running[pool.submit(_run_in_worker, s.name)] = s
+                    todo.remove(s)
+                if not running:
+                    if todo:  # nothing runs and nothing is ready: a dependency outside the plan
+                        raise StageError(f"stages {[s.name for s in todo]} wait for stages that are not planned")
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    s = running.pop(fut)
+                    rec = fut.result()
+                    if rec.status == "computed" and not runner.is_cached(s.name):
+                        raise StageError(f"a worker computed {s.name} under another key ({rec.key}, parent "
+                                         f"{runner.key(s.name)}): the workers' model is not the parent's")
+                    runner.records[s.name] = rec
+                    note(s, rec.status)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [runner.records[s.name] for s in plan]
+
+
+def worker_spec(load: Callable[[], Any], stages: Callable[[], Sequence[Stage]], cache_dir: str | Path,
+                jobs: int) -> WorkerSpec:
+    """A :class:`WorkerSpec` with ``cpus // jobs`` threads per worker."""
+    return WorkerSpec(load=load, stages=stages, cache_dir=str(cache_dir), threads=threads_per_job(jobs))
+
+
+__all__ = ["WorkerSpec", "makespan", "run_parallel", "threads_per_job", "worker_spec"]
