@@ -197,3 +197,93 @@ def test_irrelevant_synapses_come_from_a_random_fact_of_another_relation(tiny_gp
     assert len(set(ir[ir.relation == "P36"].source)) > 1  # drawn, not always the next fact's query
     again = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
     assert list(again.to_frame().source) == list(df.source)
+
+
+def _fk_sets(relation, subject, obj, kn_sets, shape=(2, 8)):
+    """A FactKNs whose queries select exactly ``kn_sets`` (score 1 on the set, 0 elsewhere; rule 0.2·max)."""
+    scores = torch.zeros(len(kn_sets), *shape)
+    for q, s in enumerate(kn_sets):
+        for layer, j in s:
+            scores[q, layer, j] = 1.0
+    qs = tuple(f"q{q} {subject}" for q in range(len(kn_sets)))
+    return FactKNs(scores, tuple(0.5 for _ in kn_sets), Fact(relation, subject, obj, qs).to_dict())
+
+
+def test_facts_with_fewer_than_three_queries_are_reported_apart():
+    """Item 7: facts with < 3 queries (CS1 ≡ CS2) are left out of K_I/K_II, Welch and Otsu, and counted."""
+    import warnings
+
+    from tlcap.data.sample import DataWarning
+    from tlcap.experiments.ql import consistency_analysis
+    from tlcap.metrics.stats import otsu_threshold, welch_t_test
+
+    a, b, c, d = (0, 0), (0, 1), (1, 2), (1, 3)
+    locs = [
+        _fk_sets("P1", "s0", "o", [{a, b}, {a, b}, {a, b}]),      # CS2 1: K_I
+        _fk_sets("P1", "s1", "o", [{a}, {a, b}, {a, c}]),         # CS2 1/3: share of the union in > 1 set
+        _fk_sets("P1", "s2", "o", [{a}, {b}, {c}]),               # CS2 0: K_II
+        _fk_sets("P1", "s3", "o", [{a, b, c}, {a}, {d}]),         # CS2 1/4 (only a is in two sets)
+        _fk_sets("P2", "s4", "o", [{c}, {d}]),                    # 2 queries: CS2 0
+        _fk_sets("P2", "s5", "o", [{c, d}, {c, d}]),              # 2 queries: CS2 1
+    ]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        res = consistency_analysis({"ig": locs}, static_threshold=0.3)
+    assert any(issubclass(x.category, DataWarning) and "2 fact(s) have fewer than 3 queries" in str(x.message) for x in w)
+    df = res.to_frame()
+    assert list(df.cs2) == pytest.approx([1.0, 1 / 3, 0.0, 0.25, 0.0, 1.0])
+    st = res.stats("ig", "static")
+    # only the four facts with 3 queries: K_I = CS2 > 0.3 = {s0, s1}, K_II = {s2, s3}
+    assert st["k1_ratio"] == 0.5 and st["k2_ratio"] == 0.5
+    assert st["mean_cs2_k1"] == pytest.approx(2 / 3) and st["mean_cs2_k2"] == pytest.approx(0.125)
+    assert (st["welch_t"], st["welch_p"]) == pytest.approx(welch_t_test([1.0, 1 / 3], [0.0, 0.25]))
+    assert st["n_few_queries"] == 2 and st["mean_cs2_few_queries"] == pytest.approx(0.5)
+    assert st["mean_cs2"] == pytest.approx((1 + 1 / 3 + 0 + 0.25) / 4)
+    assert res.otsu_thresholds["ig"] == pytest.approx(otsu_threshold([1.0, 1 / 3, 0.0, 0.25]))
+
+
+def test_locality_prompts_are_a_seeded_draw_of_other_relations_and_objects(tiny_gpt2, monkeypatch):
+    """Item 6: Loc is measured on first queries of facts of other relations with other objects (seeded)."""
+    import random
+
+    import tlcap.experiments.ql.modification as mod
+
+    m = tiny_gpt2
+    rel = {"P36": ("The capital of {} is", "{}'s capital is"), "P103": ("The language of {} is", "{} spoke")}
+    facts = [("P36", "France", "Paris"), ("P36", "Italy", "Rome"), ("P103", "Hugo", "French"),
+             ("P103", "Dante", "Italian"), ("P103", "Rome", "Paris")]
+    locs = [_fk(m, r, s, o, [q.format(s) for q in rel[r]], i) for i, (r, s, o) in enumerate(facts)]
+    seen: list[list[str]] = []
+    real = mod.next_token_logits
+
+    def spy(model, prompts):
+        seen.append(list(prompts))
+        return real(model, prompts)
+
+    monkeypatch.setattr(mod, "next_token_logits", spy)
+    modification_experiment(m, locs, ["K_I"] * 5, operations=("erasure",), sets=("local",), ppl_texts=TEXTS,
+                            n_ppl_texts=1, n_locality=2, only_known=False, edit_queries=1, progress=False)
+    # per fact: the locality prompts (clean), the fact's queries (clean), then per edit queries + locality
+    for fi, (r, _, o) in enumerate(facts):
+        pool = [j for j, (r2, _, o2) in enumerate(facts) if r2 != r and o2 != o]
+        want = [locs[j].queries[0] for j in random.Random(f"0:loc:{fi}").sample(pool, min(2, len(pool)))]
+        assert want in seen, (fi, want)
+        if fi == 0:  # fact 4 is of another relation but has fact 0's object (Paris): never a source of fact 0
+            assert pool == [2, 3]
+
+
+def test_table2_names_the_update_rule_and_size(tiny_gpt2):
+    """Item 3: Table 2 and summary.json say which Update rule (and write size) produced the rows."""
+    m = tiny_gpt2
+    qs = ["The capital of {} is", "{}'s capital is"]
+    locs = [_fk(m, "P36", "France", "Paris", [q.format("France") for q in qs], 0),
+            _fk(m, "P36", "Italy", "Rome", [q.format("Italy") for q in qs], 1)]
+    kw = dict(sets=("local",), ppl_texts=TEXTS, n_ppl_texts=1, only_known=False, edit_queries=1, progress=False)
+    for rule, size in (("activation", 2.0), ("paper", 1.0)):
+        res = modification_experiment(m, locs, ["K_I", "K_I"], update_rule=rule, update_size=size, **kw)
+        t = res.table()
+        assert dict(zip(t.operation, t.rule)) == {"erasure": "erasure", "update": rule}
+        s = res.summary()
+        assert (s["update_rule"], s["update_size"]) == (rule, size)
+        assert {r["rule"] for r in s["table"]} == {"erasure", rule}
+        assert set(res.to_frame().rule) == {"erasure", rule}
