@@ -15,6 +15,14 @@ starts at :data:`AUTO_START` nodes; while a unit's completeness error
 ``tol · |ΔP_l|``; the fewest whose removal would bring the rest within the target) are
 recomputed with twice the nodes (up to ``max_steps``). A layer's
 result is exactly the fixed-size result at the size it ended with (``steps_used``).
+
+The ``trapezoid`` rule is refined without recomputing a node: it starts at ``AUTO_START + 1``
+points (``AUTO_START`` intervals) and a refinement halves the intervals, which adds only the
+midpoints of the current ones: ``T_2n = (T_n + M_n) / 2`` with ``M_n`` the midpoint rule on the
+same ``n`` intervals, so a layer that ends at ``2^k·4 + 1`` points cost exactly that many gradient
+rows (Gauss–Legendre, not nested, costs every earlier round again). A rule whose first node is
+``α = 0`` (``left``, ``linspace``, ``trapezoid``, ``cnl``) uses that row as the baseline row of the
+completeness check instead of running a second one.
 """
 
 from __future__ import annotations
@@ -108,6 +116,7 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
     grad_acc = torch.zeros(n_u * n_li, W.shape[-1], dtype=torch.float64, device=dev)
     p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
     rules = {int(m): quadrature(int(m), cfg.rule) for m in steps.unique().tolist() if m > 0}
+    zero_first = {m: bool(a[0] == 0.0) for m, (a, _) in rules.items()}  # α = 0 is the baseline row itself
     tids = torch.tensor([u.target_id for u in units])
     last = [u.context[-1] for u in units]
     for group in _layer_groups(n_li, cfg.layer_chunks):
@@ -118,12 +127,13 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
                 if m == 0:
                     continue
                 a, w = rules[m]
-                k = len(a) + int(with_base)
+                extra = int(with_base and not zero_first[m])
+                k = len(a) + extra
                 ru += [g] * k
                 rl += [i] * k
-                ra += a.tolist() + [0.0] * int(with_base)
-                rw += w.tolist() + [0.0] * int(with_base)
-                rb += [False] * len(a) + [True] * int(with_base)
+                ra += a.tolist() + [0.0] * extra
+                rw += w.tolist() + [0.0] * extra
+                rb += ([with_base] + [False] * (len(a) - 1) if zero_first[m] else [False] * len(a)) + [True] * extra
         for s in range(0, len(ru), batch_rows):
             u_ = torch.tensor(ru[s:s + batch_rows])
             l_ = torch.tensor(rl[s:s + batch_rows])
@@ -167,25 +177,35 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
     across units; ``cfg.steps`` fixed or ``"auto"``."""
     n_u, n_li = len(units), len(layers)
     auto = cfg.steps == "auto"
-    m0 = min(AUTO_START, int(cfg.max_steps)) if auto else int(cfg.steps)
+    nested = auto and cfg.rule == "trapezoid"  # refined by adding midpoints (module docstring)
+    m0 = min(AUTO_START + int(nested), int(cfg.max_steps)) if auto else int(cfg.steps)
     steps = torch.full((n_u, n_li), m0, dtype=torch.long)
     attr, p_base = run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base=True)
-    evaluations = torch.full((n_u,), n_li * (len(quadrature(m0, cfg.rule)[0]) + 1), dtype=torch.long)
+    a0 = quadrature(m0, cfg.rule)[0]
+    evaluations = torch.full((n_u,), n_li * (len(a0) + int(bool(a0[0] != 0.0))), dtype=torch.long)
     p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
     delta = p_clean[:, None] - p_base
+    mid = cfg.replace(rule="midpoint")
     while auto:
         err = (attr.sum(-1) - delta).abs()
         den = delta.abs().sum(1)
         budget = cfg.tol * den.clamp_min(DELTA_FLOOR)
-        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (steps * 2 <= cfg.max_steps))
+        bigger = steps * 2 - 1 if nested else steps * 2
+        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (bigger <= cfg.max_steps) & (steps > 1))
         if not bool(redo.any()):
             break
-        new = torch.where(redo, steps * 2, torch.zeros_like(steps))
-        a2, _ = run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, new, with_base=False)
-        attr[redo] = a2[redo]
-        steps = torch.where(redo, new, steps)
-        evaluations += torch.tensor([sum(len(quadrature(int(m), cfg.rule)[0]) for m in row if m > 0)
-                                     for row in new.tolist()], dtype=torch.long)
+        if nested:  # the midpoints of the current intervals: T_2n = (T_n + M_n) / 2
+            run = torch.where(redo, steps - 1, torch.zeros_like(steps))
+            a2, _ = run_rows(model, units, prefix, hook_names, layers, mid, batch_rows, run, with_base=False)
+            attr[redo] = 0.5 * (attr[redo] + a2[redo])
+        else:
+            run = torch.where(redo, bigger, torch.zeros_like(steps))
+            a2, _ = run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, run, with_base=False)
+            attr[redo] = a2[redo]
+        steps = torch.where(redo, bigger, steps)
+        rule = "midpoint" if nested else cfg.rule
+        evaluations += torch.tensor([sum(len(quadrature(int(m), rule)[0]) for m in row if m > 0) for row in run.tolist()],
+                                    dtype=torch.long)
     return UnitsIG(attr=attr, p_base=p_base, steps_used=steps, evaluations=evaluations)
 
 
