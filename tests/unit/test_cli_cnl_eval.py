@@ -108,6 +108,15 @@ def test_cli_compare(tmp_path):
     assert s["kn"]["overlap"]["value"] == pytest.approx(30.0) and s["kn"]["overlap"]["paper"] == 37.3
     assert s["cnl"]["ipp"]["value"] == pytest.approx(20.0) and s["cnl"]["neuron"]["value"] is None
     assert (out / "table4.csv").exists() and (out / "table4.html").exists()
+    # a saved erase result (e.g. a reproduce stage's sigma3/) is read through its summary()
+    from tlcap.experiments.cnl.erase import EraseResult
+
+    EraseResult("emotion", 0.7, 0.2, 0.5, (0.5, 0.45, 0.6, 0.4, 0.55), n_neurons=10, n_eval=20).save(tmp_path / "sigma3")
+    out2 = tmp_path / "t4b"
+    run = run_cli(["cnl", "compare", "--fidelity", str(tmp_path / "fid"), "--cnl-locate", str(tmp_path / "loc.json"),
+                   "--cnl-erase", str(tmp_path / "sigma3"), "--out", str(out2)])
+    assert run.code == 0, run.stderr[-3000:]
+    assert json.loads((out2 / "summary.json").read_text())["cnl"]["ipp"]["value"] == pytest.approx(20.0)
     assert_cli_error(["cnl", "compare", "--fidelity", str(tmp_path / "rel"), "--out", str(tmp_path / "y")],
                      "holds a ReliabilityResult, not the result of `tlcap cnl fidelity`", out=tmp_path / "y", exact=False)
     assert_cli_error(["cnl", "compare", "--out", str(tmp_path / "y")],

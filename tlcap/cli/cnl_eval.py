@@ -221,9 +221,13 @@ def decouple_cmd(
 
 
 def _json(path: Path | None, what: str) -> dict | None:
+    """A command's summary: its ``summary.json``, its ``--out`` folder, or a saved result folder (e.g. a
+    ``tlcap reproduce`` stage's ``location/`` or ``sigma3/``), whose ``summary()`` is that summary."""
     if path is None:
         return None
     path = Path(path)
+    if path.is_dir() and not (path / "summary.json").is_file() and (path / "result.json").is_file():
+        return load_result(path).summary()
     if path.is_dir():
         path = path / "summary.json"
     if not path.is_file():
@@ -248,8 +252,10 @@ def _result(path: Path | None, kind: type, what: str):  # noqa: ANN202
 def compare_cmd(
     fidelity_dir: Path | None = typer.Option(None, "--fidelity", help="--out folder of `tlcap cnl fidelity`."),
     reliability_dir: Path | None = typer.Option(None, "--reliability", help="--out folder of `tlcap cnl reliability`."),
-    cnl_locate: Path | None = typer.Option(None, help="summary.json (or --out) of `tlcap cnl locate`: CNL overlap."),
-    cnl_erase: Path | None = typer.Option(None, help="summary.json (or --out) of `tlcap cnl erase --n-random 5`: CNL IPP."),
+    cnl_locate: Path | None = typer.Option(None, help="summary.json (or --out, or a saved result such as a reproduce "
+                                                      "stage's location/) of `tlcap cnl locate`: CNL overlap."),
+    cnl_erase: Path | None = typer.Option(None, help="summary.json (or --out, or a saved result such as a reproduce "
+                                                     "stage's sigma3/) of `tlcap cnl erase --n-random 5`: CNL IPP."),
     model: str | None = typer.Option(None, help="Model whose parameter counts give the CNL neuron share."),
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
