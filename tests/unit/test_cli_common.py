@@ -143,3 +143,23 @@ def test_read_only_parent_is_refused(tmp_path, monkeypatch):
     with pytest.raises(OutputPathError, match=r"cannot be written \(.* is read-only\); choose another --out"):
         with staged_output(tmp_path / "run"):
             pass
+
+
+def test_sigterm_stops_a_command_like_ctrl_c():
+    """``kill`` raises KeyboardInterrupt in the main thread, so checkpoints are saved as on Ctrl-C."""
+    import os
+    import signal
+    import time
+
+    import pytest
+
+    from tlcap.cli import stop_on_sigterm
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        stop_on_sigterm()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler runs at the next bytecode
+    finally:
+        signal.signal(signal.SIGTERM, old)

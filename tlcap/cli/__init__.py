@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import signal
+import threading
 from collections.abc import Sequence
 
 import typer
@@ -54,9 +56,26 @@ def _fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, a scheduler's time limit) stop a command the way Ctrl-C does.
+
+    The long commands save their checkpoints and remove partial outputs on ``KeyboardInterrupt``;
+    Python's default SIGTERM exits without unwinding, which would lose the items since the last
+    periodic save. (A command started in the background of a non-interactive shell ignores
+    SIGINT, so ``kill`` is how such a run is stopped.)
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``tlcap`` console script (``argv``: arguments, default ``sys.argv[1:]``)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    stop_on_sigterm()
     _load_commands()
     try:
         rv = app(args=None if argv is None else list(argv), prog_name="tlcap", standalone_mode=False)
