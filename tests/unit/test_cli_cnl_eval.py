@@ -117,6 +117,9 @@ def test_cli_compare(tmp_path):
                    "--cnl-erase", str(tmp_path / "sigma3"), "--out", str(out2)])
     assert run.code == 0, run.stderr[-3000:]
     assert json.loads((out2 / "summary.json").read_text())["cnl"]["ipp"]["value"] == pytest.approx(20.0)
+    assert_cli_error(["cnl", "compare", "--fidelity", str(tmp_path / "fid"), "--cnl-locate", str(tmp_path / "sigma3"),
+                      "--out", str(tmp_path / "z")], "holds a EraseResult, not the result of `tlcap cnl locate`",
+                     out=tmp_path / "z", exact=False)
     assert_cli_error(["cnl", "compare", "--fidelity", str(tmp_path / "rel"), "--out", str(tmp_path / "y")],
                      "holds a ReliabilityResult, not the result of `tlcap cnl fidelity`", out=tmp_path / "y", exact=False)
     assert_cli_error(["cnl", "compare", "--out", str(tmp_path / "y")],

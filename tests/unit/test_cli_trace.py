@@ -65,6 +65,9 @@ def test_edit_single_layer_and_all_layers(tmp_path):
         (["--occurrence", "1"], "occurrence (--occurrence) must be in -1..0: subject 'France' occurs 1 time in the "
                                 "prompt, got 1"),
         (["--target", " "], "target (--target) must not be empty"),
+        (["--tokens", "3,abc"], "tokens (--tokens) 'abc' in '3,abc' is not a position; give all, subject, last_subject "
+                                "or positions such as 0,3,-1 (counted with the BOS under --bos)"),
+        (["--tokens", "first"], "unknown tokens 'first' (--tokens); choose one of: all, subject, last_subject"),
     ],
 )
 def test_trace_bad_option_fails_before_any_work(tmp_path, extra, message):

@@ -23,6 +23,45 @@ def _stage(name, deps=()):
     return Stage(name, lambda ctx: {}, Config(), deps=tuple(deps))
 
 
+def _fails(ctx):
+    raise RuntimeError("boom")
+
+
+def _makes_a_result(ctx):
+    from tlcap.experiments.cnl.erase import EraseResult
+
+    return {"r": EraseResult("t", 0.5, 0.25, 0.5, (0.5,), n_neurons=1, n_eval=4)}
+
+
+def _graph():
+    """a fails; b needs a; c needs b; d and e (needs d) are fine."""
+    return [Stage("a", _fails, Config()), Stage("b", _makes_a_result, Config(), deps=("a",)),
+            Stage("c", _makes_a_result, Config(), deps=("b",)), Stage("d", _makes_a_result, Config()),
+            Stage("e", _makes_a_result, Config(), deps=("d",))]
+
+
+def _no_model():
+    return None
+
+
+def test_failed_stage_blocks_its_dependents_in_parallel_as_in_sequence(tmp_path):
+    from tlcap.reproduce.parallel import run_parallel, worker_spec
+    from tlcap.reproduce.stages import Runner
+
+    seq = Runner(_graph(), tmp_path / "seq", None, keep_going=True)
+    want = {r.name: r.status for r in seq.run(seq.plan())}
+    assert want == {"a": "failed", "b": "blocked", "c": "blocked", "d": "computed", "e": "computed"}
+    par = Runner(_graph(), tmp_path / "par", None, keep_going=True)
+    recs = run_parallel(par, par.plan(), worker_spec(_no_model, _graph, tmp_path / "par", 2), 2)
+    assert {r.name: r.status for r in recs} == want
+    again = Runner(_graph(), tmp_path / "par", None, keep_going=True)  # a rerun: cached stages stay in the parent
+    recs = run_parallel(again, again.plan(), worker_spec(_no_model, _graph, tmp_path / "par", 2), 2)
+    assert {r.name: r.status for r in recs} == {**want, "d": "cached", "e": "cached"}
+    strict = Runner(_graph(), tmp_path / "strict", None, keep_going=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_parallel(strict, strict.plan(), worker_spec(_no_model, _graph, tmp_path / "strict", 2, keep_going=False), 2)
+
+
 def test_makespan_is_the_greedy_schedule_by_hand():
     plan = [_stage("a"), _stage("b"), _stage("c", ["a"]), _stage("d"), _stage("e", ["b", "d"])]
     sec = {"a": 10, "b": 5, "c": 3, "d": 2, "e": 4}

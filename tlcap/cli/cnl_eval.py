@@ -28,6 +28,8 @@ from tlcap.cli.cnl import cnl_app
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
 from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError
+from tlcap.experiments.cnl.erase import EraseResult
+from tlcap.experiments.cnl.locate import CNLLocation
 from tlcap.experiments.cnl_eval import (
     DecouplingConfig,
     FidelityConfig,
@@ -220,14 +222,19 @@ def decouple_cmd(
                "(overlap-normalised; paper 0.156 / 0.073 / 0.086)")
 
 
-def _json(path: Path | None, what: str) -> dict | None:
+def _json(path: Path | None, what: str, kind: type | None = None) -> dict | None:
     """A command's summary: its ``summary.json``, its ``--out`` folder, or a saved result folder (e.g. a
     ``tlcap reproduce`` stage's ``location/`` or ``sigma3/``), whose ``summary()`` is that summary."""
     if path is None:
         return None
     path = Path(path)
+    if path.name == "result.json" and path.is_file():
+        path = path.parent
     if path.is_dir() and not (path / "summary.json").is_file() and (path / "result.json").is_file():
-        return load_result(path).summary()
+        res = load_result(path)
+        if kind is not None and not isinstance(res, kind):
+            raise DataFormatError(f"{path} holds a {type(res).__name__}, not the result of {what}")
+        return res.summary()
     if path.is_dir():
         path = path / "summary.json"
     if not path.is_file():
@@ -265,7 +272,8 @@ def compare_cmd(
         raise InvalidConfigError("compare needs at least one of --fidelity, --reliability, --cnl-locate")
     fid = _result(fidelity_dir, FidelityResult, "`tlcap cnl fidelity`")
     rel = _result(reliability_dir, ReliabilityResult, "`tlcap cnl reliability`")
-    loc, era = _json(cnl_locate, "`tlcap cnl locate`"), _json(cnl_erase, "`tlcap cnl erase`")
+    loc = _json(cnl_locate, "`tlcap cnl locate`", CNLLocation)
+    era = _json(cnl_erase, "`tlcap cnl erase`", EraseResult)
     with staged_output(out, overwrite=overwrite) as stage:
         counts = param_counts(load(model)) if model else None
         res = compare(fid, rel, cnl_locate=loc, cnl_erase=era, counts=counts)

@@ -47,12 +47,20 @@ def parse_kinds(spec: str) -> tuple[str, ...]:
 
 
 def parse_tokens(spec: str) -> str | tuple[int, ...]:
-    """``"last_subject"`` → itself; ``"0,3,-1"`` → ``(0, 3, -1)`` (checked by :class:`TraceConfig`)."""
+    """``"last_subject"`` → itself; ``"0,3,-1"`` → ``(0, 3, -1)`` (checked by :class:`TraceConfig`).
+
+    Raises:
+        InvalidConfigError: a list that mixes positions and words (``"3,abc"``).
+    """
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    try:
+    numeric = [p.lstrip("-").isdigit() for p in parts]
+    if any(numeric) and not all(numeric):
+        bad = [p for p, n in zip(parts, numeric) if not n]
+        raise InvalidConfigError(f"tokens (--tokens) {bad[0]!r} in {spec!r} is not a position; give all, subject, "
+                                 "last_subject or positions such as 0,3,-1 (counted with the BOS under --bos)")
+    if parts and all(numeric):
         return tuple(int(p) for p in parts)
-    except ValueError:
-        return spec.strip()
+    return spec.strip()
 
 
 @app.command("trace")
@@ -78,7 +86,8 @@ def trace_cmd(
     layers: str | None = typer.Option(None, help="Layers to trace, e.g. '0-5,10' (default all)."),
     top_k: int = typer.Option(3, help="Located layers reported (CNL uses 3)."),
     tokens: str = typer.Option("all", help="Token rows traced: all | subject | last_subject (ROME's and CNL's "
-                                           "located layers read only that row) | positions, e.g. '0,3,-1'."),
+                                           "located layers read only that row) | positions, e.g. '0,3,-1' (with --bos the BOS "
+                                           "is position 0)."),
     seed: int = typer.Option(0, help="Noise seed (>= 0)."),
     batch_rows: int = typer.Option(256, help="Rows per forward pass (exact; >= 1)."),
     dataset: str | None = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "

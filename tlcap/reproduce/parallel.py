@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -51,11 +52,18 @@ class WorkerSpec:
     stages: Callable[[], Sequence[Stage]]
     cache_dir: str
     threads: int
+    keep_going: bool = True
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _init_worker(spec: WorkerSpec) -> None:
+    signal.signal(signal.SIGTERM, _interrupt)  # the parent's kill: stop like Ctrl-C, keeping the stage's checkpoint
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
     torch.set_num_threads(spec.threads)
-    _WORKER["runner"] = Runner(spec.stages(), spec.cache_dir, spec.load(), keep_going=True)
+    _WORKER["runner"] = Runner(spec.stages(), spec.cache_dir, spec.load(), keep_going=spec.keep_going)
 
 
 def _run_in_worker(name: str) -> StageRecord:
@@ -90,6 +98,13 @@ def makespan(plan: Sequence[Stage], seconds: Mapping[str, float | None], jobs: i
     running: list[tuple[float, str]] = []
     t = 0.0
     while todo or running:
+        free = [n for n in todo if cost[n] == 0.0 and all(d in done for d in deps[n])]
+        while free:  # cached / pending stages: resolved by the parent at once, no worker needed
+            done |= set(free)
+            todo = [n for n in todo if n not in done]
+            free = [n for n in todo if cost[n] == 0.0 and all(d in done for d in deps[n])]
+        if not todo and not running:
+            break
         ready = sorted((n for n in todo if all(d in done for d in deps[n])), key=lambda n: -cost[n])
         for n in ready[: max(1, jobs) - len(running)]:
             running.append((t + cost[n], n))
@@ -122,6 +137,7 @@ def run_parallel(
 
     Raises:
         StageError: a worker's model gives other cache keys than the parent's.
+        Exception: a stage's own error when the runner does not ``keep_going``.
     """
     seconds = seconds or {}
     names = {s.name for s in plan}
@@ -132,16 +148,24 @@ def run_parallel(
     def settled(s: Stage) -> bool:
         return all(d in runner.records or d not in names for d in s.deps)
 
+    def resolve_in_parent() -> None:
+        """Pending, blocked and cached stages, until none is left whose dependencies are settled."""
+        changed = True
+        while changed:
+            changed = False
+            for s in [s for s in todo if settled(s)]:
+                bad = any(runner.records[d].status in ("pending", "blocked", "failed") for d in s.deps if d in names)
+                if s.pending or bad or runner.is_cached(s.name):
+                    note(s, "start")
+                    note(s, runner.run_stage(s).status)
+                    todo.remove(s)
+                    changed = True
+
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(spec,)) as pool:
         try:
             while todo or running:
-                for s in [s for s in todo if settled(s)]:  # what the parent resolves itself
-                    blocked = any(runner.records[d].status in ("pending", "blocked", "failed") for d in s.deps if d in names)
-                    if s.pending or blocked or runner.is_cached(s.name):
-                        note(s, "start")
-                        note(s, runner.run_stage(s).status)
-                        todo.remove(s)
+                resolve_in_parent()
                 ready = sorted((s for s in todo if settled(s)), key=lambda s: -float(seconds.get(s.name) or 0.0))
                 for s in ready[: jobs - len(running)]:
                     note(s, "start")
@@ -154,22 +178,26 @@ def run_parallel(
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
                     s = running.pop(fut)
-                    rec = fut.result()
-                    if rec.status == "computed" and not runner.is_cached(s.name):
-                        raise StageError(f"a worker computed {s.name} under another key ({rec.key}, parent "
+                    rec = fut.result()  # a stage that raised with keep_going=False re-raises here
+                    if rec.key != runner.key(s.name):
+                        raise StageError(f"a worker ran {s.name} under another key ({rec.key}, parent "
                                          f"{runner.key(s.name)}): the workers' model is not the parent's")
                     runner.records[s.name] = rec
                     note(s, rec.status)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(getattr(pool, "_processes", {}).values()):  # stop the running stages too
+                if proc.is_alive():
+                    proc.terminate()  # SIGTERM: the worker stops like Ctrl-C, keeping the stage's checkpoint
             raise
     return [runner.records[s.name] for s in plan]
 
 
 def worker_spec(load: Callable[[], Any], stages: Callable[[], Sequence[Stage]], cache_dir: str | Path,
-                jobs: int) -> WorkerSpec:
+                jobs: int, keep_going: bool = True) -> WorkerSpec:
     """A :class:`WorkerSpec` with ``cpus // jobs`` threads per worker."""
-    return WorkerSpec(load=load, stages=stages, cache_dir=str(cache_dir), threads=threads_per_job(jobs))
+    return WorkerSpec(load=load, stages=stages, cache_dir=str(cache_dir), threads=threads_per_job(jobs),
+                      keep_going=keep_going)
 
 
 __all__ = ["WorkerSpec", "makespan", "run_parallel", "threads_per_job", "worker_spec"]

@@ -245,7 +245,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
 
     if jobs > 1:
         assert load is not None
-        spec = worker_spec(load, functools.partial(build_stages, papers, sc, seed=seed, data_dir=data_dir), cache, jobs)
+        spec = worker_spec(load, functools.partial(build_stages, papers, sc, seed=seed, data_dir=data_dir), cache, jobs,
+                           keep_going=keep_going)
         records = run_parallel(runner, plan, spec, jobs, {n: p.seconds if p else None for n, p in pred.items()},
                                on_stage=on_stage)
     else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
+from tlcap.errors import InvalidConfigError
 from tlcap.intervene.covariance import covariance_path
 from tlcap.intervene.rome.config import RomeConfig
 from tlcap.locate.circuits.graph import EdgeGraph
@@ -49,14 +50,17 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
 
 def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str = "all") -> Workload:
     """One causal trace of the MLP kind at every layer (the batched engine: prefix reuse, no BOS, cells before
-    the subject skipped) over the token rows ``tokens`` (``"all"`` or ``"last_subject"``, the rows of
+    the subject skipped) over the token rows ``tokens`` (``"all"``, ``"subject"`` or ``"last_subject"``, the rows of
     ``TraceConfig.tokens``). Counted without late expansion (``TraceConfig.late_expand``, on by default), which
     skips the layers below each batch's lowest restored one: an upper bound of the default engine's work."""
     shape = ModelShape.of(model)
     T = len(model.to_tokens(prompt, prepend_bos=False)[0])
     s0, s1 = find_subject(model, prompt, subject, prepend_bos=False).range
     toks = T * (1 + samples)  # the clean run and the corrupted runs
-    for t in (range(s0, T) if tokens == "all" else [s1 - 1]):
+    rows = {"all": range(s0, T), "subject": range(s0, s1), "last_subject": [s1 - 1]}
+    if tokens not in rows:
+        raise InvalidConfigError(f"trace_work costs tokens='all', 'subject' or 'last_subject', got {tokens!r}")
+    for t in rows[tokens]:
         toks += samples * t + samples * shape.n_layers * (T - t)
     return forward(shape, toks, T / 2, T)
 
