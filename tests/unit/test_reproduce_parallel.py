@@ -11,7 +11,7 @@ from tests.reproduce_checks import check_report, md_without_costs
 from tlcap.config import Config
 from tlcap.errors import InvalidConfigError
 from tlcap.models import make_llama
-from tlcap.reproduce.parallel import makespan, threads_per_job
+from tlcap.reproduce.parallel import critical_path, makespan, threads_per_job
 from tlcap.reproduce.run import reproduce
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import STAGE_FILE, Stage, StageError
@@ -65,9 +65,13 @@ def test_failed_stage_blocks_its_dependents_in_parallel_as_in_sequence(tmp_path)
 def test_makespan_is_the_greedy_schedule_by_hand():
     plan = [_stage("a"), _stage("b"), _stage("c", ["a"]), _stage("d"), _stage("e", ["b", "d"])]
     sec = {"a": 10, "b": 5, "c": 3, "d": 2, "e": 4}
-    # 1 job: the sum. 2 jobs, longest ready first: w0 a 0-10, w1 b 0-5, w1 d 5-7, w1 e 7-11, w0 c 10-13
+    assert critical_path(plan, sec) == {"a": 13, "b": 9, "c": 3, "d": 6, "e": 4}
+    # 1 job: the sum. 2 jobs, longest critical path first: w0 a 0-10, w1 b 0-5, w1 d 5-7, w1 e 7-11, w0 c 10-13
     assert makespan(plan, sec, 1) == 24
     assert makespan(plan, sec, 2) == 13
+    # a short stage gating a long chain starts first: f (1 s) -> g (10 s) beside h (5 s), i (5 s) on 2 workers
+    chain = [_stage("h"), _stage("i"), _stage("f"), _stage("g", ["f"])]
+    assert makespan(chain, {"f": 1, "g": 10, "h": 5, "i": 5}, 2) == 11  # own-time order (h, i first) would take 16
     # enough workers: the critical path a -> c
     assert makespan(plan, sec, 5) == 13
     assert makespan(plan, {"a": None}, 2) == 0  # cached stages cost nothing

@@ -6,7 +6,8 @@ reproduction are mostly independent (five CNL locates, three QL localizations, t
 suite). So ``jobs`` processes of ``cpus // jobs`` threads each run different stages at once.
 
 The parent keeps the plan: a stage is dispatched when every stage it depends on is in the cache,
-longest predicted first; pending, blocked and cached stages are resolved by the parent as in a
+the one heading the longest chain of predicted work first (critical path: its own time plus the
+longest chain of stages that need it); pending, blocked and cached stages are resolved by the parent as in a
 sequential run. Each worker loads the model once (``load``, a picklable zero-argument callable
 such as ``functools.partial(load_model, "smollm2-135m")``), builds the same stages, computes one
 stage at a time and saves it into the shared cache (content-addressed: the key is the same in
@@ -76,11 +77,29 @@ def threads_per_job(jobs: int, cpus: int | None = None) -> int:
     return max(1, (cpus or multiprocessing.cpu_count()) // jobs)
 
 
+def critical_path(plan: Sequence[Stage], seconds: Mapping[str, float | None]) -> dict[str, float]:
+    """Per stage, its predicted seconds plus the longest chain of planned stages that depend on it.
+
+    Dispatching the ready stage with the largest value first starts long chains early (a short
+    stage that gates an hour of work is not left for last).
+    """
+    names = {s.name for s in plan}
+    users: dict[str, list[str]] = {s.name: [] for s in plan}
+    for s in plan:
+        for d in s.deps:
+            if d in names:
+                users[d].append(s.name)
+    out: dict[str, float] = {}
+    for s in reversed(plan):  # dependents come later in the plan
+        out[s.name] = float(seconds.get(s.name) or 0.0) + max((out[u] for u in users[s.name]), default=0.0)
+    return out
+
+
 def makespan(plan: Sequence[Stage], seconds: Mapping[str, float | None], jobs: int) -> float:
     """Wall time of ``plan`` on ``jobs`` workers with :func:`run_parallel`'s policy (an event simulation).
 
-    Whenever a worker is free, the longest stage whose dependencies have finished starts (plan
-    order on ties).
+    Whenever a worker is free, the stage whose dependencies have finished and whose
+    :func:`critical_path` is longest starts (plan order on ties).
 
     Args:
         plan: Stages in dependency order.
@@ -93,6 +112,7 @@ def makespan(plan: Sequence[Stage], seconds: Mapping[str, float | None], jobs: i
     cost = {s.name: float(seconds.get(s.name) or 0.0) for s in plan}
     names = {s.name for s in plan}
     deps = {s.name: [d for d in s.deps if d in names] for s in plan}
+    prio = critical_path(plan, seconds)
     todo = [s.name for s in plan]
     done: set[str] = set()
     running: list[tuple[float, str]] = []
@@ -105,7 +125,7 @@ def makespan(plan: Sequence[Stage], seconds: Mapping[str, float | None], jobs: i
             free = [n for n in todo if cost[n] == 0.0 and all(d in done for d in deps[n])]
         if not todo and not running:
             break
-        ready = sorted((n for n in todo if all(d in done for d in deps[n])), key=lambda n: -cost[n])
+        ready = sorted((n for n in todo if all(d in done for d in deps[n])), key=lambda n: -prio[n])
         for n in ready[: max(1, jobs) - len(running)]:
             running.append((t + cost[n], n))
             todo.remove(n)
@@ -132,7 +152,7 @@ def run_parallel(
         plan: Stages in dependency order (:meth:`Runner.plan`).
         spec: How the workers rebuild the model and the stages.
         jobs: Worker processes, ``>= 1``.
-        seconds: Predicted seconds per stage: the longest ready stage is dispatched first.
+        seconds: Predicted seconds per stage: the ready stage with the longest :func:`critical_path` goes first.
         on_stage: ``on_stage(stage, "start" | status)``, as :meth:`Runner.run`.
 
     Raises:
@@ -140,6 +160,7 @@ def run_parallel(
         Exception: a stage's own error when the runner does not ``keep_going``.
     """
     seconds = seconds or {}
+    prio = critical_path(plan, seconds)
     names = {s.name for s in plan}
     todo = list(plan)
     running: dict[Future, Stage] = {}
@@ -166,7 +187,7 @@ def run_parallel(
         try:
             while todo or running:
                 resolve_in_parent()
-                ready = sorted((s for s in todo if settled(s)), key=lambda s: -float(seconds.get(s.name) or 0.0))
+                ready = sorted((s for s in todo if settled(s)), key=lambda s: -prio[s.name])
                 for s in ready[: jobs - len(running)]:
                     note(s, "start")
                     running[pool.submit(_run_in_worker, s.name)] = s
@@ -200,4 +221,4 @@ def worker_spec(load: Callable[[], Any], stages: Callable[[], Sequence[Stage]], 
                       keep_going=keep_going)
 
 
-__all__ = ["WorkerSpec", "makespan", "run_parallel", "threads_per_job", "worker_spec"]
+__all__ = ["WorkerSpec", "critical_path", "makespan", "run_parallel", "threads_per_job", "worker_spec"]
