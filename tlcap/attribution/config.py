@@ -35,7 +35,8 @@ class IGConfig(Config):
     Attributes:
         steps: Gradient evaluations m per layer (per word for SIG), ``>= 1``; or ``"auto"``
             (exact IG only): per answer token and layer, the rule's size is doubled from 4 until
-            the completeness error is at most ``tol`` (:mod:`tlcap.attribution.grouped`).
+            the completeness error is at most ``tol`` (:mod:`tlcap.attribution.grouped`); the
+            ``trapezoid`` rule goes 5 → 9 → 17 points, computing only the new midpoints.
         rule: Quadrature rule, one of :data:`~tlcap.attribution.quadrature.RULES` (see
             :func:`tlcap.attribution.quadrature`).
         method: ``ig`` (exact, one layer scaled at a time) or the cheaper estimators ``joint``
@@ -51,7 +52,7 @@ class IGConfig(Config):
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
             compare).
         tol: Completeness target of ``steps="auto"`` (relative error, e.g. 0.01 = 1 %), ``> 0``.
-        max_steps: Largest size ``steps="auto"`` tries, ``>= 1``.
+        max_steps: Largest size ``steps="auto"`` tries, ``>= 1`` (trapezoid: intervals, i.e. ``max_steps + 1`` points).
         sample_batch: Samples whose rows share batches in dataset scoring (exact IG;
             :func:`~tlcap.attribution.dataset.score_dataset`), ``>= 1``. Exact: results do not
             depend on it (beyond float rounding).

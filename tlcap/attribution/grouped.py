@@ -191,7 +191,8 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         den = delta.abs().sum(1)
         budget = cfg.tol * den.clamp_min(DELTA_FLOOR)
         bigger = steps * 2 - 1 if nested else steps * 2
-        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (bigger <= cfg.max_steps) & (steps > 1))
+        cap = cfg.max_steps + int(nested)  # trapezoid: max_steps intervals (max_steps + 1 points)
+        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (bigger <= cap) & (steps > 1))
         if not bool(redo.any()):
             break
         if nested:  # the midpoints of the current intervals: T_2n = (T_n + M_n) / 2
