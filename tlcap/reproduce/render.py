@@ -98,7 +98,9 @@ def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "fi
                 link = (png or names or [f"{f.stem}.html"])[0]
                 out += [f"![{f.title}]({figures_dir}/{link})" if png else f"[{f.title}]({figures_dir}/{link})", ""]
     out += ["## Not reproduced", ""]
-    out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] + [""]
+    out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] or \
+        ["Nothing: every table and figure of the papers above has rows of ours in this report."]
+    out += [""]
     out += stage_markdown(report)
     return "\n".join(out) + "\n"
 
@@ -148,7 +150,8 @@ def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) ->
                 parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False))
                 first = False
     parts.append("<h2>Not reproduced</h2><ul>")
-    parts += [f"<li><b>{esc(n['paper'].upper())} {esc(n['item'])}</b>: {esc(n['why'])}</li>" for n in report.not_reproduced]
+    parts += [f"<li><b>{esc(n['paper'].upper())} {esc(n['item'])}</b>: {esc(n['why'])}</li>" for n in report.not_reproduced] \
+        or ["<li>Nothing: every table and figure of the papers above has rows of ours in this report.</li>"]
     parts.append("</ul><h2>Stages: predicted vs measured</h2><table><tr>" + "".join(
         f"<th>{c}</th>" for c in ("stage", "status", "predicted time", "measured time", "predicted peak", "measured peak",
                                   "note")) + "</tr>")
