@@ -145,7 +145,8 @@ def main() -> None:
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     for name, d in manifest["datasets"].items():
         gz = sum(f["gz_bytes"] for f in d["files"].values())
-        print(f"{name:10s} {len(d['files']):3d} files {gz:>10,d} bytes gzipped" + (f"  subset {d['splits']}" if d["subset"] else ""))
+        subset = f"  subset {d['splits']}" if d["subset"] else ""
+        print(f"{name:10s} {len(d['files']):3d} files {gz:>10,d} bytes gzipped{subset}")
 
 
 if __name__ == "__main__":

@@ -206,8 +206,9 @@ def run_parallel(
                     runner.records[s.name] = rec
                     note(s, rec.status)
         except BaseException:
+            procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
             pool.shutdown(wait=False, cancel_futures=True)
-            for proc in list(getattr(pool, "_processes", {}).values()):  # stop the running stages too
+            for proc in procs:  # stop the running stages too
                 if proc.is_alive():
                     proc.terminate()  # SIGTERM: the worker stops like Ctrl-C, keeping the stage's checkpoint
             raise
