@@ -199,6 +199,21 @@ def test_irrelevant_synapses_come_from_a_random_fact_of_another_relation(tiny_gp
     assert list(again.to_frame().source) == list(df.source)
 
 
+def test_irrelevant_synapses_of_a_one_relation_run_warn(tiny_gpt2):
+    """Item 9: a run whose facts share one relation cannot draw S_ir from another relation; it says so."""
+    from tlcap.data.sample import DataWarning
+    from tlcap.experiments.ql import synapse_experiment
+
+    m = tiny_gpt2
+    locs = [_fk(m, "P36", "France", "Paris", ["The capital of France is", "France's capital is"], 0),
+            _fk(m, "P36", "Italy", "Rome", ["The capital of Italy is", "Italy's capital is"], 1)]
+    with pytest.warns(DataWarning, match="every fact shares relation P36"):
+        res = synapse_experiment(m, locs, ["K_I"] * 2, alpha=0.05, heatmap_max_cols=2, progress=False)
+    ir = res.to_frame().query("synapses == 'irrelevant'")
+    own = {q: fk.fact["subject"] for fk in locs for q in fk.queries}
+    assert all(own[s] != subj for s, subj in zip(ir.source, ir.subject))  # another fact, same relation
+
+
 def _fk_sets(relation, subject, obj, kn_sets, shape=(2, 8)):
     """A FactKNs whose queries select exactly ``kn_sets`` (score 1 on the set, 0 elsewhere; rule 0.2·max)."""
     scores = torch.zeros(len(kn_sets), *shape)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.data.sample import DataWarning
 from tlcap.experiments.ql.config import SynapseConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.intervene.synapses import scale_synapses
@@ -163,6 +165,10 @@ def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: Syn
     others = [j for j in range(len(locs)) if j != fi]
     other_rel = [j for j in others if locs[j].fact["relation"] != locs[fi].fact["relation"]]
     pool = other_rel or others
+    if others and not other_rel and cfg.irrelevant_prompt is None:
+        warnings.warn(f"every fact shares relation {locs[fi].fact['relation']}: the irrelevant synapses S_ir come "
+                      "from another fact of the same relation (pass facts of several relations for the paper's "
+                      "control)", DataWarning, stacklevel=2)
     if cfg.irrelevant_prompt is not None or not pool:
         prompt, subject = cfg.irrelevant_prompt or DEFAULT_IRRELEVANT, None
     else:
