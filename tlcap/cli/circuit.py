@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import typer
 
 from tlcap.cli import app
 from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
-from tlcap.locate.circuits.config import ABLATIONS, EAPConfig, check_circuit_inputs, parse_sizes
-from tlcap.locate.circuits.dataset import load_circuit_dataset
-from tlcap.locate.circuits.dataset_circuit import dataset_circuit
+from tlcap.locate.circuits.config import (
+    ABLATIONS,
+    DEFAULT_TOP_NODES,
+    GRANULARITIES,
+    EAPConfig,
+    check_circuit_inputs,
+    parse_sizes,
+)
+from tlcap.locate.circuits.dataset import CircuitDataset, load_circuit_dataset
+from tlcap.locate.circuits.dataset_circuit import DatasetCircuit, dataset_circuit
 from tlcap.locate.circuits.export import export_circuit
-from tlcap.locate.circuits.knowledge_circuit import knowledge_circuit
+from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit, knowledge_circuit
+from tlcap.locate.circuits.neurons import neuron_attribution, neuron_overlap, read_neuron_pairs
+from tlcap.locate.circuits.nodes import node_attribution
+from tlcap.locate.circuits.task import CircuitItem
+from tlcap.metrics.sets import NeuronSet
+from tlcap.models import Model
+
+DEFAULT_TOP_NEURONS = 100
 
 
 def _say(text: str) -> None:
@@ -29,6 +46,46 @@ def _check_modes(dataset: str | None, prompt: str | None, target: str | None, co
             raise InvalidConfigError("--relation and --n-items select dataset items: use them with --dataset")
     elif prompt is not None or target is not None or corrupt_prompt is not None:
         raise InvalidConfigError("give --dataset or --prompt/--target/--corrupt-prompt, not both")
+
+
+def _check_granularity(granularity: str, dataset: str | None, greedy: bool, top_neurons: int | None,
+                       kn_neurons: Path | None) -> list[tuple[int, int]] | None:
+    """Refuse granularity options that do not go together (before the model is loaded); read ``--kn-neurons``."""
+    check_choice("granularity", granularity, GRANULARITIES)
+    if granularity != "neuron":
+        for opt, value in (("--top-neurons", top_neurons), ("--kn-neurons", kn_neurons)):
+            if value is not None:
+                raise InvalidConfigError(f"{opt} applies to --granularity neuron: add it or drop {opt}")
+    if granularity == "node" and greedy and dataset is not None:
+        raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
+                                 "is the --top-n nodes by |node score|: drop --greedy")
+    if top_neurons is not None:
+        check_int("top_neurons", top_neurons, min=1)
+    return read_neuron_pairs(kn_neurons) if kn_neurons is not None else None
+
+
+def _granularity_outputs(
+    m: Model, res: KnowledgeCircuit | DatasetCircuit, ds: CircuitDataset, cfg: EAPConfig, granularity: str,
+    top_neurons: int, kn_set: NeuronSet | None,
+) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """The node or neuron tables and summary entries of ``--granularity`` (none for ``edge``)."""
+    if granularity == "node":
+        ns = node_attribution(res.edge_scores)
+        return {"nodes": ns.to_frame()}, {"granularity": "node", "top_nodes": ns.summary()["top_nodes"]}
+    if granularity != "neuron":
+        return {}, {}
+    _say(f"scoring every MLP neuron ({f'EAP-IG, {cfg.steps} steps' if cfg.steps > 1 else 'EAP'}, "
+         f"{res.ablation} ablation) ...")
+    nsc = neuron_attribution(m, ds, config=cfg.replace(ablation=res.ablation))
+    top = nsc.to_frame().head(top_neurons)
+    extra: dict[str, Any] = {"granularity": "neuron", "neuron_method": "eap" if cfg.steps == 1 else "eap-ig",
+                             "n_top_neurons": len(top),
+                             "top_neurons": [[int(r.layer), int(r.neuron), float(r.score)] for r in top.head(20).itertuples()]}
+    if kn_set is not None:
+        mlps = sorted(res.graph.layer_of(n) for n in res.circuit.nodes if n.startswith("m"))
+        extra["kn_overlap"] = neuron_overlap(nsc, kn_set)
+        extra["kn_overlap_circuit_mlps"] = neuron_overlap(nsc, kn_set, layers=mlps) if mlps else None
+    return {"neurons": top}, extra
 
 
 @app.command("circuit")
@@ -56,7 +113,8 @@ def circuit(
     ),
     zero_ablate: bool = typer.Option(False, "--zero-ablate", help="Ablate non-circuit edges to zero instead."),
     greedy: bool = typer.Option(False, "--greedy", help="Dataset circuits: greedy selection from the logits."),
-    top_n: int | None = typer.Option(None, help="Keep the top-n edges by |score|, >= 1 (default 300 without --threshold)."),
+    top_n: int | None = typer.Option(None, help="Keep the top-n edges by |score|, >= 1 (default 300 without --threshold; "
+                                                 "nodes for a --granularity node dataset circuit)."),
     threshold: float | None = typer.Option(None, help="Keep edges with |score| > threshold (> 0) instead of top-n."),
     ig_steps: int = typer.Option(5, help="EAP-IG interpolation steps, >= 1 (1 = plain EAP; EAP-IG is far more faithful)."),
     metric: str = typer.Option("nll", help="nll (MatchNLL of the target) | logit-diff (needs --corrupt-target)."),
@@ -68,10 +126,23 @@ def circuit(
     ),
     no_sweep: bool = typer.Option(False, "--no-sweep", help="Skip the size sweep."),
     seed: int = typer.Option(0, help="Seed of the random-circuit controls (>= 0)."),
+    granularity: str = typer.Option(
+        "edge", help="edge (the circuit's edges) | node (heads/MLPs scored by the sum of their out-edge scores, "
+                     f"nodes.csv; dataset circuits keep the --top-n nodes, default {DEFAULT_TOP_NODES}, and their "
+                     "curve is over nodes) | neuron (MLP-neuron scores, neurons.csv; overlap with --kn-neurons)."
+    ),
+    top_neurons: int | None = typer.Option(
+        None, help=f"--granularity neuron: neurons written to neurons.csv, >= 1 (default {DEFAULT_TOP_NEURONS})."
+    ),
+    kn_neurons: Path | None = typer.Option(
+        None, help="--granularity neuron: a JSON list of [layer, neuron] pairs (a KN/CNL set of the same facts, or "
+                   "a `tlcap kn` summary.json); summary.json gets its overlap with the top neurons."
+    ),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Find the knowledge circuit of a fact (or a dataset's circuit) with EAP / EAP-IG and evaluate it alone."""
     _check_modes(dataset, prompt, target, corrupt_prompt, relation, n_items)
+    kn = _check_granularity(granularity, dataset, greedy, top_neurons, kn_neurons)
     if sweep is not None and no_sweep:
         raise InvalidConfigError("give --sweep SIZES or --no-sweep, not both")
     if zero_ablate and ablation not in (None, "zero"):
@@ -88,21 +159,35 @@ def circuit(
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
+        kn_set = NeuronSet.from_list(kn, (m.n_layers, m.d_mlp)) if kn is not None else None  # shape checked now
         if dataset is not None:
             ds = load_circuit_dataset(dataset, relation=relation, n=n_items, model=m, known_top_k=known_top_k,
                                       corrupt=cfg.ablation in (None, "corrupt"))
-            res = dataset_circuit(m, ds, config=cfg, log=_say)
+            res: KnowledgeCircuit | DatasetCircuit = dataset_circuit(
+                m, ds, config=cfg, granularity="node" if granularity == "node" else "edge", log=_say)
         else:
             res = knowledge_circuit(m, prompt or "", target or "", corrupt_prompt, corrupt_target=corrupt_target,
                                     config=cfg, log=_say)
-        write_outputs(stage.path, res, figures=res.figures(), tables={"circuit_edges": res.to_frame()})
+            ds = CircuitDataset((CircuitItem(prompt or "", target or "", corrupt_prompt, corrupt_target),), "prompt")
+        tables, extra = _granularity_outputs(m, res, ds, cfg, granularity, top_neurons or DEFAULT_TOP_NEURONS, kn_set)
+        write_outputs(stage.path, res, figures=res.figures(), tables={"circuit_edges": res.to_frame(), **tables},
+                      extra=extra or None)
         for suffix in (".dot", ".json"):
             export_circuit(res.circuit, stage.path / f"circuit{suffix}")
-    s = res.summary()
+    s = {**res.summary(), **extra}
     typer.echo(f"wrote {stage.out}")
+    if granularity == "node":
+        typer.echo("top nodes: " + ", ".join(f"{n} {v:+.3g}" for n, v in s["top_nodes"][:5]))
+    elif granularity == "neuron":
+        typer.echo("top neurons: " + ", ".join(f"L{int(l)}.{int(j)} {v:+.3g}" for l, j, v in s["top_neurons"][:5]))
+        if s.get("kn_overlap") is not None:
+            o = s["kn_overlap"]
+            typer.echo(f"KN overlap: {o['overlap']} of {o['n_kn']} KN neurons in the top {o['k']} "
+                       f"(chance {o['chance_overlap']:.2f}, Jaccard {o['jaccard']:.3f})")
     if dataset is not None:
         typer.echo(
-            f"{s['dataset']} ({s['n_items']} items): circuit {s['n_edges']} edges ({s['selection']} {s['top_n']}), "
+            f"{s['dataset']} ({s['n_items']} items): circuit {s['n_edges']} edges ({s['selection']} {s['top_n']}"
+            f"{' nodes' if s['selection'] == 'node' else ''}), "
             f"{s['n_nodes']} nodes, {100 * s['param_fraction']:.2f}% of block params; faithfulness "
             f"{s['circuit_faithfulness']:.3f}; curve CPR {s['cpr']:.3f}, CMD {s['cmd']:.3f} ({s['ablation']} ablation)"
         )

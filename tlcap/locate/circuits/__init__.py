@@ -15,6 +15,7 @@ Modules, bottom up (each imports only the ones above it):
 ``evaluate``             circuit-only evaluation → :class:`CircuitEvaluation`
 ``sweep``                :func:`size_sweep` → :class:`SizeSweep`
 ``knowledge_circuit``    :func:`knowledge_circuit`: all of it for one fact (``tlcap circuit``)
+``nodes``                :func:`node_attribution` → :class:`NodeScores` (node granularity)
 =======================  ==============================================================
 
 Example:
@@ -41,6 +42,7 @@ from tlcap.locate.circuits.eap import EdgeScores, edge_attribution
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit, evaluate_circuits, evaluate_masks
 from tlcap.locate.circuits.graph import EdgeGraph, NodeRow, UnsupportedModelError, edge_hooks_enabled
 from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit, knowledge_circuit
+from tlcap.locate.circuits.nodes import NodeScoreRow, NodeScores, node_attribution
 from tlcap.locate.circuits.passes import PassOutput, run_pass
 from tlcap.locate.circuits.sweep import SizeSweep, SweepRow, size_sweep
 from tlcap.locate.circuits.task import CircuitItem, CircuitTask, make_items_task, make_task
@@ -51,5 +53,5 @@ __all__ = [
     "EdgeGraph", "EdgeRow", "EdgeScores", "KnowledgeCircuit", "NodeRow", "PassOutput", "SizeSweep", "SweepRow",
     "UnsupportedModelError", "ZeroAblation", "ablation_source", "check_circuit_inputs", "edge_attribution",
     "edge_hooks_enabled", "evaluate_circuit", "evaluate_circuits", "evaluate_masks", "knowledge_circuit", "make_task",
-    "prune_dead", "run_pass", "select_edges", "size_sweep",
+    "prune_dead", "run_pass", "select_edges", "size_sweep", "NodeScoreRow", "NodeScores", "node_attribution",
 ]

@@ -28,6 +28,8 @@ METRICS: tuple[str, ...] = ("nll", "logit_diff")
 ABLATIONS: tuple[str, ...] = ("corrupt", "zero", "mean", "mean-positional")
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
 DEFAULT_TOP_N = 300
+DEFAULT_TOP_NODES = 30  # nodes kept by a node-granularity dataset circuit without --top-n
+GRANULARITIES: tuple[str, ...] = ("edge", "node", "neuron")
 
 
 @dataclass(frozen=True)
@@ -208,4 +210,7 @@ def check_circuit_inputs(
     return config if config.ablation == ablation else config.replace(ablation=ablation)
 
 
-__all__ = ["ABLATIONS", "DEFAULT_TOP_N", "DIRECTIONS", "EAPConfig", "METRICS", "check_circuit_inputs", "parse_sizes"]
+__all__ = [
+    "ABLATIONS", "DEFAULT_TOP_N", "DEFAULT_TOP_NODES", "DIRECTIONS", "EAPConfig", "GRANULARITIES", "METRICS",
+    "check_circuit_inputs", "parse_sizes",
+]

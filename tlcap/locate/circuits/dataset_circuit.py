@@ -2,8 +2,10 @@
 
 A composition of the circuit pieces: :func:`edge_attribution` over a :class:`CircuitDataset`
 (scores = mean of the per-item scores) → a circuit of ``top_n`` edges (top-n or greedy
-selection, pruned) → :func:`faithfulness_curve` over the same items, whose sizes include the
-selected circuit's, so its faithfulness is one point of the curve. Everything is in one
+selection, pruned; with ``granularity="node"`` the ``top_n`` nodes of largest ``|node score|``
+and all their out-edges, no pruning) → :func:`faithfulness_curve` over the same items (in edges,
+or in nodes), whose sizes include the selected circuit's, so its faithfulness is one point of
+the curve. Everything is in one
 :class:`DatasetCircuit` result, whose :meth:`~DatasetCircuit.summary` is the command's
 ``summary.json`` (with CPR, CMD and the pruning semantics).
 """
@@ -19,9 +21,10 @@ import plotly.graph_objects as go
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tlcap.config import check_choice
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.circuit import Circuit
-from tlcap.locate.circuits.config import EAPConfig
+from tlcap.locate.circuits.config import DEFAULT_TOP_N, DEFAULT_TOP_NODES, EAPConfig
 from tlcap.locate.circuits.dataset import CircuitDataset
 from tlcap.locate.circuits.eap import EdgeScores, check_dataset_config, edge_attribution
 from tlcap.locate.circuits.faithfulness import FaithfulnessCurve, circuit_masks, default_sizes, faithfulness_curve
@@ -39,7 +42,8 @@ class DatasetCircuit(Result):
         scores: ``[n_upstream, n_readers]`` mean edge scores over the items.
         mask: ``[n_upstream, n_readers]`` the selected circuit's edges (after pruning).
         graph: The :class:`EdgeGraph`.
-        top_n: Edges requested; selection: ``"top_n"`` or ``"greedy"``.
+        top_n: Edges requested (nodes for ``selection="node"``); selection: ``"top_n"``, ``"greedy"`` or
+            ``"node"`` (:data:`~.faithfulness.PRUNING`).
         curve: The :class:`FaithfulnessCurve` (its sizes include ``top_n``).
         model_name, dataset, n_items, metric, method, steps, ablation, clean_metric, corrupt_metric: The run.
         items: The items' prompts, targets and corrupted prompts (as dicts).
@@ -119,6 +123,7 @@ def dataset_circuit(
     dataset: CircuitDataset,
     *,
     config: EAPConfig | None = None,
+    granularity: str = "edge",
     log: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> DatasetCircuit:
@@ -129,6 +134,8 @@ def dataset_circuit(
         dataset: The items (:func:`~.dataset.load_circuit_dataset`).
         config: An :class:`EAPConfig` (``steps``, ``ablation``, ``top_n``, ``greedy``, ``batch_size``,
             ``sweep_sizes`` = the curve's sizes).
+        granularity: ``"edge"`` (``top_n`` edges, top-n or greedy) or ``"node"`` (``top_n`` nodes, default
+            :data:`~.config.DEFAULT_TOP_NODES`; the curve's sizes are in nodes; not with ``greedy``).
         log: Called with a line before each phase.
         **overrides: :class:`EAPConfig` fields overriding ``config``.
 
@@ -143,15 +150,21 @@ def dataset_circuit(
     cfg = check_dataset_config(dataset, EAPConfig.resolve(config, **overrides))
     if cfg.threshold is not None:
         raise InvalidConfigError("a dataset circuit is selected by size: give --top-n (and --greedy), not --threshold")
+    check_choice("granularity", granularity, ("edge", "node"))
+    if granularity == "node" and cfg.greedy:
+        raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
+                                 "is the --top-n nodes by |node score|: drop --greedy")
     say = log or (lambda _: None)
     say(f"scoring all edges over {len(dataset)} items of {dataset.name} "
         f"({f'EAP-IG, {cfg.steps} steps' if cfg.steps > 1 else 'EAP'}, {cfg.ablation} ablation) ...")
     sc = edge_attribution(model, dataset, config=cfg)
-    top_n = int(cfg.selection[1]) if cfg.selection[0] == "top_n" else 300
-    selection = "greedy" if cfg.greedy else "top_n"
+    selection = "node" if granularity == "node" else "greedy" if cfg.greedy else "top_n"
+    top_n = cfg.top_n if cfg.top_n is not None else DEFAULT_TOP_NODES if selection == "node" else DEFAULT_TOP_N
     mask = circuit_masks(sc.graph, sc.scores, [top_n], selection)[0][0]
-    sizes = sorted(set(cfg.sweep_sizes or default_sizes(sc.n_edges)) | {top_n})
-    say(f"faithfulness curve ({len(sizes)} sizes, circuits and complements) ...")
+    total = sc.graph.n_upstream if selection == "node" else sc.n_edges
+    sizes = sorted(set(cfg.sweep_sizes or default_sizes(total)) | {top_n})
+    say(f"faithfulness curve ({len(sizes)} sizes in {'nodes' if selection == 'node' else 'edges'}, circuits and "
+        "complements) ...")
     curve = faithfulness_curve(model, sc, dataset, sizes=sizes, selection=selection, batch_size=cfg.batch_size)
     return DatasetCircuit(
         scores=sc.scores, mask=mask, graph=sc.graph, top_n=top_n, selection=selection, curve=curve,

@@ -16,8 +16,10 @@ a circuit's MLPs) with a knowledge-neuron set of the same facts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tlcap.errors import DataFormatError, MissingFileError
 from tlcap.locate.circuits.config import EAPConfig
 from tlcap.locate.circuits.dataset import CircuitDataset
 from tlcap.locate.circuits.dataset_eval import ready_source
@@ -211,4 +214,32 @@ def neuron_overlap(scores: NeuronScores, kn: NeuronSet, k: int | None = None,
             "chance_overlap": len(top.neurons) * len(kn.neurons) / n_cand, "shared": [list(x) for x in shared]}
 
 
-__all__ = ["NeuronRow", "NeuronScores", "neuron_attribution", "neuron_overlap"]
+def read_neuron_pairs(path: str | Path) -> list[tuple[int, int]]:
+    """The ``[layer, neuron]`` pairs of a JSON file: a list of pairs, or an object whose ``"neurons"`` is one
+    (the ``summary.json`` of ``tlcap kn``). Checked before any model is loaded; the model's shape is checked
+    by :class:`NeuronSet`.
+
+    Raises:
+        MissingFileError: no such file.
+        DataFormatError: not JSON, or not a list of pairs of integers ``>= 0``.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise MissingFileError(f"--kn-neurons {p} not found; give a JSON file of [layer, neuron] pairs")
+    hint = "must be a JSON list of [layer, neuron] integer pairs, e.g. [[3, 10], [5, 7]]"
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as exc:
+        raise DataFormatError(f"--kn-neurons {p} is not valid JSON ({exc}); it {hint}") from None
+    if isinstance(data, dict) and "neurons" in data:
+        data = data["neurons"]
+    if not isinstance(data, list):
+        raise DataFormatError(f"--kn-neurons {p} {hint}, got a JSON {type(data).__name__}")
+    for i, pair in enumerate(data):
+        ok = isinstance(pair, list) and len(pair) == 2 and all(type(x) is int and x >= 0 for x in pair)
+        if not ok:
+            raise DataFormatError(f"--kn-neurons {p} {hint}; item {i} is {json.dumps(pair)}")
+    return [(a, b) for a, b in data]
+
+
+__all__ = ["NeuronRow", "NeuronScores", "neuron_attribution", "neuron_overlap", "read_neuron_pairs"]
