@@ -74,6 +74,9 @@ def test_invalid_dtype_or_device_is_a_tlcap_error(kwargs, needle):
 @pytest.mark.parametrize("command", [
     ["kn", "--prompt", "The capital of France is", "--target", " Paris"],
     ["trace", "--prompt", "The capital of France is", "--subject", "France", "--target", " Paris"],
+    ["cnl", "fidelity", "--n", "1"],
+    ["cnl", "reliability", "--n", "1"],
+    ["cnl", "decouple", "--n", "1"],
 ])
 def test_cli_invalid_dtype_or_device_is_one_line(tmp_path, command, option, value, message):
     out = tmp_path / "o"

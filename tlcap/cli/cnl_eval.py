@@ -23,7 +23,15 @@ from pathlib import Path
 import typer
 
 from tlcap.attribution import IGConfig
-from tlcap.cli._common import load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import (
+    device_option,
+    dtype_option,
+    load,
+    overwrite_option,
+    seed_everything,
+    staged_output,
+    write_outputs,
+)
 from tlcap.cli.cnl import cnl_app
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
@@ -98,6 +106,8 @@ def _check_draw(n: int, n_rewrites: int, known_top_k: int, max_scan: int, max_mi
 @cnl_app.command("fidelity")
 def fidelity_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     n: int = _N_FACTS,
     facts: Path | None = _FACTS,
     n_rewrites: int = typer.Option(5, help="Rewrites per ParaRel fact (the paper: 5)."),
@@ -124,7 +134,7 @@ def fidelity_cmd(
                          kc_ig_steps=kc_ig_steps, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses)
         res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_rewrites(data, stage.path / "facts.json")
@@ -139,6 +149,8 @@ def fidelity_cmd(
 @cnl_app.command("reliability")
 def reliability_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     n: int = _N_FACTS,
     facts: Path | None = _FACTS,
     known_top_k: int = _KNOWN,
@@ -171,7 +183,7 @@ def reliability_cmd(
                             n_random_circuits=n_random_circuits, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses)
         res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_rewrites(data, stage.path / "facts.json")
@@ -191,6 +203,8 @@ def reliability_cmd(
 @cnl_app.command("decouple")
 def decouple_cmd(
     model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    device: str = device_option(),
+    dtype: str = dtype_option(),
     n: int = typer.Option(200, help="Comparative pairs."),
     pairs: Path | None = typer.Option(None, help="A JSON list of {a, op, b} problems (default: generated)."),
     sources: str = typer.Option("template,gsm8k,svamp", help="Where main parts come from: template, gsm8k, svamp."),
@@ -211,7 +225,7 @@ def decouple_cmd(
                                                                             max_operand=max_operand)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
-        m = load(model)
+        m = load(model, device, dtype)
         res = decoupling(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_pairs(data, stage.path / "pairs.json")
         write_outputs(stage.path, res, figures={"decoupling": res.figure()},
