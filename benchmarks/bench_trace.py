@@ -131,6 +131,19 @@ def shapes(model: tlcap.Model, samples: int, n_loop: int, n_facts: int) -> None:
     print(f"wrote {write_json('bench_trace_shapes', out)}")
 
 
+def floors(model: tlcap.Model, samples: int) -> None:
+    """The compute floor of both prompt shapes (counted FLOPs, no timing): ``bench_trace_floor.json``."""
+    out: dict = {"model": model.name, "samples": samples, "shapes": []}
+    for name, prompt, subject, target in SHAPES:
+        setup = prepare_trace(model, prompt, subject, target, samples=samples, warn=False)
+        row = {"shape": name, "prompt": prompt, "subject": subject, "tokens": setup.n_tokens,
+               **flop_floor(model, setup)}
+        out["shapes"].append(row)
+        print(f"{name:<14} {setup.n_tokens:>3} tokens: loop {row['loop_flops']:.3g} FLOPs, floor "
+              f"{row['floor_flops']:.3g}, loop/floor {row['loop_over_floor']:.2f}x")
+    print(f"wrote {write_json('bench_trace_floor', out)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -144,6 +157,7 @@ def main() -> None:
     ap.add_argument("--shapes", action="store_true", help="late expansion vs previous vs loop, both prompt shapes")
     ap.add_argument("--facts", type=int, default=4, help="known facts of the --shapes dataset-mode timing")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--floor", action="store_true", help="only the compute floor of both prompt shapes (FLOPs, no timing)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -152,6 +166,9 @@ def main() -> None:
     n_edits = args.edits or (1 if args.quick else 3)
 
     model = tlcap.load_model(args.model)
+    if args.floor:
+        floors(model, samples)
+        return
     if args.shapes:
         shapes(model, samples, n_loop, args.facts)
         return
