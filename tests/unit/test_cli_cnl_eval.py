@@ -65,6 +65,23 @@ def test_cli_decouple_resumes(tmp_path, monkeypatch):
     assert not (tmp_path / ".dec.checkpoints").exists()
 
 
+@pytest.mark.parametrize("command", ["fidelity", "reliability", "decouple"])
+def test_cli_rule_is_checked_before_loading(tmp_path, command):
+    out = tmp_path / "o"
+    assert_cli_error(["cnl", command, *TINY, "--n", "1", "--rule", "simpson", "--out", str(out)],
+                     "unknown rule 'simpson' (--rule); choose one of: midpoint, left, right, linspace, trapezoid, "
+                     "cnl, gauss_legendre", out=out)
+
+
+def test_cli_decouple_rule_reaches_the_ig_config(tmp_path):
+    out = tmp_path / "dec"
+    run = run_cli(["cnl", "decouple", *TINY, "--n", "1", "--sources", "template", "--rule", "gauss_legendre",
+                   "--out", str(out)])
+    assert run.code == 0, run.stderr[-3000:]
+    ig = json.loads((out / "summary.json").read_text())["provenance"]["config"]["ig"]
+    assert (ig["rule"], ig["steps"]) == ("gauss_legendre", 2)
+
+
 def test_cli_reliability_kn(tmp_path, facts_file):
     out = tmp_path / "rel"
     run = run_cli(["cnl", "reliability", *TINY, "--facts", facts_file, "--parts", "kn", "--n-random", "2",

@@ -60,6 +60,8 @@ _MAX_SCAN = typer.Option(300, help="ParaRel draw: facts tried per relation at mo
 _MAX_MISSES = typer.Option(MAX_MISSES, help="ParaRel draw: stop a relation after this many failing facts in a row "
                            "(0 = only --max-scan).")
 _STEPS = typer.Option(20, help="KN integrated-gradients steps (>= 1).")
+_RULE = typer.Option("midpoint", help="KN quadrature rule (docs/kn.md): midpoint, gauss_legendre, right, cnl, ... "
+                     "(the reproduce cpu scale: --steps 4 --rule gauss_legendre).")
 _THRESHOLD = typer.Option(0.2, help="KN: keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2).")
 _TOP_K = typer.Option(None, help="KN: keep the top-k neurons (>= 1) instead of thresholding.")
 _BOS = typer.Option(False, "--bos", help="Causal tracing (and reliability's ROME edit): prepend the model's BOS token so "
@@ -116,6 +118,7 @@ def fidelity_cmd(
     max_misses: int = _MAX_MISSES,
     methods: str = typer.Option("kn,trace,kc", help="Comma-separated: kn, trace, kc."),
     steps: int = _STEPS,
+    rule: str = _RULE,
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     trace_k: int = typer.Option(3, help="Causal tracing: located MLP layers at the last subject token (paper: 3)."),
@@ -129,7 +132,7 @@ def fidelity_cmd(
 ) -> None:
     """Fidelity: do rewrites of a fact get the same KN neurons / traced layers / circuit edges?"""
     _check_draw(n, n_rewrites, known_top_k, max_scan, max_misses)
-    cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps), threshold=threshold,
+    cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold,
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
@@ -158,6 +161,7 @@ def reliability_cmd(
     max_misses: int = _MAX_MISSES,
     parts: str = typer.Option("kn,rome,kc", help="Comma-separated: kn, rome, kc."),
     steps: int = _STEPS,
+    rule: str = _RULE,
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     enhance_factor: float = typer.Option(2.0, help="KN: factor of the 'double' intervention."),
@@ -176,7 +180,7 @@ def reliability_cmd(
 ) -> None:
     """Reliability: KN double/zero vs random sets, ROME at every layer, KC recall of the circuit alone."""
     _check_draw(n, 5, known_top_k, max_scan, max_misses)
-    cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps), threshold=threshold, top_k=top_k,
+    cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_facts=rome_facts,
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
@@ -211,6 +215,7 @@ def decouple_cmd(
     ops: str = typer.Option("+,-,*", help="Operators drawn."),
     max_operand: int = typer.Option(99, help="Largest operand."),
     steps: int = _STEPS,
+    rule: str = _RULE,
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     seed: int = typer.Option(0, help="Seed of the pair draw."),
@@ -220,7 +225,7 @@ def decouple_cmd(
     """Decoupling: KN on two framings of one arithmetic problem; coincidence rates C^{1,2}, C^{1,1}, C^{2,2}."""
     src, op = _list(sources, "--sources"), _list(ops, "--ops")
     check_pair_options(n, src, op, max_operand)
-    cfg = DecouplingConfig(ig=IGConfig(steps=steps), threshold=threshold, top_k=top_k)
+    cfg = DecouplingConfig(ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k)
     data = load_pairs(pairs)[:n] if pairs is not None else comparative_pairs(n, seed=seed, sources=src, ops=op,
                                                                             max_operand=max_operand)
     with staged_output(out, overwrite=overwrite) as stage:
