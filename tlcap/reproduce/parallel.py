@@ -202,8 +202,9 @@ def run_parallel(
                     rec = fut.result()  # a stage that raised with keep_going=False re-raises here
                     if rec.key != runner.key(s.name):
                         raise StageError(f"a worker ran {s.name} under another key ({rec.key}, parent "
-                                         f"{runner.key(s.name)}): the workers' model, data or tlcap's code differ from the parent's (was "
-                                         "the code edited during the run?); rerun: finished stages are cached")
+                                         f"{runner.key(s.name)}): the workers' model, data or tlcap's code differ "
+                                         "from the parent's (was the code edited during the run?); rerun: finished "
+                                         "stages are cached")
                     runner.records[s.name] = rec
                     note(s, rec.status)
         except BaseException:
