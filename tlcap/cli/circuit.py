@@ -18,6 +18,7 @@ from tlcap.locate.circuits.config import (
     GRANULARITIES,
     EAPConfig,
     check_circuit_inputs,
+    check_node_selection,
     parse_sizes,
 )
 from tlcap.locate.circuits.dataset import CircuitDataset, load_circuit_dataset
@@ -56,9 +57,8 @@ def _check_granularity(granularity: str, dataset: str | None, greedy: bool, top_
         for opt, value in (("--top-neurons", top_neurons), ("--kn-neurons", kn_neurons)):
             if value is not None:
                 raise InvalidConfigError(f"{opt} applies to --granularity neuron: add it or drop {opt}")
-    if granularity == "node" and greedy and dataset is not None:
-        raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
-                                 "is the --top-n nodes by |node score|: drop --greedy")
+    if dataset is not None:
+        check_node_selection(granularity, greedy)
     if top_neurons is not None:
         check_int("top_neurons", top_neurons, min=1)
     return read_neuron_pairs(kn_neurons) if kn_neurons is not None else None

@@ -32,6 +32,13 @@ DEFAULT_TOP_NODES = 30  # nodes kept by a node-granularity dataset circuit witho
 GRANULARITIES: tuple[str, ...] = ("edge", "node", "neuron")
 
 
+def check_node_selection(granularity: str, greedy: bool) -> None:
+    """Refuse ``--greedy`` with a node-granularity dataset circuit (greedy grows edges, not nodes)."""
+    if granularity == "node" and greedy:
+        raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
+                                 "is the --top-n nodes by |node score|: drop --greedy")
+
+
 @dataclass(frozen=True)
 class EAPConfig(Config):
     """Settings of edge attribution patching and of the circuit built from its scores.
@@ -211,6 +218,7 @@ def check_circuit_inputs(
 
 
 __all__ = [
+    "check_node_selection",
     "ABLATIONS", "DEFAULT_TOP_N", "DEFAULT_TOP_NODES", "DIRECTIONS", "EAPConfig", "GRANULARITIES", "METRICS",
     "check_circuit_inputs", "parse_sizes",
 ]

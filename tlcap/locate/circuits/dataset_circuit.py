@@ -24,7 +24,7 @@ from torch import Tensor
 from tlcap.config import check_choice
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.circuit import Circuit
-from tlcap.locate.circuits.config import DEFAULT_TOP_N, DEFAULT_TOP_NODES, EAPConfig
+from tlcap.locate.circuits.config import DEFAULT_TOP_N, DEFAULT_TOP_NODES, EAPConfig, check_node_selection
 from tlcap.locate.circuits.dataset import CircuitDataset
 from tlcap.locate.circuits.eap import EdgeScores, check_dataset_config, edge_attribution
 from tlcap.locate.circuits.faithfulness import FaithfulnessCurve, circuit_masks, default_sizes, faithfulness_curve
@@ -151,9 +151,7 @@ def dataset_circuit(
     if cfg.threshold is not None:
         raise InvalidConfigError("a dataset circuit is selected by size: give --top-n (and --greedy), not --threshold")
     check_choice("granularity", granularity, ("edge", "node"))
-    if granularity == "node" and cfg.greedy:
-        raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
-                                 "is the --top-n nodes by |node score|: drop --greedy")
+    check_node_selection(granularity, cfg.greedy)
     say = log or (lambda _: None)
     say(f"scoring all edges over {len(dataset)} items of {dataset.name} "
         f"({f'EAP-IG, {cfg.steps} steps' if cfg.steps > 1 else 'EAP'}, {cfg.ablation} ablation) ...")
