@@ -186,11 +186,35 @@ def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
 
     monkeypatch.setattr(rel_mod, "traced_layers", spy)
     res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace_samples=1,
-                      trace_window=1, bos=True, progress=False)
+                      trace_window=1, bos=True, rome_add_traced=False, progress=False)
     assert seen == [True] and res.config["bos"] is True
     top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
                               window=1, seed=0, bos=True)
     assert [r.traced_layer for r in res.rome_records()] == [top[0]]
+
+
+def test_rome_subset_adds_the_traced_layer(tiny_llama):
+    # --rome-layers lists a layer that is not the fact's traced one: the traced layer is edited too
+    # (its row equals rome_sweep's at that layer), the per-layer table keeps the listed layer only,
+    # and the fact enters the traced-vs-other comparison; rome_add_traced=False edits the list only
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
+                              window=1, seed=0, bos=False)
+    other = next(l for l in range(tiny_llama.n_layers) if l != top[0])
+    kw = dict(parts=("rome",), rome=ROME, rome_layers=(other,), trace_samples=1, trace_window=1, progress=False)
+    res = reliability(tiny_llama, FACTS[:1], **kw)
+    assert sorted(r.layer for r in res.rome_records()) == sorted([other, top[0]])
+    assert res.rome_layers() == [other] and len(res.rome_by_layer()["efficacy"]) == 1
+    cmp = res.rome_located_vs_other("paraphrase")
+    at = {r.layer: r for r in res.rome_records()}
+    assert cmp is not None and cmp["located"].value == pytest.approx(at[top[0]].paraphrase)
+    assert cmp["other_layers"].value == pytest.approx(at[other].paraphrase)
+    fact = FACTS[0]
+    direct = rome_sweep(tiny_llama, fact.rewrites[0], fact.subject, fact.target_new, [top[0]], target_old=fact.target,
+                        paraphrases=list(fact.rewrites[1:]), neighbourhood=neighbourhood(FACTS[:1], 0, 10, 0),
+                        config=ROME).results[0]
+    assert at[top[0]].new_prob_after == pytest.approx(direct.new_prob_after, rel=1e-5)
+    only = reliability(tiny_llama, FACTS[:1], **kw, rome_add_traced=False)
+    assert [r.layer for r in only.rome_records()] == [other] and only.rome_located_vs_other() is None
 
 
 def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
@@ -207,7 +231,7 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
 
     monkeypatch.setattr(tiny_llama, "record", spy)
     res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(1,), trace_samples=1,
-                      trace_window=1, bos=True, progress=False)
+                      trace_window=1, bos=True, rome_add_traced=False, progress=False)
     monkeypatch.undo()
     assert firsts and set(firsts) == {bos_id}
     assert res.config["rome"]["bos"] is True

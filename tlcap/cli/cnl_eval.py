@@ -167,6 +167,8 @@ def reliability_cmd(
     enhance_factor: float = typer.Option(2.0, help="KN: factor of the 'double' intervention."),
     n_random: int = typer.Option(20, help="KN: random neuron sets per fact (same count per layer)."),
     rome_layers: str | None = typer.Option(None, help="ROME: layers to edit, e.g. '0,4,8' (default: every layer)."),
+    rome_add_traced: bool = typer.Option(True, "--rome-add-traced/--no-rome-add-traced",
+                                         help="ROME with --rome-layers: also edit each fact's traced layer."),
     rome_facts: int | None = typer.Option(None, help="ROME: edit only the first N facts."),
     rome_steps: int = typer.Option(20, help="ROME: Adam steps for the value vector."),
     trace_samples: int = typer.Option(10, help="Causal tracing (the marked layer): noise draws per cell."),
@@ -182,7 +184,8 @@ def reliability_cmd(
     _check_draw(n, 5, known_top_k, max_scan, max_misses)
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
-                            rome_layers=_ints(rome_layers, "--rome-layers"), rome_facts=rome_facts,
+                            rome_layers=_ints(rome_layers, "--rome-layers"), rome_add_traced=rome_add_traced,
+                            rome_facts=rome_facts,
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:

@@ -71,6 +71,10 @@ class ReliabilityConfig(Config):
         n_random: Matched random neuron sets per fact (>= 20: the p-value's resolution).
         rome: ROME hyper-parameters (:class:`~tlcap.intervene.rome.RomeConfig`).
         rome_layers: Layers to edit (``None`` = every layer).
+        rome_add_traced: With ``rome_layers``, also edit each fact's traced layer when it is not
+            listed, so every fact has its traced-vs-other-layers comparison and enters the IPP; the
+            per-layer table keeps the listed layers only (an added layer holds only the facts
+            traced there).
         rome_facts: Edit only the first ``rome_facts`` facts (``None`` = all).
         n_neighbours: Other facts' prompts used for ROME's specificity.
         trace_samples: Noise draws of the causal trace that marks the located layer.
@@ -95,6 +99,7 @@ class ReliabilityConfig(Config):
     n_random: int = 20
     rome: RomeConfig = field(default_factory=RomeConfig)
     rome_layers: tuple[int, ...] | None = None
+    rome_add_traced: bool = True
     rome_facts: int | None = None
     n_neighbours: int = 10
     trace_samples: int = 10
@@ -122,6 +127,7 @@ class ReliabilityConfig(Config):
         if self.rome_layers is not None:
             self._set("rome_layers", check_sequence("rome_layers", self.rome_layers, min_len=1, unique=True,
                                                     item=lambda n, x: check_int(n, x, min=0, cli="--rome-layers")))
+        check_bool("rome_add_traced", self.rome_add_traced)
         if self.rome_facts is not None:
             check_int("rome_facts", self.rome_facts, min=1)
         check_int("n_neighbours", self.n_neighbours, min=1)
@@ -187,6 +193,8 @@ def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: Reliabil
     layers = list(range(model.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"rome_layers (--rome-layers) must be below {model.n_layers} for {model.name}")
+    if cfg.rome_add_traced and top[0] not in layers:
+        layers = sorted([*layers, top[0]])
     with sw("rome"):
         sweep = rome_sweep(model, prompt, fact.subject, fact.target_new, layers, target_old=fact.target,
                            paraphrases=list(fact.rewrites[1:]),

@@ -128,7 +128,11 @@ class ReliabilityResult(Result):
 
     # ------------------------------------------------------------------ ROME
     def rome_layers(self) -> list[int]:
-        return sorted({r.layer for r in self.rome_records()})
+        """The layers of the per-layer table: the configured ``rome_layers`` (a traced layer added
+        for one fact is left out: it holds only the facts traced there), else every edited layer."""
+        edited = {r.layer for r in self.rome_records()}
+        listed = self.config.get("rome_layers")
+        return sorted(edited & set(listed)) if listed else sorted(edited)
 
     def rome_by_layer(self) -> dict[str, list[Estimate]]:
         """Per edited layer: efficacy (Wilson), paraphrase and specificity (bootstrap means) over facts."""
