@@ -128,3 +128,18 @@ def test_unknown_dependency_and_cycle_are_errors(tmp_path):
     r = Runner([Stage("a", _leaf, Cfg(), deps=("b",)), Stage("b", _leaf, Cfg(), deps=("a",))], tmp_path, model_id="m")
     with pytest.raises(StageError, match="cycle"):
         r.plan()
+
+
+def test_a_half_precision_model_gets_stage_keys_of_its_own(tmp_path):
+    # float32 keeps the bare identity (earlier caches stay valid); bfloat16 computes other numbers
+    import torch  # noqa: PLC0415
+
+    class _M:
+        identity = "gguf:m.gguf sha256=ab size=1"
+
+        def __init__(self, dtype):
+            self.dtype = dtype
+
+    f32, bf16 = (Runner(_stages(), tmp_path, _M(dt)) for dt in (torch.float32, torch.bfloat16))
+    assert f32.model_id == _M.identity and bf16.model_id == f"{_M.identity} dtype=torch.bfloat16"
+    assert f32.key("a") == Runner(_stages(), tmp_path, model_id=_M.identity).key("a") != bf16.key("a")

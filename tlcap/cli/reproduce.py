@@ -19,7 +19,7 @@ import torch
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import load, seed_everything
+from tlcap.cli._common import dtype_option, load, seed_everything
 from tlcap.config import check_int
 from tlcap.models import load_model
 
@@ -40,6 +40,7 @@ def reproduce_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan with predicted cost and stop."),
     reprobe: bool = typer.Option(False, "--reprobe", help="Re-run the calibration probe (it is cached per machine)."),
     device: str | None = typer.Option(None, "--device", help="torch device (default: the model's)."),
+    dtype: str = dtype_option(),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars inside stages."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Stages computed at once, each in its own process with "
                                                      "cpus/jobs threads (e.g. 2 on a 2-core CPU)."),
@@ -59,7 +60,7 @@ def reproduce_cmd(
         raise OutputPathError(f"--out {out} is a file; give a folder")
     check_int("jobs", jobs, min=1, cli="--jobs")
     seed_everything(seed)
-    m = load(model, device=device)
+    m = load(model, device=device, dtype=dtype)
     if jobs > 1:
         torch.set_num_threads(threads_per_job(jobs))
     if dry_run:

@@ -234,7 +234,11 @@ class Runner:
     def model_id(self) -> str:
         if self._model_id is None:
             m = self.model
-            self._model_id = (model_identity(m) if m is not None else None) or str(getattr(m, "name", "no model"))
+            ident = (model_identity(m) if m is not None else None) or str(getattr(m, "name", "no model"))
+            dt = getattr(m, "dtype", None)
+            # float32 keeps the bare identity (the caches of earlier runs stay valid); a bfloat16 or
+            # float16 model computes different numbers, so its stages get keys of their own
+            self._model_id = ident if dt is None or str(dt) in ("torch.float32", "float32") else f"{ident} dtype={dt}"
         return self._model_id
 
     def context(self, name: str) -> StageContext:
