@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import tlcap.attribution.ig as ig_module
-from tlcap.attribution import integrated_gradients
+from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.attribution.dataset import score_dataset
 from tlcap.data.tasks import Sample
 from tlcap.errors import InvalidConfigError
-from tlcap.runtime.batching import SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
+from tlcap.runtime.batching import CPU_MAX_ROWS, SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
 
 
 def test_parse_memory():
@@ -92,10 +92,41 @@ def test_ig_auto_batch_equals_fixed_batch_under_fake_oom(tiny_gpt2, monkeypatch)
     assert torch.equal(auto.prob_baseline, fixed.prob_baseline) and torch.equal(auto.layer_sums, fixed.layer_sums)
 
 
-def test_ig_auto_without_oom_matches_default(tiny_gpt2):
-    a = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4, batch_rows="auto")
-    b = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4)
+def test_ig_auto_is_the_default_and_equals_a_fixed_batch(tiny_gpt2):
+    assert IGConfig().batch_rows == "auto"
+    a = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4)
+    b = integrated_gradients(tiny_gpt2, "The capital of France is", " Paris", steps=4, batch_rows=3)
     assert torch.allclose(a.scores, b.scores, rtol=1e-5, atol=1e-9)
+
+
+def test_cpu_batches_stop_at_cpu_max_rows():
+    # a CPU budget of 1 TiB would fit 10**6 rows of 1 MB; the CPU cap keeps 256 (CUDA would not)
+    assert auto_batch_rows(row_bytes=2**20, total_rows=10**6, max_memory="1TiB", device="cpu") == CPU_MAX_ROWS == 256
+    assert auto_batch_rows(row_bytes=2**20, total_rows=100, max_memory="1TiB", device="cpu") == 100
+
+
+def test_amig_auto_equals_a_fixed_batch_and_halves_on_oom(tiny_llama, monkeypatch):
+    # AMIG over the words takes batch_rows="auto" (the default): same scores as a fixed batch,
+    # and an injected out-of-memory at more than 2 rows (a layer's 3 rows) halves the batch and reruns
+    from tlcap.attribution import amig as amig_module  # noqa: PLC0415
+
+    prompt, target = "The capital of France is", " Paris"
+    fixed = amig_module.word_attributions(tiny_llama, prompt, target, steps=2, batch_rows=3)
+    real, seen = tiny_llama.last_logits, []
+
+    def fake(*args, batch=1, **kwargs):
+        seen.append(batch)
+        if batch > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(*args, batch=batch, **kwargs)
+
+    monkeypatch.setattr(tiny_llama, "last_logits", fake)
+    auto = amig_module.word_attributions(tiny_llama, prompt, target, steps=2)
+    monkeypatch.undo()
+    last_oom = len(seen) - 1 - seen[::-1].index(3)
+    assert seen[last_oom + 1:] and max(seen[last_oom + 1:]) <= 2  # ran out at 3 rows, finished at fewer
+    for x, y in zip(auto, fixed):
+        assert torch.allclose(x, y, rtol=1e-5, atol=1e-9)
 
 
 def test_row_bytes_grows_with_context_and_config_validation(tiny_gpt2):

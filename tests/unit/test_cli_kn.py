@@ -63,7 +63,7 @@ def test_cli_clear_error_for_unknown_model(tmp_path):
         (["--batch-rows", "many"], "--batch-rows must be auto or an integer >= 1, got 'many'"),
         (["--batch-rows", "auto", "--max-memory", "lots"],
          "max_memory (--max-memory) must be a size such as 8GiB or 500MB, got 'lots'"),
-        (["--max-memory", "1GiB"], "--max-memory applies to --batch-rows auto only; got --batch-rows 256"),
+        (["--batch-rows", "256", "--max-memory", "1GiB"], "--max-memory applies to --batch-rows auto only; got --batch-rows 256"),
     ],
 )
 def test_bad_option_fails_before_any_work(tmp_path, extra, message):

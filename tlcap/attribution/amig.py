@@ -42,6 +42,7 @@ from tlcap.config import check_choice
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
+from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
 
 WORDS: tuple[str, ...] = ("all", "last")
@@ -150,18 +151,21 @@ def word_attributions(
         ``p_clean[t]`` = clean P(target token t). Per word and layer, ``Σ_j attr ≈ p_clean − p_base``.
 
     Raises:
-        InvalidConfigError: an estimator other than ``method="ig"``, ``batch_rows="auto"`` or a
-            layer beyond the model.
+        InvalidConfigError: an estimator other than ``method="ig"``, or a layer beyond the model.
     """
     cfg = IGConfig.resolve(config, **overrides)
     if cfg.method != "ig":
         raise InvalidConfigError(f"AMIG over the query's words needs method='ig' (exact), got {cfg.method!r}; "
                                  "use words='last' for the cheaper estimators")
-    if cfg.batch_rows == "auto":
-        raise InvalidConfigError("AMIG over the query's words needs a fixed batch_rows (--batch-rows), not 'auto'")
     layers = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layers)}")
+    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
+        p_ids, t_ids = fact_tokens(model, prompt, target)
+        n_rows = len(layers) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
+        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
+        return run_auto_batched(lambda b: word_attributions(model, prompt, target, config=cfg.replace(batch_rows=b),
+                                                            baseline_token_id=baseline_token_id), rows, model.device)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
     p_ids, t_ids = fact_tokens(model, prompt, target)

@@ -44,9 +44,9 @@ class IGConfig(Config):
         site: Neuron site: ``mlp_post`` (activations, the papers' neurons) or ``mlp_pre``.
         layers: Layers to attribute (``None`` = all; stored as a tuple); layer bounds are checked against the
             model when the attribution runs.
-        batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1``, or ``"auto"``: the
-            largest that fits ``max_memory``, halved on out-of-memory
-            (:mod:`tlcap.runtime.batching`). Exact: results do not depend on it.
+        batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1``, or ``"auto"`` (the
+            default): the largest that fits ``max_memory``, at most 256 on a CPU, halved and rerun
+            on out-of-memory (:mod:`tlcap.runtime.batching`). Exact: results do not depend on it.
         max_memory: Memory budget of ``batch_rows="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
@@ -65,7 +65,7 @@ class IGConfig(Config):
     method: str = "ig"
     site: str = "mlp_post"
     layers: Sequence[int] | None = None
-    batch_rows: int | str = 256
+    batch_rows: int | str = "auto"
     prefix_reuse: bool = True
     late_expand: bool = True
     layer_chunks: int = 4

@@ -280,11 +280,11 @@ def dtype_option() -> Any:
     return typer.Option("float32", "--dtype", help="Model dtype: float32, bfloat16 or float16 (scores accumulate in float32).")
 
 
-def batch_rows_option(default: int) -> Any:
+def batch_rows_option(default: int | str = "auto") -> Any:
     """The ``--batch-rows`` option of commands whose batch size does not change the result."""
     return typer.Option(str(default), "--batch-rows", help=(
-        "Rows per forward pass: a number >= 1, or auto (the largest that fits --max-memory, halved and rerun on "
-        "out-of-memory). Results do not depend on it."))
+        "Rows per forward pass: a number >= 1, or auto (the largest that fits --max-memory, at most 256 on a CPU, "
+        "halved and rerun on out-of-memory). Results do not depend on it."))
 
 
 def max_memory_option() -> Any:

@@ -110,7 +110,7 @@ def locate(
     tol: float = typer.Option(0.01, help="Completeness target of --steps auto (0.01 = 1 %)."),
     layers_: str | None = typer.Option(None, "--layers", help="Layers to score, e.g. '0-29' or '10,12' (default all)."),
     max_answer_tokens: int = typer.Option(8, help="Answer tokens scored per sample (the first ones, >= 1)."),
-    batch_rows: str = batch_rows_option(128),
+    batch_rows: str = batch_rows_option(),
     max_memory: str | None = max_memory_option(),
     sample_batch: int = typer.Option(1, help="Samples whose IG rows share forward passes (exact IG; same results)."),
     convergence_points: int = typer.Option(4, help="Points of the convergence curve (>= 1)."),

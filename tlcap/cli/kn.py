@@ -52,7 +52,7 @@ def kn(
     ),
     n_random: int = typer.Option(10, help="Random neuron sets (same count per layer) for the control; 0 = no control."),
     seed: int = typer.Option(0, help="Seed of the random controls."),
-    batch_rows: str = batch_rows_option(256),
+    batch_rows: str = batch_rows_option(),
     max_memory: str | None = max_memory_option(),
     overwrite: bool = overwrite_option(),
 ) -> None:
