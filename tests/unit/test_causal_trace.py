@@ -86,6 +86,37 @@ def test_batched_equals_per_cell_reference(fixture, request):
     assert _close(fast.score("resid")[-1, -1], fast.clean_prob)
 
 
+def test_auto_batch_is_the_default_and_halves_on_out_of_memory(tiny_llama, monkeypatch):
+    # batch_rows="auto" (the default) equals a fixed batch; an injected out-of-memory above 4 rows
+    # makes it rerun at half the size until the forwards fit, with the same scores
+    assert TraceConfig().batch_rows == "auto"
+    setup = prepare_trace(tiny_llama, PROMPT, SUBJECT, samples=2, window=1, seed=2)
+    fixed = trace_batched(setup, batch_rows=4)
+    assert torch.equal(trace_batched(setup), trace_batched(setup, batch_rows=10**6))  # all rows fit: one size
+    cont, last, seen = tiny_llama.continue_rows, tiny_llama.last_logits, []
+
+    def check(rows: int) -> None:
+        seen.append(rows)
+        if rows > 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    def fake_cont(tokens, prefix, counts, *args, **kwargs):
+        check(int(counts.sum()))
+        return cont(tokens, prefix, counts, *args, **kwargs)
+
+    def fake_last(tokens, *args, **kwargs):
+        check(int(tokens.shape[0]))
+        return last(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(tiny_llama, "continue_rows", fake_cont)
+    monkeypatch.setattr(tiny_llama, "last_logits", fake_last)
+    auto = trace_batched(setup)
+    monkeypatch.undo()
+    assert max(seen) > 4 and _close(auto, fixed), (auto - fixed).abs().max()
+    big = TraceConfig(batch_rows="auto", max_memory="64KiB")  # a budget of a few rows still traces every cell
+    assert _close(causal_trace(tiny_llama, PROMPT, SUBJECT, config=big, samples=2, window=1, seed=2).scores, fixed)
+
+
 @pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
 @pytest.mark.parametrize("prompt,subject", [("France is where Paris is", "France"), (PROMPT, SUBJECT)])
 def test_late_expansion_equals_full_runs(fixture, prompt, subject, request):

@@ -8,7 +8,18 @@ from pathlib import Path
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import (
+    batch_rows_option,
+    batch_rows_value,
+    device_option,
+    dtype_option,
+    load,
+    max_memory_option,
+    overwrite_option,
+    seed_everything,
+    staged_output,
+    write_outputs,
+)
 from tlcap.config import check_int, check_str
 from tlcap.data.knowns import load_known_facts
 from tlcap.errors import InvalidConfigError
@@ -89,7 +100,8 @@ def trace_cmd(
                                            "located layers read only that row) | positions, e.g. '0,3,-1' (with --bos the BOS "
                                            "is position 0)."),
     seed: int = typer.Option(0, help="Noise seed (>= 0)."),
-    batch_rows: int = typer.Option(256, help="Rows per forward pass (exact; >= 1)."),
+    batch_rows: str = batch_rows_option(),
+    max_memory: str | None = max_memory_option(),
     dataset: str | None = typer.Option(None, help="Dataset mode: 'known' (ROME's known facts, bundled) or a "
                                                   "known_1000.json-style file of facts."),
     n_facts: int = typer.Option(20, help="Dataset mode: number of facts (>= 1)."),
@@ -100,7 +112,8 @@ def trace_cmd(
     """Causal tracing of one fact (or the average over a dataset with --dataset)."""
     cfg = TraceConfig(kinds=parse_kinds(kinds), layers=parse_layers(layers), window=window, samples=samples,
                       noise_std=noise, noise_factor=noise_factor, noise_from=noise_from, bos=bos, seed=seed,
-                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows, tokens=parse_tokens(tokens))
+                      top_k=top_k, use_attribute=use_attribute, batch_rows=batch_rows_value(batch_rows, max_memory),
+                      max_memory=max_memory, tokens=parse_tokens(tokens))
     if dataset is not None:
         if prompt is not None or subject is not None or target is not None or occurrence is not None:
             raise InvalidConfigError("--dataset traces the dataset's facts; leave out --prompt, --subject, --target "

@@ -150,3 +150,17 @@ def ig_row_bytes(model: Any, context_len: int) -> int:
     per_layer = 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * max(int(context_len), 1)
     values = model.n_layers * per_layer + 3 * model.d_vocab
     return int(2 * values * max(elem, 2))
+
+
+def trace_row_bytes(model: Any, context_len: int) -> int:
+    """Estimated bytes of one causal-trace row (a forward pass without gradients).
+
+    The row's keys and values over the context at every layer (``2·n_kv_heads·d_head`` per
+    position and layer, kept by the prefix cache), one layer's live intermediates per position
+    (~12·d_model + 4·d_mlp values and an attention row of 2·n_heads·T), and the last position's
+    logits (3·d_vocab), in the model's parameter dtype.
+    """
+    elem = torch.empty((), dtype=model.dtype).element_size()
+    T = max(int(context_len), 1)
+    per_pos = model.n_layers * 2 * model.n_kv_heads * model.d_head + 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * T
+    return int((T * per_pos + 3 * model.d_vocab) * max(elem, 2))

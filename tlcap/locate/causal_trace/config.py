@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import InvalidConfigError
+from tlcap.runtime.batching import parse_memory
 
 KINDS: tuple[str, ...] = ("resid", "mlp", "attn")
 KIND_SITES: dict[str, str] = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
@@ -53,7 +54,11 @@ class TraceConfig(Config):
         top_k: Located layers reported per trace (CNL uses 3), ``>= 1``.
         use_attribute: Dataset mode: score each fact's ``target`` / ``attribute`` instead of the
             model's own prediction (ROME traces the prediction, the default).
-        batch_rows: Most rows (noise sample × restoration) per forward pass, ``>= 1`` (exact).
+        batch_rows: Most rows (noise sample × restoration) per forward pass, ``>= 1``, or
+            ``"auto"`` (the default): the largest that fits ``max_memory``, at most 256 on a CPU,
+            halved and rerun on out-of-memory (:mod:`tlcap.runtime.batching`). Exact: the scores
+            do not depend on it.
+        max_memory: Memory budget of ``batch_rows="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the corrupted prefix's keys/values (exact; off only to compare).
         late_expand: Reuse the corrupted run below each batch's lowest restored layer (exact;
             TransformerBridge backends; off only to compare).
@@ -76,7 +81,8 @@ class TraceConfig(Config):
     seed: int = 0
     top_k: int = 3
     use_attribute: bool = False
-    batch_rows: int = 256
+    batch_rows: int | str = "auto"
+    max_memory: int | str | None = None
     prefix_reuse: bool = True
     skip_pre_subject: bool = True
     late_expand: bool = True
@@ -101,7 +107,10 @@ class TraceConfig(Config):
         check_int("seed", self.seed, min=0)
         check_int("top_k", self.top_k, min=1)
         check_bool("use_attribute", self.use_attribute)
-        check_int("batch_rows", self.batch_rows, min=1)
+        if self.batch_rows != "auto":
+            check_int("batch_rows", self.batch_rows, min=1)
+        if self.max_memory is not None:
+            parse_memory(self.max_memory)
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("skip_pre_subject", self.skip_pre_subject, cli=None)
         check_bool("late_expand", self.late_expand, cli=None)

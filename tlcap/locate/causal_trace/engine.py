@@ -17,6 +17,7 @@ from tlcap.locate.causal_trace.setup import TraceSetup, prepare_trace
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.runtime import hooks as H
+from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
 
 
 def _result(setup: TraceSetup, scores: Tensor, seconds: float) -> CausalTrace:
@@ -66,7 +67,7 @@ def late_chunks(lowest: Sequence[int], k_max: int, rows: int, n_layers: int) -> 
 @torch.no_grad()
 def trace_batched(
     setup: TraceSetup,
-    batch_rows: int | None = None,
+    batch_rows: int | str | None = None,
     prefix_reuse: bool | None = None,
     skip_pre_subject: bool | None = None,
     progress: bool = False,
@@ -83,7 +84,7 @@ def trace_batched(
 
     Args:
         setup: From :func:`prepare_trace`.
-        batch_rows: Rows per forward pass (default: the setup's config).
+        batch_rows: Rows per forward pass, or ``"auto"`` (default: the setup's config).
         prefix_reuse: Reuse the corrupted prefix (default: the setup's config).
         skip_pre_subject: Skip the cells before the subject (default: the setup's config).
         progress: Show a progress bar.
@@ -95,6 +96,12 @@ def trace_batched(
     """
     cfg = setup.config
     batch_rows = cfg.batch_rows if batch_rows is None else batch_rows
+    if batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same scores
+        dev = setup.model.device
+        total = setup.samples * len(setup.kinds) * len(setup.layers)
+        rows = auto_batch_rows(trace_row_bytes(setup.model, setup.n_tokens), total, cfg.max_memory, dev)
+        return run_auto_batched(lambda b: trace_batched(setup, b, prefix_reuse, skip_pre_subject, progress, late_expand),
+                                rows, dev)
     prefix_reuse = cfg.prefix_reuse if prefix_reuse is None else prefix_reuse
     skip_pre_subject = cfg.skip_pre_subject if skip_pre_subject is None else skip_pre_subject
     late_expand = cfg.late_expand if late_expand is None else late_expand
