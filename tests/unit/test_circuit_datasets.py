@@ -21,7 +21,7 @@ from tlcap.locate.circuits import (
 from tlcap.locate.circuits import eap as eap_mod
 from tlcap.locate.circuits.ablation import ablation_source
 from tlcap.locate.circuits.config import EAPConfig
-from tlcap.locate.circuits.dataset import pair_corruptions, read_items
+from tlcap.locate.circuits.dataset import dataset_batch_size, pair_corruptions, read_items
 from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
 from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.runtime import hooks as H
@@ -44,12 +44,51 @@ def test_dataset_scores_are_the_mean_of_item_scores_for_any_batch_size(request, 
     mean = torch.stack([s.scores for s in per_item]).double().mean(0)
     scale = float(mean.abs().max())
     assert scale > 1e-4
-    for bs in (1, 3):
+    for bs in (1, 3, "auto"):  # auto (the default): all 4 items fit in one pass on a CPU (at most 8)
         sc = edge_attribution(model, ds, steps=steps, batch_size=bs)
         assert sc.n_items == 4 and sc.dataset == "four" and sc.ablation == "corrupt"
         torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * scale, rtol=1e-4)
         assert sc.clean_metric == pytest.approx(sum(s.clean_metric for s in per_item) / 4, rel=1e-5)
         assert sc.corrupt_metric == pytest.approx(sum(s.corrupt_metric for s in per_item) / 4, rel=1e-5)
+
+
+def test_auto_batch_size_halves_on_out_of_memory(tiny_gpt2, monkeypatch):
+    # an injected out-of-memory for passes of more than one item: edge_attribution, the
+    # faithfulness curve and neuron_attribution rerun at half the size until it fits, same values
+    import tlcap.locate.circuits.ablation as ablation_mod  # noqa: PLC0415
+    import tlcap.locate.circuits.neurons as neurons_mod  # noqa: PLC0415
+    import tlcap.locate.circuits.scoring as scoring_mod  # noqa: PLC0415
+    from tlcap.locate.circuits.faithfulness import faithfulness_curve  # noqa: PLC0415
+    from tlcap.locate.circuits.neurons import neuron_attribution  # noqa: PLC0415
+
+    ds = CircuitDataset(ITEMS, "four")
+    assert EAPConfig().batch_size == "auto" and dataset_batch_size(tiny_gpt2, ds, "auto") == 4
+    assert dataset_batch_size(tiny_gpt2, CircuitDataset(ITEMS * 5, "twenty"), "auto") == 8  # the CPU cap
+    fixed = edge_attribution(tiny_gpt2, ds, batch_size=1)
+    curve1 = faithfulness_curve(tiny_gpt2, fixed, ds, sizes=[0, 5], batch_size=1)
+    neur1 = neuron_attribution(tiny_gpt2, ds, batch_size=1)
+    seen: list[int] = []
+
+    def limit(real):
+        def wrapped(model, graph, task, *args, **kwargs):
+            seen.append(int(task.clean.shape[0]))
+            if seen[-1] > 1:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            return real(model, graph, task, *args, **kwargs)
+        return wrapped
+
+    for mod in (ablation_mod, scoring_mod, neurons_mod):
+        monkeypatch.setattr(mod, "run_pass", limit(mod.run_pass))
+    auto = edge_attribution(tiny_gpt2, ds)
+    assert 4 in seen and seen[-1] == 1
+    torch.testing.assert_close(auto.scores, fixed.scores, atol=1e-6, rtol=1e-5)
+    seen.clear()
+    neur = neuron_attribution(tiny_gpt2, ds)
+    assert 4 in seen and seen[-1] == 1
+    torch.testing.assert_close(neur.scores, neur1.scores, atol=1e-6, rtol=1e-5)
+    monkeypatch.undo()
+    curve = faithfulness_curve(tiny_gpt2, fixed, ds, sizes=[0, 5])
+    assert curve.to_frame().equals(curve1.to_frame())
 
 
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])

@@ -293,25 +293,26 @@ def max_memory_option() -> Any:
         "Memory budget of --batch-rows auto, e.g. 8GiB or 500MB (default: the device's free memory)."))
 
 
-def batch_rows_value(value: str, max_memory: str | None) -> int | str:
-    """``--batch-rows`` as the config takes it (an int or ``"auto"``), ``--max-memory`` checked.
+def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-rows") -> int | str:
+    """``--batch-rows`` (or ``option``, e.g. ``--batch-size``) as the config takes it (an int or
+    ``"auto"``), ``--max-memory`` checked.
 
     Raises:
-        InvalidConfigError: not ``auto`` or an integer >= 1; ``--max-memory`` without ``--batch-rows auto``
+        InvalidConfigError: not ``auto`` or an integer >= 1; ``--max-memory`` without ``auto``
             or not a size.
     """
     text = str(value).strip().lower()
     if max_memory is not None:
         parse_memory(max_memory)
         if text != "auto":
-            raise InvalidConfigError(f"--max-memory applies to --batch-rows auto only; got --batch-rows {value}")
+            raise InvalidConfigError(f"--max-memory applies to {option} auto only; got {option} {value}")
     if text == "auto":
         return "auto"
     try:
         rows = int(text)
     except ValueError:
-        raise InvalidConfigError(f"--batch-rows must be auto or an integer >= 1, got {value!r}") from None
-    return check_int("batch_rows", rows, min=1, cli="--batch-rows")
+        raise InvalidConfigError(f"{option} must be auto or an integer >= 1, got {value!r}") from None
+    return check_int(option.lstrip("-").replace("-", "_"), rows, min=1, cli=option)
 
 
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:

@@ -9,7 +9,17 @@ import pandas as pd
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load, overwrite_option, seed_everything, staged_output, write_outputs
+from tlcap.cli._common import (
+    batch_rows_value,
+    device_option,
+    dtype_option,
+    load,
+    max_memory_option,
+    overwrite_option,
+    seed_everything,
+    staged_output,
+    write_outputs,
+)
 from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.config import (
@@ -105,7 +115,10 @@ def circuit(
     ),
     relation: str | None = typer.Option(None, help="ParaRel relation (e.g. P36) or known-facts relation_id."),
     n_items: int | None = typer.Option(None, help="Use at most this many dataset items (>= 1)."),
-    batch_size: int = typer.Option(8, help="Dataset items per pass (>= 1; exact, bounds memory)."),
+    batch_size: str = typer.Option("auto", help="Dataset items per pass: a number >= 1, or auto (the most that fit "
+                                                "--max-memory, at most 8 on a CPU, halved and rerun on out-of-memory); "
+                                                "exact, bounds memory."),
+    max_memory: str | None = max_memory_option(),
     known_top_k: int | None = typer.Option(None, help="ParaRel: keep facts whose answer is in the model's top-k."),
     ablation: str | None = typer.Option(
         None, help=f"What replaces non-circuit edges: {' | '.join(ABLATIONS)} (default corrupt when corrupted "
@@ -150,8 +163,8 @@ def circuit(
     sizes = parse_sizes(sweep) if sweep is not None else None
     abl = "zero" if zero_ablate else ablation
     cfg = EAPConfig(steps=ig_steps, metric=metric, ablation=abl if dataset else (abl or "corrupt"), top_n=top_n,
-                    threshold=threshold, sweep=not no_sweep, sweep_sizes=sizes, seed=seed, batch_size=batch_size,
-                    greedy=greedy)
+                    threshold=threshold, sweep=not no_sweep, sweep_sizes=sizes, seed=seed,
+                    batch_size=batch_rows_value(batch_size, max_memory, "--batch-size"), max_memory=max_memory, greedy=greedy)
     if dataset is None:
         cfg = check_circuit_inputs(prompt or "", target or "", corrupt_prompt, corrupt_target, cfg)
     elif n_items is not None and n_items < 1:

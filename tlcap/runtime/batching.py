@@ -38,6 +38,9 @@ SAFETY = 0.8  # use at most this share of the budget (allocator fragmentation, e
 # 256 rows 5.9-6.1 s; CNL scoring of 6 Emotion samples, auto vs 256: 15.0-16.7 s vs 14.2-14.5 s) and
 # the memory it takes is the machine's RAM, where running out kills the process instead of raising.
 CPU_MAX_ROWS = 256
+# EAP dataset items per pass on a CPU: the measured default (SmolLM2, ParaRel P36: 0.30 s per
+# prompt at 8 items vs 0.51 s one at a time; benchmarks/results/bench_circuit_dataset.json).
+CPU_MAX_ITEMS = 8
 
 
 def parse_memory(value: Any) -> int:
@@ -79,20 +82,22 @@ def free_memory(device: torch.device | str) -> int:
         return 8 * 2**30
 
 
-def auto_batch_rows(row_bytes: int, total_rows: int, max_memory: Any = None, device: torch.device | str = "cpu") -> int:
+def auto_batch_rows(row_bytes: int, total_rows: int, max_memory: Any = None, device: torch.device | str = "cpu",
+                    cpu_max: int = CPU_MAX_ROWS) -> int:
     """The largest batch (rows) whose estimated memory fits the budget, in ``[1, total_rows]``.
 
     Args:
         row_bytes: Estimated bytes one row needs (activations kept for the backward pass).
         total_rows: Rows there are (no point in a larger batch).
         max_memory: Budget (see :func:`parse_memory`); default the device's free memory.
-        device: The device the rows run on; on a CPU the batch is at most :data:`CPU_MAX_ROWS`
-            rows (larger batches are no faster there and take the machine's RAM).
+        device: The device the rows run on; on a CPU the batch is at most ``cpu_max`` rows
+            (larger batches are no faster there and take the machine's RAM).
+        cpu_max: The CPU cap (default :data:`CPU_MAX_ROWS`).
     """
     budget = parse_memory(max_memory) if max_memory is not None else free_memory(device)
     rows = int(budget * SAFETY) // max(int(row_bytes), 1)
     if torch.device(device).type == "cpu":
-        rows = min(rows, CPU_MAX_ROWS)
+        rows = min(rows, int(cpu_max))
     return max(1, min(int(total_rows), rows))
 
 
@@ -164,3 +169,23 @@ def trace_row_bytes(model: Any, context_len: int) -> int:
     T = max(int(context_len), 1)
     per_pos = model.n_layers * 2 * model.n_kv_heads * model.d_head + 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * T
     return int((T * per_pos + 3 * model.d_vocab) * max(elem, 2))
+
+
+def eap_item_bytes(model: Any, context_len: int, steps: int) -> int:
+    """Estimated bytes of one dataset item in an EAP / EAP-IG pass (:func:`tlcap.locate.circuits.edge_attribution`).
+
+    Each of the item's ``max(steps, 2)`` rows holds, besides an ordinary gradient row
+    (:func:`ig_row_bytes`), the split q/k/v inputs of the per-head ln1 at every layer
+    (``(n_heads + 2·n_kv_heads)·d_model`` values per position, ~4 stored intermediates); the item
+    adds its reader gradients and upstream differences (``(n_readers + n_upstream)·d_model`` per
+    position, float32). Measured on SmolLM2 (11 tokens) the estimate is ≈ 2× the peak
+    (``docs/circuits.md``), on the safe side.
+    """
+    elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
+    T = max(int(context_len), 1)
+    heads = model.n_heads + 2 * model.n_kv_heads
+    split = model.n_layers * heads * model.d_model * 4 * T * elem
+    n_readers = model.n_layers * (heads + 1) + 1
+    n_upstream = 1 + model.n_layers * (model.n_heads + 1)
+    grads = (n_readers + n_upstream) * T * model.d_model * 4
+    return int(max(int(steps), 2) * (split + ig_row_bytes(model, T)) + grads)

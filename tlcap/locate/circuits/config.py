@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence, check_str
 from tlcap.errors import InvalidConfigError, UnknownNameError
+from tlcap.runtime.batching import parse_memory
 
 METRICS: tuple[str, ...] = ("nll", "logit_diff")
 ABLATIONS: tuple[str, ...] = ("corrupt", "zero", "mean", "mean-positional")
@@ -66,8 +67,11 @@ class EAPConfig(Config):
         seed: Seed of the random control circuits, ``>= 0``.
         eval_batch: Circuits evaluated per forward pass, ``>= 1`` (exact: results do not
             depend on it).
-        batch_size: Dataset items per pass (dataset circuits), ``>= 1`` (exact: scores do not
-            depend on it; memory grows with it, not with the dataset).
+        batch_size: Dataset items per pass (dataset circuits), ``>= 1``, or ``"auto"`` (the
+            default): the most items whose estimated memory fits ``max_memory``, at most 8 on a
+            CPU, halved and rerun on out-of-memory (:func:`dataset_batch_size`). Exact: scores do
+            not depend on it; memory grows with it, not with the dataset.
+        max_memory: Memory budget of ``batch_size="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
         greedy: Select circuits greedily from the logits backwards (each step adds the
             highest-``|score|`` edge into a node already in the circuit) instead of the global
             top-n (:func:`~tlcap.locate.circuits.greedy_order`).
@@ -84,7 +88,8 @@ class EAPConfig(Config):
     sweep_sizes: Sequence[int] | None = None
     seed: int = 0
     eval_batch: int = 8
-    batch_size: int = 8
+    batch_size: int | str = "auto"
+    max_memory: int | str | None = None
     greedy: bool = False
 
     def validate(self) -> None:
@@ -111,7 +116,10 @@ class EAPConfig(Config):
             ))
         check_int("seed", self.seed, min=0)
         check_int("eval_batch", self.eval_batch, min=1, cli=None)
-        check_int("batch_size", self.batch_size, min=1)
+        if self.batch_size != "auto":
+            check_int("batch_size", self.batch_size, min=1)
+        if self.max_memory is not None:
+            parse_memory(self.max_memory)
         check_bool("greedy", self.greedy, cli="--greedy")
 
     @property

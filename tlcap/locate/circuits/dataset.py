@@ -38,6 +38,7 @@ from tlcap.data.sample import DataWarning
 from tlcap.errors import DataFormatError, EmptyDatasetError, InvalidConfigError, MissingFileError
 from tlcap.locate.circuits.task import CircuitItem, CircuitTask, make_items_task
 from tlcap.models import Model
+from tlcap.runtime.batching import CPU_MAX_ITEMS, auto_batch_rows, eap_item_bytes
 
 SOURCES: tuple[str, ...] = ("pararel", "known")
 _FIELDS = ("prompt", "target", "corrupt_prompt", "corrupt_target", "relation", "uid")
@@ -220,4 +221,20 @@ def load_circuit_dataset(
     return CircuitDataset(tuple(items), name, dropped)
 
 
-__all__ = ["CircuitDataset", "SOURCES", "load_circuit_dataset", "pair_corruptions", "read_items"]
+def dataset_batch_size(model: Model, dataset: CircuitDataset, batch_size: int | str, steps: int = 1,
+                       max_memory: Any = None) -> int:
+    """Items per pass: ``batch_size`` when it is a number; for ``"auto"`` the most items whose
+    estimated memory (:func:`~tlcap.runtime.batching.eap_item_bytes` of the longest item) fits
+    ``max_memory`` (default: the device's free memory), at most ``CPU_MAX_ITEMS`` (8) on a CPU.
+
+    Callers run the pass through :func:`~tlcap.runtime.batching.run_auto_batched`, which halves
+    the size and reruns on an out-of-memory error.
+    """
+    if batch_size != "auto":
+        return int(batch_size)
+    longest = max((len(model.encode(it.prompt + it.target)) for it in dataset.items), default=1)
+    return auto_batch_rows(eap_item_bytes(model, longest, steps), max(len(dataset), 1), max_memory, model.device,
+                           cpu_max=CPU_MAX_ITEMS)
+
+
+__all__ = ["CircuitDataset", "SOURCES", "dataset_batch_size", "load_circuit_dataset", "pair_corruptions", "read_items"]

@@ -163,7 +163,8 @@ def dataset_circuit(
     sizes = sorted(set(cfg.sweep_sizes or default_sizes(total)) | {top_n})
     say(f"faithfulness curve ({len(sizes)} sizes in {'nodes' if selection == 'node' else 'edges'}, circuits and "
         "complements) ...")
-    curve = faithfulness_curve(model, sc, dataset, sizes=sizes, selection=selection, batch_size=cfg.batch_size)
+    curve = faithfulness_curve(model, sc, dataset, sizes=sizes, selection=selection, batch_size=cfg.batch_size,
+                               max_memory=cfg.max_memory)
     return DatasetCircuit(
         scores=sc.scores, mask=mask, graph=sc.graph, top_n=top_n, selection=selection, curve=curve,
         model_name=model.name, dataset=dataset.name, n_items=len(dataset), metric=sc.metric, method=sc.method,

@@ -41,13 +41,14 @@ from tlcap.errors import InvalidConfigError, TlcapWarning
 from tlcap.locate.circuits.ablation import ablation_source, fit_source
 from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_edges
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
-from tlcap.locate.circuits.dataset import CircuitDataset
+from tlcap.locate.circuits.dataset import CircuitDataset, dataset_batch_size
 from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
+from tlcap.runtime.batching import run_auto_batched
 from tlcap.viz.circuit import edge_score_heatmap
 
 
@@ -251,6 +252,10 @@ def edge_attribution(
     graph = EdgeGraph.from_model(model)
     if isinstance(prompt, CircuitDataset):
         cfg = check_dataset_config(prompt, EAPConfig.resolve(config, **overrides))
+        if cfg.batch_size == "auto":  # most items in the budget, rerun at half on out-of-memory: same scores
+            size = dataset_batch_size(model, prompt, "auto", cfg.steps, cfg.max_memory)
+            return run_auto_batched(lambda b: edge_attribution(model, prompt, config=cfg.replace(batch_size=b)), size,
+                                    model.device)
         tasks = prompt.tasks(model, cfg.batch_size, cfg.metric)
         strings: dict[str, Any] = {"prompt": "", "target": "", "corrupt_prompt": None, "corrupt_target": None}
         n_items, name = len(prompt), prompt.name

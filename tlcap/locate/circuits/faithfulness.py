@@ -46,7 +46,7 @@ from torch import Tensor
 
 from tlcap.config import check_choice, check_int, check_sequence
 from tlcap.locate.circuits.circuit import prune_dead, select_edges
-from tlcap.locate.circuits.dataset import CircuitDataset
+from tlcap.locate.circuits.dataset import CircuitDataset, dataset_batch_size
 from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
 from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.evaluate import task_for
@@ -54,6 +54,7 @@ from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.models import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
+from tlcap.runtime.batching import run_auto_batched
 from tlcap.viz.circuit import faithfulness_figure
 
 SELECTIONS: tuple[str, ...] = ("top_n", "greedy", "node")
@@ -267,7 +268,8 @@ def faithfulness_curve(
     *,
     sizes: Sequence[int] | None = None,
     selection: str = "top_n",
-    batch_size: int = 8,
+    batch_size: int | str = "auto",
+    max_memory: Any = None,
 ) -> FaithfulnessCurve:
     """Evaluate circuits of several sizes (and their complements) over the items the scores came from.
 
@@ -278,7 +280,9 @@ def faithfulness_curve(
         sizes: Circuit sizes in edges (nodes for ``selection="node"``), each ``>= 0``;
             default :func:`default_sizes` (0, then 0.1 % … 100 % of the graph).
         selection: ``"top_n"``, ``"greedy"`` or ``"node"`` (module docstring).
-        batch_size: Items per pass (exact: results do not depend on it).
+        batch_size: Items per pass, or ``"auto"`` (:func:`~tlcap.locate.circuits.dataset.dataset_batch_size`,
+            halved and rerun on out-of-memory); exact: results do not depend on it.
+        max_memory: Memory budget of ``batch_size="auto"`` (default: free memory).
 
     Returns:
         The :class:`FaithfulnessCurve`, with provenance.
@@ -288,6 +292,10 @@ def faithfulness_curve(
         >>> curve.cpr, curve.cmd, curve.figure()
     """
     check_choice("selection", selection, SELECTIONS, cli="--selection")
+    if batch_size == "auto":
+        size = dataset_batch_size(model, dataset, "auto", 1, max_memory) if dataset is not None else 1
+        return run_auto_batched(lambda b: faithfulness_curve(model, scores, dataset, sizes=sizes, selection=selection,
+                                                             batch_size=b), size, model.device)
     check_int("batch_size", batch_size, min=1)
     g = scores.graph
     total = g.n_upstream if selection == "node" else scores.n_edges

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from tlcap.errors import DataFormatError, MissingFileError
 from tlcap.locate.circuits.config import EAPConfig
-from tlcap.locate.circuits.dataset import CircuitDataset
+from tlcap.locate.circuits.dataset import CircuitDataset, dataset_batch_size
 from tlcap.locate.circuits.dataset_eval import ready_source
 from tlcap.locate.circuits.eap import check_dataset_config
 from tlcap.locate.circuits.graph import EdgeGraph
@@ -40,6 +40,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result, frame
+from tlcap.runtime.batching import run_auto_batched
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ def neuron_attribution(
         >>> neuron_overlap(ns, kn_set)
     """
     cfg = check_dataset_config(dataset, EAPConfig.resolve(config, **overrides))
+    if cfg.batch_size == "auto":  # most items in the budget, rerun at half on out-of-memory: same scores
+        size = dataset_batch_size(model, dataset, "auto", cfg.steps, cfg.max_memory)
+        return run_auto_batched(lambda b: neuron_attribution(model, dataset, config=cfg.replace(batch_size=b)), size,
+                                model.device)
     ablation = str(cfg.ablation)
     d = dataset if ablation == "corrupt" else dataset.without_corrupt()
     tasks = d.tasks(model, cfg.batch_size, cfg.metric)
