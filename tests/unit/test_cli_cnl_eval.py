@@ -92,6 +92,27 @@ def test_cli_reliability_kn(tmp_path, facts_file):
     assert (out / "reliability_kn.csv").exists() and (out / "reliability_kn.html").exists()
 
 
+def test_cli_reliability_merge(tmp_path, facts_file):
+    # a KN run and a KC run of the same facts merge into one result with both parts; runs over
+    # other facts are refused with a one-line error
+    for part in ("kn", "kc"):
+        run = run_cli(["cnl", "reliability", *TINY, "--facts", facts_file, "--parts", part, "--n-random", "2",
+                       "--n-random-circuits", "2", "--kc-top-n", "5", "--kc-ig-steps", "1", "--out", str(tmp_path / part)])
+        assert run.code == 0, run.stderr[-3000:]
+    out = tmp_path / "both"
+    run = run_cli(["cnl", "reliability-merge", str(tmp_path / "kn"), str(tmp_path / "kc"), "--out", str(out)])
+    assert run.code == 0, run.stderr[-3000:]
+    merged, kn, kc = (load_result(p / "result") for p in (out, tmp_path / "kn", tmp_path / "kc"))
+    assert merged.parts == ("kn", "kc") and merged.kn_rows == kn.kn_rows and merged.kc_rows == kc.kc_rows
+    assert {"reliability_kn.csv", "reliability_kc.csv"} <= set(json.loads((out / "summary.json").read_text())["tables"])
+    one = tmp_path / "one"
+    save_rewrites(FACTS[:1], one / "f.json")
+    assert run_cli(["cnl", "reliability", *TINY, "--facts", str(one / "f.json"), "--parts", "kn", "--n-random", "2",
+                    "--out", str(one / "run")]).code == 0
+    assert_cli_error(["cnl", "reliability-merge", str(tmp_path / "kn"), str(one / "run"), "--out", str(tmp_path / "x")],
+                     "the runs must share one facts.json", out=tmp_path / "x", exact=False)
+
+
 @pytest.mark.parametrize("cmd, extra, message", [
     ("fidelity", ["--methods", "kn,rome"], "unknown methods[1] 'rome' (--methods); choose one of: kn, trace, kc"),
     ("fidelity", ["--n", "0"], "n (--n) must be >= 1, got 0"),

@@ -12,10 +12,10 @@ import torch
 
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
-from tlcap.errors import CheckpointMismatchError
+from tlcap.errors import CheckpointMismatchError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
-from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow, merge_reliability
 from tlcap.intervene.activations import scale_neurons
 from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import evaluate_circuit
@@ -215,6 +215,32 @@ def test_rome_subset_adds_the_traced_layer(tiny_llama):
     assert at[top[0]].new_prob_after == pytest.approx(direct.new_prob_after, rel=1e-5)
     only = reliability(tiny_llama, FACTS[:1], **kw, rome_add_traced=False)
     assert [r.layer for r in only.rome_records()] == [other] and only.rome_located_vs_other() is None
+
+
+def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
+    # KN + KC + ROME on fact 0 in one run, ROME on fact 1 in another: merged, the rows equal one
+    # run over both facts; overlapping ranges and other settings are refused
+    kw = dict(rome=ROME, ig=IG, n_random=2, n_random_circuits=2, kc_top_n=5, kc_ig_steps=1, trace_samples=1,
+              trace_window=1, progress=False)
+    whole = reliability(tiny_llama, FACTS, **kw)
+    a = reliability(tiny_llama, FACTS, rome_facts=1, **kw)
+    b = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **kw)
+    assert {r[0] for r in a.rome_rows} == {0} and {r[0] for r in b.rome_rows} == {1} and not b.kn_rows
+    merged = merge_reliability([b, a])
+    assert merged.parts == ("kn", "rome", "kc")
+    for part in ("kn_rows", "rome_rows", "kc_rows"):
+        assert getattr(merged, part) == getattr(whole, part), part
+    assert merged.config["rome_from"] == 0 and merged.config["rome_facts"] is None
+    assert merged.rome_by_layer() == whole.rome_by_layer()
+    with pytest.raises(InvalidConfigError, match="fact 0 has kn rows in runs 0 and 1"):
+        merge_reliability([a, whole])
+    exact = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **{**kw, "ig": IG.replace(batch_rows=3)})
+    assert merge_reliability([a, exact]).rome_rows == whole.rome_rows  # a batch size changes no number
+    other = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **{**kw, "trace_samples": 2})
+    with pytest.raises(InvalidConfigError, match="different settings.*trace_samples"):
+        merge_reliability([a, other])
+    with pytest.raises(InvalidConfigError, match="rome_from"):
+        ReliabilityConfig(rome_from=3, rome_facts=2)
 
 
 def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):

@@ -47,6 +47,7 @@ from tlcap.experiments.cnl_eval import (
     compare,
     decoupling,
     fidelity,
+    merge_reliability,
     reliability,
 )
 from tlcap.experiments.cnl_eval.common import param_counts
@@ -170,6 +171,8 @@ def reliability_cmd(
     rome_add_traced: bool = typer.Option(True, "--rome-add-traced/--no-rome-add-traced",
                                          help="ROME with --rome-layers: also edit each fact's traced layer."),
     rome_facts: int | None = typer.Option(None, help="ROME: edit only the first N facts."),
+    rome_from: int = typer.Option(0, help="ROME: edit only facts from this position on (run ROME in several "
+                                          "processes over one --facts file; join with `tlcap cnl reliability-merge`)."),
     rome_steps: int = typer.Option(20, help="ROME: Adam steps for the value vector."),
     trace_samples: int = typer.Option(10, help="Causal tracing (the marked layer): noise draws per cell."),
     bos: bool = _BOS,
@@ -185,7 +188,7 @@ def reliability_cmd(
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_add_traced=rome_add_traced,
-                            rome_facts=rome_facts,
+                            rome_facts=rome_facts, rome_from=rome_from,
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
@@ -193,18 +196,45 @@ def reliability_cmd(
         m = load(model, device, dtype)
         data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses)
         res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
-        save_rewrites(data, stage.path / "facts.json")
-        figs, tables = {}, {"reliability": res.to_frame()}
-        if res.kn_rows:
-            figs["reliability_kn"], tables["reliability_kn"] = res.figure(), res.kn_frame()
-        if res.rome_rows:
-            figs["reliability_rome"], tables["reliability_rome"] = res.rome_figure(), res.rome_frame()
-        if res.kc_rows:
-            figs["reliability_kc"], tables["reliability_kc"] = res.kc_figure(), res.kc_frame()
-        write_outputs(stage.path, res, figures=figs, tables=tables, extra={"facts_file": str(facts) if facts else None})
-    typer.echo(f"wrote {stage.out}")
+        _write_reliability(stage.path, res, data, {"facts_file": str(facts) if facts else None})
+    _echo_reliability(stage.out, res)
+
+
+def _write_reliability(path: Path, res: ReliabilityResult, data: list, extra: dict) -> None:
+    save_rewrites(data, path / "facts.json")
+    figs, tables = {}, {"reliability": res.to_frame()}
+    if res.kn_rows:
+        figs["reliability_kn"], tables["reliability_kn"] = res.figure(), res.kn_frame()
+    if res.rome_rows:
+        figs["reliability_rome"], tables["reliability_rome"] = res.rome_figure(), res.rome_frame()
+    if res.kc_rows:
+        figs["reliability_kc"], tables["reliability_kc"] = res.kc_figure(), res.kc_frame()
+    write_outputs(path, res, figures=figs, tables=tables, extra=extra)
+
+
+def _echo_reliability(out: Path, res: ReliabilityResult) -> None:
+    typer.echo(f"wrote {out}")
     for row in res.to_frame().itertuples():
         typer.echo(f"{row.part}: {row.statistic} = {row.value:.3f} [{row.low:.3f}, {row.high:.3f}] (paper {row.paper})")
+
+
+@cnl_app.command("reliability-merge")
+def reliability_merge_cmd(
+    runs: list[Path] = typer.Argument(..., help="Output folders of `tlcap cnl reliability` over the same --facts file."),
+    out: Path = typer.Option(..., help="Output folder."),
+    overwrite: bool = overwrite_option(),
+) -> None:
+    """Join reliability runs that computed different parts or ROME fact ranges (--rome-from/--rome-facts)."""
+    results, facts = [], []
+    for run in runs:
+        results.append(_result(run, ReliabilityResult, "`tlcap cnl reliability`"))
+        facts.append(load_rewrites(run / "facts.json") if (run / "facts.json").exists() else None)
+    if any(f is None for f in facts) or any(f != facts[0] for f in facts[1:]):
+        raise InvalidConfigError("the runs must share one facts.json (run each with --facts FILE of the same facts)")
+    merged = merge_reliability(results)
+    with staged_output(out, overwrite=overwrite) as stage:
+        _write_reliability(stage.path, merged, list(facts[0] or []), {"merged_from": [str(r) for r in runs]})
+    _echo_reliability(stage.out, merged)
 
 
 @cnl_app.command("decouple")

@@ -23,11 +23,11 @@ from tlcap.experiments.cnl_eval.decoupling import DecouplingConfig, decoupling
 from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult, PairRow
 from tlcap.experiments.cnl_eval.fidelity import FidelityConfig, fidelity
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, reliability
-from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow, merge_reliability
 from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, FidelityRow, RewriteRow
 
 __all__ = [
     "PAPER", "CompareResult", "DecouplingConfig", "DecouplingResult", "FidelityConfig", "FidelityResult", "FidelityRow",
     "KCRow", "KNRow", "PairRow", "ReliabilityConfig", "ReliabilityResult", "RewriteRow", "RomeRow", "Table4Row",
-    "compare", "decoupling", "fidelity", "reliability",
+    "compare", "decoupling", "fidelity", "merge_reliability", "reliability",
 ]

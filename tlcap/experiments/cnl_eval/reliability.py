@@ -76,6 +76,9 @@ class ReliabilityConfig(Config):
             per-layer table keeps the listed layers only (an added layer holds only the facts
             traced there).
         rome_facts: Edit only the first ``rome_facts`` facts (``None`` = all).
+        rome_from: Edit only facts from this position on (with ``rome_facts``: the facts
+            ``rome_from <= i < rome_facts``), so ROME's long part can run as several processes
+            over one fact file and be joined with :func:`merge_reliability`.
         n_neighbours: Other facts' prompts used for ROME's specificity.
         trace_samples: Noise draws of the causal trace that marks the located layer.
         trace_window: MLP restoration window of that trace.
@@ -101,6 +104,7 @@ class ReliabilityConfig(Config):
     rome_layers: tuple[int, ...] | None = None
     rome_add_traced: bool = True
     rome_facts: int | None = None
+    rome_from: int = 0
     n_neighbours: int = 10
     trace_samples: int = 10
     trace_window: int = 10
@@ -130,6 +134,10 @@ class ReliabilityConfig(Config):
         check_bool("rome_add_traced", self.rome_add_traced)
         if self.rome_facts is not None:
             check_int("rome_facts", self.rome_facts, min=1)
+        check_int("rome_from", self.rome_from, min=0)
+        if self.rome_facts is not None and self.rome_from >= self.rome_facts:
+            raise InvalidConfigError(f"rome_from (--rome-from) must be below rome_facts (--rome-facts), got "
+                                     f"{self.rome_from} >= {self.rome_facts}")
         check_int("n_neighbours", self.n_neighbours, min=1)
         check_int("trace_samples", self.trace_samples, min=1)
         check_int("trace_window", self.trace_window, min=1)
@@ -184,7 +192,7 @@ def neighbourhood(facts: Sequence[RewriteFact], i: int, n: int, seed: int) -> li
 
 def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: ReliabilityConfig, sw: Stopwatch) -> list[RomeRow]:
     fact = facts[i]
-    if fact.target_new is None or (cfg.rome_facts is not None and i >= cfg.rome_facts):
+    if fact.target_new is None or (cfg.rome_facts is not None and i >= cfg.rome_facts) or i < cfg.rome_from:
         return []
     prompt = fact.rewrites[0]
     with sw("trace"):
