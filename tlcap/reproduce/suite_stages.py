@@ -195,6 +195,9 @@ def _reliability_work(ctx: StageContext) -> Workload:
     m, facts, w = ctx.model, ctx.inputs(), Workload()
     shape = ModelShape.of(m)
     layers = list(range(m.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
+    # a listed subset: each fact's traced layer is edited too when not listed (ReliabilityConfig's
+    # rome_add_traced default; an upper bound: +1)
+    n_edit = len(layers) + (1 if cfg.rome_layers is not None and len(layers) < m.n_layers else 0)
     rome = cfg.rome
     edited = 0
     for i, f in enumerate(facts):
@@ -205,7 +208,7 @@ def _reliability_work(ctx: StageContext) -> Workload:
         if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
             nb = neighbourhood(facts, i, 10, cfg.seed) or []
             w = w + trace_work(m, p, f.subject, cfg.trace_samples, "last_subject") + \
-                rome_work(m, p, f.target_new, len(layers), rome, 1 + len(f.rewrites) - 1 + len(nb),
+                rome_work(m, p, f.target_new, n_edit, rome, 1 + len(f.rewrites) - 1 + len(nb),
                           layers if edited == 0 else [])
             edited += 1
     return w
