@@ -15,7 +15,8 @@ from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import CheckpointMismatchError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
-from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow, merge_reliability
+from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.intervene.activations import scale_neurons
 from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import evaluate_circuit

@@ -235,10 +235,8 @@ class Runner:
         if self._model_id is None:
             m = self.model
             ident = (model_identity(m) if m is not None else None) or str(getattr(m, "name", "no model"))
-            dt = getattr(m, "dtype", None)
-            # float32 keeps the bare identity (the caches of earlier runs stay valid); a bfloat16 or
-            # float16 model computes different numbers, so its stages get keys of their own
-            self._model_id = ident if dt is None or str(dt) in ("torch.float32", "float32") else f"{ident} dtype={dt}"
+            dt = str(getattr(m, "dtype", "float32"))  # bf16/fp16 stages get keys of their own; float32 keeps the old keys
+            self._model_id = ident if dt in ("torch.float32", "float32") else f"{ident} dtype={dt}"
         return self._model_id
 
     def context(self, name: str) -> StageContext:

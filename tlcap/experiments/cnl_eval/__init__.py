@@ -23,7 +23,8 @@ from tlcap.experiments.cnl_eval.decoupling import DecouplingConfig, decoupling
 from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult, PairRow
 from tlcap.experiments.cnl_eval.fidelity import FidelityConfig, fidelity
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, reliability
-from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow, merge_reliability
+from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
+from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, FidelityRow, RewriteRow
 
 __all__ = [
