@@ -14,7 +14,11 @@ what the per-head reader inputs and the stored reader gradients add. The script 
 analytic sizes of the split q/k/v inputs of one forward (``rows * pos * (n_heads + 2 n_kv_heads) *
 d_model`` floats per layer) and of the stacked reader gradients (``rows * n_readers * pos * d_model``).
 
-Usage: ``python benchmarks/bench_eap_memory.py [--models smollm2-135m llama-1b-shape] [--steps 1 5]``
+Mode ``eap_split`` is ``eap`` with the q/k/v readers' gradients taken at split per-head inputs
+(``run_pass(split_inputs=True)``, the path before grouped readers), to compare in the same run.
+
+Usage: ``python benchmarks/bench_eap_memory.py [--models smollm2-135m llama-1b-shape] [--steps 1 5]
+[--modes grad eap eap_split]``
 """
 
 from __future__ import annotations
@@ -73,7 +77,13 @@ def _child(model_name: str, mode: str, steps: int) -> dict:
     sampler = _Sampler()
     sampler.start()
     t0 = time.perf_counter()
-    if mode == "eap":
+    if mode == "eap_split":  # the q/k/v readers' gradients at split per-head inputs (before grouped readers)
+        import functools  # noqa: PLC0415
+
+        import tlcap.locate.circuits.scoring as scoring  # noqa: PLC0415
+
+        scoring.run_pass = functools.partial(scoring.run_pass, split_inputs=True)
+    if mode.startswith("eap"):
         sc = edge_attribution(m, PROMPT, TARGET, CORRUPT, task=task, steps=steps)
         assert torch.isfinite(sc.scores).all()
     else:  # the baseline: forward + backward of the metric to the input embedding, `steps` rows
@@ -107,7 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["smollm2-135m", "llama-1b-shape"])
     ap.add_argument("--steps", nargs="+", type=int, default=[1, 5])
-    ap.add_argument("--modes", nargs="+", default=["grad", "eap"], choices=["grad", "eap"])
+    ap.add_argument("--modes", nargs="+", default=["grad", "eap"], choices=["grad", "eap", "eap_split"])
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "STEPS"), help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(RESULTS_DIR / "bench_eap_memory.json"))
     args = ap.parse_args()
@@ -128,9 +138,10 @@ def main() -> None:
                       f"(before {row['rss_before_mb']:6.0f} MB)  {row['seconds']:6.1f} s  "
                       f"split inputs {row['split_inputs_mb']:6.0f} MB/forward, reader grads {row['reader_grads_mb']:5.0f} MB",
                       flush=True)
-            if len(args.modes) == 2:
-                base, eap = rows[-2], rows[-1]
-                eap["ratio_to_grad"] = eap["extra_mb"] / max(base["extra_mb"], 1.0)
+            if args.modes[0] == "grad" and len(args.modes) > 1:
+                base = rows[-len(args.modes)]
+                for eap in rows[-len(args.modes) + 1:]:
+                    eap["ratio_to_grad"] = eap["extra_mb"] / max(base["extra_mb"], 1.0)
     Path(args.out).write_text(json.dumps({"method": "sampled current RSS (2 ms, /proc/self/statm) per "
                                                     "fresh subprocess with MALLOC_MMAP_THRESHOLD_=65536: peak during the "
                                                     "call minus the RSS just before", "rows": rows, "env": env_info()}, indent=1))

@@ -176,14 +176,14 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             yield self
 
     @contextlib.contextmanager
-    def edge_hooks(self) -> Iterator[Model]:
+    def edge_hooks(self, split_inputs: bool = True) -> Iterator[Model]:
         """Switch on the per-head and split-input hook points for the body of a ``with`` block.
 
         Turns on the backend's ``use_split_qkv_input`` (per-head pre-norm q/k/v inputs: the
-        ``q_input``/``k_input``/``v_input`` sites), ``use_attn_result`` (per-head outputs:
-        ``head_result``) and ``use_hook_mlp_in`` (``mlp_input``), and off ``use_attn_in``
-        (which excludes split inputs). The previous flags are restored on exit, also when
-        the body raises.
+        ``q_input``/``k_input``/``v_input`` sites; not with ``split_inputs=False``),
+        ``use_attn_result`` (per-head outputs: ``head_result``) and ``use_hook_mlp_in``
+        (``mlp_input``), and off ``use_attn_in`` (which excludes split inputs). The previous
+        flags are restored on exit, also when the body raises.
 
         Example:
             >>> with model.edge_hooks():
@@ -195,7 +195,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         try:
             if attn_in:
                 b.set_use_attn_in(False)
-            b.set_use_split_qkv_input(True)
+            b.set_use_split_qkv_input(bool(split_inputs))
             b.set_use_attn_result(True)
             b.set_use_hook_mlp_in(True)
             yield self

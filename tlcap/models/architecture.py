@@ -54,6 +54,33 @@ class ArchitectureMixin:
         own = {c.__name__ for c in type(attn).__mro__} & _OWN_ATTENTION
         return bool(own) or bool(getattr(getattr(attn, "original_component", None), "accepts_pattern_fn", False))
 
+    @property
+    def grouped_reader_grads(self) -> bool:
+        """Whether the q/k/v readers' input gradients can come from the projections' gradients.
+
+        True on TransformerBridge models with an LN or RMS attention norm, per-head ``W_Q``,
+        ``W_K``, ``W_V`` (kv heads for GQA) and editable attention: a head's reader gradient is
+        then ``J_ln1ᵀ W_Q[h] ∂m/∂q_h`` (:mod:`tlcap.locate.circuits.reader_grads`), and the
+        forward needs no per-head copies of the residual.
+        """
+        if not self.is_bridge or self.post_norm_blocks or not self.attention_internals_patchable:
+            return False
+        attn = self.backend.blocks[0].attn
+        kind = getattr(self.cfg, "normalization_type", None)
+        return kind in ("LN", "LNPre", "RMS", "RMSPre") and all(getattr(attn, f"W_{s}", None) is not None for s in "QKV")
+
+    def qkv_weight(self, layer: int, which: str) -> Any:
+        """``W_Q`` / ``W_K`` / ``W_V`` of ``layer`` as ``[heads, d_model, d_head]`` (kv heads for k/v), detached."""
+        return getattr(self.backend.blocks[layer].attn, f"W_{which.upper()}").detach()
+
+    def attn_norm(self, layer: int) -> tuple[str, Any]:
+        """``(kind, γ)`` of the norm before ``layer``'s attention: ``"LN"`` or ``"RMS"`` and its weight (``None`` when folded)."""
+        kind = "RMS" if str(getattr(self.cfg, "normalization_type", "")).startswith("RMS") else "LN"
+        for name, p in self.backend.blocks[layer].ln1.named_parameters():
+            if name.split(".")[-1] in ("weight", "w"):
+                return kind, p.detach()
+        return kind, None
+
     def require_patchable_attention(self, what: str) -> None:
         """Raise :class:`UnsupportedModelError` naming ``what`` unless :attr:`attention_internals_patchable`."""
         if not self.attention_internals_patchable:

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.graph import EdgeGraph, ReaderHook
+from tlcap.locate.circuits.reader_grads import reader_grad_hook
 from tlcap.locate.circuits.task import CircuitTask
 from tlcap.models import Model
 from tlcap.runtime import hooks as H
@@ -121,6 +122,7 @@ def run_pass(
     grad_rows: list[int] | None = None,
     record_sites: tuple[str, ...] = (),
     mean_grads: int = 0,
+    split_inputs: bool | None = None,
 ) -> PassOutput:
     """One forward (and optionally backward) pass on the edge graph.
 
@@ -145,11 +147,18 @@ def run_pass(
             ``k`` divides the batch): EAP-IG's average over the ``k`` interpolation points of
             each item, taken in the backward hook so that the per-row gradients of every reader
             are never stored together.
+        split_inputs: How the q/k/v readers' gradients are taken with ``grads`` (no ``keep``):
+            ``True`` at the split per-head inputs; ``False`` from the projections' gradients
+            (:mod:`.reader_grads`: no per-head copies of the residual in the forward, the same
+            gradients); ``None`` (default): ``False`` where the model allows
+            (:attr:`~tlcap.models.Model.grouped_reader_grads`). Circuit-only runs (``keep``)
+            always split.
 
     Returns:
         A :class:`PassOutput`.
     """
     items = task.rows(tokens.shape[0]) if items is None else items
+    grouped = grads and keep is None and (model.grouped_reader_grads if split_inputs is None else not split_inputs)
     fwd: list[tuple[str, Callable[..., Any]]] = []
     ups: dict[str, Tensor] = {}
     leaf_store: dict[str, Tensor] = {}
@@ -173,9 +182,18 @@ def run_pass(
     sgrads: dict[str, Tensor] = {}
     fwd += [(name, H.record(sites, name, detach=not grads)) for name in record_sites]
     if grads:
-        bwd = [(rh.name, H.capture_grad(gstore, rh.name, mean_rows=mean_grads)) for rh in graph.reader_hooks()]
+        saved: dict[str, Tensor] = {}
+        for rh in graph.reader_hooks():
+            if grouped and rh.site in ("q_input", "k_input", "v_input"):
+                l, which = int(rh.layer), rh.site[0]
+                if which == "q":  # the norm's input and scale, once per layer
+                    fwd.append((model.hook_name("resid_pre", l), H.record(saved, f"x{l}", detach=True)))
+                    fwd.append((model.hook_name("attn_norm_scale", l), H.record(saved, f"s{l}", detach=True)))
+                bwd.append((model.hook_name(which, l), reader_grad_hook(model, l, which, gstore, rh.name, saved, mean_grads)))
+            else:
+                bwd.append((rh.name, H.capture_grad(gstore, rh.name, mean_rows=mean_grads)))
         bwd += [(name, H.capture_grad(sgrads, name)) for name in record_sites]
-    with torch.set_grad_enabled(grads), model.edge_hooks(), model.hooks(fwd=fwd, bwd=bwd):
+    with torch.set_grad_enabled(grads), model.edge_hooks(split_inputs=not grouped), model.hooks(fwd=fwd, bwd=bwd):
         logits = model.forward(tokens)
         metric = task.metric_rows(logits, items)
         if grads:

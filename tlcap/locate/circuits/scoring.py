@@ -48,11 +48,21 @@ class BatchScores:
     ablated_metric: Float[Tensor, " item"]
 
 
+_ACCUMULATE_BYTES = 64 * 2**20  # float64 copies of one position block at most (the 1B shape: 2 positions)
+
+
 def _accumulate(diff: Tensor, grad: Tensor) -> Tensor:
-    """``sum_i diff[i] (n_up x pos*d) @ grad[i].T`` in float64."""
+    """``sum_i diff[i] (n_up x pos*d) @ grad[i].T`` in float64, in blocks of positions.
+
+    The float64 copies of a whole item would be the pass's peak on large models (1B shape,
+    16 tokens: 344 MB); a block of positions bounds them by ``_ACCUMULATE_BYTES``.
+    """
     out = torch.zeros(diff.shape[1], grad.shape[1], dtype=torch.float64, device=diff.device)
+    per_pos = (diff.shape[1] + grad.shape[1]) * diff.shape[-1] * 8
+    step = max(1, _ACCUMULATE_BYTES // max(per_pos, 1))
     for i in range(diff.shape[0]):
-        out += diff[i].flatten(1).double() @ grad[i].flatten(1).double().T
+        for p in range(0, diff.shape[2], step):
+            out += diff[i, :, p : p + step].flatten(1).double() @ grad[i, :, p : p + step].flatten(1).double().T
     return out
 
 
