@@ -88,7 +88,13 @@ def test_auto_batch_size_halves_on_out_of_memory(tiny_gpt2, monkeypatch):
     torch.testing.assert_close(neur.scores, neur1.scores, atol=1e-6, rtol=1e-5)
     monkeypatch.undo()
     curve = faithfulness_curve(tiny_gpt2, fixed, ds, sizes=[0, 5])
-    assert curve.to_frame().equals(curve1.to_frame())
+    a, b = curve.to_frame(), curve1.to_frame()  # float rounding differs with the batch size
+    assert list(a.columns) == list(b.columns)
+    for c in a.columns:
+        if a[c].dtype.kind == "f":
+            assert a[c].to_numpy() == pytest.approx(b[c].to_numpy(), rel=1e-5, abs=1e-6), c
+        else:
+            assert a[c].tolist() == b[c].tolist(), c
 
 
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])

@@ -8,7 +8,7 @@ intermediates per layer. The gradient at head ``h``'s copy is
 
 (``q_h`` the head's query projection, ``J_ln1`` the Jacobian of the attention norm at the shared
 input ``x``; the same for a kv head's ``W_K``/``W_V``), so it can be computed in the backward hook
-of ``hook_q``/``hook_k``/``hook_v`` from the recorded ``x`` and the norm's scale, one layer at a
+of the ``q``/``k``/``v`` projection sites from the recorded ``x`` and the norm's scale, one layer at a
 time; the forward keeps one residual per layer, as without hooks. Equal to the split-input
 gradients to float rounding (``tests/unit/test_circuit_reader_grads.py``).
 """
@@ -34,7 +34,7 @@ def norm_vjp(
 
     Args:
         x: The norm's input.
-        scale: Its scale as the model computed it (``hook_scale``: the standard deviation of the
+        scale: Its scale as the model computed it (the ``attn_norm_scale`` site: the standard deviation of the
             centred input for LN, the root mean square for RMS, eps included).
         gamma: The norm's weight (``None``: folded into the projections).
         w: The gradients with respect to the norm's output, one per head.
@@ -54,7 +54,7 @@ def norm_vjp(
 
 def reader_grad_hook(model: Any, layer: int, which: str, store: MutableMapping[str, Tensor], key: str,
                      saved: MutableMapping[str, Tensor], mean_rows: int = 0) -> Callable[..., None]:
-    """Backward hook on ``hook_q``/``hook_k``/``hook_v`` of ``layer`` storing the readers' input gradients.
+    """Backward hook on the ``q``/``k``/``v`` site of ``layer`` storing the readers' input gradients.
 
     Args:
         model: The model (:meth:`~tlcap.models.Model.qkv_weight`, :meth:`~tlcap.models.Model.attn_norm`).
