@@ -160,15 +160,14 @@ def word_attributions(
     layers = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layers)}")
+    p_ids, t_ids = fact_tokens(model, prompt, target)
     if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
-        p_ids, t_ids = fact_tokens(model, prompt, target)
         n_rows = len(layers) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
         rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
         return run_auto_batched(lambda b: word_attributions(model, prompt, target, config=cfg.replace(batch_rows=b),
                                                             baseline_token_id=baseline_token_id), rows, model.device)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
-    p_ids, t_ids = fact_tokens(model, prompt, target)
     n_ctx = len(p_ids) + len(t_ids) - 1
     L, d = model.n_layers, model.d_mlp
     attr = torch.zeros(len(t_ids), n_ctx, L, d, dtype=torch.float64)

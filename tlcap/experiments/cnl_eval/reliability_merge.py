@@ -47,11 +47,13 @@ def merge_reliability(results: Sequence[ReliabilityResult]) -> ReliabilityResult
     def key(r: ReliabilityResult) -> dict[str, Any]:
         return _settings({k: v for k, v in r.config.items() if k not in _SHARD_FIELDS})
 
+    base = key(first)
     for r in results[1:]:
         if (r.n_facts, r.n_layers, r.model_name) != (first.n_facts, first.n_layers, first.model_name):
             raise InvalidConfigError(f"reliability runs of other facts or models cannot be merged: {r.n_facts} facts of "
                                      f"{r.model_name} vs {first.n_facts} of {first.model_name}")
-        diff = sorted(k for k in set(key(r)) | set(key(first)) if key(r).get(k) != key(first).get(k))
+        other = key(r)
+        diff = sorted(k for k in set(other) | set(base) if other.get(k) != base.get(k))
         if diff:
             raise InvalidConfigError(f"reliability runs with different settings cannot be merged ({', '.join(diff)}); "
                                      "rerun with the same options")
