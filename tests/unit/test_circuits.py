@@ -54,14 +54,20 @@ def tiny_qwen2():
     return make_tiny("qwen2", seed=0)
 
 
+@pytest.fixture(scope="module")
+def tiny_gemma2():
+    return make_tiny("gemma2", seed=0)
+
+
 @pytest.fixture(params=["tiny_gpt2", "tiny_llama"])
 def model(request):
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2"])
+@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2", "tiny_gemma2"])
 def arch_model(request):
-    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2) and parallel (NeoX) blocks."""
+    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2), parallel (NeoX) and
+    post-norm (Gemma-2) blocks."""
     return request.getfixturevalue(request.param)
 
 
@@ -112,6 +118,26 @@ def test_full_circuit_reproduces_model_and_empty_equals_ablated(arch_model, corr
     assert not model.backend.cfg.use_split_qkv_input
 
 
+def _post_norm_head_share_patch(model, task, head):
+    """Hook adding (corrupt − clean) share of ``head`` to layer 0's post-normed attention output.
+
+    Gemma-2's RMSNorm outputs ``x / sqrt(mean(x²) + ε) · (1 + w)``; a head's share is its
+    ``hook_result`` through that map with the RMS of the whole sum (written out here, not taken
+    from the library).
+    """
+    norm = model.backend.blocks[0].ln1_post.original_component
+    names = ["blocks.0.attn.hook_result"]
+    share = {}
+    for key, toks in (("clean", task.clean), ("corrupt", task.corrupt)):
+        with edge_hooks_enabled(model):
+            _, c = model.run_with_cache(toks, names)
+        r = c["blocks.0.attn.hook_result"].double()
+        rms = (r.sum(2).pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
+        share[key] = (r[:, :, head] / rms * (1 + norm.weight.double())).float()
+    diff = share["corrupt"] - share["clean"]
+    return "blocks.0.hook_attn_out", lambda act, hook=None: act + diff
+
+
 def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     """Independent check of circuit-only runs: no out-edges of u == u's output patched."""
     model = arch_model
@@ -124,15 +150,19 @@ def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     m1[g.head_index(0, 1)] = False
     m2[g.mlp_index(0)] = False
     r = evaluate_masks(model, g, task, torch.stack([m1, m2]), return_logits=True)
+    if model.post_norm_blocks:  # Gemma-2: head 1's share of ln1_post's output, each run with its own RMS
+        head1 = _post_norm_head_share_patch(model, task, head=1)
+    else:
+        head1 = ("blocks.0.attn.hook_result", H.patch(cache["blocks.0.attn.hook_result"], head=1))
     with edge_hooks_enabled(model):
-        p1 = model.logits(task.clean, hooks=[("blocks.0.attn.hook_result", H.patch(cache["blocks.0.attn.hook_result"], head=1))])
+        p1 = model.logits(task.clean, hooks=[head1])
         p2 = model.logits(task.clean, hooks=[("blocks.0.hook_mlp_out", H.patch(cache["blocks.0.hook_mlp_out"]))])
     torch.testing.assert_close(r["logits"][0], p1[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(r["logits"][1], p2[0], atol=1e-5, rtol=1e-5)
     assert (p1 - model.logits(task.clean)).abs().max() > 1e-4  # the patch did something
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2", "gemma2"])
 def test_eap_agrees_with_patching_every_edge(arch):
     """EAP vs actually patching each edge, on all edges, in the linear regime.
 

@@ -4,8 +4,9 @@ GPT-2 and Llama have their own tests; circuits on NeoX/Qwen2 run in test_circuit
 fixture, EAP vs patching every edge). Here: each family boots with the right block layout, exact IG
 equals the per-step reference, dataset scoring equals the in-memory per-sample sum, the batched
 causal trace equals the per-cell loop, a ROME edit is rank one and undone exactly, and the
-families whose attention TransformerLens 4.x cannot patch (GPT-J) or whose heads do not write
-additively (Gemma-2 post-norms) are refused by circuits and synapse edits, not run wrongly.
+family whose attention TransformerLens 4.x cannot patch (GPT-J) is refused by circuits and synapse
+edits, not run wrongly. Circuits on Gemma-2 (post-norms: a head's output is its share of the
+post-norm's output) run in test_circuits.py with the other families.
 """
 
 from __future__ import annotations
@@ -114,12 +115,12 @@ def test_synapse_edits_run_or_are_refused(fam):
 
 def test_circuit_graph_built_or_refused(fam):
     name, m = fam
-    if name in ("gptj", "gemma2"):
-        with pytest.raises(CircuitsUnsupported, match="AttentionBridge" if name == "gptj" else "post-norm"):
+    if name == "gptj":
+        with pytest.raises(CircuitsUnsupported, match="AttentionBridge"):
             EdgeGraph.from_model(m)
         return
     g = EdgeGraph.from_model(m)
-    assert g.parallel == LAYOUT[name][0]
+    assert (g.parallel, g.post_norm) == LAYOUT[name][:2]
     # parallel blocks: the MLP of layer 1 has no edge from layer 1's heads; sequential: it has
     mlp1 = g.readers.index("m1")
     assert bool(g.valid_mask()[g.head_index(1, 0), mlp1]) is not g.parallel

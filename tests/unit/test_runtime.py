@@ -8,7 +8,7 @@ import torch
 from tlcap.errors import PromptTooLongError, TargetTokenizationError, UnknownModelError, UnknownNameError
 from tlcap.intervene import erase_neurons, suppress
 from tlcap.metrics import NeuronSet, target_prob
-from tlcap.models import load_model
+from tlcap.models import load_model, make_tiny
 from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import SITES, get_site
 
@@ -55,11 +55,14 @@ def test_hook_inside_logits_does_not_leak(tiny_gpt2):
 
 
 def test_every_site_resolves_on_both_architectures(tiny_gpt2, tiny_llama):
-    for model in (tiny_gpt2, tiny_llama):
+    gemma2 = make_tiny("gemma2", seed=0)
+    for model in (tiny_gpt2, tiny_llama, gemma2):
         names = set(model.backend.hook_dict)
         for site in SITES.values():
             if site.name in {"head_result", "q_input", "k_input", "v_input"}:
                 continue  # need split-input / result hooks switched on
+            if site.name == "attn_post_norm_scale" and not model.post_norm_blocks:
+                continue  # post-norm blocks only (Gemma-2)
             assert site.hook_name(0) in names, (model.name, site.name)
 
 

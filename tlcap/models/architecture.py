@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from tlcap.errors import UnsupportedModelError
 
 # TransformerBridge attention classes that compute the pattern themselves (hook edits reach the output).
@@ -80,6 +82,28 @@ class ArchitectureMixin:
             if name.split(".")[-1] in ("weight", "w"):
                 return kind, p.detach()
         return kind, None
+
+    def attn_post_norm_gain(self, layer: int) -> Any:
+        """γ of the RMSNorm after ``layer``'s attention on post-norm blocks: it outputs ``x / rms(x) ⊙ γ``.
+
+        Read from the module itself (``γ = norm(1) · sqrt(1 + ε)``), so a family's weight
+        convention (Gemma's ``1 + w``) needs no special case.
+
+        Raises:
+            UnsupportedModelError: the blocks have no post-norm, it is not an RMSNorm, or the
+                attention output has a bias (its share would not be a constant).
+        """
+        if not self.post_norm_blocks or not str(getattr(self.cfg, "normalization_type", "")).startswith("RMS"):
+            raise UnsupportedModelError(f"{self.name} has no RMS post-norm after its attention")
+        b_o = getattr(self.backend.blocks[layer].attn, "b_O", None)
+        if b_o is not None and bool((b_o != 0).any()):
+            raise UnsupportedModelError(f"{self.name}: the attention output of layer {layer} has a bias before its post-norm")
+        norm = self.backend.blocks[layer].ln1_post
+        mod = getattr(norm, "original_component", norm)
+        eps = float(getattr(mod, "eps", getattr(mod, "variance_epsilon", getattr(self.cfg, "eps", 0.0))))
+        w = next(mod.parameters())
+        with torch.no_grad():
+            return (mod(torch.ones(w.shape[-1], device=w.device, dtype=w.dtype)) * (1.0 + eps) ** 0.5).detach()
 
     def require_patchable_attention(self, what: str) -> None:
         """Raise :class:`UnsupportedModelError` naming ``what`` unless :attr:`attention_internals_patchable`."""

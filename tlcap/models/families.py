@@ -15,7 +15,8 @@ family         what it adds
 ``qwen2``      grouped-query attention with q/k/v biases; RMSNorm; SwiGLU
 ``gemma2``     post-norms (attention and MLP outputs normalised before the residual add),
                attention and final-logit soft-capping, GQA, ``(1 + w)`` RMSNorm, GeGLU,
-               embeddings scaled by ``sqrt(d_model)``
+               embeddings scaled by ``sqrt(d_model)`` (circuits: a head's output is its share of
+               the post-norm's output, :mod:`tlcap.locate.circuits.graph`)
 =============  ==========================================================================
 """
 

@@ -10,8 +10,10 @@ group               parameters                                          used by
 ``a{l}.h{h}``       head ``h``'s slices of ``W_Q``, ``b_Q`` and ``W_O``   that head
 ``a{l}.kv{g}``      kv head ``g``'s slices of ``W_K``, ``W_V``, biases    the ``n_heads / n_kv_heads``
                                                                         query heads of group ``g``
-``a{l}``            ``b_O``, ``ln1`` (and any other attention parameter)  every head of layer ``l``
-``m{l}``            the MLP (in, gate, out, biases) and ``ln2``           ``m{l}``
+``a{l}``            ``b_O``, ``ln1``, a post-norm ``ln1_post`` (and any    every head of layer ``l``
+                    other attention parameter)
+``m{l}``            the MLP (in, gate, out, biases), ``ln2`` and a        ``m{l}``
+                    post-norm ``ln2_post`` (Gemma-2)
 ``b{l}``            any other parameter of block ``l``                    every head and the MLP
 ``embed``           token (and position) embeddings, anything outside   ``embed``
                     the blocks not listed below
@@ -283,9 +285,11 @@ def build_parameter_groups(backend: Any, n_layers: int, n_heads: int, n_kv_heads
         for g in range(n_kv_heads):
             bld.add(f"a{l}.kv{g}", heads_l[g * G : (g + 1) * G], kv[g])
         shared = b_o + bld.params(getattr(blk, "ln1", None), f"blocks.{l}.ln1", "ln1")
+        shared += bld.params(getattr(blk, "ln1_post", None), f"blocks.{l}.ln1_post", "ln1_post")  # Gemma-2 post-norms
         shared += bld.params(attn, f"blocks.{l}.attn", "other")
         bld.add(f"a{l}", heads_l, shared)
         mlp = bld.params(getattr(blk, "ln2", None), f"blocks.{l}.ln2", "ln2") + bld.params(blk.mlp, f"blocks.{l}.mlp", "mlp")
+        mlp += bld.params(getattr(blk, "ln2_post", None), f"blocks.{l}.ln2_post", "ln2_post")
         bld.add(f"m{l}", [f"m{l}"], mlp)
         rest = bld.params(blk, f"blocks.{l}", "other")
         if rest:

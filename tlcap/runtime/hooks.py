@@ -152,6 +152,22 @@ def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: b
     return hook
 
 
+def rms_norm_shares(store: MutableMapping[str, Tensor], key: str, gain: Float[Tensor, " d_model"]) -> HookFn:
+    """At an RMSNorm's scale site: turn the terms recorded under ``key`` into their shares of its output.
+
+    The terms (``[batch, pos, term, d]``, e.g. every head's write) sum to the norm's input ``x``;
+    the norm outputs ``x / rms(x) ⊙ γ``, so term ``t``'s share is ``t / rms(x) ⊙ γ`` and the shares
+    sum to the output exactly. The scale activation (``[batch, pos, 1]``, the RMS) is not changed.
+    """
+
+    def hook(act: Float[Tensor, "batch pos 1"], hook: Any = None) -> None:
+        terms = store[key]
+        store[key] = terms * (gain.to(terms.dtype) / act.to(terms.dtype)[..., None])
+        return None
+
+    return hook
+
+
 def capture_grad(store: MutableMapping[str, Tensor], key: str | None = None, mean_rows: int = 0) -> HookFn:
     """Backward hook storing the gradient of the loss w.r.t. this activation.
 

@@ -14,6 +14,7 @@ site                    hook point                                   activation 
 ``head_z``              ``blocks.{l}.attn.hook_z``                   batch pos head d_head
 ``head_result``         ``blocks.{l}.attn.hook_result``              batch pos head d_model
 ``q_input/k_input/...`` ``blocks.{l}.hook_q_input`` ...              batch pos head d_model
+``attn_norm_scale``     ``blocks.{l}.ln1.hook_scale``                batch pos 1
 ``embed``               ``hook_embed``                               batch pos d_model
 ``mlp_input``           ``blocks.{l}.hook_mlp_in`` (MLP branch only) batch pos d_model
 ``final_in``            ``ln_final.hook_in`` (logits reader)         batch pos d_model
@@ -25,6 +26,11 @@ site                    hook point                                   activation 
 ``with model.edge_hooks():`` (:meth:`tlcap.models.Model.edge_hooks` switches the backend's
 per-head / split-input hook points on). Under
 grouped-query attention ``k_input``/``v_input`` have ``n_kv_heads`` entries on the head axis.
+
+On post-norm blocks (Gemma-2) ``attn_out`` and ``mlp_out`` are the outputs of the post-norms
+``ln1_post``/``ln2_post`` (what is added to the residual); ``head_result`` is before ``ln1_post``,
+whose ``attn_post_norm_scale`` (``blocks.{l}.ln1_post.hook_scale``, ``batch pos 1``) is the RMS
+it divides by.
 
 For gated MLPs (Llama, SmolLM2) ``mlp_post`` is ``act(gate) * up``, the input of the down
 projection; ``mlp_pre`` is the gate pre-activation.
@@ -88,6 +94,7 @@ SITES: dict[str, Site] = {
         Site("k", "blocks.{layer}.attn.hook_k", "head"),
         Site("v", "blocks.{layer}.attn.hook_v", "head"),
         Site("attn_norm_scale", "blocks.{layer}.ln1.hook_scale", "resid"),
+        Site("attn_post_norm_scale", "blocks.{layer}.ln1_post.hook_scale", "resid"),
         Site("k_input", "blocks.{layer}.hook_k_input", "head"),
         Site("v_input", "blocks.{layer}.hook_v_input", "head"),
         Site("embed", "hook_embed", "embed"),

@@ -36,6 +36,18 @@ Hanna et al. (EAP / EAP-IG) and the knowledge-circuits implementation on Transfo
 split inputs, each reader's input is its own *pre-norm* copy of the residual (the bridge
 forks the residual per head and re-applies ``ln1`` per head), so an edge's contribution is
 exactly additive there and the norm is part of the reader.
+
+**Post-norms (Gemma-2).** A post-norm block adds ``ln1_post(Σ_h r_h)`` to the residual, not
+``Σ_h r_h``: the heads' writes ``r_h`` (``head_result``) are normalised together, so a head's
+``r_h`` is not a term of the residual (patching it changes every head's share through the RMS).
+The graph uses the exact additive split of that output: head ``h``'s output is its share
+``r_h / rms(Σ_h r_h) ⊙ γ`` with the RMS *of the same run* (:func:`tlcap.runtime.hooks.rms_norm_shares`
+at the ``attn_post_norm_scale`` site; γ from :meth:`tlcap.models.Model.attn_post_norm_gain`),
+and the shares sum to the post-norm's output, so the residual is again a sum of upstream outputs
+and every identity above holds (full circuit = model, empty = ablated, removing a head's
+out-edges = patching its share). The MLP's output is ``mlp_out``, already after ``ln2_post``.
+This is a choice (``docs/deviations.md``): "patching head h" here moves its share and leaves the
+other heads' shares and the RMS as they are in the run, where patching ``r_h`` would rescale them.
 """
 
 from __future__ import annotations
@@ -63,7 +75,7 @@ BOUNDARY_NODES = ("input", "logits")
 
 
 class UnsupportedModelError(TlcapError, NotImplementedError):
-    """A model whose computation graph the circuit code cannot build (GPT-J on TL 4.x, post-norm blocks)."""
+    """A model whose computation graph the circuit code cannot build (GPT-J on TL 4.x, a post-norm that is not an RMSNorm)."""
 
 
 def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
@@ -145,6 +157,8 @@ class EdgeGraph(Result):
             :meth:`count_params` counts exactly for a set of nodes.
         parallel: Parallel attention/MLP blocks (NeoX): the MLP of layer ``l`` reads the layer's
             input, so it has no edge from the heads of its own layer.
+        post_norm: Post-norm blocks (Gemma-2): a head's output is its share of the attention
+            post-norm's output (module docstring).
     """
 
     upstream: tuple[str, ...]
@@ -156,11 +170,12 @@ class EdgeGraph(Result):
     node_params: tuple[int, ...]
     param_groups: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
     parallel: bool = False
+    post_norm: bool = False
 
     # ------------------------------------------------------------------ build
     @classmethod
     def from_model(cls, model: Model) -> "EdgeGraph":
-        """The graph of ``model`` (sequential blocks: GPT-2, Llama family, Qwen2; parallel blocks: NeoX).
+        """The graph of ``model`` (sequential blocks: GPT-2, Llama family, Qwen2; parallel: NeoX; post-norms: Gemma-2).
 
         Args:
             model: The model.
@@ -170,7 +185,8 @@ class EdgeGraph(Result):
 
         Raises:
             UnsupportedModelError: attention without per-head input hooks (GPT-J on TransformerLens 4.x),
-                post-norm blocks (Gemma-2), or heads not grouped evenly into kv heads.
+                post-norms that are not RMSNorms or follow an output bias, or heads not grouped evenly
+                into kv heads.
         """
         if not model.attention_internals_patchable:
             raise UnsupportedModelError(
@@ -181,12 +197,10 @@ class EdgeGraph(Result):
                 "Llama, Qwen2 or SmolLM2 model"
             )
         if model.post_norm_blocks:
-            raise UnsupportedModelError(
-                f"{model.name} ({model.architecture}) normalises each block's attention and MLP output before "
-                "adding it to the residual (post-norms, Gemma-2): the heads' writes are normalised together, so a "
-                "head's output is not an additive term of the residual and the edge graph's exact decomposition "
-                "does not hold; knowledge circuits are not implemented for post-norm models"
-            )
+            try:  # heads' writes are their shares of the post-norm's output (module docstring)
+                model.attn_post_norm_gain(0)
+            except TlcapError as exc:
+                raise UnsupportedModelError(f"{exc}; knowledge circuits need RMS post-norms without an output bias") from None
         L, H, K = model.n_layers, model.n_heads, model.n_kv_heads
         if H % K:
             raise UnsupportedModelError(
@@ -210,7 +224,8 @@ class EdgeGraph(Result):
         groups = tuple((g.key, g.numel, tuple(_GROUP_ALIAS.get(u, u) for u in g.users)) for g in pg.groups)
         owner = {v: k for k, v in _GROUP_ALIAS.items()}
         node_params = tuple(counts[owner.get(n, n)] for n in nodes)
-        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, node_params, groups, model.parallel_attn_mlp)
+        return cls(tuple(upstream), tuple(readers), nodes, L, H, K, node_params, groups, model.parallel_attn_mlp,
+                   model.post_norm_blocks)
 
     # ------------------------------------------------------------------ parameters
     @property

@@ -107,6 +107,15 @@ def _ablation_hooks(
     return [(rh.name, H.add_computed(make_delta(rh))) for rh in graph.reader_hooks()]
 
 
+def _post_norm_share_hooks(model: Model, graph: EdgeGraph, ups: dict[str, Tensor]) -> list[tuple[str, Callable[..., Any]]]:
+    """Post-norm graphs: turn each layer's recorded head writes into their shares of ``ln1_post`` (:mod:`.graph`)."""
+    if not graph.post_norm:
+        return []
+    return [(model.hook_name("attn_post_norm_scale", l),
+             H.rms_norm_shares(ups, model.hook_name("head_result", l), model.attn_post_norm_gain(l)))
+            for l in range(graph.n_layers)]
+
+
 def run_pass(
     model: Model,
     graph: EdgeGraph,
@@ -172,6 +181,7 @@ def run_pass(
     if record_upstream or keep is not None:
         for name, _, _ in graph.upstream_hooks():
             fwd.append((name, H.record(ups, name, detach=not grads)))
+        fwd += _post_norm_share_hooks(model, graph, ups)
     if keep is not None:
         if replacement is None:
             raise InvalidConfigError("run_pass(keep=...) needs replacement=")
