@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import hashlib
@@ -144,6 +145,10 @@ class Provenance:
             config=_config_dict(config),
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
+
+    def with_config(self, config: Any) -> Provenance:
+        """The same provenance recording ``config`` (a :class:`tlcap.config.Config`, a dict or ``None``)."""
+        return dataclasses.replace(self, config=_config_dict(config))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the ``provenance`` entry of result.json and summary.json)."""

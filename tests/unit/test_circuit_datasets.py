@@ -25,6 +25,7 @@ from tlcap.locate.circuits.dataset import dataset_batch_size, pair_corruptions, 
 from tlcap.locate.circuits.dataset_eval import circuit_metrics, ready_source
 from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.runtime import hooks as H
+from tlcap.runtime.batching import SAFETY, eap_item_bytes
 
 # prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
 ITEMS = (
@@ -50,6 +51,20 @@ def test_dataset_scores_are_the_mean_of_item_scores_for_any_batch_size(request, 
         torch.testing.assert_close(sc.scores.double(), mean, atol=1e-5 * scale, rtol=1e-4)
         assert sc.clean_metric == pytest.approx(sum(s.clean_metric for s in per_item) / 4, rel=1e-5)
         assert sc.corrupt_metric == pytest.approx(sum(s.corrupt_metric for s in per_item) / 4, rel=1e-5)
+
+
+def test_auto_batch_size_counts_split_inputs_only_where_a_pass_splits(tiny_llama):
+    m = tiny_llama
+    assert m.grouped_reader_grads  # gradient passes take q/k/v reader gradients without split inputs
+    L, heads, d = m.n_layers, m.n_heads + 2 * m.n_kv_heads, m.d_model
+    plain, split = eap_item_bytes(m, 10, 5, split=False), eap_item_bytes(m, 10, 5, split=True)
+    assert split - plain == 5 * L * heads * d * 4 * 10 * 4  # 5 rows x layers x split copies x 4 intermediates x T x fp32
+    ds = CircuitDataset(ITEMS, "four")
+    longest = max(len(m.encode(it.prompt + it.target)) for it in ITEMS)
+    budget = int(3 * eap_item_bytes(m, longest, 5, split=False) / SAFETY) + 64  # three unsplit items fit
+    assert dataset_batch_size(m, ds, "auto", 5, max_memory=budget) == 3
+    assert dataset_batch_size(m, ds, "auto", 5, max_memory=budget, circuit_runs=True) == max(
+        1, int(budget * SAFETY) // eap_item_bytes(m, longest, 5, split=True)) < 3
 
 
 def test_auto_batch_size_halves_on_out_of_memory(tiny_gpt2, monkeypatch):
@@ -86,8 +101,12 @@ def test_auto_batch_size_halves_on_out_of_memory(tiny_gpt2, monkeypatch):
     neur = neuron_attribution(tiny_gpt2, ds)
     assert 4 in seen and seen[-1] == 1
     torch.testing.assert_close(neur.scores, neur1.scores, atol=1e-6, rtol=1e-5)
+    # the provenance records what was asked ("auto"), not the size the machine resolved it to
+    assert auto.provenance.config["batch_size"] == neur.provenance.config["batch_size"] == "auto"
+    assert fixed.provenance.config["batch_size"] == 1
     monkeypatch.undo()
     curve = faithfulness_curve(tiny_gpt2, fixed, ds, sizes=[0, 5])
+    assert curve.provenance.config["batch_size"] == "auto" and curve1.provenance.config["batch_size"] == 1
     a, b = curve.to_frame(), curve1.to_frame()  # float rounding differs with the batch size
     assert list(a.columns) == list(b.columns)
     for c in a.columns:

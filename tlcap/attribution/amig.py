@@ -165,7 +165,8 @@ def word_attributions(
         n_rows = len(layers) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
         rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
         return run_auto_batched(lambda b: word_attributions(model, prompt, target, config=cfg.replace(batch_rows=b),
-                                                            baseline_token_id=baseline_token_id), rows, model.device)
+                                                            baseline_token_id=baseline_token_id), rows, model.device,
+                                asked=cfg)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
     n_ctx = len(p_ids) + len(t_ids) - 1

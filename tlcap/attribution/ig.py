@@ -13,7 +13,6 @@ of ``steps`` rows; completeness holds jointly, not per layer) and ``method="grad
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -242,11 +241,10 @@ def integrated_gradients(
     if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
         n_rows = len(layer_list) * (len(quadrature(cfg.max_steps if cfg.steps == "auto" else cfg.steps, cfg.rule)[0]) + 1)
         rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
-        res = run_auto_batched(lambda b: integrated_gradients(model, prompt, target, config=cfg.replace(batch_rows=b),
-                                                              baseline=baseline, progress=progress), rows, model.device)
         # the provenance keeps the settings asked for ("auto"), not the size it resolved to
-        return res if res.provenance is None else dataclasses.replace(
-            res, provenance=dataclasses.replace(res.provenance, config=cfg.to_dict()))
+        return run_auto_batched(lambda b: integrated_gradients(model, prompt, target, config=cfg.replace(batch_rows=b),
+                                                               baseline=baseline, progress=progress), rows, model.device,
+                                asked=cfg)
     s = get_site(cfg.site)
     hook_names = [s.hook_name(l) for l in layer_list]
     if cfg.steps == "auto":

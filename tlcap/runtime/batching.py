@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import re
@@ -113,7 +114,7 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.device | str = "cpu",
-                     on_retry: Callable[[int, str], None] | None = None) -> T:
+                     on_retry: Callable[[int, str], None] | None = None, asked: Any = None) -> T:
     """Run ``fn(batch_rows)``; on out-of-memory rerun it from scratch at half the rows, down to 1.
 
     Args:
@@ -121,6 +122,9 @@ def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.devi
         batch_rows: The start size (e.g. :func:`auto_batch_rows`).
         device: Its device (the CUDA cache is emptied before a retry).
         on_retry: Called as ``on_retry(new_rows, error_message)`` before each retry.
+        asked: The settings the caller was given (``"auto"`` included): a result with a
+            ``provenance`` records them instead of the size they resolved to, so a run asked
+            for ``auto`` says so whatever the machine picked.
 
     Returns:
         ``fn``'s result at the first size that fits: exactly the result of that fixed size.
@@ -131,7 +135,7 @@ def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.devi
     rows = max(1, int(batch_rows))
     while True:
         try:
-            return fn(rows)
+            return _record_asked(fn(rows), asked)
         except (RuntimeError, MemoryError) as exc:
             if not is_oom(exc) or rows == 1:
                 raise
@@ -141,6 +145,13 @@ def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.devi
             torch.cuda.empty_cache()
         if on_retry is not None:
             on_retry(rows, message)
+
+
+def _record_asked(result: T, asked: Any) -> T:
+    prov = getattr(result, "provenance", None)
+    if asked is None or prov is None:
+        return result
+    return dataclasses.replace(result, provenance=prov.with_config(asked))  # type: ignore[type-var]
 
 
 def ig_row_bytes(model: Any, context_len: int) -> int:
@@ -171,21 +182,28 @@ def trace_row_bytes(model: Any, context_len: int) -> int:
     return int((T * per_pos + 3 * model.d_vocab) * max(elem, 2))
 
 
-def eap_item_bytes(model: Any, context_len: int, steps: int) -> int:
+def eap_item_bytes(model: Any, context_len: int, steps: int, split: bool = True) -> int:
     """Estimated bytes of one dataset item in an EAP / EAP-IG pass (:func:`tlcap.locate.circuits.edge_attribution`).
 
-    Each of the item's ``max(steps, 2)`` rows holds, besides an ordinary gradient row
-    (:func:`ig_row_bytes`), the split q/k/v inputs of the per-head ln1 at every layer
-    (``(n_heads + 2·n_kv_heads)·d_model`` values per position, ~4 stored intermediates); the item
-    adds its reader gradients and upstream differences (``(n_readers + n_upstream)·d_model`` per
-    position, float32). Measured on SmolLM2 (11 tokens) the estimate is ≈ 2× the peak
-    (``docs/circuits.md``), on the safe side.
+    Each of the item's ``max(steps, 2)`` rows is a whole sequence kept for the backward pass: per
+    position the values :func:`ig_row_bytes` counts for one position (every layer's
+    intermediates, one attention row per head, the logits in two dtypes), in the model dtype.
+    With ``split`` (circuit-only runs, and gradients on models without grouped reader gradients)
+    a row also holds the split q/k/v inputs of the per-head ln1 at every layer
+    (``(n_heads + 2·n_kv_heads)·d_model`` values per position, ~4 stored intermediates). The item
+    adds its reader gradients and upstream outputs (``(n_readers + n_upstream)·d_model`` per
+    position, float32), three times: as captured, stacked, and in the score product. Against the
+    peaks measured with grouped reader gradients (``benchmarks/results/bench_eap_memory_grouped.json``,
+    16 tokens) this gives, SmolLM2: EAP 156 MB (measured 111), EAP-IG(5) 261 MB (129); the 1B
+    Llama shape: EAP 655 MB (405), EAP-IG(5) 862 MB (432): on the safe side.
     """
     elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
     T = max(int(context_len), 1)
     heads = model.n_heads + 2 * model.n_kv_heads
-    split = model.n_layers * heads * model.d_model * 4 * T * elem
+    per_position = model.n_layers * (12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * T) + 3 * model.d_vocab
+    sequence = T * per_position * elem
+    split_bytes = model.n_layers * heads * model.d_model * 4 * T * elem if split else 0
     n_readers = model.n_layers * (heads + 1) + 1
     n_upstream = 1 + model.n_layers * (model.n_heads + 1)
-    grads = (n_readers + n_upstream) * T * model.d_model * 4
-    return int(max(int(steps), 2) * (split + ig_row_bytes(model, T)) + grads)
+    grads = 3 * (n_readers + n_upstream) * T * model.d_model * 4
+    return int(max(int(steps), 2) * (split_bytes + sequence) + grads)

@@ -222,18 +222,22 @@ def load_circuit_dataset(
 
 
 def dataset_batch_size(model: Model, dataset: CircuitDataset, batch_size: int | str, steps: int = 1,
-                       max_memory: Any = None) -> int:
+                       max_memory: Any = None, circuit_runs: bool = False) -> int:
     """Items per pass: ``batch_size`` when it is a number; for ``"auto"`` the most items whose
     estimated memory (:func:`~tlcap.runtime.batching.eap_item_bytes` of the longest item) fits
     ``max_memory`` (default: the device's free memory), at most ``CPU_MAX_ITEMS`` (8) on a CPU.
 
-    Callers run the pass through :func:`~tlcap.runtime.batching.run_auto_batched`, which halves
-    the size and reruns on an out-of-memory error.
+    Gradient passes count the per-head split inputs only where the model has no grouped reader
+    gradients (:attr:`~tlcap.models.Model.grouped_reader_grads`); ``circuit_runs`` (circuits run
+    alone, which always split) counts them. Callers run the pass through
+    :func:`~tlcap.runtime.batching.run_auto_batched`, which halves the size and reruns on an
+    out-of-memory error.
     """
     if batch_size != "auto":
         return int(batch_size)
     longest = max((len(model.encode(it.prompt + it.target)) for it in dataset.items), default=1)
-    return auto_batch_rows(eap_item_bytes(model, longest, steps), max(len(dataset), 1), max_memory, model.device,
+    split = circuit_runs or not model.grouped_reader_grads
+    return auto_batch_rows(eap_item_bytes(model, longest, steps, split), max(len(dataset), 1), max_memory, model.device,
                            cpu_max=CPU_MAX_ITEMS)
 
 

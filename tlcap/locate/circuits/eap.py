@@ -255,7 +255,7 @@ def edge_attribution(
         if cfg.batch_size == "auto":  # most items in the budget, rerun at half on out-of-memory: same scores
             size = dataset_batch_size(model, prompt, "auto", cfg.steps, cfg.max_memory)
             return run_auto_batched(lambda b: edge_attribution(model, prompt, config=cfg.replace(batch_size=b)), size,
-                                    model.device)
+                                    model.device, asked=cfg)
         tasks = prompt.tasks(model, cfg.batch_size, cfg.metric)
         strings: dict[str, Any] = {"prompt": "", "target": "", "corrupt_prompt": None, "corrupt_target": None}
         n_items, name = len(prompt), prompt.name

@@ -293,9 +293,10 @@ def faithfulness_curve(
     """
     check_choice("selection", selection, SELECTIONS, cli="--selection")
     if batch_size == "auto":
-        size = dataset_batch_size(model, dataset, "auto", 1, max_memory) if dataset is not None else 1
+        size = dataset_batch_size(model, dataset, "auto", 1, max_memory, circuit_runs=True) if dataset is not None else 1
         return run_auto_batched(lambda b: faithfulness_curve(model, scores, dataset, sizes=sizes, selection=selection,
-                                                             batch_size=b), size, model.device)
+                                                             batch_size=b), size, model.device,
+                                asked={"sizes": sizes, "selection": selection, "batch_size": batch_size})
     check_int("batch_size", batch_size, min=1)
     g = scores.graph
     total = g.n_upstream if selection == "node" else scores.n_edges

@@ -155,7 +155,7 @@ def neuron_attribution(
     if cfg.batch_size == "auto":  # most items in the budget, rerun at half on out-of-memory: same scores
         size = dataset_batch_size(model, dataset, "auto", cfg.steps, cfg.max_memory)
         return run_auto_batched(lambda b: neuron_attribution(model, dataset, config=cfg.replace(batch_size=b)), size,
-                                model.device)
+                                model.device, asked=cfg)
     ablation = str(cfg.ablation)
     d = dataset if ablation == "corrupt" else dataset.without_corrupt()
     tasks = d.tasks(model, cfg.batch_size, cfg.metric)
