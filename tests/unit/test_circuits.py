@@ -59,15 +59,20 @@ def tiny_gemma2():
     return make_tiny("gemma2", seed=0)
 
 
+@pytest.fixture(scope="module")
+def tiny_gptj():
+    return make_tiny("gptj", seed=0)
+
+
 @pytest.fixture(params=["tiny_gpt2", "tiny_llama"])
 def model(request):
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2", "tiny_gemma2"])
+@pytest.fixture(params=["tiny_gpt2", "tiny_llama", "tiny_neox", "tiny_qwen2", "tiny_gemma2", "tiny_gptj"])
 def arch_model(request):
-    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2), parallel (NeoX) and
-    post-norm (Gemma-2) blocks."""
+    """Every architecture family circuits support: sequential (GPT-2, Llama/GQA, Qwen2), parallel (NeoX; GPT-J with
+    split inputs rebuilt by the adapter) and post-norm (Gemma-2) blocks."""
     return request.getfixturevalue(request.param)
 
 
@@ -152,6 +157,17 @@ def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     r = evaluate_masks(model, g, task, torch.stack([m1, m2]), return_logits=True)
     if model.post_norm_blocks:  # Gemma-2: head 1's share of ln1_post's output, each run with its own RMS
         head1 = _post_norm_head_share_patch(model, task, head=1)
+    elif model.emulated_split_inputs:  # GPT-J: head 1's slice of the output projection's input, not via hook_result
+        _, zc = model.run_with_cache(task.corrupt, ["blocks.0.attn.o.hook_in"])
+        assert zc["blocks.0.attn.o.hook_in"].shape[2] == model.n_heads  # [batch, pos, head, d_head]
+        z1 = zc["blocks.0.attn.o.hook_in"][:, :, 1].clone()
+
+        def patch_z(act, hook=None):
+            act = act.clone()
+            act[:, :, 1] = z1
+            return act
+
+        head1 = ("blocks.0.attn.o.hook_in", patch_z)
     else:
         head1 = ("blocks.0.attn.hook_result", H.patch(cache["blocks.0.attn.hook_result"], head=1))
     with edge_hooks_enabled(model):
@@ -162,7 +178,7 @@ def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     assert (p1 - model.logits(task.clean)).abs().max() > 1e-4  # the patch did something
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2", "gemma2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox", "qwen2", "gemma2", "gptj"])
 def test_eap_agrees_with_patching_every_edge(arch):
     """EAP vs actually patching each edge, on all edges, in the linear regime.
 

@@ -4,9 +4,10 @@ GPT-2 and Llama have their own tests; circuits on NeoX/Qwen2 run in test_circuit
 fixture, EAP vs patching every edge). Here: each family boots with the right block layout, exact IG
 equals the per-step reference, dataset scoring equals the in-memory per-sample sum, the batched
 causal trace equals the per-cell loop, a ROME edit is rank one and undone exactly, and the
-family whose attention TransformerLens 4.x cannot patch (GPT-J) is refused by circuits and synapse
-edits, not run wrongly. Circuits on Gemma-2 (post-norms: a head's output is its share of the
-post-norm's output) run in test_circuits.py with the other families.
+family whose attention pattern TransformerLens 4.x cannot patch (GPT-J) is refused by synapse
+edits, not run wrongly. Circuits on GPT-J (split inputs rebuilt by the adapter) and Gemma-2
+(post-norms: a head's output is its share of the post-norm's output) run in test_circuits.py with
+the other families.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome import RomeConfig, rome_edit
 from tlcap.locate.causal_trace import causal_trace, trace_reference
 from tlcap.locate.circuits import EdgeGraph
-from tlcap.locate.circuits import UnsupportedModelError as CircuitsUnsupported
 from tlcap.models import FAMILIES, load_model, make_tiny
 
 PROMPT, TARGET, SUBJECT = "The capital of France is", " Paris", "France"
@@ -115,10 +115,7 @@ def test_synapse_edits_run_or_are_refused(fam):
 
 def test_circuit_graph_built_or_refused(fam):
     name, m = fam
-    if name == "gptj":
-        with pytest.raises(CircuitsUnsupported, match="AttentionBridge"):
-            EdgeGraph.from_model(m)
-        return
+    assert m.emulated_split_inputs is (name == "gptj")  # GPT-J: the adapter rebuilds the split-input points
     g = EdgeGraph.from_model(m)
     assert (g.parallel, g.post_norm) == LAYOUT[name][:2]
     # parallel blocks: the MLP of layer 1 has no edge from layer 1's heads; sequential: it has

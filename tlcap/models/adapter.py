@@ -8,7 +8,8 @@ logits, prefix caches, edge-hook flags); the rest is mixed in from small modules
 :mod:`tlcap.models.recording` (``record``, ``run_with_cache``), :mod:`tlcap.models.generate`
 (greedy decoding), :mod:`tlcap.models.weights` (MLP neuron weights, embeddings),
 :mod:`tlcap.models.params` (parameters per head / MLP), :mod:`tlcap.models.architecture`
-(block layout facts: parallel blocks, post-norms, patchable attention) and :mod:`tlcap.models.cache`
+(block layout facts: parallel blocks, post-norms, patchable attention), :mod:`tlcap.models.split_inputs`
+(per-head hook points rebuilt where TransformerLens wraps attention generically) and :mod:`tlcap.models.cache`
 (:class:`PrefixCache`).
 """
 
@@ -29,6 +30,7 @@ from tlcap.models.generate import GenerationMixin
 from tlcap.models.params import ParamsMixin
 from tlcap.models.recording import RecordingMixin
 from tlcap.models.rows import PaddedPrefix, RowsMixin
+from tlcap.models.split_inputs import emulated_edge_hooks
 from tlcap.models.token_types import SubjectSpan, TokenBatch, Tokens
 from tlcap.models.tokens import TokensMixin
 from tlcap.models.weights import _HF_MLP_LAYOUT, WeightSlice, WeightsMixin
@@ -183,13 +185,19 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         ``q_input``/``k_input``/``v_input`` sites; not with ``split_inputs=False``),
         ``use_attn_result`` (per-head outputs: ``head_result``) and ``use_hook_mlp_in``
         (``mlp_input``), and off ``use_attn_in`` (which excludes split inputs). The previous
-        flags are restored on exit, also when the body raises.
+        flags are restored on exit, also when the body raises. Where TransformerLens wraps the
+        attention generically (GPT-J on TL 4.x, :attr:`emulated_split_inputs`) the same hook
+        points are made to fire by :mod:`tlcap.models.split_inputs`.
 
         Example:
             >>> with model.edge_hooks():
             ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
         """
         b = self.backend
+        if self.emulated_split_inputs:  # GPT-J on TL 4.x: the flags are not available, rebuild the points
+            with emulated_edge_hooks(b, self.n_heads, split_inputs):
+                yield self
+            return
         saved = self.edge_hook_flags()
         attn_in = bool(getattr(b.cfg, "use_attn_in", False))
         try:

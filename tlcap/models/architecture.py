@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from tlcap.errors import UnsupportedModelError
+from tlcap.models.split_inputs import can_emulate
 
 # TransformerBridge attention classes that compute the pattern themselves (hook edits reach the output).
 _OWN_ATTENTION = frozenset({"JointQKVAttentionBridge", "PositionEmbeddingsAttentionBridge"})
@@ -55,6 +56,16 @@ class ArchitectureMixin:
         attn = self.backend.blocks[0].attn
         own = {c.__name__ for c in type(attn).__mro__} & _OWN_ATTENTION
         return bool(own) or bool(getattr(getattr(attn, "original_component", None), "accepts_pattern_fn", False))
+
+    @property
+    def emulated_split_inputs(self) -> bool:
+        """Whether :meth:`edge_hooks` rebuilds the split-input / per-head hook points itself.
+
+        True for attention TransformerLens 4.x wraps generically (GPT-J) when the block layout is
+        one :mod:`tlcap.models.split_inputs` knows (a shared ``ln1`` before parallel attention and
+        MLP, q/k/v/o linears): circuits then run there, while pattern edits stay refused.
+        """
+        return self.is_bridge and not self.attention_internals_patchable and can_emulate(self.backend)
 
     @property
     def grouped_reader_grads(self) -> bool:

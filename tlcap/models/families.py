@@ -9,8 +9,8 @@ GPT-2 and Llama configs do not:
 family         what it adds
 =============  ==========================================================================
 ``gptj``       parallel attention/MLP blocks sharing one ``ln_1``; partial rotary; no
-               attention biases (TL 4.x's GPT-J bridge has no split q/k/v inputs: circuits
-               refuse it, :class:`tlcap.locate.circuits.UnsupportedModelError`)
+               attention biases (TL 4.x's GPT-J bridge has no split q/k/v inputs: the adapter
+               rebuilds them for circuits, :mod:`tlcap.models.split_inputs`)
 ``neox``       parallel attention/MLP blocks with two norms; partial rotary; fused qkv
 ``qwen2``      grouped-query attention with q/k/v biases; RMSNorm; SwiGLU
 ``gemma2``     post-norms (attention and MLP outputs normalised before the residual add),

@@ -75,7 +75,7 @@ BOUNDARY_NODES = ("input", "logits")
 
 
 class UnsupportedModelError(TlcapError, NotImplementedError):
-    """A model whose computation graph the circuit code cannot build (GPT-J on TL 4.x, a post-norm that is not an RMSNorm)."""
+    """A model whose computation graph the circuit code cannot build (no per-head inputs, a post-norm that is not an RMSNorm)."""
 
 
 def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
@@ -184,17 +184,17 @@ class EdgeGraph(Result):
             Its :class:`EdgeGraph`, with the parameter groups of :meth:`tlcap.models.Model.parameter_groups`.
 
         Raises:
-            UnsupportedModelError: attention without per-head input hooks (GPT-J on TransformerLens 4.x),
-                post-norms that are not RMSNorms or follow an output bias, or heads not grouped evenly
-                into kv heads.
+            UnsupportedModelError: attention without per-head input hooks that the adapter cannot rebuild
+                either (:attr:`tlcap.models.Model.emulated_split_inputs` covers GPT-J), post-norms that
+                are not RMSNorms or follow an output bias, or heads not grouped evenly into kv heads.
         """
-        if not model.attention_internals_patchable:
+        if not model.attention_internals_patchable and not model.emulated_split_inputs:
             raise UnsupportedModelError(
                 f"{model.name} ({model.architecture}): the installed TransformerLens wraps its attention with the "
                 "generic AttentionBridge, which has no hook point before the q/k/v projections (use_split_qkv_input "
                 "is not available) and fires the attention-pattern hook after the fact; per-head reader inputs cannot be read or "
-                "patched, so its edge graph cannot be built (GPT-J on TransformerLens 4.x); use a GPT-2, NeoX, "
-                "Llama, Qwen2 or SmolLM2 model"
+                "patched, and tlcap cannot rebuild them for this block layout, so its edge graph cannot be built; "
+                "use a GPT-2, GPT-J, NeoX, Llama, Qwen2, Gemma-2 or SmolLM2 model"
             )
         if model.post_norm_blocks:
             try:  # heads' writes are their shares of the post-norm's output (module docstring)
