@@ -244,6 +244,27 @@ def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
         ReliabilityConfig(rome_from=3, rome_facts=2)
 
 
+def test_rome_layer_shards_merge_into_the_every_layer_run(tiny_llama):
+    # ROME at layer 0 (+ each fact's traced layer) in one run, at the other layers in another: merged,
+    # every (fact, layer) edit is there once and the per-layer table equals one run at every layer
+    kw = dict(parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False)
+    whole = reliability(tiny_llama, FACTS, **kw)
+    rest = tuple(range(1, tiny_llama.n_layers))
+    a = reliability(tiny_llama, FACTS, rome_layers=(0,), **kw)
+    b = reliability(tiny_llama, FACTS, rome_layers=rest, rome_add_traced=False, **kw)
+    traced = {r.fact: r.traced_layer for r in whole.rome_records()}
+    assert {(r[0], r[2]) for r in a.rome_rows} == {(f, l) for f, t in traced.items() for l in {0, t}}
+    assert any(t != 0 for t in traced.values())  # so one edit is in both runs and must be kept once
+    merged = merge_reliability([a, b])
+    assert sorted(merged.rome_rows, key=lambda r: (r[0], r[2])) == sorted(whole.rome_rows, key=lambda r: (r[0], r[2]))
+    assert merged.config["rome_layers"] is None and merged.config["rome_add_traced"] is True
+    assert merged.rome_layers() == list(range(tiny_llama.n_layers))
+    assert merged.rome_by_layer() == whole.rome_by_layer()
+    assert merged.rome_located_vs_other() == whole.rome_located_vs_other()
+    part = merge_reliability([a, reliability(tiny_llama, FACTS, rome_layers=rest[:1], rome_add_traced=False, **kw)])
+    assert part.config["rome_layers"] == (None if tiny_llama.n_layers == 2 else [0, 1])  # the union of the lists
+
+
 def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
     # bos=True puts the BOS first in the ROME edit's prompt tokens (the keys at the subject), and
     # the rows are those of rome_sweep with RomeConfig(bos=True)

@@ -224,7 +224,7 @@ def reliability_merge_cmd(
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
 ) -> None:
-    """Join reliability runs that computed different parts or ROME fact ranges (--rome-from/--rome-facts)."""
+    """Join reliability runs that computed different parts, ROME fact ranges (--rome-from/--rome-facts) or ROME layers."""
     results, facts = [], []
     for run in runs:
         results.append(_result(run, ReliabilityResult, "`tlcap cnl reliability`"))
