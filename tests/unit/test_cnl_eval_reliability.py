@@ -160,7 +160,13 @@ def test_rome_reliability_every_layer_and_restores(tiny_llama):
     assert sum(r.located for r in rows if r.fact == 0) == 1
     for n, p in tiny_llama.backend.named_parameters():
         assert torch.equal(p, before[n]), n
-    res.rome_figure()
+    assert res.rome_figure().layout.title.text.startswith("ROME edits at every layer (")
+    sub = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False,
+                      rome_layers=(0,), rome_add_traced=False)
+    hidden = sum(1 for f in (0, 1) if next(r.traced_layer for r in rows if r.fact == f) != 0)
+    title = sub.rome_figure().layout.title.text  # a layer subset says so, and counts the facts traced elsewhere
+    assert f"1 of {tiny_llama.n_layers} layers" in title and "2 facts" in title
+    assert (f"{hidden} facts traced to unlisted layers" in title) is (hidden > 0)
 
 
 def test_kc_reliability_matches_evaluate_circuit(tiny_llama):

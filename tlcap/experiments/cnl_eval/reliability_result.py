@@ -308,8 +308,14 @@ class ReliabilityResult(Result):
         by = self.rome_by_layer()
         series = {k: ([e.value for e in v], [e.low for e in v], [e.high for e in v]) for k, v in by.items()}
         counts = self.traced_counts()
-        return layer_curves(self.rome_layers(), series, marks=[counts[l] for l in self.rome_layers()],
-                            title=f"ROME edits at every layer ({self.model_name}; bars: facts traced to the layer)")
+        layers = self.rome_layers()
+        which = "every layer" if layers == list(range(self.n_layers)) else f"{len(layers)} of {self.n_layers} layers"
+        hidden = sum(counts) - sum(counts[l] for l in layers)  # facts traced to a layer the table leaves out
+        note = f"; {hidden} facts traced to unlisted layers" if hidden else ""
+        n_facts = len({r.fact for r in self.rome_records()})
+        return layer_curves(layers, series, marks=[counts[l] for l in layers],
+                            title=f"ROME edits at {which} ({self.model_name}, {n_facts} facts; bars: facts traced to the "
+                                  f"layer{note})")
 
     def kc_figure(self) -> go.Figure:
         """KC: recall@1 of circuits alone vs random circuits, parameter share, beside the paper."""
