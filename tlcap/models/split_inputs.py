@@ -89,7 +89,8 @@ def emulated_edge_hooks(backend: Any, n_heads: int, split_inputs: bool = True) -
     """
     hp = backend.hook_dict
     handles: list[Any] = []
-    resid: dict[int, Tensor] = {}
+    resid: dict[int, Tensor] = {}  # per layer: the block input (ln1's input)
+    merged: dict[int, Tensor] = {}  # per layer: the heads entering the output projection
     cfg = backend.cfg
     flags = {"use_split_qkv_input": bool(split_inputs), "use_attn_result": True, "use_hook_mlp_in": True}
     saved = {f: bool(getattr(cfg, f, False)) for f in flags}
@@ -115,13 +116,11 @@ def emulated_edge_hooks(backend: Any, n_heads: int, split_inputs: bool = True) -
 
                     handles.append(lin.hook_out.register_forward_hook(proj))  # first of hook_out's hooks
             result_point, o_lin = hp[f"blocks.{l}.attn.hook_result"], blk.attn.o
-            merged: dict[int, Tensor] = {}
 
-            def keep_z(module: Any, args: tuple, l: int = l, merged: dict = merged) -> None:
+            def keep_z(module: Any, args: tuple, l: int = l) -> None:
                 merged[l] = args[0]  # the heads entering the HF projection: after any edit at o's hook_in
 
-            def heads(module: Any, args: tuple, out: Tensor, l: int = l, point: Any = result_point, lin: Any = o_lin,
-                      merged: dict = merged) -> Tensor:
+            def heads(module: Any, args: tuple, out: Tensor, l: int = l, point: Any = result_point, lin: Any = o_lin) -> Tensor:
                 z = merged.pop(l)
                 o = _orig(lin)
                 w = o.weight  # [d_model, heads * d_head]
@@ -142,6 +141,7 @@ def emulated_edge_hooks(backend: Any, n_heads: int, split_inputs: bool = True) -
         for h in handles:
             h.remove()
         resid.clear()
+        merged.clear()
         for f, v in saved.items():
             _set_flag(cfg, f, v)
 

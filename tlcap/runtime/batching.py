@@ -163,9 +163,13 @@ def ig_row_bytes(model: Any, context_len: int) -> int:
     model's parameter dtype, then doubled for the backward pass's gradients.
     """
     elem = torch.empty((), dtype=model.dtype).element_size()
+    return int(2 * _position_values(model, context_len) * max(elem, 2))
+
+
+def _position_values(model: Any, context_len: int) -> int:
+    """Values one position keeps through every layer (the count :func:`ig_row_bytes` documents)."""
     per_layer = 12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * max(int(context_len), 1)
-    values = model.n_layers * per_layer + 3 * model.d_vocab
-    return int(2 * values * max(elem, 2))
+    return model.n_layers * per_layer + 3 * model.d_vocab
 
 
 def trace_row_bytes(model: Any, context_len: int) -> int:
@@ -200,8 +204,7 @@ def eap_item_bytes(model: Any, context_len: int, steps: int, split: bool = True)
     elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
     T = max(int(context_len), 1)
     heads = model.n_heads + 2 * model.n_kv_heads
-    per_position = model.n_layers * (12 * model.d_model + 4 * model.d_mlp + 2 * model.n_heads * T) + 3 * model.d_vocab
-    sequence = T * per_position * elem
+    sequence = T * _position_values(model, T) * elem
     split_bytes = model.n_layers * heads * model.d_model * 4 * T * elem if split else 0
     n_readers = model.n_layers * (heads + 1) + 1
     n_upstream = 1 + model.n_layers * (model.n_heads + 1)
