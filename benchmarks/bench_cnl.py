@@ -13,9 +13,11 @@ layers) — tens of minutes on a laptop CPU. ``--quick``: n = 10, 20, 40 with ``
     python benchmarks/bench_cnl.py --ns 2,4 --method ig --tag ig-small   # exact IG cost per sample
 
 ``--compare``: exact IG on the same n samples in ONE process, today's path (midpoint, S = 20, one
-sample at a time) first, then each ``rule:steps:sample_batch`` setting (``steps`` a number or
-``auto`` with ``--tol``); reports samples/s, the ratio to the first setting (a ratio survives
-machine load), the completeness error and the gradient rows per sample:
+sample at a time) first, then each ``rule:steps:sample_batch[:rows]`` setting (``steps`` a number or
+``auto`` with ``--tol``; ``:rows`` runs the rows as batch rows, each with its own copy of the
+prefix's keys/values, instead of packed as query positions, :mod:`tlcap.models.packed_rows`);
+reports samples/s, the ratio to the first setting (a ratio survives machine load), the
+completeness error and the gradient rows per sample:
 
     python benchmarks/bench_cnl.py --compare midpoint:20:1,gauss_legendre:auto:8 --n 12 --tol 0.02
 """
@@ -68,14 +70,16 @@ def compare(settings: str, n: int, dataset: str, tol: float, threads: int, tag: 
     samples = load_task(dataset, split="train", n=n, seed=0)
     rows = []
     for spec in settings.split(","):
-        rule, steps, sb = spec.split(":")
+        rule, steps, sb, *layout = spec.split(":")
         st: int | str = steps if steps == "auto" else int(steps)
+        model.packed_rows = layout != ["rows"]  # ":rows": the batch-row layout (each row its own prefix copy)
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
         res = score_dataset(model, samples, method="ig", rule=rule, steps=st, tol=tol, sample_batch=int(sb),
                             max_answer_tokens=8, progress=False, task=dataset)
         dt = time.perf_counter() - t0
         rows.append({"setting": spec, "rule": rule, "steps": steps, "sample_batch": int(sb),
+                     "layout": "packed" if model.packed_rows else "batch rows",
                      "tol": tol if steps == "auto" else None,
                      "n": res.n_samples, "seconds": dt, "samples_per_s": res.n_samples / dt,
                      "completeness_rel_error": res.completeness_rel_error,

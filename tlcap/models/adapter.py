@@ -27,6 +27,7 @@ from tlcap.errors import TlcapError
 from tlcap.models.architecture import ArchitectureMixin
 from tlcap.models.cache import PrefixCache
 from tlcap.models.generate import GenerationMixin
+from tlcap.models.packed_rows import continue_packed, fresh_cache, full_cache, packable
 from tlcap.models.params import ParamsMixin
 from tlcap.models.recording import RecordingMixin
 from tlcap.models.rows import PaddedPrefix, RowsMixin
@@ -262,6 +263,9 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             expand_at is not None and batch is not None and batch > 1 and expand_at > 0 and mask is None
             and prefix is not None and prefix.n_tokens > 0 and prefix.rows == 1 and self.is_bridge
         )
+        packed = None if mask is not None else self._packed(tokens, hooks, prefix, expand_at, batch)
+        if packed is not None:
+            return packed[:, None]
         if late:
             assert prefix is not None and batch is not None and expand_at is not None
             expand = [(self.hook_name("resid_pre", expand_at), H.expand_batch(batch))]
@@ -273,6 +277,15 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             if prefix is None or prefix.n_tokens == 0:
                 return self._forward(tokens, attention_mask=mask)
             return self._forward(tokens, past=prefix.expanded(tokens.shape[0]))
+
+    def _packed(self, tokens: Tensor, hooks: HookList, prefix: Any, expand_at: Any, batch: Any) -> Tensor | None:
+        """``[batch, d_vocab]`` logits of a one-token run after a one-row prefix, packed
+        (:mod:`tlcap.models.packed_rows`); ``None`` where packing does not apply."""
+        if (prefix is None or prefix.n_tokens == 0 or prefix.rows != 1 or batch is None or batch < 2
+                or tokens.shape[0] != 1 or not packable(self, hooks, tokens.shape[1])):
+            return None
+        return continue_packed(self, tokens[0].cpu(), fresh_cache(prefix.cache), torch.tensor([prefix.n_tokens]),
+                               prefix.n_tokens, torch.tensor([batch]), hooks, int(expand_at or 0))
 
     def last_logits(
         self,
@@ -299,6 +312,9 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         """
         tokens = _rows(tokens)
         per_row = isinstance(tokens, TokenBatch) and tokens.side == "right" and tokens.is_padded
+        packed = None if per_row or isinstance(tokens, TokenBatch) else self._packed(tokens, hooks, prefix, expand_at, batch)
+        if packed is not None:
+            return packed
         if self._cut_name is None:
             out = self._run(tokens, hooks, prefix, expand_at, batch)
             if per_row:
@@ -359,7 +375,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         cut = [(self._cut_name, H.last_position_only())] if self._cut_name else []  # logits are discarded
         with torch.no_grad(), self.hooks(fwd=cut):
             if self.is_bridge:
-                _, cache = self.backend(tokens, return_type="logits_and_cache")
+                _, cache = self.backend(tokens, return_type="logits_and_cache", past_key_values=full_cache())
             else:
                 cache = _hooked_kv_cache_class().init_cache(self.cfg, self.device, rows)
                 self.backend(tokens, past_kv_cache=cache)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.errors import TlcapError
+from tlcap.models.packed_rows import attention_windows, continue_packed, fresh_cache, full_cache, packable
+from tlcap.models.packed_rows import position_major_names as _position_major_names
 from tlcap.runtime import hooks as H
 from tlcap.runtime.hooks import HookList
 from tlcap.runtime.sites import get_site
@@ -76,6 +79,14 @@ class RowsMixin:
     pad_token_id: int
     hooks: Callable[..., contextlib.AbstractContextManager[Any]]
 
+    packed_rows: bool = True
+    """Run the rows of a context as its query positions (:mod:`tlcap.models.packed_rows`; exact, off only to compare)."""
+
+    @functools.cached_property
+    def position_major_names(self) -> frozenset[str]:
+        """Hook names whose activations are ``batch pos ...`` (neurons, residual-stream sites)."""
+        return _position_major_names(self.n_layers)
+
     def _check_rows_backend(self) -> None:
         if not self.is_bridge:
             raise TlcapError("Rows of several contexts in one batch need a TransformerBridge backend; "
@@ -103,7 +114,7 @@ class RowsMixin:
         toks = torch.tensor([list(p) + [pad] * (n - len(p)) for p in prefixes], device=self.device)
         cut = [(self._cut_name, H.last_position_only())] if self._cut_name else []  # logits are discarded
         with torch.no_grad(), self.hooks(fwd=cut):
-            _, cache = self.backend(toks, return_type="logits_and_cache")
+            _, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
         return PaddedPrefix(cache, lengths, n)
 
     def context_run(
@@ -122,7 +133,7 @@ class RowsMixin:
         store: dict[str, Tensor] = {}
         toks = torch.tensor([list(tokens)], device=self.device)
         with torch.no_grad(), self.hooks(fwd=[(n, H.record(store, n)) for n in hook_names]):
-            logits, cache = self.backend(toks, return_type="logits_and_cache")
+            logits, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
         return torch.stack([store[n][0] for n in hook_names], 1), logits[0], cache
 
     def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
@@ -203,6 +214,15 @@ class RowsMixin:
         mask = (torch.arange(n + q)[None, :] < lengths[:, None]).long()
         mask[:, n:] = 1
         pos = lengths[:, None] + torch.arange(q)[None, :]
+        if packable(self, hooks, q):
+            cache = None if prefix.cache is None else fresh_cache(prefix.cache, sel.to(dev))
+            return continue_packed(self, toks[:, 0], cache, lengths, n, cs, hooks, e)
+        windows = [w for w in attention_windows(self.hf_model.config, self.n_layers) if w is not None]
+        if windows and n + q > min(windows) and bool((lengths != n).any()):
+            # batch rows take the sliding window from the padded position, not the row's own
+            raise TlcapError(f"Prefixes of unequal lengths padded to {n} tokens exceed {self.name}'s sliding attention "
+                             f"window ({min(windows)}): run them with neuron/residual hooks only and one new token "
+                             "(packed rows), or one context at a time.")
         if e == 0:  # every layer has all rows
             toks, mask, pos = (x.repeat_interleave(cs, 0) for x in (toks, mask, pos))
         past = None

@@ -1,0 +1,137 @@
+"""Packed rows (:mod:`tlcap.models.packed_rows`) equal the batch-row layout and each context run alone.
+
+On every architecture family (GPT-2, Llama/GQA, NeoX and GPT-J parallel blocks, Qwen2, Gemma-2 with a
+sliding window shorter than the prefixes): logits of rows after padded prefixes, with hooks that set
+different neurons in different rows, and the gradients through those hooks; the one-prefix path of
+``Model.last_logits`` likewise; hooks at sites that are not position-major fall back to batch rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.errors import TlcapError
+from tlcap.models import make_tiny
+from tlcap.models.packed_rows import attention_windows, packable
+from tlcap.runtime import hooks as H
+
+FAMILIES = ["gpt2", "llama", "neox", "qwen2", "gemma2", "gptj"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def fam_model(request, tiny_gpt2, tiny_llama):
+    if request.param == "gpt2":
+        return tiny_gpt2
+    if request.param == "llama":
+        return tiny_llama
+    return make_tiny(request.param, seed=0)
+
+
+def _ctxs(model, long=True):
+    g = torch.Generator().manual_seed(0)
+    lens = [75, 3, 40, 70] if long else [30, 3, 20, 12]  # long: two prefixes beyond the tiny Gemma-2's window (64)
+    return [torch.randint(0, model.d_vocab, (n,), generator=g).tolist() for n in lens]
+
+
+def _both(model, fn):  # (packed, batch rows)
+    old = model.packed_rows
+    try:
+        model.packed_rows = True
+        a = fn()
+        model.packed_rows = False
+        b = fn()
+    finally:
+        model.packed_rows = old
+    return a, b
+
+
+def _hooked(model, counts):
+    """Rows that overwrite neurons of layer 1 (rows layout, one value per row); returns (logits, grad)."""
+    rows = int(counts.sum())
+    leaf = torch.randn(rows, model.d_mlp, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+    return leaf, [(model.hook_name("mlp_post", 1), H.replace_rows(slice(None), -1, leaf))]
+
+
+@pytest.mark.parametrize("long", [True, False])
+def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, long):
+    model = fam_model
+    ctxs = _ctxs(model, long)
+    prefix = model.padded_prefix([c[:-1] for c in ctxs])
+    counts = torch.tensor([3, 0, 2, 1])  # unequal counts (padding positions), one context left out
+    ref = torch.cat([model.logits(torch.tensor([c]))[:, -1].expand(int(k), -1) for c, k in zip(ctxs, counts) if k])
+    # batch rows see the sliding window from the padded position: refused where that differs
+    windowed = long and model.hf_model.config.model_type == "gemma2"
+    for expand_at in (None, 1):
+        def run(hooks=(), expand_at=expand_at):
+            return model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
+
+        def grads(run=run):
+            leaf, hooks = _hooked(model, counts)
+            with torch.enable_grad():
+                out = run(hooks)
+                g = torch.autograd.grad(out.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+            return out.detach(), g
+
+        torch.testing.assert_close(run(), ref, rtol=1e-4, atol=1e-4)
+        la, ga = grads()
+        assert not torch.allclose(la, ref)  # the hook changed the rows
+        model.packed_rows = False
+        try:
+            if windowed:
+                with pytest.raises(TlcapError, match="sliding attention window"):
+                    run()
+                continue
+            torch.testing.assert_close(run(), ref, rtol=1e-4, atol=1e-4)
+            lb, gb = grads()
+        finally:
+            model.packed_rows = True
+        torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
+
+
+def test_one_prefix_last_logits_packed_equals_batch_rows(fam_model):
+    model = fam_model
+    ctx = _ctxs(model)[0]
+    prefix = model.prefix_cache(torch.tensor([ctx[:-1]]))
+    run = torch.tensor([ctx[-1:]])
+    for expand_at in (None, 1):
+        def go(expand_at=expand_at):
+            leaf, hooks = _hooked(model, torch.tensor([5]))
+            with torch.enable_grad():
+                out = model.last_logits(run, hooks=hooks, prefix=prefix, expand_at=expand_at, batch=5)
+                g = torch.autograd.grad(out.float().softmax(-1)[:, 3].sum(), leaf)[0]
+            return out.detach(), g
+
+        (la, ga), (lb, gb) = _both(model, go)
+        assert la.shape == (5, model.d_vocab)
+        torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-7)
+    # the stored prefix is left intact by the calls above: the rows equal the context run alone
+    alone = model.logits(torch.tensor([ctx]))[0, -1]
+    torch.testing.assert_close(model.last_logits(run, prefix=prefix, batch=2)[1], alone, rtol=1e-4, atol=1e-4)
+
+
+def test_packing_applies_to_position_major_sites_only(tiny_llama):
+    model = tiny_llama
+    noop = lambda act, hook=None: act  # noqa: E731
+    assert packable(model, [(model.hook_name("mlp_post", 0), noop), (model.hook_name("resid_pre", 1), noop)], 1)
+    assert not packable(model, [(model.hook_name("mlp_post", 0), noop)], 2)  # two new tokens
+    assert not packable(model, [("blocks.0.attn.hook_pattern", noop)], 1)  # [batch, head, q, k]: not rows-major
+    model.packed_rows = False
+    try:
+        assert not packable(model, [], 1)
+    finally:
+        model.packed_rows = True
+
+
+def test_attention_windows_follow_the_config():
+    class C:
+        sliding_window = 8
+        layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
+
+    assert attention_windows(C(), 3) == [8, None, 8]
+    C.layer_types = None
+    assert attention_windows(C(), 2) == [8, 8]
+    C.sliding_window = None
+    assert attention_windows(C(), 2) == [None, None]

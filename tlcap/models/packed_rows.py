@@ -1,0 +1,207 @@
+"""Packed rows: the rows of one context run as query positions of that context, not as batch rows.
+
+:meth:`tlcap.models.Model.continue_rows` runs ``counts[g]`` rows after each cached prefix
+``g``; every row recomputes one token at position ``len(prefix_g)``. Laid out as batch rows,
+each row needs its own copy of the prefix's keys/values in every layer (and, under grouped-query
+attention, a second copy per query head), and its attention is a matrix-vector product: for a
+50-token prefix that copying, and its backward, cost as much as the MLPs.
+
+Packed, context ``g`` is one batch row whose ``R = max(counts)`` query positions are its rows:
+every position carries the same token at the same position id, attends to the prefix and to its
+own key only (a ``[R, n + R]`` mask: the prefix's real positions, then the diagonal), so each
+row sees exactly what it sees alone. The prefix's keys/values are used once per context, the
+attention is a matrix-matrix product, and no gradient flows into the prefix. Contexts with
+fewer than ``R`` rows carry padding positions that are computed and dropped.
+
+Forward hooks see the rows layout they would see unpacked: an activation ``[G, R, ...]`` is
+handed to a hook as ``[rows, 1, ...]`` (a view when no context is padded) and put back. Only hooks
+at position-major sites (MLP neurons and residual-stream sites, whose shape is
+``batch pos ...``) can be translated like this; :func:`packable` says when packing applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformers import DynamicCache
+
+from tlcap.runtime.hooks import HookFn, HookList
+from tlcap.runtime.sites import SITES, get_site
+
+PACKED_KINDS = ("neuron", "resid")
+"""Site kinds whose activations are ``batch pos ...`` (hooks on them can be handed the rows layout)."""
+
+
+def position_major_names(n_layers: int) -> frozenset[str]:
+    """Hook names of every position-major site (:data:`PACKED_KINDS`) at every layer."""
+    per_layer = [s for s in SITES.values() if s.kind in PACKED_KINDS and s.per_layer]
+    return frozenset(s.hook_name(l) for s in per_layer for l in range(n_layers))
+
+
+def _rows_view(fn: HookFn, counts: Tensor, width: int) -> HookFn:
+    """Hand ``fn`` a packed ``[G, R, ...]`` activation as ``[rows, 1, ...]``; pass other shapes through."""
+    g = int(counts.numel())
+    full = bool((counts == width).all())
+    idx = None if full else (torch.arange(width)[None, :] < counts[:, None]).flatten().nonzero().flatten()
+
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        if act.ndim < 2 or act.shape[0] != g or act.shape[1] != width or width == 1:
+            return fn(act, hook)
+        flat = act.reshape(g * width, 1, *act.shape[2:])
+        if idx is None:
+            out = fn(flat, hook)
+            return act if out is None else out.reshape(act.shape)
+        sub = flat[idx.to(act.device)]
+        out = fn(sub, hook)
+        if out is None:
+            return act
+        return flat.index_copy(0, idx.to(act.device), out.to(flat.dtype)).reshape(act.shape)
+
+    return hook
+
+
+def attention_windows(config: Any, n_layers: int) -> list[int | None]:
+    """Each layer's sliding attention window (``None``: full causal attention) from a HF config.
+
+    ``layer_types`` marks the sliding layers where the config has it (Gemma-2 alternates); a
+    ``sliding_window`` without it applies to every layer (Mistral).
+    """
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if window is None:
+        return [None] * n_layers
+    if types is None:
+        return [int(window)] * n_layers
+    return [int(window) if t == "sliding_attention" else None for t in types]
+
+
+def _mask(lengths: Tensor, n: int, q: int, window: int | None, dtype: torch.dtype,
+          device: torch.device) -> Float[Tensor, "g 1 q k"]:
+    """Additive mask: query i of context g sees the prefix's real positions and key ``n + i``.
+
+    With a sliding ``window`` w, the query (at position ``len_g``) sees prefix keys ``j > len_g - w``
+    only, as HF's sliding-window mask does.
+    """
+    keep = torch.zeros(len(lengths), q, n + q, dtype=torch.bool)
+    j = torch.arange(n)[None, :]
+    real = j < lengths[:, None]
+    if window is not None:
+        real &= j > lengths[:, None] - window
+    keep[:, :, :n] = real[:, None, :]
+    keep[:, :, n:] = torch.eye(q, dtype=torch.bool)[None]
+    zero = torch.zeros((), dtype=dtype)
+    return torch.where(keep, zero, torch.finfo(dtype).min)[:, None].to(device)
+
+
+def _widen(x: Any, width: int) -> Any:
+    """Repeat a one-position ``[G, 1, ...]`` tensor (or a tuple of them) along positions."""
+    if isinstance(x, Tensor) and x.ndim >= 2 and x.shape[1] == 1:
+        return x.expand(x.shape[0], width, *x.shape[2:])
+    if isinstance(x, tuple):
+        return tuple(_widen(y, width) for y in x)
+    return x
+
+
+@contextlib.contextmanager
+def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen_from: int | None,
+                     width: int) -> Iterator[None]:
+    """Give attention layer ``l`` the mask ``masks[l]``; widen its position inputs from ``widen_from`` on."""
+
+    def pre(l: int) -> Any:
+        def fn(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            kw = dict(kwargs)
+            kw["attention_mask"] = masks[l]
+            if widen_from is not None and l >= widen_from:
+                for k in ("position_embeddings", "position_ids"):
+                    if k in kw:
+                        kw[k] = _widen(kw[k], width)
+            return args, kw
+        return fn
+
+    handles = [m.register_forward_pre_hook(pre(l), with_kwargs=True) for l, m in enumerate(attn_modules)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def full_cache() -> Any:
+    """An empty HF cache whose layers keep every position (no sliding-window layer drops old keys).
+
+    Prefix caches are built on it: a sliding layer of a config-built cache keeps only the last
+    ``window - 1`` positions, which loses the keys of shorter prefixes padded to a longer one.
+    The window itself is applied by the attention mask.
+    """
+    return DynamicCache()
+
+
+def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
+    """A cache that a packed run may append to, sharing the stored keys/values (``rows``: keep those)."""
+    out = copy.copy(cache)
+    out.layers = [copy.copy(layer) for layer in cache.layers]
+    if rows is not None:
+        for layer in out.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+    return out
+
+
+def packable(model: Any, hooks: HookList, new_tokens: int) -> bool:
+    """Whether a run of rows after cached prefixes can be packed: one new token, position-major hooks only."""
+    return (new_tokens == 1 and bool(model.packed_rows) and model.is_bridge
+            and all(name in model.position_major_names for name, _ in hooks))
+
+
+def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: Int[Tensor, " g"], n: int,
+                    counts: Int[Tensor, " g"], hooks: HookList, expand_at: int) -> Float[Tensor, "rows d_vocab"]:
+    """Packed :meth:`~tlcap.models.Model.continue_rows` (module docstring) of contexts with ``counts >= 1``.
+
+    Args:
+        model: The :class:`tlcap.models.Model` (TransformerBridge backend).
+        last: The token after each prefix.
+        cache: A backend cache of the ``[G, n]`` padded prefixes that this call may append to
+            (``None`` when ``n == 0``).
+        lengths: Real prefix lengths.
+        n: Padded prefix length.
+        counts: Rows of each context (all ``>= 1``).
+        hooks: Forward hooks in the rows layout (position-major sites only).
+        expand_at: Run one position per context below this layer (0: every layer packed).
+
+    Returns:
+        ``[sum(counts), d_vocab]`` logits, context-major.
+    """
+    g, width, dev = int(counts.numel()), int(counts.max()), model.device
+    q_top = 1 if expand_at > 0 else width
+    toks = last[:, None].expand(g, q_top).to(dev)
+    pos = lengths[:, None].expand(g, q_top).to(dev)
+    dtype = model.dtype
+    built: dict[tuple[int, int | None], Tensor] = {}
+    masks = []
+    for l, w in enumerate(attention_windows(model.hf_model.config, model.n_layers)):
+        q = 1 if l < expand_at else width
+        if (q, w) not in built:
+            built[(q, w)] = _mask(lengths, n, q, w, dtype, dev)
+        masks.append(built[(q, w)])
+    fwd: list = [(name, _rows_view(fn, counts, width)) for name, fn in hooks]
+    if expand_at > 0:
+        fwd.insert(0, (get_site("resid_pre").hook_name(expand_at),
+                       lambda act, hook=None: act if act.shape[1] == width else act.expand(g, width, *act.shape[2:])))
+    kw: dict[str, Any] = {"attention_mask": torch.ones(g, n + q_top, dtype=torch.long, device=dev), "position_ids": pos}
+    if cache is not None:
+        kw["past_key_values"] = cache
+    attn = [model.backend.blocks[l].attn for l in range(model.n_layers)]
+    with attention_inputs(attn, masks, expand_at if expand_at > 0 else None, width), model.hooks(fwd=fwd):
+        out = model.backend(toks, **kw)
+    keep = (torch.arange(width)[None, :] < counts[:, None]).flatten().nonzero().flatten().to(out.device)
+    return out.reshape(g * width, -1)[keep]
+
+
+__all__ = ["continue_packed", "fresh_cache", "full_cache", "attention_windows", "packable", "position_major_names",
+           "PACKED_KINDS"]
