@@ -8,7 +8,8 @@ One call measures, on ``--device`` (default CUDA when available) and each ``--dt
   the same as with the real weights), per dtype:
   ``kn``: exact IG of every MLP neuron for single facts (20 midpoint steps, all layers), samples/s;
   ``cnl``: CNL dataset scoring (:func:`tlcap.attribution.dataset.score_dataset`, exact IG,
-  20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s;
+  20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s, one sample at a time
+  and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches;
   ``trace``: causal trace of the canonical subject-first prompt (3 kinds, window 10, 10 noise
   samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt.
 - On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` as above
@@ -163,6 +164,24 @@ def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) 
     return res
 
 
+def bench_cnl_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
+    """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; packed rows)."""
+    samples = load_task("gsm8k", split="train", n=batch * (n + 1), seed=0)
+    groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
+    fns = [lambda g=g: score_dataset(model, g, steps=steps, sample_batch=batch, progress=False) for g in groups]
+    res = run_timed(fns, model.device, cap)
+    for k in ("seconds_per_sample", "samples_per_s"):  # run_timed counts calls: one call is `batch` samples
+        res[k] = res[k] / batch if k == "seconds_per_sample" else res[k] * batch
+    res = with_flops(res, fns[0], peak)
+    if "flops_per_sample" in res:
+        res["flops_per_sample"] /= batch
+        res["achieved_tflops"] = res["flops_per_sample"] * res["samples_per_s"] / 1e12
+        res["fraction_of_matmul_peak"] = res["achieved_tflops"] / peak if peak else None
+    res["sample_batch"] = batch
+    res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
+    return res
+
+
 def bench_trace(model: Model, n: int, samples: int, cap: float) -> dict[str, Any]:
     prompt, subject = TRACE
     fns = [lambda: causal_trace(model, prompt, subject, samples=samples) for _ in range(n + 1)]
@@ -248,6 +267,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--big-samples", type=int, default=4, help="most timed samples per Llama-7B-shape section")
     ap.add_argument("--prompts", type=int, default=3, help="most timed prompts per trace/EAP section")
     ap.add_argument("--steps", type=int, default=20, help="IG steps")
+    ap.add_argument("--cnl-batch", type=int, default=8,
+                    help="samples whose rows share batches in the cnl_exact_ig_batched sections (1: skip them)")
     ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
     ap.add_argument("--section-seconds", type=float, default=30.0, help="wall-clock cap of each timed section")
     ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
@@ -294,6 +315,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             m = models[key]
             rep.section(("smollm2_shape", key, "kn_exact_ig"), lambda m=m: bench_kn(m, args.samples, args.steps, cap, peak))
             rep.section(("smollm2_shape", key, "cnl_exact_ig"), lambda m=m: bench_cnl(m, args.samples, args.steps, cap, peak))
+            if args.cnl_batch > 1:
+                rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
+                    m, max(1, args.samples // args.cnl_batch), args.steps, args.cnl_batch, cap, peak))
     if args.agreement > 0 and not args.agreement_model and "float32" in models:
         rep.section(("agreement_bf16_vs_float32",), lambda: bench_agreement(models["float32"], args.agreement, args.steps))
     if not args.skip_7b:
@@ -315,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         lambda: bench_kn(big, args.big_samples, args.steps, cap, peak))
             rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig"),
                         lambda: bench_cnl(big, args.big_samples, args.steps, cap, peak))
+            if args.cnl_batch > 1:
+                rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
+                            lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
             del big
         holder.clear()
         if device.type == "cuda":
