@@ -13,7 +13,7 @@ import torch
 
 from tlcap.errors import TlcapError
 from tlcap.models import make_tiny
-from tlcap.models.packed_rows import attention_windows, packable
+from tlcap.models.packed_rows import attention_windows, packable, pieces
 from tlcap.runtime import hooks as H
 
 FAMILIES = ["gpt2", "llama", "neox", "qwen2", "gemma2", "gptj"]
@@ -28,9 +28,16 @@ def fam_model(request, tiny_gpt2, tiny_llama):
     return make_tiny(request.param, seed=0)
 
 
-def _ctxs(model, long=True):
+CASES = {  # context lengths, rows per context
+    "long": ([75, 3, 40, 70], [3, 0, 2, 1]),  # two prefixes beyond the tiny Gemma-2's sliding window (64)
+    "short": ([30, 3, 20, 12], [3, 0, 2, 1]),
+    "many_rows": ([5, 3, 4, 2], [20, 0, 9, 1]),  # more rows than a piece holds (W = 8): split into pieces
+}
+
+
+def _ctxs(model, case="long"):
     g = torch.Generator().manual_seed(0)
-    lens = [75, 3, 40, 70] if long else [30, 3, 20, 12]  # long: two prefixes beyond the tiny Gemma-2's window (64)
+    lens = CASES[case][0]
     return [torch.randint(0, model.d_vocab, (n,), generator=g).tolist() for n in lens]
 
 
@@ -53,15 +60,15 @@ def _hooked(model, counts):
     return leaf, [(model.hook_name("mlp_post", 1), H.replace_rows(slice(None), -1, leaf))]
 
 
-@pytest.mark.parametrize("long", [True, False])
-def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, long):
+@pytest.mark.parametrize("case", list(CASES))
+def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, case):
     model = fam_model
-    ctxs = _ctxs(model, long)
+    ctxs = _ctxs(model, case)
     prefix = model.padded_prefix([c[:-1] for c in ctxs])
-    counts = torch.tensor([3, 0, 2, 1])  # unequal counts (padding positions), one context left out
+    counts = torch.tensor(CASES[case][1])  # unequal counts (padding positions), one context left out
     ref = torch.cat([model.logits(torch.tensor([c]))[:, -1].expand(int(k), -1) for c, k in zip(ctxs, counts) if k])
     # batch rows see the sliding window from the padded position: refused where that differs
-    windowed = long and model.hf_model.config.model_type == "gemma2"
+    windowed = case == "long" and model.hf_model.config.model_type == "gemma2"
     for expand_at in (None, 1):
         def run(hooks=(), expand_at=expand_at):
             return model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
@@ -90,21 +97,23 @@ def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, long
         torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
 
 
-def test_one_prefix_last_logits_packed_equals_batch_rows(fam_model):
+@pytest.mark.parametrize("case", ["long", "many_rows"])
+def test_one_prefix_last_logits_packed_equals_batch_rows(fam_model, case):
     model = fam_model
-    ctx = _ctxs(model)[0]
+    ctx = _ctxs(model, case)[0]
     prefix = model.prefix_cache(torch.tensor([ctx[:-1]]))
     run = torch.tensor([ctx[-1:]])
+    rows = 5 if case == "long" else 19  # many_rows: 3 pieces of at most 8
     for expand_at in (None, 1):
         def go(expand_at=expand_at):
-            leaf, hooks = _hooked(model, torch.tensor([5]))
+            leaf, hooks = _hooked(model, torch.tensor([rows]))
             with torch.enable_grad():
-                out = model.last_logits(run, hooks=hooks, prefix=prefix, expand_at=expand_at, batch=5)
+                out = model.last_logits(run, hooks=hooks, prefix=prefix, expand_at=expand_at, batch=rows)
                 g = torch.autograd.grad(out.float().softmax(-1)[:, 3].sum(), leaf)[0]
             return out.detach(), g
 
         (la, ga), (lb, gb) = _both(model, go)
-        assert la.shape == (5, model.d_vocab)
+        assert la.shape == (rows, model.d_vocab)
         torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-7)
     # the stored prefix is left intact by the calls above: the rows equal the context run alone
@@ -123,6 +132,14 @@ def test_packing_applies_to_position_major_sites_only(tiny_llama):
         assert not packable(model, [], 1)
     finally:
         model.packed_rows = True
+
+
+def test_pieces_split_rows_by_prefix_length():
+    ctx, rows, width = pieces(torch.tensor([20, 9, 1]), n=4)
+    assert width == 8  # MIN_WIDTH
+    assert ctx.tolist() == [0, 0, 0, 1, 1, 2] and rows.tolist() == [8, 8, 4, 8, 1, 1]
+    ctx, rows, width = pieces(torch.tensor([20, 9, 1]), n=30)
+    assert width == 20 and ctx.tolist() == [0, 1, 2] and rows.tolist() == [20, 9, 1]
 
 
 def test_attention_windows_follow_the_config():

@@ -6,12 +6,16 @@ each row needs its own copy of the prefix's keys/values in every layer (and, und
 attention, a second copy per query head), and its attention is a matrix-vector product: for a
 50-token prefix that copying, and its backward, cost as much as the MLPs.
 
-Packed, context ``g`` is one batch row whose ``R = max(counts)`` query positions are its rows:
+Packed, context ``g`` is one batch row whose query positions are its rows:
 every position carries the same token at the same position id, attends to the prefix and to its
 own key only (a ``[R, n + R]`` mask: the prefix's real positions, then the diagonal), so each
 row sees exactly what it sees alone. The prefix's keys/values are used once per context, the
-attention is a matrix-matrix product, and no gradient flows into the prefix. Contexts with
-fewer than ``R`` rows carry padding positions that are computed and dropped.
+attention is a matrix-matrix product, and no gradient flows into the prefix. A context with
+many rows after a short prefix is split into pieces of ``W = max(n, 8)`` positions
+(:func:`pieces`), each with its own copy of the prefix, so the masked block of the positions
+among themselves never outweighs the prefix (and scores stay ``W · (n + W)`` per piece however
+many rows a batch holds). Pieces with fewer than ``W`` rows carry padding positions that are
+computed and dropped.
 
 Forward hooks see the rows layout they would see unpacked: an activation ``[G, R, ...]`` is
 handed to a hook as ``[rows, 1, ...]`` (a view when no context is padded) and put back. Only hooks
@@ -99,19 +103,22 @@ def _mask(lengths: Tensor, n: int, q: int, window: int | None, dtype: torch.dtyp
     return torch.where(keep, zero, torch.finfo(dtype).min)[:, None].to(device)
 
 
-def _widen(x: Any, width: int) -> Any:
-    """Repeat a one-position ``[G, 1, ...]`` tensor (or a tuple of them) along positions."""
+def _widen(x: Any, ctx: Tensor, g: int, width: int) -> Any:
+    """A one-position ``[G, 1, ...]`` tensor (or a tuple of them) as ``[pieces, width, ...]``: piece i's rows
+    are its context ``ctx[i]``'s (a batch-broadcast ``[1, 1, ...]`` with ``G > 1`` stays broadcast)."""
     if isinstance(x, Tensor) and x.ndim >= 2 and x.shape[1] == 1:
-        return x.expand(x.shape[0], width, *x.shape[2:])
+        rows = x[ctx.to(x.device)] if x.shape[0] == g else x
+        return rows.expand(rows.shape[0], width, *x.shape[2:])
     if isinstance(x, tuple):
-        return tuple(_widen(y, width) for y in x)
+        return tuple(_widen(y, ctx, g, width) for y in x)
     return x
 
 
 @contextlib.contextmanager
-def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen_from: int | None,
-                     width: int) -> Iterator[None]:
-    """Give attention layer ``l`` the mask ``masks[l]``; widen its position inputs from ``widen_from`` on."""
+def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen_from: int | None, ctx: Tensor,
+                     g: int, width: int) -> Iterator[None]:
+    """Give attention layer ``l`` the mask ``masks[l]``; from ``widen_from`` on, its position inputs as pieces
+    (:func:`_widen`)."""
 
     def pre(l: int) -> Any:
         def fn(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -120,7 +127,7 @@ def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen
             if widen_from is not None and l >= widen_from:
                 for k in ("position_embeddings", "position_ids"):
                     if k in kw:
-                        kw[k] = _widen(kw[k], width)
+                        kw[k] = _widen(kw[k], ctx, g, width)
             return args, kw
         return fn
 
@@ -159,6 +166,29 @@ def packable(model: Any, hooks: HookList, new_tokens: int) -> bool:
             and all(name in model.position_major_names for name, _ in hooks))
 
 
+MIN_WIDTH = 8
+"""Fewest query positions of a packed piece (:func:`pieces`)."""
+
+
+def pieces(counts: Int[Tensor, " g"], n: int) -> tuple[Int[Tensor, " p"], Int[Tensor, " p"], int]:
+    """Split each context's rows into pieces of at most ``W = max(n, MIN_WIDTH)`` positions.
+
+    A piece's attention costs ``W · (n + W)`` scores, ``W²`` of them for the masked block of the
+    positions among themselves; each piece carries one copy of the prefix's keys/values. At
+    ``W ≈ n`` neither exceeds what the rows need: at most twice the useful scores, one prefix copy
+    per ``n`` rows (a short prompt's many rows would otherwise spend most of the work in that block).
+
+    Returns:
+        ``(context of each piece, rows of each piece, W)``.
+    """
+    width = max(1, min(max(n, MIN_WIDTH), int(counts.max())))
+    per = (counts + width - 1) // width
+    ctx = torch.repeat_interleave(torch.arange(len(counts)), per)
+    first = torch.cumsum(per, 0) - per  # index of each context's first piece
+    k = torch.arange(len(ctx)) - first[ctx]  # piece number within its context
+    return ctx, torch.clamp(counts[ctx] - k * width, max=width), width
+
+
 def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: Int[Tensor, " g"], n: int,
                     counts: Int[Tensor, " g"], hooks: HookList, expand_at: int) -> Float[Tensor, "rows d_vocab"]:
     """Packed :meth:`~tlcap.models.Model.continue_rows` (module docstring) of contexts with ``counts >= 1``.
@@ -166,8 +196,8 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
     Args:
         model: The :class:`tlcap.models.Model` (TransformerBridge backend).
         last: The token after each prefix.
-        cache: A backend cache of the ``[G, n]`` padded prefixes that this call may append to
-            (``None`` when ``n == 0``).
+        cache: A backend cache of the ``[G, n]`` padded prefixes that this call may change
+            (:func:`fresh_cache`; ``None`` when ``n == 0``).
         lengths: Real prefix lengths.
         n: Padded prefix length.
         counts: Rows of each context (all ``>= 1``).
@@ -177,31 +207,41 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
     Returns:
         ``[sum(counts), d_vocab]`` logits, context-major.
     """
-    g, width, dev = int(counts.numel()), int(counts.max()), model.device
-    q_top = 1 if expand_at > 0 else width
-    toks = last[:, None].expand(g, q_top).to(dev)
-    pos = lengths[:, None].expand(g, q_top).to(dev)
-    dtype = model.dtype
+    g, dev = int(counts.numel()), model.device
+    ctx, pc, width = pieces(counts, n)
+    n_p = int(ctx.numel())
+    ctx_d = ctx.to(dev)
+    if expand_at > 0:
+        toks, pos, q_top = last[:, None].to(dev), lengths[:, None].to(dev), 1
+    else:
+        toks, pos, q_top = last[ctx][:, None].expand(n_p, width).to(dev), lengths[ctx][:, None].expand(n_p, width).to(dev), width
+    if cache is not None:
+        for i, layer in enumerate(cache.layers):
+            if i >= expand_at and getattr(layer, "keys", None) is not None and layer.keys.numel() and n_p != g:
+                layer.keys, layer.values = layer.keys[ctx_d], layer.values[ctx_d]
     built: dict[tuple[int, int | None], Tensor] = {}
     masks = []
     for l, w in enumerate(attention_windows(model.hf_model.config, model.n_layers)):
         q = 1 if l < expand_at else width
         if (q, w) not in built:
-            built[(q, w)] = _mask(lengths, n, q, w, dtype, dev)
+            built[(q, w)] = _mask(lengths if q == 1 and expand_at > 0 else lengths[ctx], n, q, w, model.dtype, dev)
         masks.append(built[(q, w)])
-    fwd: list = [(name, _rows_view(fn, counts, width)) for name, fn in hooks]
+    fwd: list = [(name, _rows_view(fn, pc, width)) for name, fn in hooks]
     if expand_at > 0:
-        fwd.insert(0, (get_site("resid_pre").hook_name(expand_at),
-                       lambda act, hook=None: act if act.shape[1] == width else act.expand(g, width, *act.shape[2:])))
-    kw: dict[str, Any] = {"attention_mask": torch.ones(g, n + q_top, dtype=torch.long, device=dev), "position_ids": pos}
+        def expand(act: Tensor, hook: Any = None) -> Tensor:
+            return act if act.shape[0] == n_p and act.shape[1] == width else _widen(act, ctx_d, g, width)
+
+        fwd.insert(0, (get_site("resid_pre").hook_name(expand_at), expand))
+    kw: dict[str, Any] = {"attention_mask": torch.ones(toks.shape[0], n + q_top, dtype=torch.long, device=dev),
+                          "position_ids": pos}
     if cache is not None:
         kw["past_key_values"] = cache
     attn = [model.backend.blocks[l].attn for l in range(model.n_layers)]
-    with attention_inputs(attn, masks, expand_at if expand_at > 0 else None, width), model.hooks(fwd=fwd):
+    with attention_inputs(attn, masks, expand_at if expand_at > 0 else None, ctx_d, g, width), model.hooks(fwd=fwd):
         out = model.backend(toks, **kw)
-    keep = (torch.arange(width)[None, :] < counts[:, None]).flatten().nonzero().flatten().to(out.device)
-    return out.reshape(g * width, -1)[keep]
+    keep = (torch.arange(width)[None, :] < pc[:, None]).flatten().nonzero().flatten().to(out.device)
+    return out.reshape(n_p * width, -1)[keep]
 
 
-__all__ = ["continue_packed", "fresh_cache", "full_cache", "attention_windows", "packable", "position_major_names",
-           "PACKED_KINDS"]
+__all__ = ["continue_packed", "pieces", "MIN_WIDTH", "fresh_cache", "full_cache", "attention_windows", "packable",
+           "position_major_names", "PACKED_KINDS"]
