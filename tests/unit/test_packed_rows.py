@@ -152,3 +152,83 @@ def test_attention_windows_follow_the_config():
     assert attention_windows(C(), 2) == [8, 8]
     C.sliding_window = None
     assert attention_windows(C(), 2) == [None, None]
+
+
+def _tiny_bloom():
+    """A tiny random Bloom (ALiBi positions) through the bridge, as `make_tiny` builds the other families."""
+    import transformers as tf
+
+    from tlcap.models.adapter import Model, transformer_bridge_class
+    from tlcap.models.tiny import gpt2_tokenizer
+
+    torch.manual_seed(0)
+    hf = tf.BloomForCausalLM(tf.BloomConfig(vocab_size=50257, hidden_size=64, n_layer=2, n_head=4)).eval()
+    tok = gpt2_tokenizer()
+    return Model(transformer_bridge_class().boot_transformers("bigscience/bloom-560m", hf_model=hf, tokenizer=tok), tok,
+                 name="bloom-tiny")
+
+
+def test_alibi_models_are_not_packed_and_stay_exact():
+    model = _tiny_bloom()
+    assert not packable(model, [], 1)  # ALiBi biases by key index: a packed position would sit at n + i
+    ctxs = _ctxs(model, "short")
+    prefix = model.padded_prefix([c[:-1] for c in ctxs])
+    counts = torch.tensor([3, 0, 2, 1])
+    ref = torch.cat([model.logits(torch.tensor([c]))[:, -1].expand(int(k), -1) for c, k in zip(ctxs, counts) if k])
+    torch.testing.assert_close(model.continue_rows([c[-1] for c in ctxs], prefix, counts), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_packing_is_used_and_outer_hooks_fall_back(tiny_llama, monkeypatch):
+    import tlcap.models.rows as rows_module
+
+    model = tiny_llama
+    calls = []
+    real = rows_module.continue_packed
+    monkeypatch.setattr(rows_module, "continue_packed", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ctxs = _ctxs(model, "short")
+    prefix = model.padded_prefix([c[:-1] for c in ctxs])
+    counts = torch.tensor([2, 1, 2, 1])
+    last = [c[-1] for c in ctxs]
+    model.continue_rows(last, prefix, counts)
+    assert calls == [1]  # the plain call is packed
+    # a hook from an enclosing block would see the packed layout: such calls run as batch rows, same result
+    outer = [(model.hook_name("mlp_post", 1), H.scale(0.0, pos=-1))]
+    with model.hooks(fwd=outer):
+        inside = model.continue_rows(last, prefix, counts)
+    assert calls == [1]
+    direct = model.continue_rows(last, prefix, counts, hooks=outer)  # the same hook given to the call: packed
+    assert calls == [1, 1]
+    torch.testing.assert_close(inside, direct, rtol=1e-5, atol=1e-5)
+    assert int(model.continue_rows(last, prefix, torch.zeros(4, dtype=torch.long)).shape[0]) == 0
+
+
+@pytest.mark.parametrize("site,expand_at", [("mlp_post", None), ("resid_pre", 1)])
+def test_in_place_hooks_returning_none_act_as_in_batch_rows(tiny_llama, site, expand_at):
+    model = tiny_llama
+    ctx = _ctxs(model, "many_rows")[0]
+    prefix = model.prefix_cache(torch.tensor([ctx[:-1]]))
+
+    def zero_some(act, hook=None):
+        act[..., :5] = 0.0  # edited in place, nothing returned (TransformerLens allows it)
+
+    hooks = [(model.hook_name(site, 1), zero_some)]
+    a, b = _both(model, lambda: model.last_logits(torch.tensor([ctx[-1:]]), hooks=hooks, prefix=prefix,
+                                                  expand_at=expand_at, batch=19))  # pieces padded to 8
+    plain = model.last_logits(torch.tensor([ctx[-1:]]), prefix=prefix, batch=19)
+    assert not torch.allclose(a, plain)  # the edit took effect
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_windows_read_the_text_config_of_multimodal_configs():
+    class Text:
+        sliding_window = 16
+        layer_types = ["sliding_attention", "full_attention"]
+
+    class Multi:
+        sliding_window = None
+        layer_types = None
+
+        def get_text_config(self):
+            return Text()
+
+    assert attention_windows(Multi(), 2) == [16, None]

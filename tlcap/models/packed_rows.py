@@ -58,13 +58,11 @@ def _rows_view(fn: HookFn, counts: Tensor, width: int) -> HookFn:
         if act.ndim < 2 or act.shape[0] != g or act.shape[1] != width or width == 1:
             return fn(act, hook)
         flat = act.reshape(g * width, 1, *act.shape[2:])
+        rows = flat if idx is None else flat[idx.to(act.device)]
+        out = fn(rows, hook)
+        out = rows if out is None else out  # a hook may edit its input in place and return None
         if idx is None:
-            out = fn(flat, hook)
-            return act if out is None else out.reshape(act.shape)
-        sub = flat[idx.to(act.device)]
-        out = fn(sub, hook)
-        if out is None:
-            return act
+            return out.reshape(act.shape)
         return flat.index_copy(0, idx.to(act.device), out.to(flat.dtype)).reshape(act.shape)
 
     return hook
@@ -76,6 +74,8 @@ def attention_windows(config: Any, n_layers: int) -> list[int | None]:
     ``layer_types`` marks the sliding layers where the config has it (Gemma-2 alternates); a
     ``sliding_window`` without it applies to every layer (Mistral).
     """
+    if hasattr(config, "get_text_config"):  # multimodal configs (Gemma-3) keep the text model's in a sub-config
+        config = config.get_text_config()
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     if window is None:
@@ -160,10 +160,24 @@ def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
     return out
 
 
+PACKED_POSITIONS = ("rotary", "standard")
+"""Position encodings a packed run reproduces (from position ids); ALiBi biases by key index do not."""
+
+
 def packable(model: Any, hooks: HookList, new_tokens: int) -> bool:
-    """Whether a run of rows after cached prefixes can be packed: one new token, position-major hooks only."""
-    return (new_tokens == 1 and bool(model.packed_rows) and model.is_bridge
-            and all(name in model.position_major_names for name, _ in hooks))
+    """Whether a run of rows after cached prefixes can be packed (exactly).
+
+    One new token; every hook of the call at a position-major site; no hook left on the backend
+    by an enclosing ``with model.hooks(...)`` block (it would see the packed layout); positions
+    encoded from position ids (rotary or learned), not ALiBi.
+    """
+    if new_tokens != 1 or not bool(model.packed_rows) or not model.is_bridge:
+        return False
+    if getattr(model.backend.cfg, "positional_embedding_type", None) not in PACKED_POSITIONS:
+        return False
+    if any(hp._forward_hooks or hp._backward_hooks for hp in model.backend.hook_dict.values()):
+        return False
+    return all(name in model.position_major_names for name, _ in hooks)
 
 
 MIN_WIDTH = 8
@@ -228,8 +242,8 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
         masks.append(built[(q, w)])
     fwd: list = [(name, _rows_view(fn, pc, width)) for name, fn in hooks]
     if expand_at > 0:
-        def expand(act: Tensor, hook: Any = None) -> Tensor:
-            return act if act.shape[0] == n_p and act.shape[1] == width else _widen(act, ctx_d, g, width)
+        def expand(act: Tensor, hook: Any = None) -> Tensor:  # a copy, as batch rows' repeat: hooks may write to it
+            return act if act.shape[0] == n_p and act.shape[1] == width else _widen(act, ctx_d, g, width).contiguous()
 
         fwd.insert(0, (get_site("resid_pre").hook_name(expand_at), expand))
     kw: dict[str, Any] = {"attention_mask": torch.ones(toks.shape[0], n + q_top, dtype=torch.long, device=dev),
@@ -243,5 +257,5 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
     return out.reshape(n_p * width, -1)[keep]
 
 
-__all__ = ["continue_packed", "pieces", "MIN_WIDTH", "fresh_cache", "full_cache", "attention_windows", "packable",
-           "position_major_names", "PACKED_KINDS"]
+__all__ = ["continue_packed", "pieces", "MIN_WIDTH", "PACKED_POSITIONS", "fresh_cache", "full_cache",
+           "attention_windows", "packable", "position_major_names", "PACKED_KINDS"]

@@ -203,6 +203,8 @@ class RowsMixin:
         counts = torch.as_tensor(counts, dtype=torch.long).cpu()
         if len(last_tokens) != prefix.rows or counts.shape[0] != prefix.rows or bool((counts < 0).any()):
             raise TlcapError(f"continue_rows needs one last token and one count >= 0 per prefix row ({prefix.rows}).")
+        if int(counts.sum()) == 0:
+            return torch.empty(0, int(self.backend.cfg.d_vocab), device=self.device)
         sel = (counts > 0).nonzero().flatten()
         cs = counts[sel]
         g, b = int(sel.numel()), int(cs.sum())
