@@ -232,3 +232,36 @@ def test_attention_windows_read_the_text_config_of_multimodal_configs():
             return Text()
 
     assert attention_windows(Multi(), 2) == [16, None]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("family", ["qwen2", "gemma2"])
+@pytest.mark.parametrize("case", ["long", "many_rows"])
+def test_packed_rows_on_cuda_equal_each_context_and_batch_rows(family, case):
+    model = make_tiny(family, seed=0, device="cuda")
+    ctxs = _ctxs(model, case)
+    prefix = model.padded_prefix([c[:-1] for c in ctxs])
+    counts = torch.tensor(CASES[case][1])
+    ref = torch.cat([model.logits(torch.tensor([c], device="cuda"))[:, -1].expand(int(k), -1)
+                     for c, k in zip(ctxs, counts) if k])
+    for expand_at in (None, 1):
+        out = model.continue_rows([c[-1] for c in ctxs], prefix, counts, expand_at=expand_at)
+        assert out.device.type == "cuda"
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        leaf, hooks = _hooked(model, counts)
+        leaf = leaf.detach().cuda().requires_grad_(True)
+        hooks = [(hooks[0][0], H.replace_rows(slice(None), -1, leaf))]
+        with torch.enable_grad():
+            a = model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
+            ga = torch.autograd.grad(a.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+        if case == "long" and family == "gemma2":
+            continue  # batch rows refuse prefixes padded beyond the sliding window (tested on the CPU)
+        model.packed_rows = False
+        try:
+            with torch.enable_grad():
+                b = model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
+                gb = torch.autograd.grad(b.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+        finally:
+            model.packed_rows = True
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
