@@ -134,10 +134,12 @@ def run_timed(fns: list[Callable[[], Any]], device: torch.device, cap: float, wa
     return out
 
 
-def with_flops(res: dict[str, Any], fn: Callable[[], Any], peak_tflops: float | None) -> dict[str, Any]:
-    """Add the counted FLOPs of one call of ``fn`` and the achieved fraction of the matmul peak."""
+def with_flops(res: dict[str, Any], fn: Callable[[], Any], peak_tflops: float | None,
+               per_call: int = 1) -> dict[str, Any]:
+    """Add the counted FLOPs per sample (one call of ``fn`` scores ``per_call`` samples) and the
+    achieved fraction of the matmul peak."""
     try:
-        flops = count_flops(fn)
+        flops = count_flops(fn) / per_call
     except Exception as exc:  # noqa: BLE001 - the timing stands without the FLOP count
         res["flops_error"] = f"{type(exc).__name__}: {exc}"
         return res
@@ -170,13 +172,9 @@ def bench_cnl_batched(model: Model, n: int, steps: int, batch: int, cap: float, 
     groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
     fns = [lambda g=g: score_dataset(model, g, steps=steps, sample_batch=batch, progress=False) for g in groups]
     res = run_timed(fns, model.device, cap)
-    for k in ("seconds_per_sample", "samples_per_s"):  # run_timed counts calls: one call is `batch` samples
-        res[k] = res[k] / batch if k == "seconds_per_sample" else res[k] * batch
-    res = with_flops(res, fns[0], peak)
-    if "flops_per_sample" in res:
-        res["flops_per_sample"] /= batch
-        res["achieved_tflops"] = res["flops_per_sample"] * res["samples_per_s"] / 1e12
-        res["fraction_of_matmul_peak"] = res["achieved_tflops"] / peak if peak else None
+    res["seconds_per_sample"] /= batch  # run_timed counts calls: one call is `batch` samples
+    res["samples_per_s"] *= batch
+    res = with_flops(res, fns[0], peak, per_call=batch)
     res["sample_batch"] = batch
     res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
     return res

@@ -54,10 +54,19 @@ def _both(model, fn):  # (packed, batch rows)
 
 
 def _hooked(model, counts):
-    """Rows that overwrite neurons of layer 1 (rows layout, one value per row); returns (logits, grad)."""
+    """Rows that overwrite neurons of layer 1 (rows layout, one value per row); returns (leaf, hooks)."""
     rows = int(counts.sum())
-    leaf = torch.randn(rows, model.d_mlp, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+    leaf = torch.randn(rows, model.d_mlp, generator=torch.Generator().manual_seed(1)).to(model.device).requires_grad_(True)
     return leaf, [(model.hook_name("mlp_post", 1), H.replace_rows(slice(None), -1, leaf))]
+
+
+def _rows_and_grads(model, ctxs, prefix, counts, expand_at):
+    """``continue_rows`` with :func:`_hooked` rows: the logits and d log p(token 7) / d the set neurons."""
+    leaf, hooks = _hooked(model, counts)
+    with torch.enable_grad():
+        out = model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
+        g = torch.autograd.grad(out.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+    return out.detach(), g
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -70,18 +79,11 @@ def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, case
     # batch rows see the sliding window from the padded position: refused where that differs
     windowed = case == "long" and model.hf_model.config.model_type == "gemma2"
     for expand_at in (None, 1):
-        def run(hooks=(), expand_at=expand_at):
-            return model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
-
-        def grads(run=run):
-            leaf, hooks = _hooked(model, counts)
-            with torch.enable_grad():
-                out = run(hooks)
-                g = torch.autograd.grad(out.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
-            return out.detach(), g
+        def run(expand_at=expand_at):
+            return model.continue_rows([c[-1] for c in ctxs], prefix, counts, expand_at=expand_at)
 
         torch.testing.assert_close(run(), ref, rtol=1e-4, atol=1e-4)
-        la, ga = grads()
+        la, ga = _rows_and_grads(model, ctxs, prefix, counts, expand_at)
         assert not torch.allclose(la, ref)  # the hook changed the rows
         model.packed_rows = False
         try:
@@ -90,7 +92,7 @@ def test_continue_rows_packed_equals_batch_rows_and_each_context(fam_model, case
                     run()
                 continue
             torch.testing.assert_close(run(), ref, rtol=1e-4, atol=1e-4)
-            lb, gb = grads()
+            lb, gb = _rows_and_grads(model, ctxs, prefix, counts, expand_at)
         finally:
             model.packed_rows = True
         torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
@@ -248,19 +250,12 @@ def test_packed_rows_on_cuda_equal_each_context_and_batch_rows(family, case):
         out = model.continue_rows([c[-1] for c in ctxs], prefix, counts, expand_at=expand_at)
         assert out.device.type == "cuda"
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-        leaf, hooks = _hooked(model, counts)
-        leaf = leaf.detach().cuda().requires_grad_(True)
-        hooks = [(hooks[0][0], H.replace_rows(slice(None), -1, leaf))]
-        with torch.enable_grad():
-            a = model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
-            ga = torch.autograd.grad(a.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+        a, ga = _rows_and_grads(model, ctxs, prefix, counts, expand_at)
         if case == "long" and family == "gemma2":
             continue  # batch rows refuse prefixes padded beyond the sliding window (tested on the CPU)
         model.packed_rows = False
         try:
-            with torch.enable_grad():
-                b = model.continue_rows([c[-1] for c in ctxs], prefix, counts, hooks=hooks, expand_at=expand_at)
-                gb = torch.autograd.grad(b.float().log_softmax(-1)[:, 7].sum(), leaf)[0]
+            b, gb = _rows_and_grads(model, ctxs, prefix, counts, expand_at)
         finally:
             model.packed_rows = True
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -25,9 +25,9 @@ from torch import Tensor
 
 from tlcap.errors import TlcapError
 from tlcap.models.architecture import ArchitectureMixin
-from tlcap.models.cache import PrefixCache
+from tlcap.models.cache import PrefixCache, fresh_cache, full_cache
 from tlcap.models.generate import GenerationMixin
-from tlcap.models.packed_rows import continue_packed, fresh_cache, full_cache, packable
+from tlcap.models.packed_rows import continue_packed, packable
 from tlcap.models.params import ParamsMixin
 from tlcap.models.recording import RecordingMixin
 from tlcap.models.rows import PaddedPrefix, RowsMixin
@@ -312,7 +312,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         """
         tokens = _rows(tokens)
         per_row = isinstance(tokens, TokenBatch) and tokens.side == "right" and tokens.is_padded
-        packed = None if per_row or isinstance(tokens, TokenBatch) else self._packed(tokens, hooks, prefix, expand_at, batch)
+        packed = None if isinstance(tokens, TokenBatch) else self._packed(tokens, hooks, prefix, expand_at, batch)
         if packed is not None:
             return packed
         if self._cut_name is None:

@@ -14,10 +14,38 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from torch import Tensor
+from transformers import DynamicCache
+
 from tlcap.errors import ShapeMismatchError
 
 if TYPE_CHECKING:
     from tlcap.models.adapter import Model
+
+
+def full_cache() -> Any:
+    """An empty HF cache whose layers keep every position (no sliding-window layer drops old keys).
+
+    Prefix caches are built on it: a sliding layer of a config-built cache keeps only the last
+    ``window - 1`` positions, which loses the keys of shorter prefixes padded to a longer one.
+    The window itself is applied by the attention mask.
+    """
+    return DynamicCache()
+
+
+def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
+    """A TransformerBridge (HF) cache that a run may append to, sharing the stored keys/values.
+
+    HF appends by ``torch.cat`` into the layer objects, so copies of the cache and of its layers
+    keep the stored cache intact without copying any tensor (``rows``: keep those batch rows).
+    """
+    out = copy.copy(cache)
+    out.layers = [copy.copy(layer) for layer in cache.layers]
+    if rows is not None:
+        for layer in out.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+    return out
 
 
 class PrefixCache:
@@ -68,7 +96,7 @@ class PrefixCache:
             The backend cache object, to pass as ``past`` to :meth:`tlcap.models.Model.forward`.
         """
         k = self.repeats(batch)
-        c = copy.deepcopy(self.cache)
+        c = fresh_cache(self.cache) if self.model.is_bridge else copy.deepcopy(self.cache)
         if self.model.is_bridge:
             if k == 1:
                 return c
@@ -90,4 +118,4 @@ class PrefixCache:
         return c
 
 
-__all__ = ["PrefixCache"]
+__all__ = ["PrefixCache", "fresh_cache", "full_cache"]

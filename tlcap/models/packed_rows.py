@@ -26,14 +26,12 @@ at position-major sites (MLP neurons and residual-stream sites, whose shape is
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformers import DynamicCache
 
 from tlcap.runtime.hooks import HookFn, HookList
 from tlcap.runtime.sites import SITES, get_site
@@ -139,27 +137,6 @@ def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen
             h.remove()
 
 
-def full_cache() -> Any:
-    """An empty HF cache whose layers keep every position (no sliding-window layer drops old keys).
-
-    Prefix caches are built on it: a sliding layer of a config-built cache keeps only the last
-    ``window - 1`` positions, which loses the keys of shorter prefixes padded to a longer one.
-    The window itself is applied by the attention mask.
-    """
-    return DynamicCache()
-
-
-def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
-    """A cache that a packed run may append to, sharing the stored keys/values (``rows``: keep those)."""
-    out = copy.copy(cache)
-    out.layers = [copy.copy(layer) for layer in cache.layers]
-    if rows is not None:
-        for layer in out.layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
-    return out
-
-
 PACKED_POSITIONS = ("rotary", "standard")
 """Position encodings a packed run reproduces (from position ids); ALiBi biases by key index do not."""
 
@@ -211,7 +188,7 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
         model: The :class:`tlcap.models.Model` (TransformerBridge backend).
         last: The token after each prefix.
         cache: A backend cache of the ``[G, n]`` padded prefixes that this call may change
-            (:func:`fresh_cache`; ``None`` when ``n == 0``).
+            (:func:`tlcap.models.cache.fresh_cache`; ``None`` when ``n == 0``).
         lengths: Real prefix lengths.
         n: Padded prefix length.
         counts: Rows of each context (all ``>= 1``).
@@ -257,5 +234,5 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
     return out.reshape(n_p * width, -1)[keep]
 
 
-__all__ = ["continue_packed", "pieces", "MIN_WIDTH", "PACKED_POSITIONS", "fresh_cache", "full_cache",
-           "attention_windows", "packable", "position_major_names", "PACKED_KINDS"]
+__all__ = ["continue_packed", "pieces", "MIN_WIDTH", "PACKED_POSITIONS", "attention_windows", "packable",
+           "position_major_names", "PACKED_KINDS"]

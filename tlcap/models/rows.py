@@ -20,7 +20,6 @@ to each attention layer are repeated with the rows, which needs the bridge's mod
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.errors import TlcapError
-from tlcap.models.packed_rows import attention_windows, continue_packed, fresh_cache, full_cache, packable
+from tlcap.models.cache import fresh_cache, full_cache
+from tlcap.models.packed_rows import attention_windows, continue_packed, packable
 from tlcap.models.packed_rows import position_major_names as _position_major_names
 from tlcap.runtime import hooks as H
 from tlcap.runtime.hooks import HookList
@@ -147,7 +147,7 @@ class RowsMixin:
         big = max(lengths) if lengths else 0
         if big == 0:
             return PaddedPrefix(None, lengths, 0)
-        out = copy.deepcopy(next(c for c, n in parts if n > 0))
+        out = fresh_cache(next(c for c, n in parts if n > 0))  # every layer's keys/values are replaced below
         for i, layer in enumerate(out.layers):
             k0 = layer.keys
             keys = k0.new_zeros(len(parts), k0.shape[1], big, k0.shape[3])
@@ -216,9 +216,9 @@ class RowsMixin:
         mask = (torch.arange(n + q)[None, :] < lengths[:, None]).long()
         mask[:, n:] = 1
         pos = lengths[:, None] + torch.arange(q)[None, :]
+        past = None if prefix.cache is None else fresh_cache(prefix.cache, sel.to(dev))  # the contexts of this batch
         if packable(self, hooks, q):
-            cache = None if prefix.cache is None else fresh_cache(prefix.cache, sel.to(dev))
-            return continue_packed(self, toks[:, 0], cache, lengths, n, cs, hooks, e)
+            return continue_packed(self, toks[:, 0], past, lengths, n, cs, hooks, e)
         windows = [w for w in attention_windows(self.hf_model.config, self.n_layers) if w is not None]
         if windows and n + q > min(windows) and bool((lengths != n).any()):
             # batch rows take the sliding window from the padded position, not the row's own
@@ -227,17 +227,11 @@ class RowsMixin:
                              "(packed rows), or one context at a time.")
         if e == 0:  # every layer has all rows
             toks, mask, pos = (x.repeat_interleave(cs, 0) for x in (toks, mask, pos))
-        past = None
-        if prefix.cache is not None:
-            past = copy.deepcopy(prefix.cache)
-            sel_d, cs_d = sel.to(dev), cs.to(dev)
-            for i, layer in enumerate(past.layers):
-                if getattr(layer, "keys", None) is None or not layer.keys.numel():
-                    continue
-                keys, values = layer.keys[sel_d], layer.values[sel_d]
-                if i >= e:
-                    keys, values = keys.repeat_interleave(cs_d, 0), values.repeat_interleave(cs_d, 0)
-                layer.keys, layer.values = keys, values
+        if past is not None:  # each context's keys/values repeated with its rows from layer e on
+            cs_d = cs.to(dev)
+            for layer in past.layers[e:]:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    layer.keys, layer.values = layer.keys.repeat_interleave(cs_d, 0), layer.values.repeat_interleave(cs_d, 0)
         fwd = list(hooks)
         if self._cut_name is not None and q > 1:  # unembed the last position only
             fwd.append((self._cut_name, H.last_position_only()))
