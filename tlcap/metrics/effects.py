@@ -1,7 +1,9 @@
 """Effects with a CI and a p-value, for the report's effect rows (built on :mod:`tlcap.metrics`).
 
-Each function returns ``(Estimate, p_value, test)``: the effect (a difference), its 95 % CI and
-a two-sided p-value with the name of the test, so a report row can print all three.
+Each function returns an :class:`Effect` ``(estimate, p_value, test, p_floor)``: the effect (a
+difference), its 95 % CI, a two-sided p-value with the name of the test, and the smallest p-value
+the test can give (0 for t-tests; ``2/(B+1)`` for a bootstrap p from B replicates; ``2·0.5^m`` for
+an exact McNemar test on m discordant pairs), so a report row can print all four.
 
 ========================  ===================================  =========================================
 function                  effect                               CI / test
@@ -14,10 +16,13 @@ function                  effect                               CI / test
                                                                of the cluster means
 :func:`share_effect`      share of events − p0                  Wilson interval shifted by p0 / exact
                                                                binomial test
-:func:`proportion_diff`   k1/n1 − k2/n2                         Newcombe's hybrid score interval / two-
+:func:`proportion_diff`   k1/n1 − k2/n2 (independent samples)   Newcombe's hybrid score interval / two-
                                                                proportion z-test
-:func:`bootstrap_p`       —                                     ``2·min(P*(θ ≤ 0), P*(θ ≥ 0))`` of
-                                                               bootstrap replicates
+:func:`mcnemar_effect`    mean(a) − mean(b), paired 0/1        paired bootstrap over items / exact
+                                                               McNemar test (binomial on the
+                                                               discordant pairs)
+:func:`bootstrap_p`       —                                     ``2·(1 + min(#θ* ≤ 0, #θ* ≥ 0))/(B+1)``,
+                                                               at most 1 (floor ``2/(B+1)``)
 ========================  ===================================  =========================================
 """
 
@@ -25,16 +30,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
 
 from tlcap.metrics.bootstrap import paired_difference_ci
-from tlcap.metrics.estimate import Estimate, TooFewSamplesError
+from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.shares import share_ci, wilson_interval
 
-Effect = tuple[Estimate, float, str]
 Values = Sequence[float] | np.ndarray
+
+
+class Effect(NamedTuple):
+    """An effect with its CI, its two-sided p-value, the test's name and the p-value's floor."""
+
+    estimate: Estimate | None
+    p_value: float | None
+    test: str
+    p_floor: float | None = 0.0
+
+
+NO_EFFECT = Effect(None, None, "", None)
 
 
 def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
@@ -45,12 +62,29 @@ def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
 
 
 def bootstrap_p(replicates: Sequence[float] | np.ndarray) -> float:
-    """Two-sided bootstrap p-value of "the effect is 0": ``min(1, 2·min(P*(θ ≤ 0), P*(θ ≥ 0)))`` (NaN replicates dropped)."""
+    """Two-sided bootstrap p-value of "the effect is 0" (NaN replicates dropped).
+
+    ``min(1, 2·(1 + min(#{θ* ≤ 0}, #{θ* ≥ 0})) / (B + 1))``: twice the smaller tail, each tail
+    counted with one more replicate (as a Monte-Carlo p-value, Davison & Hinkley 1997, §4.4), so
+    that B replicates never claim a p below their resolution ``2/(B+1)`` (:func:`bootstrap_p_floor`).
+
+    Example:
+        >>> round(bootstrap_p([1.0, 2.0, 3.0, -1.0]), 3)      # 2 · (1 + 1) / 5
+        0.8
+        >>> round(bootstrap_p([1.0] * 999), 4)                  # the floor 2/1000
+        0.002
+    """
     r = np.asarray(replicates, dtype=float)
     r = r[~np.isnan(r)]
     if not len(r):
         return math.nan
-    return float(min(1.0, 2.0 * min((r <= 0).mean(), (r >= 0).mean())))
+    k = min(int((r <= 0).sum()), int((r >= 0).sum()))
+    return float(min(1.0, 2.0 * (1 + k) / (len(r) + 1)))
+
+
+def bootstrap_p_floor(n_boot: int) -> float:
+    """The smallest :func:`bootstrap_p` of ``n_boot`` replicates: ``2/(n_boot + 1)``."""
+    return min(1.0, 2.0 / (int(n_boot) + 1))
 
 
 def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None = None, n_boot: int = 5000,
@@ -64,7 +98,7 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed, groups=groups)
     d = _cluster_means(x - y, groups)
     p = float(stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.std(d) > 0 else (1.0 if len(d) > 1 else math.nan)
-    return est, p, "paired t-test" + (" on cluster means" if groups is not None else "")
+    return Effect(est, p, "paired t-test" + (" on cluster means" if groups is not None else ""), 0.0)
 
 
 def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | None = None,
@@ -101,7 +135,7 @@ def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | 
         p = math.nan
     n_groups = None if groups_a is None and groups_b is None else len(ua) + len(ub)
     est = Estimate(value, low, high, n=len(x) + len(y), method="percentile", n_groups=n_groups, n_boot=n_boot, seed=seed)
-    return est, p, "Welch's t-test" + (" on cluster means" if n_groups is not None else "")
+    return Effect(est, p, "Welch's t-test" + (" on cluster means" if n_groups is not None else ""), 0.0)
 
 
 def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
@@ -110,7 +144,8 @@ def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
     k = int(round(est.value * est.n))
     p = float(stats.binomtest(k, est.n, p0).pvalue)
     shifted = Estimate(est.value - p0, est.low - p0, est.high - p0, n=est.n, method="wilson")
-    return shifted, p, "exact binomial test"
+    floor = float(stats.binomtest(0 if p0 >= 0.5 else est.n, est.n, p0).pvalue) if est.n else math.nan
+    return Effect(shifted, p, "exact binomial test", floor)
 
 
 def proportion_diff(k1: int, n1: int, k2: int, n2: int) -> Effect:
@@ -130,7 +165,45 @@ def proportion_diff(k1: int, n1: int, k2: int, n2: int) -> Effect:
     pool = (k1 + k2) / (n1 + n2)
     se = math.sqrt(pool * (1 - pool) * (1 / n1 + 1 / n2))
     p = float(2 * stats.norm.sf(abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
-    return Estimate(d, low, high, n=n1 + n2, method="newcombe"), p, "two-proportion z-test"
+    return Effect(Estimate(d, low, high, n=n1 + n2, method="newcombe"), p, "two-proportion z-test", 0.0)
 
 
-__all__ = ["paired_effect", "two_group_effect", "share_effect", "proportion_diff", "bootstrap_p", "Effect", "Values"]
+def mcnemar_effect(a: Values, b: Values, *, n_boot: int = 5000, seed: int = 0) -> Effect:
+    """mean(a) − mean(b) for 0/1 outcomes of the same items under two conditions (located vs random).
+
+    The test is the exact McNemar test: under "no difference" each discordant item (1 under one
+    condition, 0 under the other) falls either way with probability 1/2, so with ``n10`` items
+    ``(1, 0)`` and ``n01`` items ``(0, 1)`` the two-sided p-value is
+    ``min(1, 2·P(Bin(n10 + n01, 1/2) ≤ min(n10, n01)))``. The CI is the paired bootstrap over items.
+
+    Args:
+        a: 0/1 outcome per item under the first condition.
+        b: 0/1 outcome per item under the second condition (same items, same order).
+        n_boot: Bootstrap resamples of the CI.
+        seed: Their seed.
+
+    Returns:
+        The :class:`Effect` (floor ``2·0.5^(n10+n01)``; p = 1 without discordant items).
+
+    Raises:
+        StatisticsError: Lengths differ or a value is not 0/1.
+
+    Example:
+        >>> e = mcnemar_effect([1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0])
+        >>> round(e.p_value, 4), round(e.estimate.value, 3)      # 2 · 0.5^5
+        (0.0625, 0.833)
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise StatisticsError(f"mcnemar_effect needs the same items under both conditions, got {x.shape} and {y.shape}")
+    if not np.isin(x, (0.0, 1.0)).all() or not np.isin(y, (0.0, 1.0)).all():
+        raise StatisticsError("mcnemar_effect takes 0/1 outcomes (correct / not); use paired_effect for scores")
+    n10, n01 = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
+    m = n10 + n01
+    p = float(min(1.0, 2.0 * stats.binom.cdf(min(n10, n01), m, 0.5))) if m else 1.0
+    est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed)
+    return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
+
+
+__all__ = ["paired_effect", "two_group_effect", "share_effect", "proportion_diff", "mcnemar_effect", "bootstrap_p",
+           "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]

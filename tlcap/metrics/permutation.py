@@ -11,16 +11,21 @@ value itself:
     p_less    = (1 + #{null_i ≤ observed}) / (1 + n_null)
     p_two     = min(1, 2 · min(p_greater, p_less))
 
-Ties count as "at least as extreme" (conservative). The smallest attainable p is
-``1 / (1 + n_null)``: with 20 draws, 1/21 ≈ 0.048 < 0.05, which is why issue 12 asks for at
-least 20 and :func:`located_vs_random` refuses fewer (:data:`MIN_NULL_DRAWS`).
+Ties count as "at least as extreme" (conservative). **Two-sided is the default**: the direction is
+read from the sign of the effect, and a one-sided test needs a written reason. The smallest
+attainable p (the *floor*, :func:`p_floor`) is ``2 / (1 + n_null)`` two-sided and
+``1 / (1 + n_null)`` one-sided: with 20 draws the two-sided floor is 0.095, above α = 0.05, so
+such a test can never be significant. :data:`MIN_NULL_DRAWS` (20) is the fewest draws
+:func:`located_vs_random` accepts at all; :data:`RECOMMENDED_NULL_DRAWS` (200, floor 0.00995) is
+what ``tlcap reproduce`` uses for nulls that need forward passes at ``cpu`` scale. A null that needs
+no model run (set overlaps) is exact instead (:mod:`tlcap.metrics.overlap_null`).
 
 Example:
-    >>> permutation_p_value(0.9, [0.1] * 20)          # above all 20 nulls
+    >>> permutation_p_value(0.9, [0.1] * 20)          # above all 20 nulls: the two-sided floor
+    0.09523809523809523
+    >>> permutation_p_value(0.9, [0.1] * 20, "greater")
     0.047619047619047616
-    >>> located_vs_random(0.9, random_effects).summary()
 """
-
 from __future__ import annotations
 
 import math
@@ -37,7 +42,9 @@ from tlcap.results import Result
 from tlcap.viz.stats import null_histogram
 
 MIN_NULL_DRAWS = 20
-"""Fewest matched random sets a "located vs random" p-value may rest on (issue 12)."""
+"""Fewest matched random sets a "located vs random" p-value may rest on at all (issue 12)."""
+RECOMMENDED_NULL_DRAWS = 200
+"""Matched random sets for a p-value resolved well below α = 0.05 (two-sided floor 2/201 ≈ 0.00995)."""
 
 Alternative = Literal["greater", "less", "two-sided"]
 
@@ -71,16 +78,34 @@ def require_draws(draws: Values, minimum: int, what: str = "random draws") -> np
     return arr
 
 
-def permutation_p_value(observed: float, null_values: Values, alternative: str = "greater") -> float:
+def p_floor(n_null: int, alternative: str = "two-sided") -> float:
+    """The smallest p-value :func:`permutation_p_value` can return with ``n_null`` draws.
+
+    Args:
+        n_null: Number of null draws.
+        alternative: ``"two-sided"`` (``2/(n+1)``) or a one-sided alternative (``1/(n+1)``).
+
+    Returns:
+        The floor.
+
+    Example:
+        >>> round(p_floor(200), 5)
+        0.00995
+    """
+    return min(1.0, (2.0 if alternative == "two-sided" else 1.0) / (1 + int(n_null)))
+
+
+def permutation_p_value(observed: float, null_values: Values, alternative: str = "two-sided") -> float:
     """Monte-Carlo rank p-value of ``observed`` among ``null_values`` (formulas in the module doc).
 
     Args:
         observed: The statistic of the located set.
         null_values: The same statistic of each matched random set, shape ``(n_null,)``.
-        alternative: ``"greater"`` (located larger than random), ``"less"`` or ``"two-sided"``.
+        alternative: ``"two-sided"`` (default), ``"greater"`` (located larger than random) or
+            ``"less"``.
 
     Returns:
-        The p-value in ``[1/(1+n_null), 1]``.
+        The p-value in ``[p_floor(n_null, alternative), 1]``.
 
     Raises:
         TooFewSamplesError: No null values.
@@ -89,6 +114,8 @@ def permutation_p_value(observed: float, null_values: Values, alternative: str =
     Example:
         >>> permutation_p_value(3.0, [1, 2, 3, 4], "greater")    # (1 + 2) / 5
         0.6
+        >>> permutation_p_value(3.0, [1, 2, 3, 4])               # 2 · min(3/5, 4/5)
+        1.0
     """
     null = require_draws(null_values, 1, "null values")
     if observed is None or math.isnan(float(observed)):
@@ -131,6 +158,11 @@ class RandomControlTest(Result):
         return len(self.null_values)
 
     @property
+    def p_floor(self) -> float:
+        """The smallest p-value these draws allow (:func:`p_floor`)."""
+        return p_floor(self.n_null, self.alternative)
+
+    @property
     def null_mean(self) -> float:
         return float(np.mean(self.null_values))
 
@@ -150,7 +182,7 @@ class RandomControlTest(Result):
     def summary(self) -> dict[str, Any]:
         return {
             "statistic": self.statistic, "observed": self.observed, "alternative": self.alternative,
-            "p_value": self.p_value, "n_null": self.n_null, "n_as_extreme": self.n_as_extreme,
+            "p_value": self.p_value, "p_floor": self.p_floor, "n_null": self.n_null, "n_as_extreme": self.n_as_extreme,
             "null_mean": self.null_mean, "null_std": self.null_std, "null_min": self.null_min, "null_max": self.null_max,
             "text": str(self),
         }
@@ -175,7 +207,7 @@ def located_vs_random(
     observed: float,
     null_values: Values,
     *,
-    alternative: Alternative = "greater",
+    alternative: Alternative = "two-sided",
     min_draws: int = MIN_NULL_DRAWS,
     statistic: str = "",
 ) -> RandomControlTest:
@@ -184,8 +216,8 @@ def located_vs_random(
     Args:
         observed: The located set's statistic (e.g. mean probability change when doubling).
         null_values: The same statistic for each matched random set (same count per layer).
-        alternative: ``"greater"`` when the located effect should be larger, ``"less"`` when
-            smaller (e.g. accuracy after erasing), ``"two-sided"`` otherwise.
+        alternative: ``"two-sided"`` (default; the direction is the sign of observed − null
+            mean), or ``"greater"`` / ``"less"`` with a written reason for a one-sided test.
         min_draws: The fewest random sets accepted (default 20, issue 12).
         statistic: A name for reports.
 
@@ -196,7 +228,7 @@ def located_vs_random(
         TooFewSamplesError: Fewer than ``min_draws`` random sets.
 
     Example:
-        >>> t = located_vs_random(acc_located, acc_random, alternative="less", statistic="accuracy after erase")
+        >>> t = located_vs_random(acc_located, acc_random, statistic="accuracy after erase")
         >>> t.p_value
     """
     null = require_draws(null_values, min_draws, "matched random sets")

@@ -22,8 +22,9 @@ from tlcap.reproduce.cost import fmt_bytes, fmt_seconds
 from tlcap.reproduce.report import FigureRef, Report, ReportRow
 from tlcap.viz.export import save_figure
 
-VERDICT_MARK = {"agrees": "✅ agrees", "disagrees": "❌ disagrees", "not comparable": "➖ not comparable"}
-COLUMNS = ("row", "paper", "ours [95 % CI]", "n", "p", "verdict", "reason")
+VERDICT_MARK = {"agrees": "✅ agrees", "disagrees": "❌ disagrees", "undecided": "❔ undecided",
+                "not comparable": "➖ not comparable", "descriptive": "📋 descriptive"}
+COLUMNS = ("row", "paper", "ours [95 % CI]", "matched control", "n", "p (floor)", "p adj.", "MDE", "verdict", "reason")
 
 
 def fmt_num(x: float | None, unit: str = "fraction") -> str:
@@ -44,13 +45,33 @@ def ours_text(r: ReportRow) -> str:
 def n_text(r: ReportRow) -> str:
     if r.n is None:
         return "–"
-    return f"{r.n}" + (f" ({r.n_groups} groups)" if r.n_groups else "")
+    unit = f" {r.n_unit}" if r.n_unit else ""
+    return f"{r.n}{unit}" + (f" ({r.n_groups} groups)" if r.n_groups else "")
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value as printed: 2 significant digits, scientific below 1e-4 (never a bare ``<1e-4``)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "–"
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
 def p_text(r: ReportRow) -> str:
     if r.p_value is None:
         return "–"
-    return (f"{r.p_value:.2g}" if r.p_value >= 1e-4 else "<1e-4") + (f" ({r.test})" if r.test else "")
+    floor = f", floor {fmt_p(r.p_floor)}" if r.p_floor else ""
+    sided = "" if not r.sided or r.sided == "two-sided" else f"; {r.sided}"
+    return f"{fmt_p(r.p_value)} ({r.test}{floor}{sided})" if r.test else fmt_p(r.p_value)
+
+
+def padj_text(r: ReportRow) -> str:
+    return fmt_p(r.p_adjusted)
+
+
+def mde_text(r: ReportRow) -> str:
+    if r.mde is None:
+        return "–"
+    return fmt_num(r.mde) + (f" (power {r.power:.0%})" if r.power is not None else "")
 
 
 def paper_text(r: ReportRow) -> str:
@@ -60,7 +81,24 @@ def paper_text(r: ReportRow) -> str:
 
 
 def cells(r: ReportRow) -> list[str]:
-    return [r.row, paper_text(r), ours_text(r), n_text(r), p_text(r), VERDICT_MARK.get(r.verdict, r.verdict), r.reason]
+    return [r.row, paper_text(r), ours_text(r), r.control or "–", n_text(r), p_text(r), padj_text(r), mde_text(r),
+            VERDICT_MARK.get(r.verdict, r.verdict), r.reason]
+
+
+def intro(report: Report) -> str:
+    """The report's first paragraph: what was compared, the verdict counts and the rule."""
+    s = report.summary()
+    v, c = s["verdicts"], s["claims"]
+    ref = ", ".join(f"{k.upper()}: {m}" for k, m in report.reference.items())
+    alpha_adj = s["alpha_adjusted"]
+    adj = f"{alpha_adj:.2g}" if alpha_adj == alpha_adj else "–"
+    return (f"Compared with the papers' {ref} numbers. {s['n_rows']} rows: {v['agrees']} agree, {v['disagrees']} disagree, "
+            f"{v['undecided']} undecided, {v['not comparable']} not comparable, {v['descriptive']} descriptive. Of the "
+            f"papers' claims (effect rows): {c['agrees']} hold, {c['disagrees']} fail, {c['undecided']} cannot be decided "
+            f"at this model and size, {c['not comparable']} have no number. {s['n_tests']} p-values, two-sided unless a row "
+            f"says why not, adjusted together by Benjamini–Hochberg (false discovery rate {s['alpha']:g}); a discovery needed "
+            f"a raw p ≤ {adj}, and MDE (the smallest effect detectable with 80 % power) is stated at that level. Values are "
+            "fractions (the papers' percentages divided by 100); CIs are 95 %. Every verdict branch is in docs/reproduce.md.")
 
 
 def _md_cell(s: str) -> str:
@@ -75,13 +113,8 @@ def save_figures(figures: Sequence[tuple[FigureRef, go.Figure]], folder: Path) -
 
 def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "figures") -> str:
     """The report as Markdown (figures linked, PNG preferred)."""
-    s = report.summary()
-    v = s["verdicts"]
     out = [f"# tlcap reproduce: {' + '.join(p.upper() for p in report.papers)} on {report.model} (scale {report.scale})", "",
-           f"Compared with the papers' {', '.join(f'{k.upper()}: {m}' for k, m in report.reference.items())} numbers. "
-           f"{s['n_rows']} rows: {v['agrees']} agree, {v['disagrees']} disagree, {v['not comparable']} not comparable. "
-           "Values are fractions (the papers' percentages divided by 100); CIs are 95 %. The verdict rule is in "
-           "docs/reproduce.md.", ""]
+           intro(report), ""]
     rows = report.report_rows()
     figs = [FigureRef(**f) for f in report.figures]
     for item in report.items() + [f.item for f in figs if f.item not in report.items()]:
@@ -99,7 +132,7 @@ def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "fi
                 out += [f"![{f.title}]({figures_dir}/{link})" if png else f"[{f.title}]({figures_dir}/{link})", ""]
     out += ["## Not reproduced", ""]
     out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] or \
-        ["Nothing: every table and figure of the papers above has rows of ours in this report."]
+        ["Every table, figure and printed value of the papers above has a number of ours in this report."]
     out += [""]
     out += stage_markdown(report)
     return "\n".join(out) + "\n"
@@ -124,13 +157,13 @@ def stage_markdown(report: Report) -> list[str]:
 
 def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) -> str:
     """The report as one HTML page with every figure inline."""
-    md_intro = markdown(report, {}).split("\n")[2]
+    md_intro = intro(report)
     esc = html.escape
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              f"<title>tlcap reproduce: {esc(report.model)} ({esc(report.scale)})</title>",
              "<style>body{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}th{background:#f3f3f3}"
-             ".agrees{background:#e8f5e9}.disagrees{background:#ffebee}</style></head><body>",
+             ".agrees{background:#e8f5e9}.disagrees{background:#ffebee}.undecided{background:#fff8e1}</style></head><body>",
              f"<h1>tlcap reproduce: {esc(' + '.join(p.upper() for p in report.papers))} on {esc(report.model)} "
              f"(scale {esc(report.scale)})</h1>", f"<p>{esc(md_intro)}</p>"]
     rows = report.report_rows()
@@ -151,7 +184,7 @@ def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) ->
                 first = False
     parts.append("<h2>Not reproduced</h2><ul>")
     parts += [f"<li><b>{esc(n['paper'].upper())} {esc(n['item'])}</b>: {esc(n['why'])}</li>" for n in report.not_reproduced] \
-        or ["<li>Nothing: every table and figure of the papers above has rows of ours in this report.</li>"]
+        or ["<li>Every table, figure and printed value of the papers above has a number of ours in this report.</li>"]
     parts.append("</ul><h2>Stages: predicted vs measured</h2><table><tr>" + "".join(
         f"<th>{c}</th>" for c in ("stage", "status", "predicted time", "measured time", "predicted peak", "measured peak",
                                   "note")) + "</tr>")
@@ -176,4 +209,4 @@ def write_report(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]],
     return [out / "report.md", out / "report.html", out / "report_rows.csv", out / "stages.csv"]
 
 
-__all__ = ["write_report", "markdown", "html_page", "save_figures", "fmt_num"]
+__all__ = ["write_report", "markdown", "html_page", "save_figures", "fmt_num", "fmt_p", "intro"]

@@ -28,6 +28,8 @@ from tlcap.errors import TlcapError
 from tlcap.experiments.cnl_eval import CompareResult, DecouplingResult, FidelityResult, ReliabilityResult
 from tlcap.metrics.effects import paired_effect
 from tlcap.metrics.estimate import Estimate, StatisticsError
+from tlcap.metrics.permutation import p_floor
+from tlcap.reproduce.items import paper_model
 from tlcap.reproduce.registry import paper_claim, paper_values
 from tlcap.reproduce.report import RowBuilder
 from tlcap.results import Result
@@ -56,7 +58,8 @@ def _missing_all(rb: RowBuilder, item: str, why: str) -> None:
 
 
 def _diffs(rb: RowBuilder, model: str, *extra: str) -> list[str]:
-    return [f"model: {rb.our_model} vs {model}", *extra]
+    same = paper_model(rb.our_model) == model
+    return [*([] if same else [f"model: {rb.our_model} vs {model}"]), *extra]
 
 
 def fidelity_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
@@ -79,7 +82,8 @@ def fidelity_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
         except (KeyError, ValueError, TlcapError) as exc:
             rb.value(item, row, None, v, missing=f"not computed: {exc}")
             continue
-        rb.value(item, row, est, v, scale=1.0 if v.unit == "count" else None, differences=_diffs(rb, v.model, DATA))
+        rb.value(item, row, est, v, scale=1.0 if v.unit == "count" else None, differences=_diffs(rb, v.model, DATA),
+                 n_unit="facts")
     rb.figure(item, "cnl_fidelity", res.figure())
 
 
@@ -99,26 +103,31 @@ def reliability_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> Non
             est = kc.get({"recall": "recall_at_1", "param_share": "param_share_recalled"}[v.quantity])
         else:
             est = shares[v.coord("manipulation") or ""].get(f"{v.coord('neurons')}_{DIRECTION[v.coord('direction') or '']}")
+        unit = "facts" if v.coord("neurons") != "random" else "fact × random set pairs"
         rb.value(item, f"{_label(v)} ({v.model})", est, v, differences=_diffs(rb, v.model, DATA),
-                 missing="not computed: no result for this part at this scale")
+                 missing="not computed: no result for this part at this scale", n_unit=unit)
     claim = paper_claim("cnl.reliability.kn-vs-random")
     s = shares["double"]
     test = s.get("test")
     rb.effect(item, "double · share rising: located − matched random", claim, s.get("rise_located_minus_random"),
               test.p_value if test is not None else None,
-              f"permutation vs {test.n_null} matched random sets" if test is not None else "",
+              f"rank among {test.n_null} matched random sets" if test is not None else "",
+              p_floor=p_floor(test.n_null, test.alternative) if test is not None else None,
+              sided="two-sided" if test is None or test.alternative == "two-sided" else f"one-sided ({test.alternative})",
               paper=claim.value / 100 if claim.value is not None else None, margin=NO_DIFFERENCE_MARGIN,
-              differences=_diffs(rb, "GPT-J-6B", DATA))
+              differences=_diffs(rb, "GPT-J-6B", DATA), n_unit="facts")
     rb.figure(item, "cnl_reliability", res.figure())
     loc, other = _rome_pairs(res)
     if not loc:
         rb.missing("CNL Fig. 2", "ROME efficacy: traced layer − other layers",
                    "not computed: no fact was edited at its traced layer and at another layer at this scale", claim=fig2)
         return
-    d, p, test = paired_effect(loc, other)
-    rb.effect("CNL Fig. 2", "ROME efficacy: traced layer − other edited layers", fig2, d, None if math.isnan(p) else p,
-              f"{test} over {len(loc)} facts", margin=NO_DIFFERENCE_MARGIN,
-              differences=_diffs(rb, "GPT-J-6B", DATA, f"layers edited: {', '.join(map(str, res.rome_layers()))}"))
+    eff = paired_effect(loc, other)
+    p = eff.p_value
+    rb.effect("CNL Fig. 2", "ROME efficacy: traced layer − other edited layers", fig2, eff.estimate,
+              None if p is None or math.isnan(p) else p, f"{eff.test} over {len(loc)} facts", margin=NO_DIFFERENCE_MARGIN,
+              differences=_diffs(rb, "GPT-J-6B", DATA, f"layers edited: {', '.join(map(str, res.rome_layers()))}"),
+              n_unit="facts", no_ci=f"{len(loc)} fact(s) edited at the traced layer and at another: no test")
     rb.figure("CNL Fig. 2", "cnl_fig2_rome_layers", res.rome_figure())
 
 
@@ -148,15 +157,42 @@ def decoupling_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None
         c12 = Estimate(r.c12_overlap, math.nan, math.nan, n=r.n)
     ours = {"C12": c12, "C11": Estimate(r.c11_overlap, math.nan, math.nan, n=r.n, method="none"),
             "C22": Estimate(r.c22_overlap, math.nan, math.nan, n=r.n, method="none")}
+    why_no_ci = "one set intersected over all pairs (⋂_k N_k): a single number, not a mean over pairs"
     for v in paper_values(paper="cnl", item="§4 decoupling"):
         rb.value("CNL §4 decoupling", f"{v.quantity} overlap-normalised ({r.n} pairs)", ours[v.quantity], v,
                  differences=[f"model: {rb.our_model}; the paper names none", "quantity: overlap-normalised; the printed "
-                              "formula (share of all L·J neurons) gives ~1e-4", "data: generated comparative pairs"])
+                              "formula (share of all L·J neurons) gives ~1e-4", "data: generated comparative pairs"],
+                 n_unit="pairs", no_ci=why_no_ci if v.quantity != "C12" else "")
     rb.figure("CNL §4 decoupling", "cnl_decoupling", res.figure())
 
 
+def _table4_sizes(get: Get, method: str, quantity: str) -> tuple[int | None, str, str]:
+    """``(n, what n counts, why no CI)`` of one Table 4 cell, from the results the cell rests on."""
+    fid = _result(get("cnl.fidelity"), FidelityResult)
+    rel = _result(get("cnl.reliability"), ReliabilityResult)
+    fm = {"kn": "kn", "rome": "trace", "kc": "kc"}.get(method)
+    try:
+        if method != "cnl" and quantity in ("overlap", "neuron") and fid is not None:
+            est = fid.estimate(fm) if quantity == "overlap" else fid.estimate(fm, "param_share")
+            return est.n, "facts", ""
+        if method in ("kn", "kc") and quantity == "ipp" and rel is not None:
+            est = rel.kn_ipp("double") if method == "kn" else rel.kc_ipp()
+            return est.n, "facts", ""
+        if method == "rome" and quantity == "ipp" and rel is not None:
+            n = len({r.fact for r in rel.rome_records() if r.located})
+            return n, "facts", f"{n} fact(s) edited at the traced layer: the IPP's CI needs per-fact efficacies of both"
+    except (KeyError, ValueError, TlcapError):
+        pass
+    if method == "cnl":
+        why = {"overlap": "one split-half overlap (its CI over groups is in CNL Table 1)",
+               "neuron": "a count of located neurons (its CI over groups is in CNL Table 1)",
+               "ipp": "one located accuracy against the random sets' best: no resampling unit"}[quantity]
+        return None, "", why
+    return None, "", ""
+
+
 def table4_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """Table 4: Overlap, Neuron (% of parameters) and IPP of KN, ROME, KC and CNL."""
+    """Table 4: Overlap, Neuron (% of parameters) and IPP of KN, ROME, KC and CNL (n and CI reasons per cell)."""
     res = _result(get("cnl.compare"), CompareResult)
     if res is None:
         _missing_all(rb, "Table 4", why("cnl.compare"))
@@ -165,11 +201,12 @@ def table4_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
     for v in paper_values(paper="cnl", item="Table 4"):
         method = (v.coord("method") or "").lower()
         r, q = rows[method], T4[v.quantity]
-        est = Estimate(getattr(r, q), getattr(r, q + "_low"), getattr(r, q + "_high"), n=res.n_facts[0 if q != "ipp" else 1])
+        n, unit, no_ci = _table4_sizes(get, method, q)
+        est = Estimate(getattr(r, q), getattr(r, q + "_low"), getattr(r, q + "_high"), n=n or 0)
         missing = f"not computed: {r.note}" if r.note else "not computed"
         extra = [DATA] if method != "cnl" else ["data: the dataset and σ of cnl.compare's config"]
         rb.value("CNL Table 4", f"{v.coord('method')} · {v.quantity} ({v.model})", None if math.isnan(est.value) else est,
-                 v, differences=_diffs(rb, v.model, *extra), missing=missing)
+                 v, differences=_diffs(rb, v.model, *extra), missing=missing, n_unit=unit, no_ci=no_ci)
     rb.figure("CNL Table 4", "cnl_table4", res.figure())
 
 

@@ -1,12 +1,19 @@
 """The QL paper's report rows and figures, from the outputs of :mod:`.ql_stages`.
 
-Statistics (see ``docs/reproduce.md``): facts are the unit. Shares (R:I, R:II, ∩:II) carry
-Wilson intervals; means (S:I, S:II, Rel/Gen/Loc/Avg/ΔPPL, ΔProb, ΔValue) a bootstrap over facts
-(the edits or queries of one fact resampled together); Welch's t and Otsu's threshold a
-bootstrap over facts. Effects: K_I vs K_II by Welch's t-test on fact means, paired contrasts
-(N_g vs N_i of the same edit, self vs intersection of the same query) by a t-test on the facts'
-mean differences. Threshold sensitivity: the K_II share and the CS2 separation over the
-threshold grid (:func:`threshold_curve`).
+Statistics (see ``docs/reproduce.md``): facts are the unit, and facts with fewer than 3 queries
+(where CS1 ≡ CS2, ``docs/deviations.md``) are left out of every K_I/K_II analysis. Shares
+(R:I, R:II, ∩:II) carry Wilson intervals; means (S:I, S:II, Rel/Gen/Loc/Avg/ΔPPL, ΔProb, ΔValue)
+a bootstrap over facts (the edits or queries of one fact resampled together); Welch's t and Otsu's
+threshold a bootstrap over facts (one Otsu threshold per method: the one that splits the facts).
+
+Table 1's S:I − S:II splits CS2 at a threshold and compares the two sides of the split: true by
+construction, so it is a *descriptive* row. The claim behind it — consistency is a property of
+the fact, not noise — is tested **out of sample**: each fact's neighbor queries are split in two
+seeded halves, K_I/K_II is read from the CS2 of half A and the CS2 of half B is compared between
+the groups (Welch's t on facts, two-sided). Effects elsewhere: K_I vs K_II by Welch's t-test on
+fact means, paired contrasts (N_g vs N_i of the same edit, self vs intersection of the same query)
+by a t-test on the facts' mean differences; contrasts with an empty KN set (an empty intersection
+has ΔProb 0 by construction) are left out.
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from tlcap.data.pararel import MIN_CONSISTENCY_QUERIES as MIN_QUERIES
 from tlcap.experiments.ql import FactKNs, MappingResult, ModificationResult, SynapseResult, consistency_analysis
 from tlcap.metrics import bootstrap_ci, share_ci, threshold_curve
-from tlcap.metrics.effects import paired_effect, share_effect, two_group_effect
+from tlcap.metrics.effects import NO_EFFECT, paired_effect, share_effect, two_group_effect
 from tlcap.metrics.estimate import Estimate, TooFewSamplesError
-from tlcap.metrics.stats import otsu_threshold, welch_t_test
+from tlcap.metrics.stats import cs2, otsu_threshold, welch_t_test
 from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
 from tlcap.reproduce.scales import ScaleConfig
@@ -33,6 +41,8 @@ SPLITS = (("static", "static"), ("otsu", "Otsu"))
 SET = {"local": "N_i", "global": "N_g", "cas": "CAS"}
 METRICS = (("rel", "Rel"), ("gen", "Gen"), ("loc", "Loc"), ("avg", "Avg"), ("dppl", "ΔPPL"))
 STATIC = 0.1
+HALF_MIN = 2
+"""Queries per half in the out-of-sample consistency test (CS2 needs two sets)."""
 
 
 def _locs(get: Get, method: str) -> list[FactKNs] | None:
@@ -40,6 +50,11 @@ def _locs(get: Get, method: str) -> list[FactKNs] | None:
     if out is None:
         return None
     return [out[k] for k in sorted(out) if isinstance(out[k], FactKNs)]  # type: ignore[misc]
+
+
+def _enough(locs: list[FactKNs]) -> set[int]:
+    """Indices of the facts with at least :data:`MIN_QUERIES` queries (the K_I/K_II analyses' facts)."""
+    return {i for i, fk in enumerate(locs) if fk.k >= MIN_QUERIES}
 
 
 def _boot(x: np.ndarray, n_boot: int, seed: int, groups: list | None = None) -> Estimate | None:
@@ -64,10 +79,43 @@ def _welch_t(x: np.ndarray, t: float) -> float:
     return welch_t_test(x[x > t], x[x <= t])[0]
 
 
+def split_halves_cs2(fk: FactKNs, seed: int) -> tuple[float, float] | None:
+    """CS2 of two seeded halves of a fact's queries (``None`` below 2 × :data:`HALF_MIN` queries)."""
+    if fk.k < 2 * HALF_MIN:
+        return None
+    order = np.random.default_rng(seed).permutation(fk.k)
+    sets = fk.sets()
+    h = fk.k // 2
+    return cs2([sets[i] for i in order[:h]]), cs2([sets[i] for i in order[h:]])
+
+
+def out_of_sample(rb: RowBuilder, locs: list[FactKNs], seed: int, diff: list[str]) -> None:
+    """K_I/K_II from half A's CS2, CS2 compared on half B (module doc)."""
+    claim = paper_claim("ql.table1.k1-vs-k2")
+    halves = [split_halves_cs2(fk, seed + i) for i, fk in enumerate(locs)]
+    pairs = np.array([h for h in halves if h is not None], dtype=float).reshape(-1, 2)
+    row = "IG · out of sample: CS2 on half B of K_I − of K_II, groups from half A ({} facts, {} split)"
+    if len(pairs) < 4:
+        for _, tl in SPLITS:
+            rb.missing("QL Table 1", row.format(len(pairs), tl),
+                       f"needs facts with ≥ {2 * HALF_MIN} queries (have {len(pairs)}): raise ql_max_queries", claim=claim)
+        return
+    a, b = pairs[:, 0], pairs[:, 1]
+    for split, tl in SPLITS:
+        t = STATIC if split == "static" else otsu_threshold(a)
+        try:
+            eff = two_group_effect(b[a > t], b[a <= t])
+        except TooFewSamplesError:
+            eff = NO_EFFECT
+        rb.effect("QL Table 1", row.format(len(pairs), f"{tl} t={t:.3g}"), claim, eff.estimate, eff.p_value, eff.test,
+                  p_floor=eff.p_floor, differences=diff, n_unit="facts",
+                  missing="one of K_I / K_II (from half A) is empty at this threshold",
+                  control=f"{int((a > t).sum())} K_I / {int((a <= t).sum())} K_II by half A")
+
+
 def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
     """QL Table 1 (with Table 4's thresholds), Fig. 3 and Figs. 8–9, the threshold curves."""
-    item, diff = "QL Table 1", [rb.model_difference("ql")]
-    claim = paper_claim("ql.table1.k1-vs-k2")
+    item, diff = "QL Table 1", rb.model_difference("ql")
     locs = {m: _locs(get, m) for m in LABEL}
     share_curves, sep_curves = go.Figure(), go.Figure()
     for m, lab in LABEL.items():
@@ -79,34 +127,46 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                                rb.paper_value("ql", "Table 1", q, threshold=tl, method=lab))
             continue
         cons = consistency_analysis({m: ls}, static_threshold=STATIC)
-        x = np.array([r["cs2"] if isinstance(r, dict) else r.cs2 for r in cons.rows], dtype=float)
+        keep = _enough(ls)
+        x = np.array([r["cs2"] if isinstance(r, dict) else r.cs2 for r in cons.rows], dtype=float)[sorted(keep)]
+        few = len(ls) - len(keep)
         for split, tl in SPLITS:
             t = cons.threshold(m, split)
             k1, k2 = x[x > t], x[x <= t]
-            tag = f"{lab} · {tl} (t={t:.3g}, {len(x)} facts)"
+            tag = f"{lab} · {tl} (t={t:.3g}, {len(x)} facts" + (f"; {few} with < {MIN_QUERIES} queries left out)" if few
+                                                                 else ")")
             pv = lambda q, tl=tl, lab=lab: rb.paper_value("ql", "Table 1", q, threshold=tl, method=lab)  # noqa: E731
-            rb.value(item, f"{tag} · R:I", share_ci(x > t), pv("R:I"), differences=diff)
-            rb.value(item, f"{tag} · R:II", share_ci(x <= t), pv("R:II"), differences=diff)
+            rb.value(item, f"{tag} · R:I", share_ci(x > t), pv("R:I"), differences=diff, n_unit="facts")
+            rb.value(item, f"{tag} · R:II", share_ci(x <= t), pv("R:II"), differences=diff, n_unit="facts")
             rb.value(item, f"{tag} · S:I", _boot(k1, n_boot, seed), pv("S:I"), differences=diff,
-                     missing="no K_I facts at this threshold")
+                     missing="no K_I facts at this threshold", n_unit="facts")
             rb.value(item, f"{tag} · S:II", _boot(k2, n_boot, seed), pv("S:II"), differences=diff,
-                     missing="no K_II facts at this threshold")
+                     missing="no K_II facts at this threshold", n_unit="facts")
             if m != "amig":
                 rb.value(item, f"{tag} · Welch t", _stat_boot(x, lambda v, t=t: _welch_t(v, t), n_boot, seed), pv("t"),
-                         differences=[*diff, "n: t grows with √n"])
+                         differences=[*diff, "n: t grows with √n"], n_unit="facts")
+            if split == "static":
+                sv = rb.paper_value("ql", "Table 4", "threshold", threshold="static", method=lab)
+                rb.descriptive("QL Table 4", f"{lab} · static threshold", Estimate(t, np.nan, np.nan, n=len(x)),
+                               "a setting: the paper's static threshold, used as printed",
+                               paper_text=sv.text() if sv else "", source=sv.source if sv else "", n_unit="facts",
+                               key=sv.key if sv else "")
             if split == "otsu":
-                rb.value("QL Table 4", f"{lab} · Otsu threshold", _stat_boot(x, otsu_threshold, n_boot, seed),
-                         rb.paper_value("ql", "Table 4", "threshold", threshold="Otsu", method=lab), differences=diff)
-            try:
-                eff, p, test = two_group_effect(k1, k2, n_boot=n_boot, seed=seed)
-            except TooFewSamplesError:
-                eff, p, test = None, None, ""
+                th = _stat_boot(x, otsu_threshold, n_boot, seed)
+                th = Estimate(t, th.low, th.high, n=th.n, method=th.method, n_boot=th.n_boot, seed=th.seed)
+                rb.value("QL Table 4", f"{lab} · Otsu threshold ({len(x)} facts)", th,
+                         rb.paper_value("ql", "Table 4", "threshold", threshold="Otsu", method=lab), differences=diff,
+                         n_unit="facts")
             s1, s2 = pv("S:I"), pv("S:II")
-            rb.effect(item, f"{tag} · S:I − S:II", claim, eff, p, test, paper=s1.value - s2.value if s1 and s2 else None,
-                      differences=diff, missing="one of K_I / K_II is empty at this threshold")
-        th = list(scale.ql_thresholds)
-        c1 = threshold_curve(x, th, "share_at_or_below", n_boot=min(n_boot, 2000), seed=seed)
-        c2 = threshold_curve(x, th, "separation", n_boot=min(n_boot, 2000), seed=seed)
+            d = Estimate(float(k1.mean() - k2.mean()), np.nan, np.nan, n=len(x)) if len(k1) and len(k2) else None
+            rb.descriptive(item, f"{tag} · S:I − S:II (in sample)", d,
+                           "true by construction: K_I and K_II are the facts above / below the threshold of this same "
+                           "CS2; the out-of-sample row below tests the claim",
+                           paper_text=f"{s1.printed} − {s2.printed} ({s1.model})" if s1 and s2 else "",
+                           source=s1.source if s1 else "", n_unit="facts", missing="one of K_I / K_II is empty")
+        th_grid = list(scale.ql_thresholds)
+        c1 = threshold_curve(x, th_grid, "share_at_or_below", n_boot=min(n_boot, 2000), seed=seed)
+        c2 = threshold_curve(x, th_grid, "separation", n_boot=min(n_boot, 2000), seed=seed)
         for fig, c in ((share_curves, c1), (sep_curves, c2)):
             fig.add_trace(go.Scatter(x=list(c.x), y=list(c.value), mode="lines+markers", name=lab,
                                      error_y=dict(type="data", symmetric=False, array=[h - v for h, v in zip(c.high, c.value)],
@@ -114,9 +174,11 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         fig_no = {"ig": "Fig. 3", "sig": "Fig. 8", "amig": "Fig. 9"}[m]
         rb.figure(f"QL {fig_no}", f"ql_{fig_no.lower().replace('. ', '')}_cs2_violin_{m}", cons.violin(m))
         if m == "ig":
-            eff, p, test = share_effect(x <= 0.3, 0.5)
+            out_of_sample(rb, ls, seed, diff)
+            eff = share_effect(x <= 0.3, 0.5)
             rb.effect("QL Fig. 3", f"IG · share of facts with CS2 ≤ 0.3 − 0.5 ({len(x)} facts)",
-                      paper_claim("ql.fig3.majority-below"), eff, p, test, differences=diff)
+                      paper_claim("ql.fig3.majority-below"), eff.estimate, eff.p_value, eff.test, p_floor=eff.p_floor,
+                      differences=diff, n_unit="facts")
     for fig, name, ylab in ((share_curves, "k2_share", "K_II share (CS2 ≤ t)"),
                             (sep_curves, "cs2_separation", "mean CS2 of K_I − of K_II")):
         if fig.data:
@@ -127,22 +189,39 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
     if len(have) == len(LABEL):
         k = min(len(locs[m]) for m in have)  # type: ignore[arg-type]
         cons = consistency_analysis({m: locs[m][:k] for m in have}, static_threshold=STATIC)  # type: ignore[index]
+        idx = sorted(set.intersection(*(_enough(locs[m][:k]) for m in have)))  # type: ignore[index]
         for split, tl in SPLITS:
             per = [cons.groups(m, split) for m in have]
-            events = [all(p[i] == "K_II" for p in per) for i in range(k)]
-            rb.value(item, f"∩:II · {tl} ({k} facts with all three methods)", share_ci(events),
-                     rb.paper_value("ql", "Table 1", "∩:II", threshold=tl, method="all"), differences=diff)
+            events = [all(p[i] == "K_II" for p in per) for i in idx]
+            rb.value(item, f"∩:II · {tl} ({len(idx)} facts with all three methods)", share_ci(events) if idx else None,
+                     rb.paper_value("ql", "Table 1", "∩:II", threshold=tl, method="all"), differences=diff, n_unit="facts",
+                     missing=f"no fact with ≥ {MIN_QUERIES} queries under all three methods")
     else:
         for _, tl in SPLITS:
             rb.missing(item, f"∩:II · {tl}", "needs the IG, SIG and AMIG localizations",
                        rb.paper_value("ql", "Table 1", "∩:II", threshold=tl, method="all"))
 
 
-def _frame(res: Result | None) -> pd.DataFrame | None:
-    if isinstance(res, (ModificationResult, MappingResult, SynapseResult)):
-        df = res.to_frame()
-        return df if len(df) else None
-    return None
+def _frame(res: Result | None, get: Get | None = None) -> pd.DataFrame | None:
+    """The result's rows, without facts that have fewer than :data:`MIN_QUERIES` queries (left out of K_I/K_II)."""
+    if not isinstance(res, (ModificationResult, MappingResult, SynapseResult)):
+        return None
+    df = res.to_frame()
+    locs = _locs(get, "ig") if get is not None else None
+    if locs and len(df) and "fact" in df:
+        df = df[df.fact.isin(_enough(locs))]
+    if "group" in df:
+        df = df[df.group.isin(("K_I", "K_II"))]
+    return df if len(df) else None
+
+
+def _two(a: pd.DataFrame, b: pd.DataFrame, col: str, n_boot: int, seed: int):  # noqa: ANN202
+    a, b = a.dropna(subset=[col]), b.dropna(subset=[col])
+    try:
+        return two_group_effect(a[col].to_numpy(), b[col].to_numpy(), groups_a=list(a.fact), groups_b=list(b.fact),
+                                n_boot=n_boot, seed=seed)
+    except TooFewSamplesError:
+        return NO_EFFECT
 
 
 def modification(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int, table3: bool) -> None:
@@ -150,8 +229,8 @@ def modification(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot:
     item = "QL Table 3" if table3 else "QL Table 2"
     stage = "ql.table3" if table3 else "ql.table2"
     out = get(stage)
-    df = _frame(out.get("modification") if out else None)
-    diff = [rb.model_difference("ql")]
+    df = _frame(out.get("modification") if out else None, get)
+    diff = rb.model_difference("ql")
     sets = ("cas",) if table3 else ("local", "global")
     claims = (("ql.table3.cas-avg", "avg", "cas", "local"), ("ql.table3.cas-ppl", "dppl", "cas", "global")) if table3 else \
         (("ql.table2.global-gen", "gen", "global", "local"), ("ql.table2.global-ppl", "dppl", "global", "local"))
@@ -167,37 +246,28 @@ def modification(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot:
                 for col, q in METRICS:
                     pv = rb.paper_value("ql", item.split(" ", 1)[1], q, operation=op, set=SET[s], group=grp)
                     est = _boot(sub[col].to_numpy(), n_boot, seed, list(sub.fact)) if len(sub) else None
-                    rb.value(item, f"{op} · {SET[s]} · {grp} · {q}", est, pv, differences=diff,
+                    rb.value(item, f"{op} · {SET[s]} · {grp} · {q}", est, pv, differences=diff, n_unit="edits",
                              missing=f"no {grp} edits ({op}, {SET[s]})")
         if not table3:
             a = df[(df.operation == op) & (df.set == "local")]
-            k1, k2 = a[a.group == "K_I"], a[a.group == "K_II"]
-            c = paper_claim("ql.table2.gen-k1-vs-k2")
             p1 = rb.paper_value("ql", "Table 2", "Gen", operation=op, set="N_i", group="K_I")
             p2 = rb.paper_value("ql", "Table 2", "Gen", operation=op, set="N_i", group="K_II")
-            try:
-                eff, p, test = two_group_effect(k1.gen.dropna().to_numpy(), k2.gen.dropna().to_numpy(),
-                                                groups_a=list(k1.dropna(subset=["gen"]).fact),
-                                                groups_b=list(k2.dropna(subset=["gen"]).fact), n_boot=n_boot, seed=seed)
-            except TooFewSamplesError:
-                eff, p, test = None, None, ""
-            rb.effect(item, f"{op} · Gen of N_i: K_I − K_II", c, eff, p, test,
-                      paper=p1.value - p2.value if p1 and p2 else None, differences=diff, missing="K_I or K_II is empty")
+            eff = _two(a[a.group == "K_I"], a[a.group == "K_II"], "gen", n_boot, seed)
+            rb.effect(item, f"{op} · Gen of N_i: K_I − K_II", paper_claim("ql.table2.gen-k1-vs-k2"), eff.estimate,
+                      eff.p_value, eff.test, p_floor=eff.p_floor, paper=p1.value - p2.value if p1 and p2 else None,
+                      differences=diff, missing="K_I or K_II has no edits", n_unit="edits")
         for key, col, s_a, s_b in claims:
             both = df[(df.operation == op) & (df.group == "K_II") & df.set.isin([s_a, s_b])]
             wide = both.pivot_table(index=["fact", "query"], columns="set", values=col, aggfunc="first").dropna()
-            c = paper_claim(key)
             q = dict(METRICS)[col]
-            pa = rb.paper_value("ql", "Table 3" if table3 else "Table 2", q, operation=op, set=SET[s_a], group="K_II")
-            pb = rb.paper_value("ql", "Table 3" if table3 else "Table 2", q, operation=op, set=SET[s_b], group="K_II")
-            if s_a in wide and s_b in wide and len(wide) > 1:
-                eff, p, test = paired_effect(wide[s_a].to_numpy(), wide[s_b].to_numpy(),
-                                             groups=[f for f, _ in wide.index], n_boot=n_boot, seed=seed)
-            else:
-                eff, p, test = None, None, ""
-            rb.effect(item, f"{op} · K_II · {q}: {SET[s_a]} − {SET[s_b]}", c, eff, p, test,
-                      paper=pa.value - pb.value if pa and pb else None, differences=diff,
-                      missing=f"needs ≥ 2 K_II edits with both {SET[s_a]} and {SET[s_b]}")
+            tab = "Table 3" if table3 else "Table 2"
+            pa = rb.paper_value("ql", tab, q, operation=op, set=SET[s_a], group="K_II")
+            pb = rb.paper_value("ql", tab, q, operation=op, set=SET[s_b], group="K_II")
+            eff = paired_effect(wide[s_a].to_numpy(), wide[s_b].to_numpy(), groups=[f for f, _ in wide.index],
+                                n_boot=n_boot, seed=seed) if s_a in wide and s_b in wide and len(wide) > 1 else NO_EFFECT
+            rb.effect(item, f"{op} · K_II · {q}: {SET[s_a]} − {SET[s_b]}", paper_claim(key), eff.estimate, eff.p_value,
+                      eff.test, p_floor=eff.p_floor, paper=pa.value - pb.value if pa and pb else None, differences=diff,
+                      missing=f"needs ≥ 2 K_II edits with both {SET[s_a]} and {SET[s_b]}", n_unit="edits")
     res = out.get("cas" if table3 else "modification") if out else None
     if isinstance(res, ModificationResult):
         rb.figure(item, "ql_table3_cas" if table3 else "ql_table2_modification",
@@ -211,9 +281,9 @@ def _avg_ops(df: pd.DataFrame, key: str, value: str) -> pd.DataFrame:
 
 
 def fig4(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int) -> None:
-    item, diff = "QL Fig. 4", [rb.model_difference("ql")]
+    item, diff = "QL Fig. 4", rb.model_difference("ql")
     out = get("ql.fig4")
-    df = _frame(out.get("mapping") if out else None)
+    df = _frame(out.get("mapping") if out else None, get)
     c1, c2 = paper_claim("ql.fig4.self-vs-intersection"), paper_claim("ql.fig4.k2-drops-more")
     if df is None:
         rb.missing(item, "K_II · ΔProb Avg: self − intersection", why("ql.fig4"), claim=c1)
@@ -221,32 +291,39 @@ def fig4(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, se
         return
     df = df[np.isfinite(df.dprob)]
     w = _avg_ops(df, "set", "dprob").dropna(subset=["self", "intersection"])
+    if "n_neurons" in df:  # an empty intersection changes nothing by construction: no contrast on it
+        empty = df[(df.set == "intersection") & (df.n_neurons == 0)].set_index(["fact", "query"]).index.unique()
+        w = w[~w.index.droplevel("group").isin(empty)]
+        n_empty = len(empty)
+    else:
+        n_empty = 0
+    note = f" ({n_empty} queries with an empty intersection left out)" if n_empty else ""
     for grp in ("K_I", "K_II"):
         sub = w.xs(grp, level="group") if grp in w.index.get_level_values("group") else None
         for s in ("self", "union", "intersection", "refine"):
             est = _boot(sub[s].to_numpy(), n_boot, seed, [f for f, _ in sub.index]) if sub is not None and s in sub else None
-            rb.value(item, f"{grp} · ΔProb Avg · {s}", est, None, differences=diff, missing=f"no {grp} queries")
+            rb.descriptive(item, f"{grp} · ΔProb Avg · {s}{note}", est, "the paper prints this as a figure, no number",
+                           n_unit="queries", missing=f"no {grp} queries with a non-empty intersection")
     k2 = w.xs("K_II", level="group") if "K_II" in w.index.get_level_values("group") else None
     eff = paired_effect(k2["self"].to_numpy(), k2["intersection"].to_numpy(), groups=[f for f, _ in k2.index],
-                        n_boot=n_boot, seed=seed) if k2 is not None and len(k2) > 1 else (None, None, "")
-    rb.effect(item, "K_II · ΔProb Avg: self − intersection", c1, *eff, differences=diff, missing="fewer than 2 K_II queries")
-    d = (w["self"] - w["intersection"]).reset_index()
+                        n_boot=n_boot, seed=seed) if k2 is not None and len(k2) > 1 else NO_EFFECT
+    rb.effect(item, f"K_II · ΔProb Avg: self − intersection{note}", c1, eff.estimate, eff.p_value, eff.test,
+              p_floor=eff.p_floor, differences=diff, missing="fewer than 2 K_II queries with a non-empty intersection",
+              n_unit="queries")
+    d = (w["self"] - w["intersection"]).rename("diff").reset_index()
     a, b = d[d.group == "K_II"], d[d.group == "K_I"]
-    try:
-        eff = two_group_effect(a[0].to_numpy(), b[0].to_numpy(), groups_a=list(a.fact), groups_b=list(b.fact),
-                               n_boot=n_boot, seed=seed)
-    except TooFewSamplesError:
-        eff = (None, None, "")
-    rb.effect(item, "(self − intersection): K_II − K_I", c2, *eff, differences=diff, missing="K_I or K_II is empty")
+    eff = _two(a, b, "diff", n_boot, seed)
+    rb.effect(item, f"(self − intersection): K_II − K_I{note}", c2, eff.estimate, eff.p_value, eff.test, p_floor=eff.p_floor,
+              differences=diff, missing="K_I or K_II has no query with a non-empty intersection", n_unit="queries")
     if isinstance(out.get("mapping"), MappingResult):  # type: ignore[union-attr]
         rb.figure(item, "ql_fig4_query_kn_mapping", out["mapping"].figure())  # type: ignore[index]
 
 
 def figs567(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int) -> None:
-    diff = [rb.model_difference("ql")]
+    diff = rb.model_difference("ql")
     out = get("ql.fig5-7")
     res = out.get("synapses") if out else None
-    df = _frame(res)
+    df = _frame(res, get)
     claims = (paper_claim("ql.fig6.self-vs-irrelevant"), paper_claim("ql.fig6.k2-relies-more"),
               paper_claim("ql.fig7.suppress-lowers"))
     if df is None or not isinstance(res, SynapseResult):
@@ -255,35 +332,39 @@ def figs567(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int,
         rb.missing("QL Fig. 5", "mean predominance P", why("ql.fig5-7"))
         return
     pdf = res.predominance_frame()
+    locs = _locs(get, "ig")
+    if locs and "fact" in pdf:
+        pdf = pdf[pdf.fact.isin(_enough(locs))]
     for grp in ("K_I", "K_II"):
         sub = pdf[pdf.group == grp]
-        rb.value("QL Fig. 5", f"{grp} · mean predominance P ({len(sub)} facts)",
-                 _boot(sub.predominance.to_numpy(), n_boot, seed) if len(sub) else None, None, differences=diff,
-                 missing=f"no {grp} facts")
+        rb.descriptive("QL Fig. 5", f"{grp} · mean predominance P ({len(sub)} facts)",
+                       _boot(sub.predominance.to_numpy(), n_boot, seed) if len(sub) else None,
+                       "the paper shows P as a distribution (Fig. 5), no number or claim", n_unit="facts",
+                       missing=f"no {grp} facts")
     rb.figure("QL Fig. 5", "ql_fig5_predominance", res.predominance_figure())
     d = df[np.isfinite(df.dprob)]
     w = _avg_ops(d, "synapses", "dprob").dropna()
     eff = paired_effect(w["self"].to_numpy(), w["irrelevant"].to_numpy(), groups=[i[0] for i in w.index], n_boot=n_boot,
-                        seed=seed) if len(w) > 1 else (None, None, "")
-    rb.effect("QL Fig. 6", "ΔProb Avg: own synapses − irrelevant synapses", claims[0], *eff, differences=diff,
-              missing="fewer than 2 queries")
+                        seed=seed) if len(w) > 1 else NO_EFFECT
+    rb.effect("QL Fig. 6", "ΔProb Avg: own synapses − irrelevant synapses", claims[0], eff.estimate, eff.p_value, eff.test,
+              p_floor=eff.p_floor, differences=diff, missing="fewer than 2 queries", n_unit="queries")
     s = w["self"].reset_index()
-    a, b = s[s.group == "K_II"], s[s.group == "K_I"]
-    try:
-        eff = two_group_effect(a["self"].to_numpy(), b["self"].to_numpy(), groups_a=list(a.fact), groups_b=list(b.fact),
-                               n_boot=n_boot, seed=seed)
-    except TooFewSamplesError:
-        eff = (None, None, "")
-    rb.effect("QL Fig. 6", "ΔProb Avg of own synapses: K_II − K_I", claims[1], *eff, differences=diff,
-              missing="K_I or K_II is empty")
+    eff = _two(s[s.group == "K_II"], s[s.group == "K_I"], "self", n_boot, seed)
+    rb.effect("QL Fig. 6", "ΔProb Avg of own synapses: K_II − K_I", claims[1], eff.estimate, eff.p_value, eff.test,
+              p_floor=eff.p_floor, differences=diff, missing="K_I or K_II is empty", n_unit="queries")
     sup = df[(df.synapses == "self") & (df.op == "sup")].dropna(subset=["value_after", "value_before"])
     eff = paired_effect(sup.value_after.to_numpy(), sup.value_before.to_numpy(), groups=list(sup.fact), n_boot=n_boot,
-                        seed=seed) if len(sup) > 1 else (None, None, "")
-    rb.effect("QL Fig. 7", "mean |KN activation| after − before suppressing own synapses", claims[2], *eff,
-              differences=diff, missing="fewer than 2 queries")
+                        seed=seed) if len(sup) > 1 else NO_EFFECT
+    rb.effect("QL Fig. 7", "mean |KN activation| after − before suppressing own synapses (activation units)", claims[2],
+              eff.estimate, eff.p_value, eff.test, p_floor=eff.p_floor, differences=diff,
+              missing="fewer than 2 queries", n_unit="queries")
     rb.figure("QL Fig. 6", "ql_fig6_synapses", res.figure())
     if res.heatmap_values is not None:
         rb.figure("QL Fig. 7", "ql_fig7_kn_activations", res.heatmap())
+        rb.figure("QL Fig. 1", "ql_fig1_kn_activations", res.heatmap(),
+                  "KN activations of one fact's queries: the 'none' rows are QL Fig. 1 (each query activates its own KNs)")
+        rb.figure("QL Fig. 10", "ql_fig10_kn_activations", res.heatmap(),
+                  "KN activations: no manipulation / suppressed / enhanced knowledge synapses (QL Fig. 10)")
 
 
 def ql_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
@@ -295,4 +376,4 @@ def ql_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleC
     figs567(rb, get, why, n_boot=n_boot, seed=seed)
 
 
-__all__ = ["ql_report", "table1", "modification", "fig4", "figs567"]
+__all__ = ["ql_report", "table1", "modification", "fig4", "figs567", "out_of_sample", "split_halves_cs2"]

@@ -34,6 +34,7 @@ from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds
 from tlcap.reproduce.parallel import makespan, run_parallel, threads_per_job, worker_spec
 from tlcap.reproduce.probe import calibrate
 from tlcap.reproduce.ql_stages import ql_stages
+from tlcap.reproduce.items import DEFAULT_REFERENCE
 from tlcap.reproduce.render import write_report
 from tlcap.reproduce.report import Report, RowBuilder, StageRow
 from tlcap.reproduce.report_cnl import cnl_report
@@ -43,7 +44,7 @@ from tlcap.reproduce.stages import Runner, Stage, StageRecord
 from tlcap.results import Result
 
 PAPERS = ("cnl", "ql")
-REFERENCE = {"cnl": "LLaMA2-7B", "ql": "GPT-2"}
+REFERENCE = DEFAULT_REFERENCE
 CACHE = "cache"
 Echo = Callable[[str], None]
 
@@ -251,7 +252,7 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
                                on_stage=on_stage)
     else:
         records = runner.run(plan, on_stage=on_stage)
-    rb = RowBuilder(model_name or str(getattr(model, "name", "model")), {p: REFERENCE[p] for p in papers})
+    rb = RowBuilder(model_name or str(getattr(model, "name", "model")), papers)
     get, why = _get(runner), _why(runner, {s.name for s in plan})
     boots = n_boot if n_boot is not None else sc.n_boot
     if "cnl" in papers:

@@ -1,29 +1,40 @@
-"""The one-word verdict of a report row: ``agrees`` / ``disagrees`` / ``not comparable``, with its reason.
+"""The one-word verdict of a report row, with its reason (every branch is in ``docs/reproduce.md``).
 
-The rule (suggested in ``docs/statistics.md``, implemented here):
+Words:
 
-- A **value** row compares a number with the paper's (an overlap, a share, an accuracy):
-  *agrees* when the paper's value (± half a unit of its last printed digit) lies inside our 95 %
-  CI, *disagrees* when the CI excludes it. When the model, the data or the quantity differ from
-  the paper's, the number cannot be compared: *not comparable*, naming what differs (and, for
-  information, whether the paper's value falls inside our CI).
-- An **effect** row compares the sign of an effect (located minus random, K_I minus K_II, ...):
-  *agrees* when our effect has the paper's sign with p < 0.05; *disagrees* when it has the
-  opposite sign with p < 0.05, or when it is not significant although our CI excludes the
-  paper's effect size; otherwise *not comparable* (the interval holds both 0 and the paper's
-  effect: too few samples to tell). A difference of model or data does not prevent comparing a
-  direction, so it is named in the reason but does not decide the verdict. When the paper gives
-  no effect size (a figure without numbers), a non-significant effect is *not comparable*.
-- A **no-difference** claim (``sign=0``, e.g. "editing other layers works as well") *agrees*
-  when the effect is not significant and the CI lies within ``±margin``, *disagrees* when it is
-  significant, else *not comparable*.
-- A row without our number (a stage that did not run, a pending experiment) or without a CI
-  (n = 1) is *not comparable*, with the reason.
+- ``agrees`` / ``disagrees`` — the row decides: a value inside / outside our CI on the paper's own
+  setting, or an effect significant after multiplicity adjustment with the paper's / the
+  opposite sign.
+- ``undecided`` — the row was tested but the evidence does not decide: not significant after
+  adjustment, an equivalence CI wider than the margin, too few samples, or a Monte-Carlo p-value
+  whose floor lies above the adjusted level. The reason gives the minimum detectable effect.
+- ``not comparable`` — a value measured on another model, other data or another quantity than the
+  paper's (the reason names the difference and the model that would make it comparable), or a row
+  without our number.
+- ``descriptive`` — our number is shown without a test: the paper prints no number or claim for it,
+  or the claim is true by construction on the data that defines it.
+
+The rules:
+
+- **value** rows (a number against the paper's): *agrees* when the paper's value (± half its last
+  printed digit) lies in our 95 % CI, *disagrees* when outside — only when the setting is the
+  paper's (model, data, quantity). Otherwise *not comparable*.
+- **effect** rows (a sign the paper asserts; ``sign=±1``) are judged on the Benjamini–Hochberg
+  adjusted p-value (two-sided unless the row says why not): *agrees* when ``p_adj < α`` with the
+  paper's sign, *disagrees* when ``p_adj < α`` with the opposite sign. A non-significant effect
+  *disagrees* only when the setting is the paper's, the row had ≥ 80 % power against the paper's
+  effect size, and our CI excludes that size; else it is *undecided*. On another model the paper's
+  effect size is a yardstick for power, never a target.
+- **no-difference** claims (``sign=0``): *disagrees* when the difference is significant after
+  adjustment, *agrees* when not and the CI lies within ``±margin`` (fixed before any run),
+  else *undecided*.
 
 Example:
-    >>> v = verdict(ours=Estimate(0.42, 0.35, 0.50, n=120), paper=0.44, paper_rounding=0.005)
+    >>> v = verdict(Estimate(0.42, 0.35, 0.50, n=120), paper=0.44, paper_rounding=0.005)
     >>> v.word, v.reason
     ('agrees', "the paper's 0.44 lies inside our 95 % CI [0.35, 0.5] (n=120)")
+    >>> verdict(Estimate(-0.2, -0.3, -0.1, n=200), kind="effect", sign=-1, p_adjusted=0.003).word
+    'agrees'
 """
 
 from __future__ import annotations
@@ -33,9 +44,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tlcap.metrics.estimate import Estimate, StatisticsError
+from tlcap.metrics.power import POWER
 
-AGREES, DISAGREES, NOT_COMPARABLE = "agrees", "disagrees", "not comparable"
-WORDS = (AGREES, DISAGREES, NOT_COMPARABLE)
+AGREES, DISAGREES, UNDECIDED, NOT_COMPARABLE, DESCRIPTIVE = (
+    "agrees", "disagrees", "undecided", "not comparable", "descriptive")
+WORDS = (AGREES, DISAGREES, UNDECIDED, NOT_COMPARABLE, DESCRIPTIVE)
+KINDS = ("value", "effect", "control", "descriptive")
 ALPHA = 0.05
 
 
@@ -54,6 +68,10 @@ def _num(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 
 
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
 def _ci(ours: Estimate) -> str:
     lvl = round(100 * ours.level)
     size = f"n={ours.n}" if ours.n_groups is None else f"n={ours.n}, {ours.n_groups} groups"
@@ -64,33 +82,59 @@ def _inside(ours: Estimate, x: float, rounding: float) -> bool:
     return ours.has_interval and ours.low - rounding <= x <= ours.high + rounding
 
 
+def _power_text(mde: float | None, power: float | None, paper: float | None) -> str:
+    parts = []
+    if mde is not None and not math.isnan(mde):
+        parts.append(f"smallest effect detectable at {round(100 * POWER)} % power: {_num(mde)}")
+    if paper is not None and power is not None and not math.isnan(power):
+        parts.append(f"power against the paper's {_num(paper)}: {power:.0%}")
+    return "; ".join(parts)
+
+
 def verdict(
     ours: Estimate | None,
     paper: float | None = None,
     *,
     kind: str = "value",
     sign: int | None = None,
-    p_value: float | None = None,
+    p_adjusted: float | None = None,
+    p_floor: float | None = None,
+    alpha: float = ALPHA,
+    alpha_adjusted: float | None = None,
     differences: Sequence[str] = (),
+    comparable_on: str = "",
     paper_rounding: float = 0.0,
     margin: float | None = None,
+    mde: float | None = None,
+    power: float | None = None,
+    p_paper_size: float | None = None,
     missing: str = "not computed",
-    alpha: float = ALPHA,
+    no_ci: str = "",
+    descriptive: str = "",
 ) -> Verdict:
     """The verdict of one report row (module docstring).
 
     Args:
         ours: Our estimate with its CI (``None`` when not computed).
-        paper: The paper's number on ``ours``'s scale (``None`` when the paper prints none).
-        kind: ``"value"`` (compare the number) or ``"effect"`` (compare the sign).
+        paper: The paper's number (value rows) or effect size (effect rows) on ``ours``'s scale.
+        kind: ``"value"``, ``"effect"``, ``"control"`` (a matched control: no paper claim) or
+            ``"descriptive"``.
         sign: For effects, the paper's sign: ``+1``, ``-1``, or ``0`` for a no-difference claim.
-        p_value: For effects, our p-value of the effect (permutation or t-test), two-sided or in
-            the paper's direction.
+        p_adjusted: The row's Benjamini–Hochberg adjusted p-value.
+        p_floor: The smallest p-value the row's test can give (Monte-Carlo and exact tests).
+        alpha: The false discovery rate.
+        alpha_adjusted: The raw-p level a discovery needed in this report (for the floor check).
         differences: What differs from the paper's setting (``"model: SmolLM2-135M vs GPT-2"``).
+        comparable_on: Which model(s) would make a value row comparable (named in the reason).
         paper_rounding: Half a unit of the paper's last printed digit, on ``ours``'s scale.
         margin: For ``sign=0``: the largest effect still called "no difference".
-        missing: Why ``ours`` is ``None`` (the reason printed).
-        alpha: Significance level.
+        mde: The row's minimum detectable effect (80 % power, adjusted level).
+        power: The row's power against the paper's effect size.
+        p_paper_size: The adjusted p-value of "our effect equals the paper's effect size" (only on
+            the paper's own setting).
+        missing: Why ``ours`` is ``None``.
+        no_ci: Why a value has no CI (the reason printed; a default one otherwise).
+        descriptive: Why a row is descriptive (with ``kind="descriptive"``).
 
     Returns:
         A :class:`Verdict`.
@@ -98,46 +142,72 @@ def verdict(
     Raises:
         StatisticsError: an unknown ``kind``, or an effect without ``sign``.
     """
-    if kind not in ("value", "effect"):
-        raise StatisticsError(f"kind must be 'value' or 'effect', got {kind!r}")
+    if kind not in KINDS:
+        raise StatisticsError(f"kind must be one of {KINDS}, got {kind!r}")
     if kind == "effect" and sign not in (-1, 0, 1):
         raise StatisticsError(f"an effect row needs sign +1, -1 or 0, got {sign!r}")
     diff = "; ".join(differences)
     if ours is None or math.isnan(ours.value):
         return Verdict(NOT_COMPARABLE, missing)
-    if not ours.has_interval:
-        return Verdict(NOT_COMPARABLE, f"no CI (n={ours.n}): one observation says nothing about spread")
+    if kind == "descriptive":
+        return Verdict(DESCRIPTIVE, descriptive or "our number, shown without a test")
     if kind == "value":
         if paper is None:
-            return Verdict(NOT_COMPARABLE, "the paper prints no number for this row")
-        inside = _inside(ours, paper, paper_rounding)
-        where = "inside" if inside else "outside"
+            return Verdict(DESCRIPTIVE, "the paper prints no number for this row")
         if differences:
-            return Verdict(NOT_COMPARABLE, f"{diff} (the paper's {_num(paper)} lies {where} {_ci(ours)})")
-        return Verdict(AGREES if inside else DISAGREES, f"the paper's {_num(paper)} lies {where} {_ci(ours)}")
-    # ------------------------------------------------------------------ effects
+            where = ""
+            if ours.has_interval:
+                where = f" (the paper's {_num(paper)} lies {'inside' if _inside(ours, paper, paper_rounding) else 'outside'} " \
+                        f"{_ci(ours)})"
+            on = f"; comparable on {comparable_on}" if comparable_on else ""
+            return Verdict(NOT_COMPARABLE, f"{diff}{on}{where}")
+        if not ours.has_interval:
+            return Verdict(UNDECIDED, no_ci or f"no CI (n={ours.n}): nothing to compare the paper's {_num(paper)} with")
+        inside = _inside(ours, paper, paper_rounding)
+        return Verdict(AGREES if inside else DISAGREES,
+                       f"the paper's {_num(paper)} lies {'inside' if inside else 'outside'} {_ci(ours)}")
+    # ------------------------------------------------------------------ effects and controls
     setting = f"; {diff}" if differences else ""
-    p = math.nan if p_value is None else float(p_value)
-    significant = not math.isnan(p) and p < alpha
-    ptxt = "no p-value" if math.isnan(p) else f"p = {p:.3g}"
+    p = math.nan if p_adjusted is None else float(p_adjusted)
+    if math.isnan(p):
+        why = no_ci or "no test could be run"
+        return Verdict(UNDECIDED if kind == "effect" else DESCRIPTIVE, f"{why}{setting}")
+    significant = p < alpha
+    ptxt = f"adjusted p = {_p(p)}"
+    floor_txt = ""
+    if p_floor is not None and alpha_adjusted is not None and not math.isnan(p_floor) and p_floor >= alpha_adjusted:
+        floor_txt = (f"; its p-value cannot fall below {_p(p_floor)}, above the {_p(alpha_adjusted)} a discovery needed "
+                     "in this report (more random sets would resolve it)")
+    ci = _ci(ours) if ours.has_interval else f"no CI (n={ours.n})"
+    pw = _power_text(mde, power, paper)
+    pw = f"; {pw}" if pw else ""
+    if kind == "control":
+        direction = "above" if ours.value > 0 else "below" if ours.value < 0 else "equal to"
+        what = f"significantly {direction} the matched control" if significant else "not significantly different from " \
+                                                                                       "the matched control"
+        return Verdict(DESCRIPTIVE, f"control, no paper claim: {what} ({ptxt}), {ci}")
     if sign == 0:
         if significant:
-            return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}){setting}")
-        if margin is not None and -margin <= ours.low and ours.high <= margin:
-            return Verdict(AGREES, f"no significant difference ({ptxt}); {_ci(ours)} lies within ±{_num(margin)}{setting}")
-        return Verdict(NOT_COMPARABLE, f"not significant ({ptxt}) but {_ci(ours)} is too wide to show equivalence{setting}")
+            return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}), {ci}{setting}")
+        if margin is not None and ours.has_interval and -margin <= ours.low and ours.high <= margin:
+            return Verdict(AGREES, f"no significant difference ({ptxt}); {ci} lies within ±{_num(margin)}{setting}")
+        return Verdict(UNDECIDED, f"not significant ({ptxt}) but {ci} is too wide to show a difference within "
+                                  f"±{_num(margin or 0)}{pw}{floor_txt}{setting}")
     observed = 1 if ours.value > 0 else -1 if ours.value < 0 else 0
     if significant and observed == sign:
-        return Verdict(AGREES, f"the paper's sign ({'+' if sign > 0 else '−'}) with {ptxt}, {_ci(ours)}{setting}")
+        return Verdict(AGREES, f"the paper's sign ({'+' if sign > 0 else '−'}) with {ptxt}, {ci}{setting}")
     if significant and observed == -sign:
-        return Verdict(DISAGREES, f"the opposite sign of the paper's with {ptxt}, {_ci(ours)}{setting}")
-    if paper is not None and not _inside(ours, paper, paper_rounding):
-        return Verdict(DISAGREES, f"not significant ({ptxt}) and the paper's effect {_num(paper)} lies outside "
-                                  f"{_ci(ours)}{setting}")
-    if paper is None:
-        return Verdict(NOT_COMPARABLE, f"not significant ({ptxt}), {_ci(ours)}; the paper prints no effect size{setting}")
-    return Verdict(NOT_COMPARABLE, f"not significant ({ptxt}): {_ci(ours)} holds both 0 and the paper's "
-                                   f"{_num(paper)} (too few samples to tell){setting}")
+        return Verdict(DISAGREES, f"the opposite sign of the paper's with {ptxt}, {ci}{setting}")
+    if not differences and paper is not None and p_paper_size is not None and p_paper_size < alpha:
+        return Verdict(DISAGREES, f"not significant ({ptxt}), and the paper's effect {_num(paper)} is rejected "
+                                  f"(adjusted p = {_p(p_paper_size)}), {ci}{pw}")
+    return Verdict(UNDECIDED, f"not significant ({ptxt}), {ci}{pw}{floor_txt}{setting}")
 
 
-__all__ = ["Verdict", "verdict", "AGREES", "DISAGREES", "NOT_COMPARABLE", "WORDS", "ALPHA"]
+def significant_share(words: Sequence[str]) -> float:
+    """Share of ``agrees`` + ``disagrees`` among verdict words (for calibration checks)."""
+    return sum(w in (AGREES, DISAGREES) for w in words) / max(len(words), 1)
+
+
+__all__ = ["Verdict", "verdict", "significant_share", "AGREES", "DISAGREES", "UNDECIDED", "NOT_COMPARABLE",
+           "DESCRIPTIVE", "WORDS", "KINDS", "ALPHA"]

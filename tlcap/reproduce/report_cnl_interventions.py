@@ -1,0 +1,270 @@
+"""CNL rows of the interventions: Table 3 (erase), Table 2 (enhance), Fig. 5 (cross-dataset).
+
+- **Table 3**: located − random accuracy after erasing, per σ. The effect is ``mean_i(L_i − R̄_i)``
+  over the test items (``L_i`` the item's score with the located set erased, ``R̄_i`` its mean
+  score over the matched random sets), with a paired bootstrap CI over items; the p-value ranks
+  the located set's accuracy among the R random sets' (two-sided Monte-Carlo, floor ``2/(R+1)``).
+  Beside it, the WikiText-2 perplexity control: the located set's perplexity change against the
+  random sets' (a *control* row: tested, no paper claim).
+- **Table 2**: located − random (and located − w/o located) after masked fine-tuning, on the same
+  held-out items: exact McNemar test on the items' 0/1 outcomes, paired bootstrap CI.
+- **Fig. 5**: the change on the dataset the neurons were located on minus on the others.
+
+Rows fall back to what an older cached result holds (no per-item random scores: the random sets'
+mean accuracy stands in for ``R̄_i``; no per-item enhance outcomes: the unpaired two-proportion
+z-test, named as such).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tlcap.data.tasks import get_task
+from tlcap.experiments.cnl import CrossResult, EnhanceResult, EraseResult
+from tlcap.metrics import bootstrap_ci, share_ci
+from tlcap.metrics.accuracy import TaskAccuracy
+from tlcap.metrics.effects import NO_EFFECT, Effect, mcnemar_effect, paired_effect, proportion_diff, two_group_effect
+from tlcap.metrics.estimate import Estimate
+from tlcap.metrics.permutation import p_floor, permutation_p_value
+from tlcap.metrics.sensitivity import SensitivityCurve
+from tlcap.reproduce.registry import paper_claim
+from tlcap.reproduce.report import RowBuilder
+from tlcap.reproduce.scales import SIGMAS, ScaleConfig
+from tlcap.results import Result
+
+Get = Callable[[str], "dict[str, Result] | None"]
+LABEL = {"gsm8k": "GSM8K", "svamp": "Meta_Math", "mbpp": "Code25K", "emotion": "Emotion", "imdb": "IMDB"}
+STAND_IN = {"svamp": "data: SVAMP stands in for Meta_Math", "mbpp": "data: MBPP stands in for Code25K"}
+MODE = {"located": "located", "random": "random", "wo_located": "w/o located", "except_frozen": "w/o located (frozen)"}
+UNIT = {"choice": "test items", "code": "test items", "number": "test items"}
+
+
+def _f(row: object, name: str) -> Any:
+    """A field of a result row (typed row dataclass or dict)."""
+    return row[name] if isinstance(row, dict) else getattr(row, name)
+
+
+def _first(obj: object, *names: str) -> Any:
+    """The first of ``names`` that ``obj`` has and that is not empty (``None`` otherwise)."""
+    for n in names:
+        v = getattr(obj, n, None)
+        if v is not None and (not hasattr(v, "__len__") or len(v)):
+            return v
+    return None
+
+
+def _scores(res: Result | None) -> np.ndarray | None:
+    return np.asarray(res.scores, dtype=float) if isinstance(res, TaskAccuracy) and res.scores else None
+
+
+def _spread(values: Sequence[float] | np.ndarray) -> str:
+    v = np.asarray(values, dtype=float)
+    if not len(v):
+        return "–"
+    lo, hi = np.quantile(v, [0.025, 0.975])
+    return f"mean {v.mean():.3g}, middle 95 % of sets [{lo:.3g}, {hi:.3g}] ({len(v)} sets)"
+
+
+def erase_effect_row(located: np.ndarray, random_items: np.ndarray | None, random_acc: Sequence[float] | np.ndarray, *,
+                     n_boot: int, seed: int) -> Effect:
+    """Located − random accuracy after erasing (module doc): paired CI over items, set-rank p-value.
+
+    Args:
+        located: Per-item scores with the located set erased, ``(n,)``.
+        random_items: Per-item scores with each random set erased, ``(R, n)`` (``None`` when the
+            result holds only the random sets' accuracies).
+        random_acc: Accuracy per random set, ``(R,)``.
+        n_boot: Bootstrap resamples.
+        seed: Their seed.
+
+    Returns:
+        The :class:`Effect` (estimate over items, two-sided Monte-Carlo p over sets, its floor).
+    """
+    rnd = np.asarray(random_acc, dtype=float)
+    if random_items is not None:
+        rbar = np.asarray(random_items, dtype=float).mean(0)
+        rnd = np.asarray(random_items, dtype=float).mean(1)
+    else:
+        rbar = np.full(len(located), float(rnd.mean()))
+    est = bootstrap_ci(located - rbar, n_boot=n_boot, seed=seed)
+    p = permutation_p_value(float(located.mean()), rnd, "two-sided")
+    return Effect(est, p, f"rank among {len(rnd)} matched random sets", p_floor(len(rnd)))
+
+
+def _ppl_control(rb: RowBuilder, item: str, tag: str, er: EraseResult) -> None:
+    base = _first(er, "ppl_base")
+    loc = _first(er, "ppl_located")
+    rnd = _first(er, "ppl_random")
+    if base is None or loc is None or rnd is None:
+        return
+    rnd = np.asarray(rnd, dtype=float)
+    d_loc, d_rnd = float(loc) - float(base), rnd - float(base)
+    lo, hi = np.quantile(d_rnd, [0.025, 0.975])
+    est = Estimate(d_loc - float(d_rnd.mean()), d_loc - hi, d_loc - lo, n=len(d_rnd), method="null quantiles")
+    rb.control(item, f"{tag} WikiText-2 perplexity change: located − random", est,
+               permutation_p_value(d_loc, d_rnd, "two-sided"), f"rank among {len(d_rnd)} matched random sets",
+               p_floor=p_floor(len(d_rnd)), n_unit="random sets",
+               control=f"base perplexity {float(base):.4g}; random erased: {_spread(d_rnd)}",
+               what="– (control: erasing a capability's neurons should not wreck language modelling)")
+
+
+def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
+    """CNL Table 3 (erase at σ = 3, 6, 12) with located-vs-random tests, perplexity controls and σ curves."""
+    item = "CNL Table 3"
+    claim = paper_claim("cnl.table3.located-vs-random")
+    for ds in scale.cnl_eval_datasets:
+        label = LABEL[ds]
+        diffs = [*rb.model_difference("cnl"), *([STAND_IN[ds]] if ds in STAND_IN else [])]
+        out = get(f"cnl.erase.{ds}")
+        base_pv = rb.paper_value("cnl", "Table 3", "accuracy", method="base", dataset=label)
+        unit = UNIT.get(get_task(ds).kind, "test items")
+        if out is None:
+            rb.missing(item, f"{ds} · base accuracy", why(f"cnl.erase.{ds}"), base_pv)
+            for s in SIGMAS:
+                rb.missing(item, f"{ds} · σ={s:g} located − random", why(f"cnl.erase.{ds}"), claim=claim)
+            continue
+        base = _scores(out.get("base"))
+        rb.value(item, f"{ds} · base accuracy", bootstrap_ci(base, n_boot=n_boot, seed=seed) if base is not None else None,
+                 base_pv, differences=diffs, n_unit=unit)
+        located_curve = []
+        for s in SIGMAS:
+            er, loc = out.get(f"sigma{s:g}"), _scores(out.get(f"sigma{s:g}_located"))
+            if isinstance(er, EraseResult) and loc is None:
+                loc = _first(er, "located_scores")
+                loc = None if loc is None else np.asarray(loc, dtype=float)
+            if not isinstance(er, EraseResult) or loc is None:
+                rb.missing(item, f"{ds} · σ={s:g} located − random",
+                           "not computed: no neuron above mean + σ·std at this σ (empty located set)", claim=claim)
+                continue
+            tag = f"{ds} · σ={s:g} ({er.n_neurons} neurons)"
+            le = bootstrap_ci(loc, n_boot=n_boot, seed=seed)
+            located_curve.append(le)
+            rnd_items = _first(er, "random_scores")
+            rnd_items = None if rnd_items is None else np.asarray(rnd_items, dtype=float)
+            rnd_acc = rnd_items.mean(1) if rnd_items is not None else np.asarray(er.random_accuracies, dtype=float)
+            rb.value(item, f"{tag} located erased", le,
+                     rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="located", dataset=label),
+                     differences=diffs, n_unit=unit)
+            rmean = bootstrap_ci(rnd_items.mean(0), n_boot=n_boot, seed=seed) if rnd_items is not None else \
+                Estimate(float(rnd_acc.mean()), math.nan, math.nan, n=len(rnd_acc), method="none")
+            rb.value(item, f"{tag} random erased (mean of {len(rnd_acc)} sets)", rmean,
+                     rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="random", dataset=label),
+                     differences=diffs, n_unit=unit if rnd_items is not None else "random sets",
+                     no_ci="" if rnd_items is not None else "no per-item scores of the random sets in this result",
+                     control=_spread(rnd_acc))
+            eff = erase_effect_row(loc, rnd_items, rnd_acc, n_boot=n_boot, seed=seed)
+            pl = rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="located", dataset=label)
+            pr = rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="random", dataset=label)
+            rb.effect(item, f"{tag} located − random", claim, eff.estimate, eff.p_value, eff.test, p_floor=eff.p_floor,
+                      paper=(pl.value - pr.value) / 100 if pl and pr else None,
+                      paper_text=f"{pl.printed} − {pr.printed} % ({pl.model})" if pl and pr else "", differences=diffs,
+                      n_unit=unit, control=f"random erased: {_spread(rnd_acc)}")
+            _ppl_control(rb, item, tag, er)
+        if len(located_curve) == len(SIGMAS):
+            c = SensitivityCurve.from_estimates(SIGMAS, located_curve, "sigma", f"{ds} accuracy, located neurons erased")
+            rb.figure(item, f"cnl_table3_sigma_{ds}", c.figure(f"CNL Table 3: {ds} accuracy after erasing vs σ"))
+
+
+def _outcomes(res: EnhanceResult, mode: str, epoch: int) -> np.ndarray | None:
+    """Per-item held-out outcomes of one (mode, epoch), when the result keeps them."""
+    for r in res.rows:
+        if _f(r, "mode") == mode and _f(r, "epoch") == epoch:
+            for name in ("scores", "item_scores", "correct"):
+                v = r.get(name) if isinstance(r, dict) else getattr(r, name, None)
+                if v is not None and len(v):
+                    return np.asarray(v, dtype=float)
+    return None
+
+
+def _enhance_contrast(res: EnhanceResult, a: str, b: str, epoch: int, acc: dict, binary: bool, n_boot: int,
+                      seed: int) -> Effect:
+    xa, xb = _outcomes(res, a, epoch), _outcomes(res, b, epoch)
+    if xa is not None and xb is not None and len(xa) == len(xb):
+        if binary:
+            return mcnemar_effect(xa, xb, n_boot=n_boot, seed=seed)
+        if len(xa) < 2:
+            return NO_EFFECT
+        return paired_effect(xa, xb, n_boot=n_boot, seed=seed)
+    if not binary:
+        return Effect(Estimate(acc[(a, epoch)] - acc[(b, epoch)], math.nan, math.nan, n=res.n_eval), None,
+                      "", None)
+    e = proportion_diff(round(acc[(a, epoch)] * res.n_eval), res.n_eval, round(acc[(b, epoch)] * res.n_eval), res.n_eval)
+    return e._replace(test="two-proportion z-test (unpaired: this result keeps no per-item outcomes)")
+
+
+def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int = 5000,
+           seed: int = 0) -> None:
+    """CNL Table 2 (enhance): accuracy per mode and epoch; located − random and located − w/o located."""
+    item = "CNL Table 2"
+    claim = paper_claim("cnl.table2.located-vs-random")
+    sig = f"{scale.cnl_sigma:g}"
+    for ds in scale.cnl_eval_datasets:
+        label = LABEL[ds]
+        diffs = [*rb.model_difference("cnl"), *([STAND_IN[ds]] if ds in STAND_IN else [])]
+        out = get(f"cnl.enhance.{ds}")
+        res = out.get("enhance") if out else None
+        if not isinstance(res, EnhanceResult):
+            for e in scale.enhance_epochs:
+                rb.missing(item, f"{ds} · epoch {e} located − random", why(f"cnl.enhance.{ds}"), claim=claim)
+            continue
+        binary = get_task(ds).kind != "code"
+        acc = {(_f(r, "mode"), _f(r, "epoch")): _f(r, "accuracy") for r in res.rows}
+        for (mode, epoch), a in acc.items():
+            x = _outcomes(res, mode, epoch)
+            if binary:
+                k = int(round(a * res.n_eval))
+                est = share_ci([1.0] * k + [0.0] * (res.n_eval - k))
+            else:
+                est = bootstrap_ci(x, n_boot=n_boot, seed=seed) if x is not None else \
+                    Estimate(a, np.nan, np.nan, n=res.n_eval, method="none")
+            rb.value(item, f"{ds} · {MODE.get(mode, mode)} · epoch {epoch}", est,
+                     rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method=MODE.get(mode, mode), epoch=str(epoch),
+                                    dataset=label), differences=diffs, n_unit="test items",
+                     no_ci="" if x is not None or binary else "this result keeps no per-item scores of the code task")
+        for e in sorted({ep for _, ep in acc}):
+            for other, lab in (("random", "random (1 random set, as the paper)"), ("wo_located", "w/o located")):
+                if ("located", e) not in acc or (other, e) not in acc:
+                    continue
+                eff = _enhance_contrast(res, "located", other, e, acc, binary, n_boot, seed)
+                pl = rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method="located", epoch=str(e), dataset=label)
+                pr = rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method=MODE[other], epoch=str(e), dataset=label)
+                rb.effect(item, f"{ds} · epoch {e} located − {lab}", claim, eff.estimate, eff.p_value, eff.test,
+                          p_floor=eff.p_floor, paper=(pl.value - pr.value) / 100 if pl and pr else None,
+                          differences=diffs, n_unit="test items",
+                          no_ci="the code task's per-item scores are not kept in this result" if eff.p_value is None else "")
+        rb.figure(item, f"cnl_table2_{ds}", res.figure())
+
+
+def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int = 5000, seed: int = 0) -> None:
+    """CNL Fig. 5: the cross-dataset erase matrix and the "own dataset" claim."""
+    item, claim = "CNL Fig. 5", paper_claim("cnl.fig5.own-dataset")
+    out = get("cnl.cross")
+    res = out.get("cross") if out else None
+    if not isinstance(res, CrossResult):
+        rb.missing(item, "erase Δ on own dataset − mean Δ on the others", why("cnl.cross"), claim=claim)
+        return
+    rb.figure(item, "cnl_fig5_erase_delta", res.matrix_figure("erase_delta"))
+    rb.figure(item, "cnl_fig5_random_delta", res.matrix_figure("random_delta"))
+    d = (res.erase_delta - res.random_delta).numpy()
+    items = _first(res, "item_deltas")  # per cell: per-item (located − random mean) score changes, when kept
+    for i, a in enumerate(res.names):
+        row = f"{a} neurons · (erase − random) Δ on {a} − mean on the others"
+        if items is not None:
+            own = np.asarray(items[i][i], dtype=float)
+            rest = np.concatenate([np.asarray(items[i][j], dtype=float) for j in range(len(res.names)) if j != i])
+            eff = two_group_effect(own, rest, n_boot=n_boot, seed=seed)
+            rb.effect(item, row, claim, eff.estimate, eff.p_value, eff.test, p_floor=eff.p_floor,
+                      differences=rb.model_difference("cnl"), n_unit="test items")
+            continue
+        others = [d[i, j] for j in range(len(res.names)) if j != i]
+        eff_est = Estimate(float(d[i, i] - np.mean(others)), np.nan, np.nan, n=len(res.names))
+        rb.effect(item, row, claim, eff_est, None, "", differences=rb.model_difference("cnl"), n_unit="datasets",
+                  no_ci=f"one number per cell of the {len(res.names)}×{len(res.names)} matrix (no per-item scores kept): "
+                        "no test")
+
+
+__all__ = ["table2", "table3", "fig5", "erase_effect_row", "LABEL", "STAND_IN", "MODE"]
