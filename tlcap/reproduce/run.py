@@ -31,10 +31,10 @@ from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
 from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
+from tlcap.reproduce.items import DEFAULT_REFERENCE
 from tlcap.reproduce.parallel import makespan, run_parallel, threads_per_job, worker_spec
 from tlcap.reproduce.probe import calibrate
 from tlcap.reproduce.ql_stages import ql_stages
-from tlcap.reproduce.items import DEFAULT_REFERENCE
 from tlcap.reproduce.render import write_report
 from tlcap.reproduce.report import Report, RowBuilder, StageRow
 from tlcap.reproduce.report_cnl import cnl_report
