@@ -130,12 +130,46 @@ def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "fi
                 png = [n for n in names if n.endswith(".png")]
                 link = (png or names or [f"{f.stem}.html"])[0]
                 out += [f"![{f.title}]({figures_dir}/{link})" if png else f"[{f.title}]({figures_dir}/{link})", ""]
+    out += power_markdown(report)
     out += ["## Not reproduced", ""]
     out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] or \
         ["Every table, figure and printed value of the papers above has a number of ours in this report."]
     out += [""]
     out += stage_markdown(report)
     return "\n".join(out) + "\n"
+
+
+def underpowered(report: Report) -> list[ReportRow]:
+    """Effect rows that could not detect the paper's effect size at this size (power < 80 %, or a p floor
+    above the report's adjusted level), and effect rows without a test."""
+    out = []
+    level = report.alpha_adjusted
+    for r in report.report_rows():
+        if r.kind != "effect" or r.ours is None or r.verdict in ("agrees", "disagrees"):
+            continue
+        low_power = r.power is not None and r.power < 0.8
+        floor = r.p_floor is not None and level == level and r.p_floor >= level
+        if low_power or floor or r.p_value is None:
+            out.append(r)
+    return out
+
+
+def power_markdown(report: Report) -> list[str]:
+    """The section listing the claims this model and size cannot decide, with why."""
+    rows = underpowered(report)
+    out = ["## What this size cannot decide", ""]
+    if not rows:
+        return out + ["Every effect row was either decided or had ≥ 80 % power against the paper's effect size.", ""]
+    out += ["Effect rows left undecided that could not have decided: power below 80 % against the paper's effect size, "
+            "a p-value floor above the adjusted level, or no test at this size.", "",
+            "| item | row | ours | MDE | power vs paper | why |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        why = "no test: " + (r.reason.split(";")[0] if r.p_value is None else "")
+        if r.p_value is not None:
+            why = "p floor above the adjusted level" if (r.p_floor or 0) >= report.alpha_adjusted else "underpowered"
+        out.append(f"| {r.item} | {_md_cell(r.row)} | {ours_text(r)} | {fmt_num(r.mde)} | "
+                   f"{'–' if r.power is None else f'{r.power:.0%}'} | {_md_cell(why)} |")
+    return out + [""]
 
 
 def stage_markdown(report: Report) -> list[str]:

@@ -260,6 +260,7 @@ class RowBuilder:
         for i, s in enumerate(self.specs):
             o = s.ours
             se = se_from_ci(o.low, o.high, o.level) if o is not None and o.has_interval else math.nan
+            se = se if se > 0 else math.nan  # a zero-width CI (all values equal) estimates no spread
             row_mde = mde(se, level) if s.kind == "effect" and not math.isnan(se) else math.nan
             row_power = power_at(s.paper, se, level) if s.kind == "effect" and s.paper is not None and s.sign else math.nan
             v = verdict(o, s.paper, kind=s.kind, sign=s.sign, p_adjusted=adj.get(i), p_floor=s.p_floor, alpha=alpha,
