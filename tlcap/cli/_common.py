@@ -283,14 +283,15 @@ def dtype_option() -> Any:
 def batch_rows_option(default: int | str = "auto") -> Any:
     """The ``--batch-rows`` option of commands whose batch size does not change the result."""
     return typer.Option(str(default), "--batch-rows", help=(
-        "Rows per forward pass: a number >= 1, or auto (the largest that fits --max-memory, at most 256 on a CPU, "
-        "halved and rerun on out-of-memory). Results do not depend on it."))
+        "Rows per forward pass: a number >= 1, or auto (within what fits --max-memory: on a GPU the smallest batch "
+        "that reaches the throughput plateau, measured once by a short probe; at most 256 on a CPU; halved and rerun "
+        "on out-of-memory). Results do not depend on it."))
 
 
 def max_memory_option() -> Any:
     """The ``--max-memory`` option: the budget of ``--batch-rows auto``."""
     return typer.Option(None, "--max-memory", help=(
-        "Memory budget of --batch-rows auto, e.g. 8GiB or 500MB (default: the device's free memory)."))
+        "Memory budget of --batch-rows auto per device, e.g. 8GiB or 500MB (default: the device's free memory)."))
 
 
 def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-rows") -> int | str:
