@@ -195,11 +195,14 @@ class Runner:
         model_id: The model's identity for the keys (default: :func:`model_identity` of the model).
         keep_going: A stage that raises is recorded as ``failed`` (its dependents ``blocked``) and
             the run goes on; ``False`` re-raises. Ctrl-C always stops the run.
+        plan_only: The runner only plans (``--dry-run``): a stage's data function may estimate
+            inputs it cannot load (e.g. a dataset not available offline) and say so in
+            :attr:`plan_notes`.
     """
 
     def __init__(self, stages: Sequence[Stage], cache_dir: str | Path, model: Any = None, *,
                  load: Callable[[], Any] | None = None, progress: bool = False, model_id: str | None = None,
-                 keep_going: bool = False) -> None:
+                 keep_going: bool = False, plan_only: bool = False) -> None:
         self.stages: dict[str, Stage] = {}
         for s in stages:
             if s.name in self.stages:
@@ -215,6 +218,8 @@ class Runner:
         self._model_id = model_id
         self.keep_going = keep_going
         self.progress = progress
+        self.plan_only = plan_only
+        self.plan_notes: dict[str, str] = {}
         self.executed: list[str] = []
         self.loaded: list[str] = []
         self.records: dict[str, StageRecord] = {}
@@ -362,7 +367,7 @@ class Runner:
         else:
             ctx = self.context(name)
             ctx.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            self._meter.reset()
+            self._meter.reset(getattr(self.model, "device", None))
             t0 = time.perf_counter()
             try:
                 out = dict(stage.fn(ctx))
