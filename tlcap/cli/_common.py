@@ -272,7 +272,8 @@ def write_outputs(
 
 def device_option() -> Any:
     """The ``--device`` option every command that loads a model takes."""
-    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N.")
+    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N, "
+                        "or cuda*N (the model's layers split over N GPUs; under torchrun each process takes its own N).")
 
 
 def dtype_option() -> Any:
@@ -316,8 +317,28 @@ def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-
     return check_int(option.lstrip("-").replace("-", "_"), rows, min=1, cli=option)
 
 
+def split_devices(device: str | None) -> tuple[str | None, int | None]:
+    """``--device cuda*N`` → ``("cuda", N)`` (the model split over N GPUs); any other value → ``(device, None)``.
+
+    Raises:
+        InvalidConfigError: ``cuda*N`` with N not an integer >= 1.
+    """
+    text = (device or "").strip().lower()
+    if not text.startswith("cuda*"):
+        return device, None
+    n = text[len("cuda*"):]
+    if not n.isdigit() or int(n) < 1:
+        raise InvalidConfigError(f"device (--device) {device!r}: write cuda*N with N >= 1 GPUs, e.g. cuda*4")
+    return "cuda", int(n)
+
+
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:
-    """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error)."""
+    """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error).
+
+    ``device="cuda*N"`` splits the model's layers over N GPUs (:mod:`tlcap.models.placement`).
+    """
+    device, n_devices = split_devices(device)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    typer.echo(f"loading {model} ({dev}, {dtype_name(dt)}) ...", err=True)
-    return load_model(model, device=dev, dtype=dt)
+    where = f"{dev} x{n_devices}" if n_devices else str(dev)
+    typer.echo(f"loading {model} ({where}, {dtype_name(dt)}) ...", err=True)
+    return load_model(model, device=dev, dtype=dt, **({"n_devices": n_devices} if n_devices else {}))
