@@ -85,7 +85,8 @@ def test_calibration_file_round_trip_and_choice(tmp_path):
     assert d["format"] == "tlcap-calibration/1" and len(d["calibrations"]) == 2
     got = load_calibration(path, SHAPE, "bfloat16")
     assert got == _cal(big, "bfloat16", spf=2e-12)
-    with pytest.raises(InvalidConfigError, match=r"no probe of a model shaped .* in float32 \(it has: m float32 .*; m bfloat16 .* on cuda \(H100\)\)"):
+    have = r"\(it has: m float32 .*; m bfloat16 .* on cuda \(H100\)\)"
+    with pytest.raises(InvalidConfigError, match=r"no probe of a model shaped .* in float32 " + have):
         load_calibration(path, SHAPE, "float32")
     with pytest.raises(MissingFileError, match="no such file"):
         read_calibrations(tmp_path / "none.json")
