@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+import tlcap.runtime.batching as batching
 from tlcap.models import Model
 from tlcap.reproduce.cost import save_calibrations
 from tlcap.reproduce.probe import calibrate
@@ -63,7 +64,7 @@ def alarm(seconds: float) -> Iterator[None]:
     """Raise :class:`SectionTimeout` in the main thread after ``seconds`` (between Python bytecodes)."""
 
     def fire(signum: int, frame: Any) -> None:
-        raise SectionTimeout(f"stopped at its budget of {seconds:.0f} s")
+        raise SectionTimeout(f"stopped at its budget of {seconds:.3g} s")
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, max(0.01, float(seconds)))
@@ -103,7 +104,7 @@ def cuda_test_files() -> list[str]:
     """Test files holding ``@pytest.mark.cuda`` tests (relative to the project root)."""
     out = []
     for p in sorted((ROOT / "tests").rglob("test_*.py")):
-        if "pytest.mark.cuda" in p.read_text(errors="ignore"):
+        if re.search(r"^\s*@pytest\.mark\.cuda\b", p.read_text(errors="ignore"), re.MULTILINE):
             out.append(str(p.relative_to(ROOT)))
     return out
 
@@ -189,6 +190,8 @@ def run_quick(args: Any, bg: ModuleType) -> dict[str, Any]:
     """The quick run (module docstring); ``bg`` is the ``bench_gpu`` module (its sections and helpers)."""
     device = bg.resolve_device(args.device)
     tiny = bool(args.tiny)
+    if device.type == "cpu":  # the dry run takes the accelerator's path: batch_rows="auto" probes its plateau
+        batching.PROBE_DEVICE_TYPES = (*batching.PROBE_DEVICE_TYPES, "cpu")
     dt = torch.bfloat16
     peak_box: dict[str, float | None] = {"tflops": None}
     payload: dict[str, Any] = {
@@ -218,7 +221,8 @@ def run_quick(args: Any, bg: ModuleType) -> dict[str, Any]:
         def fn() -> dict[str, Any]:
             bg.reset_peak(device)
             t0 = time.perf_counter()
-            m = models[key] = (bg.make_llama(seed=1 if key == "llama7b_shape" else 0, device=device, dtype=dt) if tiny
+            big = key == "llama7b_shape"  # tiny: two different shapes, as the real ones (one probe each in the file)
+            m = models[key] = (bg.make_llama(seed=int(big), n_layers=2 + int(big), device=device, dtype=dt) if tiny
                                else bg.load_model(shapes[key], device=device, dtype=dt))
             bg.sync(device)
             return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()), "n_layers": m.n_layers,

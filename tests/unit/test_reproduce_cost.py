@@ -85,6 +85,11 @@ def test_calibration_file_round_trip_and_choice(tmp_path):
     assert d["format"] == "tlcap-calibration/1" and len(d["calibrations"]) == 2
     got = load_calibration(path, SHAPE, "bfloat16")
     assert got == _cal(big, "bfloat16", spf=2e-12)
+    # the same shape with another tokenizer's vocabulary (a shape model built on the GPU machine): still that probe
+    other_vocab = ModelShape.from_config(32, 4096, 11008, 50257, n_heads=32)
+    assert load_calibration(path, other_vocab, "bfloat16") == got
+    with pytest.raises(InvalidConfigError, match="no probe"):
+        load_calibration(path, ModelShape.from_config(31, 4096, 11008, 32000, n_heads=32), "bfloat16")
     have = r"\(it has: m float32 .*; m bfloat16 .* on cuda \(H100\)\)"
     with pytest.raises(InvalidConfigError, match=r"no probe of a model shaped .* in float32 " + have):
         load_calibration(path, SHAPE, "float32")

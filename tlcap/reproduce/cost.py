@@ -243,9 +243,14 @@ class Calibration:
                    dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
                    str(d.get("dtype", "")), dict(d.get("meta", {})))
 
-    def matches(self, shape: ModelShape, dtype: str | None = None) -> bool:
-        """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given)."""
-        return dict(self.shape) == shape.dims() and (dtype is None or not self.dtype or self.dtype == dtype)
+    def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
+        """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
+        vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine)."""
+        mine, want = dict(self.shape), shape.dims()
+        if not vocab:
+            mine.pop("d_vocab", None)
+            want.pop("d_vocab")
+        return mine == want and (dtype is None or not self.dtype or self.dtype == dtype)
 
 
 def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
@@ -286,11 +291,15 @@ def read_calibrations(path: str | Path) -> list[Calibration]:
 def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = None) -> Calibration:
     """The probe in ``path`` taken on a model of ``shape`` (and ``dtype``; the last one when several match).
 
+    A probe of the same layers and widths but another vocabulary size (the random-weight shapes take
+    the vocabulary of the tokenizer on the machine) is used when none matches exactly: its seconds
+    per FLOP transfer, and the plan counts the unembedding with this model's vocabulary.
+
     Raises:
         InvalidConfigError: no probe of that shape (the message lists the file's shapes).
     """
     cals = read_calibrations(path)
-    hits = [c for c in cals if c.matches(shape, dtype)]
+    hits = [c for c in cals if c.matches(shape, dtype)] or [c for c in cals if c.matches(shape, dtype, vocab=False)]
     if not hits:
         have = "; ".join(f"{c.model or '?'} {c.dtype or '?'} {dict(c.shape)} on {c.device}" for c in cals) or "none"
         raise InvalidConfigError(f"--calibration {path} has no probe of a model shaped {shape.dims()}"
