@@ -183,7 +183,7 @@ def score_dataset(
     if distributed:
         dist = torch_dist
         if not dist.is_initialized():
-            dist.init_process_group("gloo" if model.device.type == "cpu" else "nccl")
+            dist.init_process_group("gloo")  # the sums are reduced as CPU tensors (NCCL takes GPU tensors only)
         shard = (dist.get_rank(), dist.get_world_size())
     sh = parse_shard(shard) or (0, 1)
     settings = {

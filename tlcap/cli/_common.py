@@ -335,9 +335,14 @@ def split_devices(device: str | None) -> tuple[str | None, int | None]:
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:
     """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error).
 
-    ``device="cuda*N"`` splits the model's layers over N GPUs (:mod:`tlcap.models.placement`).
+    ``device="cuda*N"`` splits the model's layers over N GPUs (:mod:`tlcap.models.placement`); under
+    ``torchrun``, ``cuda`` (or ``auto`` on a GPU machine) is ``cuda:LOCAL_RANK``.
     """
     device, n_devices = split_devices(device)
+    rank = os.environ.get("LOCAL_RANK")
+    if rank is not None and not n_devices and (device or "auto").strip().lower() in ("cuda", "auto") \
+            and torch.cuda.is_available():
+        device = f"cuda:{int(rank)}"  # under torchrun each process takes its own GPU
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     where = f"{dev} x{n_devices}" if n_devices else str(dev)
     typer.echo(f"loading {model} ({where}, {dtype_name(dt)}) ...", err=True)
