@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--section-seconds", type=float, default=None,
                     help="wall-clock cap of each timed section (default 30, --quick 12)")
     ap.add_argument("--quick", action="store_true", help="the whole GPU verification in one short run (gpu_quick.py)")
-    ap.add_argument("--max-wall", type=float, default=330.0, help="--quick: total wall-clock budget in seconds")
+    ap.add_argument("--max-wall", type=float, default=300.0, help="--quick: total wall-clock budget in seconds")
     ap.add_argument("--test-seconds", type=float, default=120.0, help="--quick: timeout of the cuda-marked tests")
     ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
     ap.add_argument("--skip-7b", action="store_true", help="skip the Llama-2-7B-shape runs")

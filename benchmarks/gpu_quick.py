@@ -17,7 +17,8 @@ Sections in priority order (what matters most runs first, so a run cut short kee
    the SmolLM2 shape;
 8. ``plateaus``: the batches ``batch_rows="auto"`` chose (rows, measured rows/s);
 9. ``reproduce_check``: two cheap ``reproduce`` stages on the 7B shape with the probe just taken,
-   predicted vs measured time and peak memory.
+   predicted vs measured time and peak memory;
+10. ``causal_trace`` and ``eap_ig5`` on the 7B shape, when time is left.
 
 Every section has a time budget: timed sections stop sampling at their cap, and an alarm stops a
 section at its budget (recorded as an error); a section whose minimum does not fit in what is
@@ -273,6 +274,11 @@ def run_quick(args: Any, bg: ModuleType) -> dict[str, Any]:
     q.run(("plateaus",), plateau_record, 5, 0)
     if cal_path.exists():
         q.run(("reproduce_check",), with_model("llama7b_shape", lambda m: repro_check(m, cal_path, tiny)), 100, 45)
+    # last, when time is left: the forward-only and edge methods at 7B (do they fit the card?)
+    q.run(("llama7b_shape", "bfloat16", "causal_trace"), with_model("llama7b_shape", lambda m: bg.bench_trace(
+        m, 1, args.trace_samples, cap / 2)), cap + 20, 15)
+    q.run(("llama7b_shape", "bfloat16", "eap_ig5"), with_model("llama7b_shape", lambda m: bg.bench_eap(
+        m, 1, 5, cap / 2)), cap + 10, 10)
     payload["calibration_file"] = cal_path.name if cal_path.exists() else None
     payload["wall_seconds_total"] = time.perf_counter() - q.t0
     rep.write()
