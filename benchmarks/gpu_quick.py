@@ -256,10 +256,12 @@ def run_quick(args: Any, bg: ModuleType) -> dict[str, Any]:
     payload["batched_sections_found"] = sorted(sections)
     for key in ("llama7b_shape", "smollm2_shape"):
         for name, fn in sections.items():
-            values = {"n": big_n if key == "llama7b_shape" else args.samples // 2, "steps": steps, "cap": cap,
-                      "peak": peak_box["tflops"], "peak_tflops": peak_box["tflops"], "batch": args.cnl_batch,
-                      "facts": args.cnl_batch, "trace_samples": args.trace_samples, "samples": args.trace_samples,
-                      "device": device}
+            n = big_n if key == "llama7b_shape" else args.samples // 2
+            values = {"n": n, "n_facts": n, "steps": steps, "cap": cap, "peak": peak_box["tflops"],
+                      "peak_tflops": peak_box["tflops"], "device": device, "dtype": dt,
+                      **dict.fromkeys(("batch", "facts", "batch_size", "fact_batch", "facts_per_batch", "sample_batch"),
+                                      args.cnl_batch),
+                      **dict.fromkeys(("trace_samples", "samples", "noise_samples"), args.trace_samples)}
             q.run((key, "bfloat16", name), with_model(key, lambda m, fn=fn, values=values: call_section(
                 fn, {"model": m, **values})), cap + 40, 15)
     q.run(("llama7b_shape", "bfloat16", "cnl_exact_ig"), with_model("llama7b_shape", lambda m: bg.bench_cnl(
