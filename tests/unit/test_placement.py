@@ -2,8 +2,8 @@
 
 On a CPU the offloaded layer's weights live in files (``meta`` in the module, put in by accelerate
 around each forward), which is the hard case for hooks, packed rows, gradients and weight edits;
-GPUs split by ``n_devices`` take the same code paths (``tests/unit/test_placement.py`` has a
-``cuda``-marked test that splits a model between a GPU and the CPU).
+GPUs split by ``n_devices`` take the same code paths (the ``cuda``-marked test at the end splits a
+model between a GPU and the CPU, so activations, caches and edits really cross devices).
 """
 
 from __future__ import annotations
