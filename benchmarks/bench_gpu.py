@@ -26,10 +26,17 @@ Every section has a wall-clock cap (``--section-seconds``): it times whole sampl
 or ``--samples`` is reached and reports how many it ran. The JSON is rewritten after every
 section, so a run cut short keeps what it measured; a section that fails records its error.
 
+``--quick`` runs the whole GPU verification in one short slot instead (``benchmarks/gpu_quick.py``:
+the ``cuda`` tests, both shapes in bf16, the batched-across-facts sections, the ``reproduce``
+probe saved as ``<out>.calibration.json``, a predicted-vs-measured ``reproduce`` check), within
+``--max-wall`` seconds.
+
 Usage::
 
     python benchmarks/bench_gpu.py --device cuda --dtype float32,bfloat16 --out gpu.json
     python benchmarks/bench_gpu.py --device cpu --tiny --out /tmp/gpu_tiny.json   # CPU smoke run
+    python benchmarks/bench_gpu.py --quick --out gpu_quick.json                    # < 6 min on one H100/H200
+    python benchmarks/bench_gpu.py --quick --device cpu --tiny --out /tmp/q.json    # its CPU dry run
 """
 
 from __future__ import annotations
@@ -261,14 +268,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dtype", default="float32,bfloat16", help="comma list of model dtypes for the SmolLM2-shape runs")
     ap.add_argument("--out", type=Path, required=True, help="JSON output path")
     ap.add_argument("--tiny", action="store_true", help="tiny random Llama instead of the real shapes (CPU smoke run)")
-    ap.add_argument("--samples", type=int, default=20, help="most timed samples per KN/CNL section (after one warm-up)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="most timed samples per KN/CNL section (after one warm-up; default 20, --quick 6)")
     ap.add_argument("--big-samples", type=int, default=4, help="most timed samples per Llama-7B-shape section")
     ap.add_argument("--prompts", type=int, default=3, help="most timed prompts per trace/EAP section")
     ap.add_argument("--steps", type=int, default=20, help="IG steps")
     ap.add_argument("--cnl-batch", type=int, default=8,
                     help="samples whose rows share batches in the cnl_exact_ig_batched sections (1: skip them)")
     ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
-    ap.add_argument("--section-seconds", type=float, default=30.0, help="wall-clock cap of each timed section")
+    ap.add_argument("--section-seconds", type=float, default=None,
+                    help="wall-clock cap of each timed section (default 30, --quick 12)")
+    ap.add_argument("--quick", action="store_true", help="the whole GPU verification in one short run (gpu_quick.py)")
+    ap.add_argument("--max-wall", type=float, default=300.0, help="--quick: total wall-clock budget in seconds")
+    ap.add_argument("--test-seconds", type=float, default=120.0, help="--quick: timeout of the cuda-marked tests")
     ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
     ap.add_argument("--skip-7b", action="store_true", help="skip the Llama-2-7B-shape runs")
     ap.add_argument("--agreement", type=int, default=3, help="facts of the bf16-vs-float32 IG agreement (0: skip)")
@@ -276,6 +288,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="model of the agreement check (default: the float32 SmolLM2-shape model; e.g. smollm2-135m)")
     ap.add_argument("--only-agreement", action="store_true", help="run only the agreement check")
     args = ap.parse_args(argv)
+    args.samples = args.samples if args.samples is not None else (6 if args.quick else 20)
+    args.section_seconds = args.section_seconds if args.section_seconds is not None else (12.0 if args.quick else 30.0)
+    if args.quick:
+        from benchmarks.gpu_quick import run_quick  # noqa: PLC0415 - the quick run's own module
+
+        return run_quick(args, sys.modules[__name__])
 
     device = resolve_device(args.device)
     dtypes = [resolve_dtype(d) for d in args.dtype.split(",") if d.strip()]

@@ -161,9 +161,10 @@ def word_attributions(
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layers)}")
     p_ids, t_ids = fact_tokens(model, prompt, target)
-    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
+    if cfg.batch_rows == "auto":  # plateau batch within the budget, rerun at half on out-of-memory: same result
         n_rows = len(layers) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
-        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
+        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device,
+                               model=model, kind="ig", context_len=len(p_ids) + len(t_ids))
         return run_auto_batched(lambda b: word_attributions(model, prompt, target, config=cfg.replace(batch_rows=b),
                                                             baseline_token_id=baseline_token_id), rows, model.device,
                                 asked=cfg)

@@ -45,9 +45,11 @@ class IGConfig(Config):
         layers: Layers to attribute (``None`` = all; stored as a tuple); layer bounds are checked against the
             model when the attribution runs.
         batch_rows: Most rows (layer × step pairs) per forward pass, ``>= 1``, or ``"auto"`` (the
-            default): the largest that fits ``max_memory``, at most 256 on a CPU, halved and rerun
-            on out-of-memory (:mod:`tlcap.runtime.batching`). Exact: results do not depend on it.
-        max_memory: Memory budget of ``batch_rows="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
+            default): within what fits ``max_memory``, the smallest batch that reaches the throughput
+            plateau on an accelerator (a short timed probe, cached per model/device/dtype), at most
+            256 on a CPU; halved and rerun on out-of-memory (:mod:`tlcap.runtime.batching`). Exact:
+            results do not depend on it.
+        max_memory: Memory budget of ``batch_rows="auto"`` per device (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
             compare).

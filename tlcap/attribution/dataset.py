@@ -183,7 +183,7 @@ def score_dataset(
     if distributed:
         dist = torch_dist
         if not dist.is_initialized():
-            dist.init_process_group("gloo" if model.device.type == "cpu" else "nccl")
+            dist.init_process_group("gloo")  # the sums are reduced as CPU tensors (NCCL takes GPU tensors only)
         shard = (dist.get_rank(), dist.get_world_size())
     sh = parse_shard(shard) or (0, 1)
     settings = {
@@ -313,7 +313,8 @@ def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConf
     if cfg.batch_rows == "auto":
         longest = max(len(p) + len(t) for p, t in items)
         m = cfg.max_steps if cfg.steps == "auto" else int(cfg.steps)
-        rows = auto_batch_rows(ig_row_bytes(model, longest), len(units) * len(li) * (m + 1), cfg.max_memory, model.device)
+        rows = auto_batch_rows(ig_row_bytes(model, longest), len(units) * len(li) * (m + 1), cfg.max_memory, model.device,
+                               model=model, kind="ig", context_len=longest)
         res = run_auto_batched(lambda b: ig_units(model, units, prefix, hook_names, li, cfg, b), rows, model.device)
     else:
         res = ig_units(model, units, prefix, hook_names, li, cfg, int(cfg.batch_rows))

@@ -238,9 +238,10 @@ def integrated_gradients(
         raise InvalidConfigError(
             f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
         )
-    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
+    if cfg.batch_rows == "auto":  # plateau batch within the budget, rerun at half on out-of-memory: same result
         n_rows = len(layer_list) * (len(quadrature(cfg.max_steps if cfg.steps == "auto" else cfg.steps, cfg.rule)[0]) + 1)
-        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device)
+        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device,
+                               model=model, kind="ig", context_len=len(p_ids) + len(t_ids))
         # the provenance keeps the settings asked for ("auto"), not the size it resolved to
         return run_auto_batched(lambda b: integrated_gradients(model, prompt, target, config=cfg.replace(batch_rows=b),
                                                                baseline=baseline, progress=progress), rows, model.device,

@@ -272,7 +272,8 @@ def write_outputs(
 
 def device_option() -> Any:
     """The ``--device`` option every command that loads a model takes."""
-    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N.")
+    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N, "
+                        "or cuda*N (the model's layers split over N GPUs; under torchrun each process takes its own N).")
 
 
 def dtype_option() -> Any:
@@ -283,14 +284,15 @@ def dtype_option() -> Any:
 def batch_rows_option(default: int | str = "auto") -> Any:
     """The ``--batch-rows`` option of commands whose batch size does not change the result."""
     return typer.Option(str(default), "--batch-rows", help=(
-        "Rows per forward pass: a number >= 1, or auto (the largest that fits --max-memory, at most 256 on a CPU, "
-        "halved and rerun on out-of-memory). Results do not depend on it."))
+        "Rows per forward pass: a number >= 1, or auto (within what fits --max-memory: on a GPU the smallest batch "
+        "that reaches the throughput plateau, measured once by a short probe; at most 256 on a CPU; halved and rerun "
+        "on out-of-memory). Results do not depend on it."))
 
 
 def max_memory_option() -> Any:
     """The ``--max-memory`` option: the budget of ``--batch-rows auto``."""
     return typer.Option(None, "--max-memory", help=(
-        "Memory budget of --batch-rows auto, e.g. 8GiB or 500MB (default: the device's free memory)."))
+        "Memory budget of --batch-rows auto per device, e.g. 8GiB or 500MB (default: the device's free memory)."))
 
 
 def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-rows") -> int | str:
@@ -315,8 +317,33 @@ def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-
     return check_int(option.lstrip("-").replace("-", "_"), rows, min=1, cli=option)
 
 
+def split_devices(device: str | None) -> tuple[str | None, int | None]:
+    """``--device cuda*N`` → ``("cuda", N)`` (the model split over N GPUs); any other value → ``(device, None)``.
+
+    Raises:
+        InvalidConfigError: ``cuda*N`` with N not an integer >= 1.
+    """
+    text = (device or "").strip().lower()
+    if not text.startswith("cuda*"):
+        return device, None
+    n = text[len("cuda*"):]
+    if not n.isdigit() or int(n) < 1:
+        raise InvalidConfigError(f"device (--device) {device!r}: write cuda*N with N >= 1 GPUs, e.g. cuda*4")
+    return "cuda", int(n)
+
+
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:
-    """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error)."""
+    """Load ``model`` on ``device`` in ``dtype`` (both checked first: a bad one is a one-line error).
+
+    ``device="cuda*N"`` splits the model's layers over N GPUs (:mod:`tlcap.models.placement`); under
+    ``torchrun``, ``cuda`` (or ``auto`` on a GPU machine) is ``cuda:LOCAL_RANK``.
+    """
+    device, n_devices = split_devices(device)
+    rank = os.environ.get("LOCAL_RANK")
+    if rank is not None and not n_devices and (device or "auto").strip().lower() in ("cuda", "auto") \
+            and torch.cuda.is_available():
+        device = f"cuda:{int(rank)}"  # under torchrun each process takes its own GPU
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    typer.echo(f"loading {model} ({dev}, {dtype_name(dt)}) ...", err=True)
-    return load_model(model, device=dev, dtype=dt)
+    where = f"{dev} x{n_devices}" if n_devices else str(dev)
+    typer.echo(f"loading {model} ({where}, {dtype_name(dt)}) ...", err=True)
+    return load_model(model, device=dev, dtype=dt, **({"n_devices": n_devices} if n_devices else {}))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import torch
 import typer
@@ -21,7 +22,18 @@ import typer
 from tlcap.cli import app
 from tlcap.cli._common import dtype_option, load, seed_everything
 from tlcap.config import check_int
+from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.models import load_model
+
+
+def load_shapes(model: str, dtype: str | None) -> Any:
+    """``model`` on the meta device (shapes and tokenizer, no weights: a 7B shape is never allocated here), or
+    on the CPU where its backend cannot boot without weights (a fused QKV projection, GPT-2)."""
+    try:
+        return load(model, device="meta", dtype=dtype)
+    except (NotImplementedError, RuntimeError) as exc:
+        typer.echo(f"{model} cannot be built without weights ({type(exc).__name__}); loading it on the CPU", err=True)
+        return load(model, device="cpu", dtype=dtype)
 
 
 @app.command("reproduce")
@@ -39,6 +51,11 @@ def reproduce_cmd(
     n_boot: int | None = typer.Option(None, "--n-boot", help="Bootstrap resamples (default: the scale's)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan with predicted cost and stop."),
     reprobe: bool = typer.Option(False, "--reprobe", help="Re-run the calibration probe (it is cached per machine)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="Replay a probe saved on another machine (a file of "
+                                            "--save-calibration) instead of probing; with --dry-run the model is loaded "
+                                            "on the meta device (shapes and tokenizer, no weights) unless --device is given."),
+    save_calibration: Path | None = typer.Option(None, "--save-calibration", help="Write this machine's probe into FILE "
+                                                 "(other models' probes in it are kept)."),
     device: str | None = typer.Option(None, "--device", help="torch device (default: the model's)."),
     dtype: str = dtype_option(),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars inside stages."),
@@ -59,22 +76,34 @@ def reproduce_cmd(
 
         raise OutputPathError(f"--out {out} is a file; give a folder")
     check_int("jobs", jobs, min=1, cli="--jobs")
+    if calibration is not None and not calibration.is_file():
+        raise MissingFileError(f"--calibration {calibration}: no such file")
+    if calibration is not None and save_calibration is not None:
+        raise InvalidConfigError("--calibration replays a probe and --save-calibration writes one: give one of them")
     seed_everything(seed)
-    m = load(model, device=device, dtype=dtype)
+    if dry_run and calibration is not None and device is None:
+        m = load_shapes(model, dtype)
+    else:
+        m = load(model, device=device, dtype=dtype)
     if jobs > 1:
         torch.set_num_threads(threads_per_job(jobs))
     if dry_run:
         cache = cache_dir or out / "cache"
-        runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, m)
+        runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, m, plan_only=True)
         plan = runner.plan(stages_only)
-        cal = cached_calibration(m, cache, runner.model_id, reprobe=reprobe)
+        cal = cached_calibration(m, cache, runner.model_id, reprobe=reprobe, calibration=calibration,
+                                 save_to=save_calibration)
+        typer.echo(f"calibration: {cal.device} ({cal.model or '?'}, {cal.dtype or '?'}, {cal.meta.get('date', '?')}; "
+                   f"probe {cal.seconds:.0f} s){' from ' + str(calibration) if calibration else ''}")
+        if save_calibration is not None:
+            typer.echo(f"probe written to {save_calibration}")
         for line in plan_lines(runner, plan, predictions(runner, plan, cal), jobs):
             typer.echo(line)
         return
     loader = functools.partial(load_model, model, device=str(m.device), dtype=m.dtype) if jobs > 1 else None
     run = reproduce(m, out, papers=papers, scale=sc, seed=seed, data_dir=data_dir, only=stages_only, n_boot=n_boot,
                     cache_dir=cache_dir, reprobe=reprobe, progress=progress and jobs == 1, echo=typer.echo,
-                    model_name=model, jobs=jobs, load=loader)
+                    model_name=model, jobs=jobs, load=loader, calibration=calibration, save_calibration=save_calibration)
     s = run.report.summary()
     typer.echo(f"{s['n_rows']} rows: " + ", ".join(f"{v} {k}" for k, v in s["verdicts"].items()))
     typer.echo(f"report: {out / 'report.md'}  {out / 'report.html'}")

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from tlcap.config import check_float, check_int
 from tlcap.data.sample import Sample
 from tlcap.data.tasks import encode_sample
-from tlcap.errors import EmptyDatasetError, EmptyNeuronSetError, PromptTooLongError, UnknownNameError
+from tlcap.errors import EmptyDatasetError, EmptyNeuronSetError, PromptTooLongError, UnknownNameError, UnsupportedModelError
 from tlcap.intervene.weights import WeightEdit
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model, WeightSlice
@@ -62,6 +62,10 @@ def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> l
         if not sel.any():
             continue
         for ws in [model.mlp_out_weight(l), *model.mlp_in_weights(l)]:
+            if ws.offloaded:  # its values enter the module around each forward only: no gradient would reach them
+                raise UnsupportedModelError(
+                    f"masked fine-tuning needs layer {l}'s MLP weights on a device, but they are offloaded (CPU/disk "
+                    "device map); load the model split over GPUs only (n_devices=, or a device_map without cpu/disk)")
             shape = [1] * ws.param.ndim
             shape[ws.neuron_dim] = model.d_mlp
             mask = sel.reshape(shape).to(ws.param.device).expand_as(ws.param).contiguous()

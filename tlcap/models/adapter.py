@@ -29,6 +29,7 @@ from tlcap.models.cache import PrefixCache, fresh_cache, full_cache
 from tlcap.models.generate import GenerationMixin
 from tlcap.models.packed_rows import continue_packed, packable
 from tlcap.models.params import ParamsMixin
+from tlcap.models.placement import has_offloaded, input_device, resident_while_running
 from tlcap.models.recording import RecordingMixin
 from tlcap.models.rows import PaddedPrefix, RowsMixin
 from tlcap.models.split_inputs import emulated_edge_hooks
@@ -137,7 +138,8 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
 
     @property
     def device(self) -> torch.device:
-        return next(self.backend.parameters()).device
+        """Where inputs go: the embedding's device (layers may sit elsewhere: :attr:`layer_devices`)."""
+        return input_device(self)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -199,6 +201,7 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             with emulated_edge_hooks(b, self.n_heads, split_inputs):
                 yield self
             return
+        offloaded = self.hf_model is not None and getattr(self.hf_model, "hf_device_map", None) and has_offloaded(b)
         saved = self.edge_hook_flags()
         attn_in = bool(getattr(b.cfg, "use_attn_in", False))
         try:
@@ -207,7 +210,9 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
             b.set_use_split_qkv_input(bool(split_inputs))
             b.set_use_attn_result(True)
             b.set_use_hook_mlp_in(True)
-            yield self
+            # the per-head points read projection weights directly: offloaded blocks keep theirs while they run
+            with resident_while_running(list(b.blocks)) if offloaded else contextlib.nullcontext():
+                yield self
         finally:
             b.set_use_split_qkv_input(saved["use_split_qkv_input"])
             b.set_use_attn_result(saved["use_attn_result"])

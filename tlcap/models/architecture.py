@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from tlcap.errors import UnsupportedModelError
+from tlcap.models.placement import materialized
 from tlcap.models.split_inputs import can_emulate
 
 # TransformerBridge attention classes that compute the pattern themselves (hook edits reach the output).
@@ -84,14 +85,16 @@ class ArchitectureMixin:
 
     def qkv_weight(self, layer: int, which: str) -> Any:
         """``W_Q`` / ``W_K`` / ``W_V`` of ``layer`` as ``[heads, d_model, d_head]`` (kv heads for k/v), detached."""
-        return getattr(self.backend.blocks[layer].attn, f"W_{which.upper()}").detach()
+        with materialized(self.backend.blocks[layer].attn) as attn:  # an offloaded layer's real weights
+            return getattr(attn, f"W_{which.upper()}").detach()
 
     def attn_norm(self, layer: int) -> tuple[str, Any]:
         """``(kind, γ)`` of the norm before ``layer``'s attention: ``"LN"`` or ``"RMS"`` and its weight (``None`` when folded)."""
         kind = "RMS" if str(getattr(self.cfg, "normalization_type", "")).startswith("RMS") else "LN"
-        for name, p in self.backend.blocks[layer].ln1.named_parameters():
-            if name.split(".")[-1] in ("weight", "w"):
-                return kind, p.detach()
+        with materialized(self.backend.blocks[layer].ln1) as ln1:
+            for name, p in ln1.named_parameters():
+                if name.split(".")[-1] in ("weight", "w"):
+                    return kind, p.detach()
         return kind, None
 
     def attn_post_norm_gain(self, layer: int) -> Any:
@@ -112,8 +115,8 @@ class ArchitectureMixin:
         norm = self.backend.blocks[layer].ln1_post
         mod = getattr(norm, "original_component", norm)
         eps = float(getattr(mod, "eps", getattr(mod, "variance_epsilon", getattr(self.cfg, "eps", 0.0))))
-        w = next(mod.parameters())
-        with torch.no_grad():
+        with materialized(mod), torch.no_grad():
+            w = next(mod.parameters())
             return (mod(torch.ones(w.shape[-1], device=w.device, dtype=w.dtype)) * (1.0 + eps) ** 0.5).detach()
 
     def require_patchable_attention(self, what: str) -> None:

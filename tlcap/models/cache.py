@@ -44,7 +44,8 @@ def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
     if rows is not None:
         for layer in out.layers:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+                idx = rows.to(layer.keys.device)  # each layer's cache sits on that layer's device
+                layer.keys, layer.values = layer.keys[idx], layer.values[idx]
     return out
 
 

@@ -28,6 +28,7 @@ import torch
 
 from tlcap.errors import UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
+from tlcap.models.placement import Placement, dispatch
 from tlcap.models.tiny import gpt2_tokenizer
 
 VOCAB = 50257  # the vendored GPT-2 BPE
@@ -64,7 +65,8 @@ FAMILIES: dict[str, str] = {
 
 
 def make_tiny(
-    family: str, seed: int = 0, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+    family: str, seed: int = 0, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+    placement: Placement | None = None,
 ) -> Model:
     """A tiny random-weight model of ``family`` (2 layers, d_model 64, 4 heads, d_mlp 128).
 
@@ -73,6 +75,7 @@ def make_tiny(
         seed: Seed of the random initialisation (same seed, same weights).
         device: Torch device.
         dtype: Parameter dtype (weights are drawn in float32, then cast).
+        placement: Dispatch the blocks over devices (:mod:`tlcap.models.placement`) instead of ``device``.
 
     Returns:
         A :class:`Model` named ``<family>-tiny-random-seed<seed>``.
@@ -88,7 +91,9 @@ def make_tiny(
     cfg, cls = _config(family)
     tok = gpt2_tokenizer()
     torch.manual_seed(seed)
-    hf = cls(cfg).eval().to(device=device, dtype=dtype)
+    hf = cls(cfg).eval()
+    hf = dispatch(hf.to(dtype=dtype), placement, dtype) if placement is not None else hf.to(device=device, dtype=dtype)
+    device = None if placement is not None else device  # a dispatched model stays where the map put it
     bridge = transformer_bridge_class().boot_transformers(
         FAMILIES[family], hf_model=hf, tokenizer=tok, device=device, dtype=dtype
     )

@@ -16,6 +16,7 @@ from tlcap.errors import HubUnavailableError, MissingFileError, UnknownModelErro
 from tlcap.models.adapter import Model, transformer_bridge_class
 from tlcap.models.families import FAMILIES, make_tiny
 from tlcap.models.paths import cache_dir
+from tlcap.models.placement import Placement, dispatch, gpu_ids
 from tlcap.models.shapes import SHAPES, make_shape
 from tlcap.models.tiny import make_gpt2
 from tlcap.runtime.device import resolve_device, resolve_dtype
@@ -73,21 +74,40 @@ def smollm2_float32_dir(rebuild: bool = False) -> Path:
     return out
 
 
-def _boot(name: str, hf_model: Any, tokenizer: Any, device: Any, dtype: torch.dtype = torch.float32) -> Any:
+def _boot(name: str, hf_model: Any, tokenizer: Any, device: Any, dtype: torch.dtype = torch.float32,
+          placement: Placement | None = None) -> Any:
     TransformerBridge = transformer_bridge_class()
+    if placement is not None and not getattr(hf_model, "hf_device_map", None):
+        hf_model, device = dispatch(hf_model, placement, dtype), None
+    elif getattr(hf_model, "hf_device_map", None):
+        device = None  # placed by from_pretrained(device_map=...)
     if device is not None:  # TransformerBridge leaves a given hf_model where it is
         hf_model = hf_model.to(device)
     bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype)
     return bridge
 
 
-def _load_smollm2(device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
+def _load_smollm2(device: Any = None, dtype: torch.dtype = torch.float32, placement: Placement | None = None,
+                  **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     d = smollm2_float32_dir()
     hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(d)
-    return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device, dtype), tok, name="smollm2-135m")
+    return Model(_boot(SMOLLM2_HUB_NAME, hf, tok, device, dtype, placement), tok, name="smollm2-135m")
+
+
+def _pretrained_placement(placement: Placement | None) -> dict[str, Any]:
+    """``from_pretrained`` keywords that place the weights as they load (a 70B model never sits on one device)."""
+    if placement is None:
+        return {}
+    kw: dict[str, Any] = {"device_map": placement.device_map or "balanced"}
+    if placement.n_devices:
+        kw["max_memory"] = {i: int(torch.cuda.get_device_properties(i).total_memory * 0.9)
+                            for i in gpu_ids(placement.n_devices)}
+    if placement.offload_folder:
+        kw["offload_folder"] = placement.offload_folder
+    return kw
 
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.msgpack", "*.h5")
@@ -118,20 +138,22 @@ def check_local_dir(path: Path) -> None:
         )
 
 
-def _load_local_dir(path: Path, device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
+def _load_local_dir(path: Path, device: Any = None, dtype: torch.dtype = torch.float32,
+                    placement: Placement | None = None, **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **_pretrained_placement(placement)).eval()
     tok = AutoTokenizer.from_pretrained(path)
     return Model(_boot(str(path), hf, tok, device, dtype), tok, name=path.name)
 
 
-def _load_hub(name: str, device: Any = None, dtype: torch.dtype = torch.float32, **_: Any) -> Model:
+def _load_hub(name: str, device: Any = None, dtype: torch.dtype = torch.float32, placement: Placement | None = None,
+              **_: Any) -> Model:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hub_name = _HUB_ALIASES.get(name, name)
     try:
-        hf = AutoModelForCausalLM.from_pretrained(hub_name, dtype=dtype).eval()
+        hf = AutoModelForCausalLM.from_pretrained(hub_name, dtype=dtype, **_pretrained_placement(placement)).eval()
         tok = AutoTokenizer.from_pretrained(hub_name)
     except OSError as exc:  # no network, no local cache, or no such repo
         msg = str(exc)
@@ -149,24 +171,27 @@ def _load_hub(name: str, device: Any = None, dtype: torch.dtype = torch.float32,
 
 
 def _tiny(size: str) -> Callable[..., Model]:
-    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, **_: Any) -> Model:
-        return make_gpt2(size, seed=seed, device=device, dtype=dtype)
+    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, placement: Placement | None = None,
+             **_: Any) -> Model:
+        return make_gpt2(size, seed=seed, device=device, dtype=dtype, placement=placement)
 
     return load
 
 
 def _family(family: str) -> Callable[..., Model]:
-    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, **_: Any) -> Model:
-        return make_tiny(family, seed=seed, device=device, dtype=dtype)
+    def load(device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, placement: Placement | None = None,
+             **_: Any) -> Model:
+        return make_tiny(family, seed=seed, device=device, dtype=dtype, placement=placement)
 
     return load
 
 
 def _shape(name: str) -> Callable[..., Model]:
     def load(
-        device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None, **_: Any
+        device: Any = None, dtype: torch.dtype = torch.float32, seed: int = 0, n_layers: int | None = None,
+        placement: Placement | None = None, **_: Any
     ) -> Model:
-        return make_shape(name, seed=seed, device=device, dtype=dtype, n_layers=n_layers)
+        return make_shape(name, seed=seed, device=device, dtype=dtype, n_layers=n_layers, placement=placement)
 
     return load
 
@@ -207,12 +232,20 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
             available, else CPU. Ignored for an already-built model.
         dtype: Parameter dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (or a
             ``torch.dtype``). Ignored for an already-built model.
-        **kwargs: Passed to the registered loader (e.g. ``seed`` for random models).
+        **kwargs: Passed to the registered loader (e.g. ``seed`` for random models), and the
+            placement of a model larger than one device (:mod:`tlcap.models.placement`):
+            ``n_devices=k`` splits the blocks over ``k`` GPUs (under ``torchrun``: this local
+            rank's ``k``), ``device_map=`` takes an HF device map (``"auto"``, ``"balanced"`` or a
+            dict; ``"disk"`` entries need ``offload_folder=``).
 
     Raises:
         UnknownModelError: The name is not registered, not a directory, not on the hub.
-        InvalidConfigError: An unknown ``dtype``, or a ``device`` that is not there.
+        InvalidConfigError: An unknown ``dtype``, or a ``device`` that is not there (or too few GPUs
+            for ``n_devices``).
         HubUnavailableError: A hub model is asked for without network or local copy.
+
+    Example:
+        >>> model = load_model("/models/Llama-2-70b-hf", device="cuda", dtype="bfloat16", n_devices=4)
     """
     if isinstance(model, Model):
         return model
@@ -222,7 +255,12 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
         raise UnknownModelError(
             f"Cannot make a tlcap model of {type(model).__name__}; pass a name, a path or a TransformerBridge."
         )
+    placement = Placement.of(kwargs)
     device, dtype = resolve_device(device), resolve_dtype(dtype)
+    if placement is not None and placement.n_devices:
+        gpu_ids(placement.n_devices)  # enough GPUs here, checked before anything loads
+    if placement is not None:
+        kwargs["placement"] = placement
     name = str(model)
     if name.lower() in REGISTRY:
         return REGISTRY[name.lower()](device=device, dtype=dtype, **kwargs)
@@ -231,9 +269,9 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
         if not (path / "config.json").exists():
             raise UnknownModelError(f"{path} is a directory but has no config.json; point at an HF model directory.")
         check_local_dir(path)
-        return _load_local_dir(path, device=device, dtype=dtype)
+        return _load_local_dir(path, device=device, dtype=dtype, placement=placement)
     if "/" in name or name in _KNOWN_HUB or name.startswith(("gpt2", "pythia", "EleutherAI")):
-        return _load_hub(name, device=device, dtype=dtype)
+        return _load_hub(name, device=device, dtype=dtype, placement=placement)
     raise UnknownModelError(
         f"Unknown model {name!r}. Use a registered name ({', '.join(sorted(REGISTRY))}), a local "
         "HF model directory, or a hub id such as 'gpt2' or 'EleutherAI/pythia-70m'."

@@ -121,7 +121,8 @@ def attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], widen
     def pre(l: int) -> Any:
         def fn(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             kw = dict(kwargs)
-            kw["attention_mask"] = masks[l]
+            x = args[0] if args and isinstance(args[0], Tensor) else kw.get("hidden_states")
+            kw["attention_mask"] = masks[l].to(x.device) if isinstance(x, Tensor) else masks[l]  # the layer's device
             if widen_from is not None and l >= widen_from:
                 for k in ("position_embeddings", "position_ids"):
                     if k in kw:
@@ -209,7 +210,8 @@ def continue_packed(model: Any, last: Int[Tensor, " g"], cache: Any, lengths: In
     if cache is not None:
         for i, layer in enumerate(cache.layers):
             if i >= expand_at and getattr(layer, "keys", None) is not None and layer.keys.numel() and n_p != g:
-                layer.keys, layer.values = layer.keys[ctx_d], layer.values[ctx_d]
+                idx = ctx_d.to(layer.keys.device)  # each layer's cache sits on that layer's device
+                layer.keys, layer.values = layer.keys[idx], layer.values[idx]
     built: dict[tuple[int, int | None], Tensor] = {}
     masks = []
     for l, w in enumerate(attention_windows(model.hf_model.config, model.n_layers)):

@@ -228,9 +228,9 @@ class RowsMixin:
         if e == 0:  # every layer has all rows
             toks, mask, pos = (x.repeat_interleave(cs, 0) for x in (toks, mask, pos))
         if past is not None:  # each context's keys/values repeated with its rows from layer e on
-            cs_d = cs.to(dev)
             for layer in past.layers[e:]:
                 if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    cs_d = cs.to(layer.keys.device)  # each layer's cache sits on that layer's device
                     layer.keys, layer.values = layer.keys.repeat_interleave(cs_d, 0), layer.values.repeat_interleave(cs_d, 0)
         fwd = list(hooks)
         if self._cut_name is not None and q > 1:  # unembed the last position only

@@ -19,6 +19,7 @@ import torch
 from tlcap.errors import UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
 from tlcap.models.paths import cache_dir
+from tlcap.models.placement import Placement, dispatch
 from tlcap.models.tiny import gpt2_tokenizer
 
 # The real configs (SmolLM2-135M-Instruct config.json; Llama-2-7b-hf config.json).
@@ -55,7 +56,7 @@ def shape_tokenizer() -> Any | None:
 
 
 def make_shape(name: str, seed: int = 0, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
-               n_layers: int | None = None) -> Model:
+               n_layers: int | None = None, placement: Placement | None = None) -> Model:
     """A random-weight Llama of a real model's shape (see :data:`SHAPES`).
 
     Args:
@@ -64,6 +65,8 @@ def make_shape(name: str, seed: int = 0, device: torch.device | str | None = Non
         device: Where the weights are created (default CPU).
         dtype: Parameter dtype.
         n_layers: Keep only this many layers (a cheaper slice of the same widths); default all.
+        placement: Dispatch the blocks over devices (:mod:`tlcap.models.placement`); the weights are
+            drawn on the CPU first (in ``dtype``), then moved.
 
     Returns:
         A :class:`Model` named ``<name>-random-seed<seed>``.
@@ -84,9 +87,12 @@ def make_shape(name: str, seed: int = 0, device: torch.device | str | None = Non
     if n_layers is not None:
         spec["num_hidden_layers"] = int(n_layers)
     cfg = LlamaConfig(**spec, rope_parameters={"rope_theta": rope_theta, "rope_type": "default"})
-    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dev = torch.device(device) if device is not None and placement is None else torch.device("cpu")
     torch.manual_seed(seed)
     with torch.device(dev):
         hf = LlamaForCausalLM._from_config(cfg, dtype=dtype).eval()
-    bridge = transformer_bridge_class().boot_transformers(boot_name, hf_model=hf, tokenizer=tok, device=dev, dtype=dtype)
+    if placement is not None:
+        hf = dispatch(hf, placement, dtype)
+    bridge = transformer_bridge_class().boot_transformers(boot_name, hf_model=hf, tokenizer=tok,
+                                                          device=None if placement is not None else dev, dtype=dtype)
     return Model(bridge, tok, name=f"{name}-random-seed{seed}")

@@ -11,6 +11,7 @@ import torch
 from tlcap.errors import UnknownModelError
 from tlcap.models.adapter import Model, transformer_bridge_class
 from tlcap.models.paths import cache_dir
+from tlcap.models.placement import Placement, dispatch
 
 GPT2_SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(n_layer=2, n_embd=64, n_head=4, n_inner=256, n_positions=128),
@@ -49,7 +50,8 @@ def gpt2_tokenizer() -> Any | None:
 
 
 def make_gpt2(
-    size: str = "tiny", seed: int = 0, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32
+    size: str = "tiny", seed: int = 0, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+    placement: Placement | None = None,
 ) -> Model:
     """A GPT-2-architecture HF model with random weights, booted through TransformerBridge.
 
@@ -59,6 +61,7 @@ def make_gpt2(
         seed: Seed of the random initialisation (same seed, same weights).
         device: Torch device.
         dtype: Parameter dtype (weights are drawn in float32, then cast: same seed, same values).
+        placement: Dispatch the blocks over devices (:mod:`tlcap.models.placement`) instead of ``device``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -69,7 +72,9 @@ def make_gpt2(
     tok = gpt2_tokenizer()
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=50257, **GPT2_SHAPES[size])
-    hf = GPT2LMHeadModel(cfg).eval().to(device=device, dtype=dtype)  # the bridge keeps a given model's device
+    hf = GPT2LMHeadModel(cfg).eval()
+    hf = dispatch(hf.to(dtype=dtype), placement, dtype) if placement is not None else hf.to(device=device, dtype=dtype)
+    device = None if placement is not None else device  # the bridge keeps a given model's device
     bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device=device, dtype=dtype)
     return Model(bridge, tok, name=f"gpt2-{size}-random-seed{seed}")
 
@@ -84,10 +89,12 @@ def make_llama(
     vocab: int = 49152,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    placement: Placement | None = None,
 ) -> Model:
     """A tiny random Llama (grouped-query attention) using the SmolLM2 tokenizer when cached.
 
     Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
+    With ``placement`` its blocks are dispatched over devices (:mod:`tlcap.models.placement`).
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -113,7 +120,9 @@ def make_llama(
         max_position_embeddings=256,
         tie_word_embeddings=True,
     )
-    hf = LlamaForCausalLM(cfg).eval().to(device=device, dtype=dtype)
+    hf = LlamaForCausalLM(cfg).eval()
+    hf = dispatch(hf.to(dtype=dtype), placement, dtype) if placement is not None else hf.to(device=device, dtype=dtype)
+    device = None if placement is not None else device  # a dispatched model stays where the map put it
     bridge = TransformerBridge.boot_transformers(
         "HuggingFaceTB/SmolLM2-135M-Instruct", hf_model=hf, tokenizer=tok, device=device, dtype=dtype
     )

@@ -117,6 +117,19 @@ class TokensMixin:
             )
         return ids
 
+    def token_counts(self, texts: Sequence[str], prepend_bos: bool | None = None) -> list[int]:
+        """``[len(encode(t, prepend_bos, check_length=False)) for t in texts]`` in one tokenizer call.
+
+        Args:
+            texts: The texts.
+            prepend_bos: Count a BOS token first (default the model's setting).
+        """
+        if not texts:
+            return []
+        bos = self.prepend_bos if prepend_bos is None else prepend_bos
+        ids = self._need_tokenizer()(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(x) + int(bool(bos)) for x in ids]
+
     def to_tokens(self, text: str, prepend_bos: bool | None = None) -> Int[Tensor, "1 pos"]:
         """Tokenize one prompt to a ``[1, pos]`` tensor, checking the context length."""
         ids = self.encode(text, prepend_bos=prepend_bos)

@@ -2,6 +2,8 @@
 
 :class:`tlcap.models.Model` mixes :class:`WeightsMixin` in. The HF module names of every
 supported architecture live in the layout tables here (and in :mod:`tlcap.models.params`).
+On a model dispatched over devices, a handle of an offloaded module holds the values accelerate
+keeps for it (:func:`tlcap.models.placement.resident`), so edits through it reach every forward.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tlcap.errors import UnsupportedModelError
+from tlcap.models.placement import is_offloaded, layer_devices, resident
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,13 @@ class WeightSlice:
         neuron_dim: The axis of ``param`` that runs over the ``d_mlp`` neurons.
         role: ``"out"`` (down projection, neuron -> residual), ``"in"``/``"gate"``
             (residual -> neuron) or ``"bias"``.
+        offloaded: The module is offloaded (:mod:`tlcap.models.placement`): edits work, training does not.
     """
 
     param: torch.nn.Parameter
     neuron_dim: int
     role: str
+    offloaded: bool = False
 
     def neuron_view(self) -> Tensor:
         """The parameter with the neuron axis first (a view: writes go through)."""
@@ -105,6 +110,8 @@ class WeightsMixin:
     backend: Any
     hf_model: Any
     architecture: str
+    cfg: Any
+    device: torch.device
 
     def _hf_mlp(self, layer: int) -> tuple[Any, dict[str, Any]]:
         layout = _HF_MLP_LAYOUT.get(self.architecture)
@@ -122,7 +129,8 @@ class WeightsMixin:
             return WeightSlice(self.backend.blocks[layer].mlp.W_out, 0, "out")
         mlp, layout = self._hf_mlp(layer)
         name, dim = layout["out"]
-        return WeightSlice(getattr(mlp, name).weight, dim, "out")
+        mod = getattr(mlp, name)
+        return WeightSlice(resident(mod, "weight"), dim, "out", is_offloaded(mod))
 
     def mlp_in_weights(self, layer: int) -> list[WeightSlice]:
         """The weights that read the residual into ``layer``'s neurons (in, gate, biases)."""
@@ -135,11 +143,12 @@ class WeightsMixin:
         mlp, layout = self._hf_mlp(layer)
         out = []
         for name, dim in layout["in"]:
-            out.append(WeightSlice(getattr(mlp, name).weight, dim, "gate" if "gate" in name else "in"))
+            mod = getattr(mlp, name)
+            out.append(WeightSlice(resident(mod, "weight"), dim, "gate" if "gate" in name else "in", is_offloaded(mod)))
         for name, dim in layout["bias"]:
-            bias = getattr(mlp, name).bias
-            if bias is not None:
-                out.append(WeightSlice(bias, dim, "bias"))
+            mod = getattr(mlp, name)
+            if mod.bias is not None:
+                out.append(WeightSlice(resident(mod, "bias"), dim, "bias", is_offloaded(mod)))
         return out
 
     def mlp_down_matrix(self, layer: int) -> Float[Tensor, "d_model d_mlp"]:
@@ -152,15 +161,25 @@ class WeightsMixin:
     def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
         """Token embedding matrix."""
         if self.hf_model is not None:
-            return self.hf_model.get_input_embeddings().weight
+            return resident(self.hf_model.get_input_embeddings(), "weight")
         return self.backend.W_E
 
     @property
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
         """Unembedding matrix (``d_model x d_vocab``)."""
         if self.hf_model is not None:
-            return self.hf_model.get_output_embeddings().weight.T
+            return resident(self.hf_model.get_output_embeddings(), "weight").T
         return self.backend.W_U
+
+    @property
+    def layer_devices(self) -> list[torch.device]:
+        """The device each layer runs on (:mod:`tlcap.models.placement`; one device unless the model is split)."""
+        if self.hf_model is None:
+            return [next(b.parameters()).device for b in self.backend.blocks]
+        layout = _HF_MLP_LAYOUT.get(self.architecture)
+        if layout is None or not getattr(self.hf_model, "hf_device_map", None):
+            return [self.device] * int(self.cfg.n_layers)
+        return layer_devices(self, getattr_path(self.hf_model, layout["layers"]))
 
 
 __all__ = ["WeightSlice", "WeightsMixin", "getattr_path"]

@@ -30,10 +30,11 @@ from typing import Any
 from tlcap.attribution.dataset import DatasetScores, score_dataset
 from tlcap.config import Config, check_int, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
+from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
 from tlcap.intervene.weights import erase_neurons
 from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
-from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, train
+from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, n_tokens, train
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.reproduce.suite_stages import suite_stages
@@ -114,13 +115,14 @@ def _locate_work(ctx: StageContext) -> Workload:
     cfg: LocateConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    rows, toks, longest = 0.0, 0.0, 0
+    rows, toks, longest, evals = 0.0, 0.0, 0, 0
     for s in ctx.inputs():
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
         rows += len(t) * (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
-    return ig_rows(shape, rows, ctx=longest) + forward(shape, toks, longest / 2, longest)
+        evals += len(t)  # one IG evaluation per answer token (its clean run is part of it)
+    return ig_rows(shape, rows, ctx=longest, evals=evals) + forward(shape, toks, longest / 2, longest)
 
 
 def location(ctx: StageContext, dataset: str) -> CNLLocation:
@@ -136,15 +138,16 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     """The cost of one :func:`task_accuracy` pass over ``samples``, ``times`` times."""
     shape = ModelShape.of(model)
     t = get_task(task)
-    lens = [len(model.encode(s.prompt)) for s in samples]
+    lens = [n_tokens(model, s.prompt) for s in samples]
     longest = max(lens, default=0)
+    n = len(samples)  # one forward call per sample
     if t.kind == "number":
-        w = forward(shape, sum(lens), longest / 2, longest) + generate(shape, len(samples) * t.max_new_tokens,
-                                                                       longest + t.max_new_tokens / 2)
+        w = forward(shape, sum(lens), longest / 2, longest, n) + generate(shape, n * t.max_new_tokens,
+                                                                          longest + t.max_new_tokens / 2)
     elif t.kind == "code":
-        w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS)
+        w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS, n)
     else:
-        w = forward(shape, sum(lens), longest / 2, longest)
+        w = forward(shape, sum(lens), longest / 2, longest, n)
     return w.scaled(times)
 
 
@@ -194,7 +197,8 @@ def _enhance_work(ctx: StageContext) -> Workload:
         toks += len(p) + len(t)
         longest = max(longest, len(p) + len(t))
     modes = 3
-    steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest)
+    steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest,
+                  len(train_s) * max(cfg.epochs) * modes)
     return steps + eval_work(m, cfg.dataset, test_s, 1 + modes * len(cfg.epochs))
 
 
@@ -248,25 +252,39 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
     return stages
 
 
+def _load(ctx: StageContext, dataset: str, data_dir: str | None, split: str, n: int | None, seed: int) -> list:
+    """``load_task``; when only planning, a dataset larger than what is here (offline: the bundled subset) is
+    estimated by cycling the samples that are here up to ``n`` (noted in the plan)."""
+    try:
+        return load_task(dataset, data_dir, split, n, seed)
+    except DatasetUnavailableError:
+        if not ctx.runner.plan_only or n is None:
+            raise
+        have = load_task(dataset, data_dir, split, None, seed)
+        note = f"{dataset} {split}: {n} samples estimated from the {len(have)} here"
+        ctx.runner.plan_notes[ctx.stage.name] = "; ".join(filter(None, [ctx.runner.plan_notes.get(ctx.stage.name), note]))
+        return [have[i % len(have)] for i in range(n)]
+
+
 def _train_data(ctx: StageContext) -> list:
     cfg: LocateConfig = ctx.config
-    return load_task(cfg.dataset, cfg.data_dir, cfg.split, cfg.n, cfg.seed)
+    return _load(ctx, cfg.dataset, cfg.data_dir, cfg.split, cfg.n, cfg.seed)
 
 
 def _test_data(ctx: StageContext) -> list:
     cfg: EvalConfig = ctx.config
-    return load_task(cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed)
+    return _load(ctx, cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed)
 
 
 def _train_test_data(ctx: StageContext) -> tuple[list, list]:
     cfg: EvalConfig = ctx.config
-    return (load_task(cfg.dataset, cfg.data_dir, "train", cfg.n_train, cfg.seed),
-            load_task(cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed))
+    return (_load(ctx, cfg.dataset, cfg.data_dir, "train", cfg.n_train, cfg.seed),
+            _load(ctx, cfg.dataset, cfg.data_dir, "test", cfg.n_eval, cfg.seed))
 
 
 def _cross_data(ctx: StageContext) -> dict[str, list]:
     cfg: EvalConfig = ctx.config
-    return {ds: load_task(ds, cfg.data_dir, "test", cfg.n_eval, cfg.seed) for ds in cfg.datasets}
+    return {ds: _load(ctx, ds, cfg.data_dir, "test", cfg.n_eval, cfg.seed) for ds in cfg.datasets}
 
 
 __all__ = ["LocateConfig", "EvalConfig", "cnl_stages", "eval_work", "location"]

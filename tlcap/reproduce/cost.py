@@ -16,15 +16,27 @@ unit            what                                             FLOPs per unit
 ==============  ===============================================  ==============================================
 
 ``N_block`` is the parameter count of the transformer blocks (attention + MLP; embeddings and
-norms excluded). Seconds = Σ_unit FLOPs × *seconds per FLOP of that unit* on this machine,
-which :func:`calibrate` measures with a short probe (a few IG rows, a forward, a short
-generation and a fine-tuning step on the actual model). The seconds per FLOP differ per unit
-(a batch of IG rows runs at another efficiency than a 1-token generation step), so each unit
-has its own.
+norms excluded). Seconds = Σ_unit (FLOPs × *seconds per FLOP of that unit* + passes × *seconds
+per pass of that unit*) on this machine, which :func:`calibrate` measures with a short probe (IG
+rows, a forward, a short generation and a fine-tuning step on the actual model). The seconds per
+FLOP differ per unit (a batch of IG rows runs at another efficiency than a 1-token generation
+step), so each unit has its own. A *pass* is what a unit's caller runs once however small it is
+(an IG evaluation of one answer token: the prefix, the clean run and its batched passes; one
+forward call over a sequence; one fine-tuning step): on a GPU, a small model's pass is bound by
+kernel launches, not FLOPs (SmolLM2-135M: ~0.05 % of the bf16 matmul peak), so the probe on an
+accelerator times each unit at two sizes and splits its time into a per-pass and a per-FLOP
+part. On a CPU the per-pass part is 0 (one size; the FLOPs dominate).
 
-**Memory.** Peak = the process's resident memory with the model loaded (measured by the
-probe) + the largest working set of the stage (:attr:`Workload.extra_bytes`: IG batches,
-logits of a sequence, gradients and Adam moments of the parameters being fine-tuned).
+**Memory.** Peak = the memory with the model loaded (measured by the probe: the process's
+resident set on a CPU, CUDA's allocated bytes on a GPU) + the largest working set of the stage
+(:attr:`Workload.extra_bytes`: IG batches, logits of a sequence, gradients and Adam moments of the
+parameters being fine-tuned) × the probe's measured / modelled ratio of an IG batch.
+
+**Replaying a probe.** :func:`save_calibrations` writes probes to a JSON file
+(``{"format": "tlcap-calibration/1", "calibrations": [...]}``, one per model shape and dtype);
+:func:`load_calibration` picks the one of a model's shape and dtype, so a machine without the
+GPU prints that GPU's plan (``tlcap reproduce ... --dry-run --calibration FILE``, the model
+loaded on the ``meta`` device: shapes and tokenizer only).
 
 Example:
     >>> cal = calibrate(model)                           # ~10–30 s on a 2-core CPU for SmolLM2
@@ -35,14 +47,18 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import InvalidConfigError, MissingFileError
 
 UNITS = ("ig_row", "fwd_token", "gen_token", "train_token")
+FORMAT = "tlcap-calibration/1"
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
 
@@ -59,6 +75,10 @@ class ModelShape:
         n_block_params: Parameters of the transformer blocks (attention + MLP weights).
         n_mlp_params: Parameters of the MLPs (the neurons' in/out weights).
     """
+
+    def dims(self) -> dict[str, int]:
+        """``{n_layers, d_model, d_mlp, d_vocab}``: what a calibration file matches a model by."""
+        return {"n_layers": self.n_layers, "d_model": self.d_model, "d_mlp": self.d_mlp, "d_vocab": self.d_vocab}
 
     n_layers: int
     d_model: int
@@ -118,20 +138,22 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Workload:
-    """FLOPs per unit kind and the peak working memory of a stage.
+    """FLOPs and passes per unit kind and the peak working memory of a stage.
 
     Attributes:
         flops: ``{unit: FLOPs}`` (units of :data:`UNITS`).
         units: ``{unit: count}`` (rows, tokens) for the plan table.
         extra_bytes: Largest working memory above the loaded model.
+        passes: ``{unit: passes}`` (module docstring: IG evaluations, forward calls, fine-tuning steps).
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
     units: Mapping[str, float] = field(default_factory=dict)
     extra_bytes: int = 0
+    passes: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted((set(self.flops) | set(self.units)) - set(UNITS))
+        unknown = sorted((set(self.flops) | set(self.units) | set(self.passes)) - set(UNITS))
         if unknown:
             raise InvalidConfigError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
 
@@ -140,51 +162,59 @@ class Workload:
         return cls(dict(flops), {}, extra_bytes)
 
     def __add__(self, other: Workload) -> Workload:
-        f = {k: self.flops.get(k, 0.0) + other.flops.get(k, 0.0) for k in set(self.flops) | set(other.flops)}
-        u = {k: self.units.get(k, 0.0) + other.units.get(k, 0.0) for k in set(self.units) | set(other.units)}
-        return Workload(f, u, max(self.extra_bytes, other.extra_bytes))
+        def add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+            return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
+
+        return Workload(add(self.flops, other.flops), add(self.units, other.units),
+                        max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes))
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged)."""
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
-                        self.extra_bytes)
+                        self.extra_bytes, {k: v * times for k, v in self.passes.items()})
 
 
-def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0) -> Workload:
-    """``rows`` IG rows (plus the clean forward of the context they share)."""
+def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0, evals: float = 0.0) -> Workload:
+    """``rows`` IG rows (plus the clean forward of the context they share) in ``evals`` IG evaluations (passes)."""
     return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows},
-                    min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)))
+                    min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)), {"ig_row": evals})
 
 
-def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0) -> Workload:
-    """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``."""
+def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0) -> Workload:
+    """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``, in ``calls`` calls."""
     return Workload({"fwd_token": tokens * shape.fwd_token_flops(ctx)}, {"fwd_token": tokens},
-                    shape.sequence_bytes(longest))
+                    shape.sequence_bytes(longest), {"fwd_token": calls})
 
 
 def generate(shape: ModelShape, tokens: float, ctx: float = 0.0) -> Workload:
-    """``tokens`` greedily generated tokens at mean context ``ctx``."""
+    """``tokens`` greedily generated tokens at mean context ``ctx`` (each token is its own pass: FLOPs only)."""
     return Workload({"gen_token": tokens * shape.fwd_token_flops(ctx)}, {"gen_token": tokens}, shape.sequence_bytes(int(ctx)))
 
 
-def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0) -> Workload:
-    """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters."""
+def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0,
+          steps: float = 0.0) -> Workload:
+    """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters, in ``steps`` forward + backward passes."""
     return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens},
-                    shape.train_bytes(trainable, longest))
+                    shape.train_bytes(trainable, longest), {"train_token": steps})
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Seconds per FLOP of each unit kind on this machine, and the memory with the model loaded.
+    """Seconds per FLOP and per pass of each unit kind on this machine, and the memory with the model loaded.
 
     Attributes:
         seconds_per_flop: ``{unit: s/FLOP}`` measured by the probe.
-        base_bytes: Resident memory with the model loaded.
+        base_bytes: Memory with the model loaded (resident set on a CPU, CUDA allocated bytes on a GPU).
         memory_scale: Measured / modelled working memory of an IG batch (1.0 if not measured).
-        probe: ``{unit: {"units": n, "flops": F, "seconds": s}}`` of the probe runs.
-        device: Where the probe ran (``"cpu (2 threads)"``).
+        probe: ``{unit: {"units": n, "flops": F, "seconds": s, ...}}`` of the probe runs.
+        device: Where the probe ran (``"cpu (2 threads)"``, ``"cuda (NVIDIA H100 80GB HBM3)"``).
         load: The machine's 1-minute load average at the probe (other processes slow a shared machine).
         seconds: Wall time of the probe.
+        seconds_per_pass: ``{unit: s/pass}`` (0 or absent: FLOPs only, as on a CPU).
+        model: The probed model's name.
+        shape: Its :meth:`ModelShape.dims` (what :func:`load_calibration` matches).
+        dtype: Its parameter dtype (``"bfloat16"``).
+        meta: Free-form provenance (date, torch version, peak memory of each probe).
     """
 
     seconds_per_flop: Mapping[str, float]
@@ -194,16 +224,87 @@ class Calibration:
     device: str = ""
     load: float | None = None
     seconds: float = 0.0
+    seconds_per_pass: Mapping[str, float] = field(default_factory=dict)
+    model: str = ""
+    shape: Mapping[str, int] = field(default_factory=dict)
+    dtype: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seconds_per_flop": dict(self.seconds_per_flop), "base_bytes": self.base_bytes,
-                "memory_scale": self.memory_scale, "probe": dict(self.probe), "device": self.device, "load": self.load,
-                "seconds": self.seconds}
+        return {"seconds_per_flop": dict(self.seconds_per_flop), "seconds_per_pass": dict(self.seconds_per_pass),
+                "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
+                "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
+                "shape": dict(self.shape), "dtype": self.dtype, "meta": dict(self.meta)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
         return cls(dict(d["seconds_per_flop"]), int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
-                   dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)))
+                   dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
+                   dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
+                   str(d.get("dtype", "")), dict(d.get("meta", {})))
+
+    def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
+        """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
+        vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine)."""
+        mine, want = dict(self.shape), shape.dims()
+        if not vocab:
+            mine.pop("d_vocab", None)
+            want.pop("d_vocab")
+        return mine == want and (dtype is None or not self.dtype or self.dtype == dtype)
+
+
+def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
+    """Write probes to ``path`` (module docstring's format; a probe of the same shape and dtype already in the
+    file is replaced, others kept). Returns the path."""
+    path = Path(path)
+    kept: list[Calibration] = []
+    if path.exists():
+        kept = [c for c in read_calibrations(path)
+                if not any(dict(c.shape) == dict(n.shape) and c.dtype == n.dtype and c.device == n.device for n in cals)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "calibrations": [c.to_dict() for c in [*kept, *cals]]}, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read_calibrations(path: str | Path) -> list[Calibration]:
+    """Every probe in a calibration file (a file of :func:`save_calibrations`, or one ``Calibration.to_dict``).
+
+    Raises:
+        MissingFileError: no such file.
+        InvalidConfigError: not a calibration file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"--calibration {path}: no such file; write one with `tlcap reproduce ... --dry-run "
+                               "--device cuda --save-calibration FILE` on the GPU")
+    try:
+        d = json.loads(path.read_text())
+        items = d["calibrations"] if isinstance(d, dict) and "calibrations" in d else [d]
+        return [Calibration.from_dict(x) for x in items]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidConfigError(f"--calibration {path} is not a tlcap calibration file ({type(exc).__name__}: {exc})") \
+            from None
+
+
+def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = None) -> Calibration:
+    """The probe in ``path`` taken on a model of ``shape`` (and ``dtype``; the last one when several match).
+
+    A probe of the same layers and widths but another vocabulary size (the random-weight shapes take
+    the vocabulary of the tokenizer on the machine) is used when none matches exactly: its seconds
+    per FLOP transfer, and the plan counts the unembedding with this model's vocabulary.
+
+    Raises:
+        InvalidConfigError: no probe of that shape (the message lists the file's shapes).
+    """
+    cals = read_calibrations(path)
+    hits = [c for c in cals if c.matches(shape, dtype)] or [c for c in cals if c.matches(shape, dtype, vocab=False)]
+    if not hits:
+        have = "; ".join(f"{c.model or '?'} {c.dtype or '?'} {dict(c.shape)} on {c.device}" for c in cals) or "none"
+        raise InvalidConfigError(f"--calibration {path} has no probe of a model shaped {shape.dims()}"
+                                 f"{' in ' + dtype if dtype else ''} (it has: {have}); probe this model on the GPU")
+    return hits[-1]
 
 
 @dataclass(frozen=True)
@@ -216,20 +317,62 @@ class Prediction:
 
 
 def predict(work: Workload, cal: Calibration) -> Prediction:
-    """Seconds = Σ FLOPs(unit) × s/FLOP(unit); peak = base + memory_scale × working memory.
+    """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + memory_scale × working memory.
 
     Raises:
-        ValueError: the workload uses a unit the calibration did not measure.
+        InvalidConfigError: the workload uses a unit the calibration did not measure.
     """
     by_unit: dict[str, float] = {}
-    for unit, fl in work.flops.items():
-        if fl == 0:
+    for unit in set(work.flops) | set(work.passes):
+        fl, n = work.flops.get(unit, 0.0), work.passes.get(unit, 0.0)
+        if fl == 0 and n == 0:
             continue
         if unit not in cal.seconds_per_flop:
             raise InvalidConfigError(f"the calibration has no measurement for {unit!r}; re-run the probe")
-        by_unit[unit] = fl * cal.seconds_per_flop[unit]
+        by_unit[unit] = fl * cal.seconds_per_flop[unit] + n * cal.seconds_per_pass.get(unit, 0.0)
     peak = cal.base_bytes + int(math.ceil(cal.memory_scale * work.extra_bytes))
     return Prediction(sum(by_unit.values()), peak, by_unit)
+
+
+def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:
+    """The fewest items whose predicted seconds make up at least ``share`` of the total, largest first,
+    as ``(name, share of the total)``."""
+    total = sum(v for v in seconds.values() if v > 0)
+    out: list[tuple[str, float]] = []
+    acc = 0.0
+    for name, v in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        if total <= 0 or acc >= share * total or v <= 0:
+            break
+        out.append((name, v / total))
+        acc += v
+    return out
+
+
+_TOKENS: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool | None], int]] = weakref.WeakKeyDictionary()
+
+
+def n_tokens(model: Any, text: str, bos: bool | None = None) -> int:
+    """``len(model.encode(text))`` (``prepend_bos=bos`` when given), remembered per model: a full-scale plan
+    counts the same queries in several stages."""
+    memo = _TOKENS.setdefault(model, {})
+    key = (text, bos)
+    if key not in memo:
+        kw: dict[str, Any] = {"check_length": False} if bos is None else {"prepend_bos": bos, "check_length": False}
+        memo[key] = len(model.encode(text, **kw))
+    return memo[key]
+
+
+def prefill_tokens(model: Any, texts: Sequence[str], bos: bool | None = None) -> None:
+    """Count the tokens of every text :func:`n_tokens` has not seen, in one tokenizer call per 4096 texts."""
+    memo = _TOKENS.setdefault(model, {})
+    todo = list(dict.fromkeys(t for t in texts if (t, bos) not in memo))
+    counts = getattr(model, "token_counts", None)
+    if counts is None:
+        return
+    for i in range(0, len(todo), 4096):
+        chunk = todo[i:i + 4096]
+        for t, n in zip(chunk, counts(chunk, bos)):
+            memo[(t, bos)] = int(n)
 
 
 def fmt_seconds(s: float) -> str:
@@ -251,4 +394,5 @@ def fmt_bytes(b: float) -> str:
 
 
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
-           "fmt_seconds", "fmt_bytes", "UNITS"]
+           "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
+           "dominant", "n_tokens", "prefill_tokens"]

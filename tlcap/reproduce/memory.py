@@ -1,9 +1,11 @@
-"""Peak memory of a stage: the process's resident set (and CUDA's allocator peak when on a GPU).
+"""Peak memory of a stage: the process's resident set, or CUDA's allocator peak when the model is on a GPU.
 
 On Linux the kernel's high-water mark ``VmHWM`` (``/proc/self/status``) is reset per stage by
 writing ``5`` to ``/proc/self/clear_refs``, so each stage gets its own peak. Elsewhere the peak
 falls back to ``resource.getrusage``'s ``ru_maxrss``, the process's peak so far (labelled
-``"process"``, not per stage).
+``"process"``, not per stage). Reset with a CUDA device, the peak is
+``torch.cuda.max_memory_allocated`` of that device since the reset (scope ``"cuda"``): the memory
+that decides whether a stage fits the card.
 
 Example:
     >>> meter = PeakMemory()
@@ -46,12 +48,20 @@ def rss_bytes() -> int:
 
 
 class PeakMemory:
-    """Per-stage peak memory (module docstring). ``scope`` is ``"stage"`` or ``"process"``."""
+    """Per-stage peak memory (module docstring). ``scope`` is ``"stage"``, ``"process"`` or ``"cuda"``."""
 
     def __init__(self) -> None:
         self.scope = "stage"
+        self.device: torch.device | None = None
 
-    def reset(self) -> None:
+    def reset(self, device: torch.device | str | None = None) -> None:
+        """Start a new peak; with a CUDA ``device`` the peak is that device's allocator peak."""
+        self.device = torch.device(device) if device is not None else None
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        if self.scope == "cuda":
+            self.scope = "stage"
         try:
             _CLEAR.write_text("5")
         except OSError:
@@ -60,7 +70,10 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
 
     def peak_bytes(self) -> int:
-        """Peak resident bytes since :meth:`reset` (since the process started, for ``"process"``)."""
+        """Peak bytes since :meth:`reset`: resident (since the process started, for ``"process"``) or CUDA's."""
+        if self.device is not None and self.device.type == "cuda":
+            self.scope = "cuda"
+            return int(torch.cuda.max_memory_allocated(self.device))
         hwm = _hwm_bytes() if self.scope == "stage" else None
         if hwm is not None:
             return hwm

@@ -38,7 +38,7 @@ from tlcap.experiments.ql import (
     query_kn_mapping,
     synapse_experiment,
 )
-from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows
+from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.results import Result, frame
@@ -169,8 +169,9 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
 def _facts_work(ctx: StageContext) -> Workload:
     cfg: FactsConfig = ctx.config
     facts = _candidate_facts(ctx, cfg.n_facts)
-    toks = sum(len(ctx.model.encode(q)) for f in facts for q in f.queries) * (3 if cfg.known_top_k else 1)
-    return forward(ModelShape.of(ctx.model), toks, 8, 32)
+    prefill_tokens(ctx.model, [q for f in facts for q in f.queries])
+    toks = sum(n_tokens(ctx.model, q) for f in facts for q in f.queries) * (3 if cfg.known_top_k else 1)
+    return forward(ModelShape.of(ctx.model), toks, 8, 32, sum(len(f.queries) for f in facts))
 
 
 def facts_of(ctx: StageContext) -> list[Fact]:
@@ -202,15 +203,19 @@ def _localize_work(ctx: StageContext) -> Workload:
     cfg: LocalizeConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    rows, toks = 0.0, 0.0
-    for f in _candidate_facts(ctx, cfg.n_facts):
+    rows, toks, evals, calls = 0.0, 0.0, 0.0, 0.0
+    facts = _candidate_facts(ctx, cfg.n_facts)
+    prefill_tokens(m, [q for f in facts for q in f.queries])
+    for f in facts:
         for q in f.queries:
-            n = len(m.encode(q))
+            n = n_tokens(m, q)
             per = (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
             # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
             rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
             toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
-    return ig_rows(shape, rows, ctx=16) + forward(shape, toks, 8, 32)
+            evals += 1 if cfg.method == "ig" else n
+            calls += 1 if cfg.method == "ig" else 2
+    return ig_rows(shape, rows, ctx=16, evals=evals) + forward(shape, toks, 8, 32, calls)
 
 
 def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
@@ -252,7 +257,8 @@ def _analysis_work(ctx: StageContext) -> Workload:
     m = ctx.model
     shape = ModelShape.of(m)
     facts = _candidate_facts(ctx, None)
-    q_tok = sum(len(m.encode(q)) for f in facts for q in f.queries)
+    prefill_tokens(m, [q for f in facts for q in f.queries])
+    q_tok = sum(n_tokens(m, q) for f in facts for q in f.queries)
     n_q = sum(len(f.queries) for f in facts)
     if cfg.analysis in ("table2", "table3"):
         sets = 2 if cfg.analysis == "table2" else 1
@@ -260,11 +266,12 @@ def _analysis_work(ctx: StageContext) -> Workload:
         edits = edited * 2 * sets
         per_q = q_tok / max(n_q, 1)
         per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
+        calls = edits * (4 + PPL_TEXTS + N_LOCALITY) + edited * PPL_TEXTS + n_q * 2
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
-        return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS)
+        return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
     if cfg.analysis == "fig4":
-        return forward(shape, q_tok * (1 + 4 * 2), 8, 32)
-    return forward(shape, q_tok * 8, 8, 32)
+        return forward(shape, q_tok * (1 + 4 * 2), 8, 32, n_q * (1 + 4 * 2))
+    return forward(shape, q_tok * 8, 8, 32, n_q * 8)
 
 
 # ------------------------------------------------------------------ the stage list

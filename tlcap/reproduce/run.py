@@ -30,7 +30,17 @@ import torch
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
-from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
+from tlcap.reproduce.cost import (
+    Calibration,
+    ModelShape,
+    Prediction,
+    dominant,
+    fmt_bytes,
+    fmt_seconds,
+    load_calibration,
+    predict,
+    save_calibrations,
+)
 from tlcap.reproduce.items import DEFAULT_REFERENCE
 from tlcap.reproduce.parallel import makespan, run_parallel, threads_per_job, worker_spec
 from tlcap.reproduce.probe import calibrate
@@ -42,6 +52,7 @@ from tlcap.reproduce.report_ql import ql_report
 from tlcap.reproduce.scales import ScaleConfig, get_scale
 from tlcap.reproduce.stages import Runner, Stage, StageRecord
 from tlcap.results import Result
+from tlcap.runtime.device import dtype_name
 
 PAPERS = ("cnl", "ql")
 REFERENCE = DEFAULT_REFERENCE
@@ -68,16 +79,34 @@ def build_stages(papers: Sequence[str], scale: ScaleConfig, *, seed: int = 0, da
     return out
 
 
-def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: bool = False) -> Calibration:
-    """The probe's calibration for this model and machine, measured once and kept in ``cache_dir``."""
-    tag = json.dumps({"model": model_id, "device": str(getattr(model, "device", "cpu")),
-                      "threads": torch.get_num_threads(), "cpus": os.cpu_count()}, sort_keys=True)
+def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: bool = False,
+                       calibration: str | Path | None = None, save_to: str | Path | None = None) -> Calibration:
+    """The probe's calibration for this model and machine, measured once and kept in ``cache_dir``.
+
+    Args:
+        model: The loaded model (on the ``meta`` device only with ``calibration``).
+        cache_dir: Where the probe is cached (per model, device, dtype, threads).
+        model_id: The model's identity (part of the cache key).
+        reprobe: Measure again even when cached.
+        calibration: A calibration file (:func:`tlcap.reproduce.cost.save_calibrations`) to replay instead of
+            probing: the probe in it of this model's shape and dtype.
+        save_to: Also write the probe into this calibration file (kept with the file's other probes).
+    """
+    if calibration is not None:
+        return load_calibration(calibration, ModelShape.of(model), dtype_name(model.dtype))
+    dev = torch.device(getattr(model, "device", "cpu"))
+    tag = json.dumps({"model": model_id, "device": str(dev), "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                      **({"gpu": torch.cuda.get_device_name(dev), "dtype": str(model.dtype)} if dev.type == "cuda" else {})},
+                     sort_keys=True)
     path = cache_dir / f"calibration-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.json"
     if path.exists() and not reprobe:
-        return Calibration.from_dict(json.loads(path.read_text()))
-    cal = calibrate(model)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cal.to_dict(), indent=1))
+        cal = Calibration.from_dict(json.loads(path.read_text()))
+    else:
+        cal = calibrate(model)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cal.to_dict(), indent=1))
+    if save_to is not None:
+        save_calibrations(save_to, [cal])
     return cal
 
 
@@ -108,9 +137,15 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
         if p is not None:
             total += p.seconds
             peak = max(peak, p.peak_bytes)
+        note = runner.plan_notes.get(s.name)
         lines.append(f"{s.name:<22} {status:<9} {fmt_seconds(p.seconds) if p else '–':>10} "
-                     f"{fmt_bytes(p.peak_bytes) if p else '–':>9}  {s.pending or s.description}")
+                     f"{fmt_bytes(p.peak_bytes) if p else '–':>9}  {s.pending or s.description}"
+                     + (f" [{note}]" if note else ""))
     lines.append(f"{'total':<22} {'':<9} {fmt_seconds(total):>10} {fmt_bytes(peak):>9}")
+    top = dominant({n: p.seconds for n, p in pred.items() if p is not None})
+    if top:
+        lines.append(f"{'dominant':<22} {'':<9} " + ", ".join(f"{n} {share:.0%}" for n, share in top)
+                     + f" ({sum(x for _, x in top):.0%} of the predicted time)")
     if jobs > 1:
         wall = makespan(plan, {n: p.seconds if p else None for n, p in pred.items()}, jobs)
         lines.append(f"{'wall, ' + str(jobs) + ' jobs':<22} {'':<9} {fmt_seconds(wall):>10} {fmt_bytes(peak * jobs):>9}"
@@ -188,7 +223,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
               seed: int = 0, data_dir: str | None = None, only: Sequence[str] | None = None, n_boot: int | None = None,
               cache_dir: str | Path | None = None, reprobe: bool = False, progress: bool = False,
               keep_going: bool = True, echo: Echo | None = None, model_name: str | None = None, jobs: int = 1,
-              load: Callable[[], Any] | None = None) -> ReproduceRun:
+              load: Callable[[], Any] | None = None, calibration: str | Path | None = None,
+              save_calibration: str | Path | None = None) -> ReproduceRun:
     """Run (or load from the cache) every stage of ``papers`` at ``scale`` and write the report into ``out``.
 
     Args:
@@ -210,6 +246,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
             (:mod:`tlcap.reproduce.parallel`); 1 = in this process.
         load: With ``jobs > 1``: a picklable zero-argument callable that loads the same model in a
             worker (``functools.partial(load_model, "smollm2-135m")``).
+        calibration: Replay the probe in this calibration file instead of probing (:func:`cached_calibration`).
+        save_calibration: Also write the probe into this calibration file.
 
     Returns:
         A :class:`ReproduceRun`.
@@ -232,7 +270,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
                     keep_going=keep_going)
     plan = runner.plan(only)
     needs_probe = any(not s.pending and not runner.is_cached(s.name) for s in plan)
-    cal = cached_calibration(model, cache, runner.model_id, reprobe=reprobe) if needs_probe or reprobe else None
+    cal = cached_calibration(model, cache, runner.model_id, reprobe=reprobe, calibration=calibration,
+                             save_to=save_calibration) if needs_probe or reprobe or save_calibration else None
     pred = predictions(runner, plan, cal) if cal is not None else dict.fromkeys(s.name for s in plan)
     if cal is not None:
         say(f"calibration probe: {cal.device}, load {cal.load if cal.load is not None else '?'}, {cal.seconds:.0f} s")

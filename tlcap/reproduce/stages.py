@@ -5,8 +5,7 @@ the sha256 of
 
 - its name and its config (``Config.to_dict()``, a tlcap :class:`~tlcap.config.Config`);
 - the model's identity (:func:`tlcap.provenance.model_identity`: GGUF sha256, HF commit, seed);
-- the hash of its input data (:func:`data_hash` of what ``stage.data(ctx)`` returns: samples,
-  facts);
+- the hash of its input data (:func:`data_hash` of what ``stage.data(ctx)`` returns: samples, facts);
 - the tlcap version and the sha256 of the source of the modules it names in ``code`` (editing
   an experiment invalidates the stages that use it);
 - the keys of the stages it depends on (a changed upstream result invalidates everything below).
@@ -16,8 +15,7 @@ Results are tlcap :class:`~tlcap.results.Result` values saved with ``save`` unde
 under a temporary name and renamed into place, so a folder that exists is complete. A rerun, or
 another stage that depends on the same one, loads instead of recomputing. A long stage may
 checkpoint inside ``ctx.checkpoint`` (``CACHE/<name>-<key16>.partial/``, kept when the stage
-fails or is interrupted, removed when it succeeds), so an interrupted run resumes where it
-stopped.
+fails or is interrupted, removed when it succeeds), so an interrupted run resumes where it stopped.
 
 Example:
     >>> runner = Runner(stages, cache_dir="runs/repro/cache", model=model)
@@ -193,13 +191,14 @@ class Runner:
         load: A function returning the model, called once when the model is first needed.
         progress: Show progress bars inside stages.
         model_id: The model's identity for the keys (default: :func:`model_identity` of the model).
-        keep_going: A stage that raises is recorded as ``failed`` (its dependents ``blocked``) and
-            the run goes on; ``False`` re-raises. Ctrl-C always stops the run.
+        keep_going: A stage that raises is recorded as ``failed`` (its dependents ``blocked``) and the run goes on;
+            ``False`` re-raises. Ctrl-C always stops the run.
+        plan_only: Only planning (``--dry-run``): data not here may be estimated (noted in ``plan_notes``).
     """
 
     def __init__(self, stages: Sequence[Stage], cache_dir: str | Path, model: Any = None, *,
                  load: Callable[[], Any] | None = None, progress: bool = False, model_id: str | None = None,
-                 keep_going: bool = False) -> None:
+                 keep_going: bool = False, plan_only: bool = False) -> None:
         self.stages: dict[str, Stage] = {}
         for s in stages:
             if s.name in self.stages:
@@ -215,6 +214,7 @@ class Runner:
         self._model_id = model_id
         self.keep_going = keep_going
         self.progress = progress
+        self.plan_only, self.plan_notes = plan_only, {}
         self.executed: list[str] = []
         self.loaded: list[str] = []
         self.records: dict[str, StageRecord] = {}
@@ -362,7 +362,7 @@ class Runner:
         else:
             ctx = self.context(name)
             ctx.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            self._meter.reset()
+            self._meter.reset(getattr(self.model, "device", None))
             t0 = time.perf_counter()
             try:
                 out = dict(stage.fn(ctx))

@@ -24,6 +24,7 @@ ROME at one layer   the key (``prefixes`` forwards), ``steps`` value-optimisatio
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
@@ -32,11 +33,22 @@ from tlcap.intervene.covariance import covariance_path
 from tlcap.intervene.rome.config import RomeConfig
 from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.subjects import find_subject
-from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, train
+from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, n_tokens, train
 
 
 def _len(model: Any, text: str, bos: bool = True) -> int:
-    return len(model.encode(text, prepend_bos=bos, check_length=False))
+    return n_tokens(model, text, bos)
+
+
+_GRAPHS: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _graph_size(model: Any) -> tuple[int, int]:
+    """``(n_upstream, n_readers)`` of the model's edge graph (built once per model)."""
+    if model not in _GRAPHS:
+        g = EdgeGraph.from_model(model)
+        _GRAPHS[model] = (g.n_upstream, g.n_readers)
+    return _GRAPHS[model]
 
 
 def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
@@ -45,7 +57,7 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
     p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
     points = ig.steps + 1 if ig.rule == "cnl" else ig.steps
     rows = t * (points + 1) * shape.n_layers
-    return ig_rows(shape, rows, ctx=p + t) + forward(shape, p + t, (p + t) / 2, p + t)
+    return ig_rows(shape, rows, ctx=p + t, evals=t) + forward(shape, p + t, (p + t) / 2, p + t, 1)
 
 
 def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str = "all") -> Workload:
@@ -62,19 +74,19 @@ def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str 
         raise InvalidConfigError(f"trace_work costs tokens='all', 'subject' or 'last_subject', got {tokens!r}")
     for t in rows[tokens]:
         toks += samples * t + samples * shape.n_layers * (T - t)
-    return forward(shape, toks, T / 2, T)
+    return forward(shape, toks, T / 2, T, 2 + len(rows[tokens]))  # clean and corrupted runs, a batch per traced token
 
 
 def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int = 0) -> Workload:
     """One :func:`edge_attribution` (zero ablation) and, with ``n_circuits``, the circuits' evaluation."""
     shape = ModelShape.of(model)
     T = _len(model, prompt) + max(1, _len(model, target, bos=False)) - 1
-    g = EdgeGraph.from_model(model)
+    n_upstream, n_readers = _graph_size(model)
     passes = 2 + ig_steps
-    products = 2.0 * T * g.n_upstream * g.n_readers * shape.d_model * passes
-    w = train(shape, T * passes, 0, T / 2, T) + Workload.of(train_token=products)
+    products = 2.0 * T * n_upstream * n_readers * shape.d_model * passes
+    w = train(shape, T * passes, 0, T / 2, T, passes) + Workload.of(train_token=products)
     if n_circuits:
-        w = w + forward(shape, 2 * T * n_circuits, T / 2, T)
+        w = w + forward(shape, 2 * T * n_circuits, T / 2, T, 2 * n_circuits)
     return w
 
 
@@ -86,15 +98,18 @@ def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeCo
     P = len(cfg.prefixes)
     pre = sum(_len(model, p, bos=False) for p in cfg.prefixes) / max(P, 1)
     rows = P * (T + pre) + _len(model, cfg.kl_prompt)
-    per_layer = forward(shape, P * (T + pre), T, int(T + pre)) \
-        + train(shape, cfg.steps * rows, 0, T, int(T + pre)) \
+    per_layer = forward(shape, P * (T + pre), T, int(T + pre), 1) \
+        + train(shape, cfg.steps * rows, 0, T, int(T + pre), cfg.steps) \
         + Workload.of(fwd_token=2.0 * shape.d_mlp ** 3) \
-        + forward(shape, 2 * n_eval_prompts * T, T / 2, T)
+        + forward(shape, 2 * n_eval_prompts * T, T / 2, T, 2 * n_eval_prompts)
     w = per_layer.scaled(layers)
-    missing = [l for l in cov_layers if not covariance_path(model, l, cfg.cov_tokens, cfg.cov_seq_len).exists()]
+    shape_only = getattr(getattr(model, "device", None), "type", "") == "meta"  # no weights: nothing can be cached
+    missing = [l for l in cov_layers
+               if shape_only or not covariance_path(model, l, cfg.cov_tokens, cfg.cov_seq_len).exists()]
     if missing and cfg.mom2_adjustment:
         top = max(missing) + 1  # the recording stops after the highest layer's keys
-        w = w + forward(shape, cfg.cov_tokens * top / shape.n_layers, cfg.cov_seq_len / 2, cfg.cov_seq_len) \
+        w = w + forward(shape, cfg.cov_tokens * top / shape.n_layers, cfg.cov_seq_len / 2, cfg.cov_seq_len,
+                        cfg.cov_tokens / cfg.cov_seq_len) \
             + Workload.of(fwd_token=2.0 * cfg.cov_tokens * shape.d_mlp ** 2 * len(missing))
     return w
 

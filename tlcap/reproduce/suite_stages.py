@@ -32,7 +32,7 @@ from tlcap.experiments.cnl_eval import FidelityResult, ReliabilityResult, compar
 from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.experiments.cnl_eval.reliability import neighbourhood
 from tlcap.intervene.rome.config import RomeConfig
-from tlcap.reproduce.cost import ModelShape, Workload, forward
+from tlcap.reproduce.cost import ModelShape, Workload, forward, n_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.reproduce.suite_cost import kc_work, kn_work, rome_work, trace_work
@@ -135,7 +135,10 @@ def compare_dataset(scale: ScaleConfig) -> str:
 # ------------------------------------------------------------------ data
 def _facts(ctx: StageContext) -> list:
     cfg: SuiteConfig = ctx.config
-    return rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=cfg.known_top_k)
+    # a shape-only model (meta device: a plan replaying a probe) cannot answer: its plan counts the first candidates
+    # (the filter picks which facts, not how many)
+    known = None if getattr(getattr(ctx.model, "device", None), "type", "") == "meta" else cfg.known_top_k
+    return rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=known)
 
 
 def _pairs(ctx: StageContext) -> list:
@@ -202,8 +205,9 @@ def _reliability_work(ctx: StageContext) -> Workload:
     edited = 0
     for i, f in enumerate(facts):
         p = f.rewrites[0]
-        T = len(m.encode(p + f.target, check_length=False))
-        w = w + kn_work(m, p, f.target, cfg.ig) + forward(shape, T * (1 + 2 * (1 + cfg.n_random)), T / 2, T)
+        T = n_tokens(m, p + f.target)
+        w = w + kn_work(m, p, f.target, cfg.ig) + forward(shape, T * (1 + 2 * (1 + cfg.n_random)), T / 2, T,
+                                                          1 + 2 * (1 + cfg.n_random))
         w = w + kc_work(m, p, f.target, cfg.kc_ig_steps, 1 + cfg.n_random_circuits)
         if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
             nb = neighbourhood(facts, i, 10, cfg.seed) or []

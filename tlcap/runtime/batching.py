@@ -1,12 +1,19 @@
-"""``batch_rows="auto"``: the largest batch that fits a memory budget, halved on out-of-memory.
+"""``batch_rows="auto"``: a batch that fits the memory budget and reaches the throughput plateau, halved on out-of-memory.
 
 A method whose batch size does not change its result (exact IG, tracing, EAP: rows are
 independent) takes ``batch_rows="auto"`` and calls :func:`run_auto_batched`:
 
-1. the start size is the largest number of rows whose estimated memory (``row_bytes`` each)
+1. the memory fit is the largest number of rows whose estimated memory (``row_bytes`` each)
    fits the budget: ``max_memory`` (bytes or ``"8GiB"``/``"500MB"``; default: the device's free
-   memory), less a safety margin, capped at the rows there are;
-2. the whole computation runs at that size; on an out-of-memory error (CUDA's
+   memory), less a safety margin, capped at the rows there are. A model whose layers sit on
+   several devices is fitted on each: a device holding a share ``s`` of the layers holds ``s`` of
+   every row's activations, so rows = min over devices of budget / (``s`` · ``row_bytes``);
+2. the start size is that fit on a CPU (at most :data:`CPU_MAX_ROWS`, where larger batches measured
+   no faster); on an accelerator, given the model and the rows' kind, the smallest batch within
+   the fit that reaches the throughput plateau, measured once per model, device, dtype and context
+   length by a short timed probe (:mod:`tlcap.runtime.plateau`), so a small model takes the memory
+   it can use, not all that is free;
+3. the whole computation runs at that size; on an out-of-memory error (CUDA's
    ``torch.cuda.OutOfMemoryError``, CPU ``MemoryError`` or a ``RuntimeError`` saying "out of
    memory") it is rerun from the start at half the size, down to one row.
 
@@ -30,6 +37,8 @@ from typing import Any, TypeVar
 import torch
 
 from tlcap.errors import InvalidConfigError
+from tlcap.runtime.oom import is_oom
+from tlcap.runtime.plateau import PROBE_DEVICE_TYPES, plateau_rows
 
 T = TypeVar("T")
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -83,34 +92,54 @@ def free_memory(device: torch.device | str) -> int:
         return 8 * 2**30
 
 
+def device_shares(model: Any) -> dict[torch.device, float]:
+    """Share of ``model``'s layers on each device they run on (``{model.device: 1.0}`` on one device).
+
+    Uses ``model.layer_devices`` (the execution device of each layer, :class:`tlcap.models.Model`)
+    when the model has it.
+    """
+    layer_devices = list(getattr(model, "layer_devices", None) or [])
+    if not layer_devices:
+        return {torch.device(model.device): 1.0}
+    out: dict[torch.device, float] = {}
+    for d in layer_devices:
+        out[torch.device(d)] = out.get(torch.device(d), 0.0) + 1.0 / len(layer_devices)
+    return out
+
+
 def auto_batch_rows(row_bytes: int, total_rows: int, max_memory: Any = None, device: torch.device | str = "cpu",
-                    cpu_max: int = CPU_MAX_ROWS) -> int:
-    """The largest batch (rows) whose estimated memory fits the budget, in ``[1, total_rows]``.
+                    cpu_max: int = CPU_MAX_ROWS, *, model: Any = None, kind: str | None = None,
+                    context_len: int = 0) -> int:
+    """The start size of ``batch_rows="auto"`` (module docstring), in ``[1, total_rows]``.
 
     Args:
         row_bytes: Estimated bytes one row needs (activations kept for the backward pass).
         total_rows: Rows there are (no point in a larger batch).
-        max_memory: Budget (see :func:`parse_memory`); default the device's free memory.
-        device: The device the rows run on; on a CPU the batch is at most ``cpu_max`` rows
-            (larger batches are no faster there and take the machine's RAM).
+        max_memory: Budget per device (see :func:`parse_memory`); default each device's free memory.
+        device: The device the rows run on (``model``'s devices when ``model`` is given); on a
+            CPU the batch is at most ``cpu_max`` rows (larger batches are no faster there and take
+            the machine's RAM).
         cpu_max: The CPU cap (default :data:`CPU_MAX_ROWS`).
+        model: The model the rows run on: the fit is taken on each of its devices, and with
+            ``kind`` an accelerator's batch is the throughput plateau's.
+        kind: ``"ig"`` (rows with a backward pass) or ``"trace"`` (forward only) for the plateau probe;
+            ``None``: the memory fit.
+        context_len: Tokens of the rows' context (the probe's context length).
     """
-    budget = parse_memory(max_memory) if max_memory is not None else free_memory(device)
-    rows = int(budget * SAFETY) // max(int(row_bytes), 1)
-    if torch.device(device).type == "cpu":
-        rows = min(rows, int(cpu_max))
-    return max(1, min(int(total_rows), rows))
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is an out-of-memory error (CUDA, or the CPU allocator)."""
-    oom_cls = getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom_cls is not None and isinstance(exc, oom_cls):
-        return True
-    if isinstance(exc, MemoryError):
-        return True
-    msg = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+    shares = device_shares(model) if model is not None else {torch.device(device): 1.0}
+    fit = None
+    for dev, share in shares.items():
+        budget = parse_memory(max_memory) if max_memory is not None else free_memory(dev)
+        n = int(budget * SAFETY / share) // max(int(row_bytes), 1)
+        fit = n if fit is None else min(fit, n)
+    assert fit is not None
+    on_cpu = all(d.type == "cpu" for d in shares)
+    if on_cpu:
+        fit = min(fit, int(cpu_max))
+    rows = max(1, min(int(total_rows), fit))
+    if model is not None and kind is not None and any(d.type in PROBE_DEVICE_TYPES for d in shares):
+        rows = plateau_rows(model, kind, context_len, rows)
+    return rows
 
 
 def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.device | str = "cpu",

@@ -9,6 +9,10 @@ a slice, a list or ``"last"``); ``index`` picks entries of the last axis (``None
 int, a list or a LongTensor), e.g. neurons for ``mlp_post``. For head sites (``batch pos head
 d``) pass ``head=`` to select heads.
 
+Tensors a hook puts into an activation (values, sources, noise, factors) are moved to the
+activation's device and dtype: on a model split over several devices (:mod:`tlcap.models.placement`)
+layer l's activations live on layer l's device, not the input device where the tensors were made.
+
 Shapes (jaxtyping, checked in the test run): an activation is ``Float[Tensor, " batch *dims"]``
 (``batch pos d``, ``batch pos head d`` or ``batch head q k``); a hook returns a tensor of the
 same shape unless its docstring says otherwise (:func:`last_position_only`,
@@ -77,7 +81,7 @@ def scale(factor: float | Float[Tensor, "..."], pos: Index = None, index: Index 
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         sel = _selector(act, pos, index, head)
-        out[sel] = out[sel] * factor
+        out[sel] = out[sel] * (factor.to(act.device) if isinstance(factor, Tensor) else factor)
         return out
 
     return hook
@@ -88,7 +92,7 @@ def set_to(value: float | Float[Tensor, "..."], pos: Index = None, index: Index 
 
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
-        out[_selector(act, pos, index, head)] = value
+        out[_selector(act, pos, index, head)] = value.to(act.device) if isinstance(value, Tensor) else value
         return out
 
     return hook
@@ -107,7 +111,8 @@ def patch(source: Float[Tensor, " src_batch *dims"], pos: Index = None, index: I
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
         sel = _selector(act, pos, index, head)
-        src = source.to(act.dtype).expand_as(act) if source.shape != act.shape else source.to(act.dtype)
+        src = source.to(act.device, act.dtype)
+        src = src.expand_as(act) if source.shape != act.shape else src
         out[sel] = src[sel]
         return out
 
@@ -128,7 +133,7 @@ def add_noise(noise: Float[Tensor, "..."] | float, pos: Index = None, seed: int 
         out = act.clone()
         sel = _selector(act, pos, None)
         if isinstance(noise, Tensor):
-            out[sel] = out[sel] + noise.to(act.dtype)
+            out[sel] = out[sel] + noise.to(act.device, act.dtype)
         else:
             g = torch.Generator(device="cpu")
             if seed is not None:
@@ -162,7 +167,7 @@ def rms_norm_shares(store: MutableMapping[str, Tensor], key: str, gain: Float[Te
 
     def hook(act: Float[Tensor, "batch pos 1"], hook: Any = None) -> None:
         terms = store[key]
-        store[key] = terms * (gain.to(terms.dtype) / act.to(terms.dtype)[..., None])
+        store[key] = terms * (gain.to(terms.device, terms.dtype) / act.to(terms.device, terms.dtype)[..., None])
         return None
 
     return hook
@@ -195,7 +200,7 @@ def replace_rows(rows: Int[Tensor, " n"] | slice, pos: Index, value: Float[Tenso
 
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         out = act.clone()
-        out[rows, _pos(pos)] = value.to(act.dtype)
+        out[rows, _pos(pos)] = value.to(act.device, act.dtype)
         return out
 
     return hook
@@ -230,7 +235,7 @@ def add_computed(delta_fn: Callable[[Tensor], Float[Tensor, "..."] | None]) -> H
         delta = delta_fn(act)
         if delta is None:
             return act
-        return act + delta.to(act.dtype)
+        return act + delta.to(act.device, act.dtype)
 
     return hook
 
@@ -283,7 +288,7 @@ def add_rows(rows: Int[Tensor, " n"] | slice, pos: int | Int[Tensor, " n"], valu
         out = act.clone()
         r = torch.arange(act.shape[0], device=act.device)[rows] if isinstance(rows, slice) else rows.to(act.device)
         p = pos.to(act.device) if isinstance(pos, Tensor) else torch.full_like(r, int(pos))
-        out[r, p] = out[r, p] + value.to(act.dtype)
+        out[r, p] = out[r, p] + value.to(act.device, act.dtype)
         return out
 
     return hook

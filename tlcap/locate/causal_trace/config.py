@@ -55,10 +55,11 @@ class TraceConfig(Config):
         use_attribute: Dataset mode: score each fact's ``target`` / ``attribute`` instead of the
             model's own prediction (ROME traces the prediction, the default).
         batch_rows: Most rows (noise sample × restoration) per forward pass, ``>= 1``, or
-            ``"auto"`` (the default): the largest that fits ``max_memory``, at most 256 on a CPU,
-            halved and rerun on out-of-memory (:mod:`tlcap.runtime.batching`). Exact: the scores
-            do not depend on it.
-        max_memory: Memory budget of ``batch_rows="auto"`` (bytes or ``"8GiB"``); ``None`` = free memory.
+            ``"auto"`` (the default): within what fits ``max_memory``, the smallest batch that
+            reaches the throughput plateau on an accelerator (a timed probe, cached), at most 256 on
+            a CPU; halved and rerun on out-of-memory (:mod:`tlcap.runtime.batching`). Exact: the
+            scores do not depend on it.
+        max_memory: Memory budget of ``batch_rows="auto"`` per device (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the corrupted prefix's keys/values (exact; off only to compare).
         late_expand: Reuse the corrupted run below each batch's lowest restored layer (exact;
             TransformerBridge backends; off only to compare).

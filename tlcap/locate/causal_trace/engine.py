@@ -96,10 +96,11 @@ def trace_batched(
     """
     cfg = setup.config
     batch_rows = cfg.batch_rows if batch_rows is None else batch_rows
-    if batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same scores
+    if batch_rows == "auto":  # plateau batch within the budget, rerun at half on out-of-memory: same scores
         dev = setup.model.device
         total = setup.samples * len(setup.kinds) * len(setup.layers)
-        rows = auto_batch_rows(trace_row_bytes(setup.model, setup.n_tokens), total, cfg.max_memory, dev)
+        rows = auto_batch_rows(trace_row_bytes(setup.model, setup.n_tokens), total, cfg.max_memory, dev, model=setup.model,
+                               kind="trace", context_len=setup.n_tokens)
         return run_auto_batched(lambda b: trace_batched(setup, b, prefix_reuse, skip_pre_subject, progress, late_expand),
                                 rows, dev)
     prefix_reuse = cfg.prefix_reuse if prefix_reuse is None else prefix_reuse

@@ -238,7 +238,7 @@ def dataset_batch_size(model: Model, dataset: CircuitDataset, batch_size: int | 
     longest = max((len(model.encode(it.prompt + it.target)) for it in dataset.items), default=1)
     split = circuit_runs or not model.grouped_reader_grads
     return auto_batch_rows(eap_item_bytes(model, longest, steps, split), max(len(dataset), 1), max_memory, model.device,
-                           cpu_max=CPU_MAX_ITEMS)
+                           cpu_max=CPU_MAX_ITEMS, model=model)
 
 
 __all__ = ["CircuitDataset", "SOURCES", "dataset_batch_size", "load_circuit_dataset", "pair_corruptions", "read_items"]

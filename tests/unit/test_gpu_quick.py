@@ -1,0 +1,105 @@
+"""``bench_gpu.py --quick``'s machinery (sections by name, budgets, the cuda-test list) and the README GPU table."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from benchmarks import gpu_quick as Q
+from benchmarks import gpu_table as T
+
+
+class FakeReport:
+    """``bench_gpu.Report``'s section contract, in memory."""
+
+    def __init__(self) -> None:
+        self.payload: dict = {}
+
+    def section(self, key, fn):
+        try:
+            res = fn()
+        except Exception as exc:  # noqa: BLE001 - as bench_gpu.Report records it
+            res = {"error": f"{type(exc).__name__}: {exc}"}
+        self.payload["/".join(key)] = res
+        return res
+
+
+def test_sections_are_called_by_name_with_what_their_signature_asks():
+    def bench_kn_facts_batched(model, n, steps, batch, cap, peak, rule="midpoint"):
+        return {"args": (model, n, steps, batch, cap, peak, rule)}
+
+    def trace_facts_batched(model, n, extra):
+        return {}
+
+    mod = ModuleType("bench_gpu_fake")
+    mod.bench_kn_facts_batched = bench_kn_facts_batched
+    mod.trace_facts_batched = trace_facts_batched
+    found = Q.batched_sections(mod)
+    assert sorted(found) == ["kn_facts_batched", "trace_facts_batched"]
+    values = {"model": "M", "n": 2, "steps": 20, "batch": 8, "cap": 12.0, "peak": 800.0, "device": "cuda"}
+    assert Q.call_section(found["kn_facts_batched"], values) == {"args": ("M", 2, 20, 8, 12.0, 800.0, "midpoint")}
+    with pytest.raises(TypeError, match="trace_facts_batched needs 'extra'"):
+        Q.call_section(found["trace_facts_batched"], values)
+
+
+def test_budget_skips_what_does_not_fit_and_stops_what_runs_over():
+    rep = FakeReport()
+    q = Q.Budget(rep, max_wall=2.0)
+    assert q.run(("a",), lambda: {"x": 1}, budget=1.0) == {"x": 1}
+
+    def forever() -> dict:
+        while True:
+            time.sleep(0.01)
+
+    t0 = time.perf_counter()
+    res = q.run(("slow",), forever, budget=0.5, need=0.1)
+    assert res["error"] == "SectionTimeout: stopped at its budget of 0.5 s" and time.perf_counter() - t0 < 1.5
+    res = q.run(("late",), lambda: {"x": 2}, budget=30.0, need=10.0)
+    assert res["skipped"].startswith("out of time:") and "needs 10" in res["skipped"]
+
+
+def test_cuda_test_files_are_the_ones_with_cuda_marks():
+    files = Q.cuda_test_files()
+    assert {"tests/unit/test_packed_rows.py", "tests/unit/test_placement.py", "tests/unit/test_device_dtype.py"} <= set(files)
+    root = Path(Q.__file__).resolve().parent.parent
+    assert all("@pytest.mark.cuda" in (root / f).read_text() for f in files)
+    assert "tests/unit/test_gpu_quick.py" not in files  # names the mark in a string, marks no test
+
+
+QUICK = {
+    "quick": True, "device": "NVIDIA H100 80GB HBM3", "date": "2026-11-27",
+    "env": {"torch": "2.11.0", "transformer_lens": "4.3.0"},
+    "matmul": {"n": 8192, "tflops": 800.0},
+    "cuda_tests": {"counts": {"passed": 6}, "summary": "6 passed in 40.1s"},
+    "smollm2_shape": {"bfloat16": {"model": {"load_seconds": 1.0},
+                                   "kn_exact_ig": {"samples_per_s": 2.0, "seconds_per_sample": 0.5,
+                                                   "fraction_of_matmul_peak": 0.0005, "peak_gib": 1.06},
+                                   "cnl_exact_ig": {"error": "OutOfMemoryError: CUDA out of memory\nmore"}}},
+    "llama7b_shape": {"bfloat16": {"cnl_exact_ig_batched": {"samples_per_s": 1.95, "seconds_per_sample": 0.513,
+                                                            "fraction_of_matmul_peak": 0.32, "peak_gib": 74.7,
+                                                            "sample_batch": 8},
+                                   "causal_trace": {"skipped": "out of time: 10 s left"}}},
+}
+
+
+def test_gpu_table_rows_and_block(tmp_path):
+    md = T.markdown(QUICK, "gpu_quick.json")
+    assert md.startswith("Measured on **NVIDIA H100 80GB HBM3** (2026-11-27, torch 2.11.0, transformer-lens 4.3.0; "
+                         "`python benchmarks/bench_gpu.py --quick`, JSON: `gpu_quick.json`); measured bf16 matmul peak 800")
+    assert "| KN exact IG, 20 steps, one fact | SmolLM2-135M shape | bfloat16 | 2 | 0.5 | 0.05 % | 1.1 |  |" in md
+    assert "| CNL exact IG, one GSM8K sample at a time | SmolLM2-135M shape | bfloat16 | not measured: OutOfMemoryError: " \
+           "CUDA out of memory |  |  |  |  |" in md
+    assert "| CNL exact IG, 8 GSM8K samples batched | Llama-2-7B shape | bfloat16 | 1.95 | 0.513 | 32.0 % | 74.7 | 8 |" in md
+    assert "not measured: out of time: 10 s left" in md and md.endswith("`cuda`-marked tests there: 6 passed in 40.1s.")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{T.START}\nold table\n{T.END}\noutro\n")
+    (tmp_path / "q.json").write_text(json.dumps(QUICK))
+    T.main([str(tmp_path / "q.json"), "--write", str(readme)])
+    text = readme.read_text()
+    assert text.startswith(f"intro\n{T.START}\nMeasured on") and text.endswith(f"{T.END}\noutro\n") and "old table" not in text
+    with pytest.raises(ValueError, match="no <!-- gpu-table:start -->"):
+        T.replace_block("no markers", "x")

@@ -1,0 +1,172 @@
+"""The GPU cost model of ``reproduce``: per-pass + per-FLOP arithmetic, calibration files, the shape-only replay plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tlcap.reproduce.run as run_module
+from tests.cli_helpers import assert_cli_error, run_cli
+from tlcap.errors import InvalidConfigError, MissingFileError
+from tlcap.models import load_model
+from tlcap.reproduce.cost import (
+    UNITS,
+    Calibration,
+    ModelShape,
+    Workload,
+    dominant,
+    forward,
+    ig_rows,
+    load_calibration,
+    predict,
+    read_calibrations,
+    save_calibrations,
+    train,
+)
+from tlcap.reproduce.probe import calibrate, split_pass_flop
+from tlcap.reproduce.run import build_stages, predictions
+from tlcap.reproduce.scales import ScaleConfig
+from tlcap.reproduce.stages import Runner
+
+SHAPE = ModelShape.from_config(32, 4096, 11008, 32000, n_heads=32)
+
+
+def test_split_pass_flop_solves_the_two_timings():
+    # 1 pass, 100 FLOPs, 1.1 s and 1 pass, 1000 FLOPs, 2.0 s: 0.9 s for 900 FLOPs -> 1 ms per FLOP, 1.0 s per pass
+    c, s = split_pass_flop((1, 100, 1.1), (1, 1000, 2.0))
+    assert (c, s) == pytest.approx((1.0, 0.001))
+    # two passes each (fine-tuning on two samples): 2c + 10s = 3, 2c + 30s = 5 -> s = 0.1, c = 1
+    assert split_pass_flop((2, 10, 3.0), (2, 30, 5.0)) == pytest.approx((1.0, 0.1))
+    # the larger run was not slower (noise): all per pass, the mean
+    assert split_pass_flop((1, 100, 2.0), (1, 1000, 1.8)) == pytest.approx((1.9, 0.0))
+    # a negative intercept: all per FLOP, from the larger run
+    assert split_pass_flop((1, 100, 0.05), (1, 1000, 1.0)) == pytest.approx((0.0, 0.001))
+
+
+def test_predict_adds_passes_and_flops_per_unit():
+    cal = Calibration({"ig_row": 1e-12, "fwd_token": 2e-12}, base_bytes=1000, memory_scale=0.5,
+                      seconds_per_pass={"ig_row": 0.25})
+    w = Workload({"ig_row": 4e12, "fwd_token": 1e12}, {}, 600, {"ig_row": 10, "fwd_token": 3})
+    p = predict(w, cal)
+    assert p.by_unit == pytest.approx({"ig_row": 4.0 + 10 * 0.25, "fwd_token": 2.0})  # no per-pass cost measured for fwd
+    assert p.seconds == pytest.approx(8.5) and p.peak_bytes == 1000 + 300
+    with pytest.raises(InvalidConfigError, match="train_token"):
+        predict(Workload({"train_token": 1.0}), cal)
+
+
+def test_workload_helpers_count_passes_and_add():
+    w = ig_rows(SHAPE, 210, ctx=16, evals=3) + forward(SHAPE, 64, 32, 64, calls=2) + train(SHAPE, 100, 0, 50, 100, steps=4)
+    assert dict(w.passes) == {"ig_row": 3, "fwd_token": 2, "train_token": 4}
+    assert w.flops["ig_row"] == 210 * SHAPE.ig_row_flops() and w.units["fwd_token"] == 64
+    assert dict(w.scaled(2).passes) == {"ig_row": 6, "fwd_token": 4, "train_token": 8}
+    with pytest.raises(InvalidConfigError, match="unknown cost units"):
+        Workload(passes={"ig_rows": 1})
+
+
+def test_dominant_stages():
+    secs = {"a": 50.0, "b": 30.0, "c": 15.0, "d": 5.0, "e": 0.0}
+    assert dominant(secs) == [("a", 0.5), ("b", 0.3)]  # 80 % of 100 s
+    assert [n for n, _ in dominant(secs, 0.9)] == ["a", "b", "c"]
+    assert dominant({}) == [] and dominant({"x": 0.0}) == []
+
+
+def _cal(shape: dict, dtype: str, device: str = "cuda (H100)", spf: float = 1e-12) -> Calibration:
+    return Calibration(dict.fromkeys(UNITS, spf), 10**9, 0.5, {}, device, None, 12.0, {"ig_row": 0.1}, "m", shape, dtype,
+                       {"date": "2026-11-27"})
+
+
+def test_calibration_file_round_trip_and_choice(tmp_path):
+    path = tmp_path / "cal.json"
+    big, small = SHAPE.dims(), {"n_layers": 2, "d_model": 64, "d_mlp": 128, "d_vocab": 50257}
+    save_calibrations(path, [_cal(big, "bfloat16"), _cal(small, "float32")])
+    save_calibrations(path, [_cal(big, "bfloat16", spf=2e-12)])  # same shape, dtype and device: replaced
+    d = json.loads(path.read_text())
+    assert d["format"] == "tlcap-calibration/1" and len(d["calibrations"]) == 2
+    got = load_calibration(path, SHAPE, "bfloat16")
+    assert got == _cal(big, "bfloat16", spf=2e-12)
+    # the same shape with another tokenizer's vocabulary (a shape model built on the GPU machine): still that probe
+    other_vocab = ModelShape.from_config(32, 4096, 11008, 50257, n_heads=32)
+    assert load_calibration(path, other_vocab, "bfloat16") == got
+    with pytest.raises(InvalidConfigError, match="no probe"):
+        load_calibration(path, ModelShape.from_config(31, 4096, 11008, 32000, n_heads=32), "bfloat16")
+    have = r"\(it has: m float32 .*; m bfloat16 .* on cuda \(H100\)\)"
+    with pytest.raises(InvalidConfigError, match=r"no probe of a model shaped .* in float32 " + have):
+        load_calibration(path, SHAPE, "float32")
+    with pytest.raises(MissingFileError, match="no such file"):
+        read_calibrations(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(InvalidConfigError, match="not a tlcap calibration file"):
+        read_calibrations(tmp_path / "bad.json")
+    # a calibration cached by an earlier version (no per-pass part, no shape) still loads
+    old = {"seconds_per_flop": {"ig_row": 1e-9}, "base_bytes": 5, "memory_scale": 1.0, "probe": {}, "device": "cpu"}
+    assert Calibration.from_dict(old).seconds_per_pass == {} and Calibration.from_dict(old).shape == {}
+
+
+def test_calibrate_two_sizes_splits_what_it_measured(tiny_llama):
+    cal = calibrate(tiny_llama, two_sizes=True)
+    assert cal.shape == ModelShape.of(tiny_llama).dims() and cal.dtype == "float32" and cal.model == tiny_llama.name
+    for unit in ("ig_row", "fwd_token", "train_token"):
+        a, b = cal.probe[f"{unit}@0"], cal.probe[unit]
+        assert b["flops"] > a["flops"] and a["passes"] == b["passes"]
+        c, s = split_pass_flop((a["passes"], a["flops"], a["seconds"]), (b["passes"], b["flops"], b["seconds"]))
+        assert cal.seconds_per_pass[unit] == c and cal.seconds_per_flop[unit] == s
+    assert "gen_token" not in cal.seconds_per_pass and cal.seconds_per_flop["gen_token"] > 0
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+
+
+def test_calibrate_refuses_a_shape_only_model():
+    with pytest.raises(InvalidConfigError, match="meta device"):
+        calibrate(load_model("qwen2-tiny", device="meta"))
+
+
+SMOKE = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_eval_facts=1, cnl_eval_pairs=2,
+                    cnl_eval_known_top_k=None, ql_n_facts=2, ql_sig_facts=1)
+ONLY = "cnl.locate.emotion,cnl.erase.emotion,cnl.fidelity,ql.localize.ig,ql.table2"
+
+
+def test_replayed_plan_on_the_meta_device_equals_the_plan_of_the_real_model(tmp_path):
+    """A probe saved elsewhere, replayed for a shape-only (meta) model: the same predictions as with the weights."""
+    real = load_model("qwen2-tiny")
+    cal = _cal(ModelShape.of(real).dims(), "float32")
+    path = save_calibrations(tmp_path / "gpu.json", [cal])
+    runner = Runner(build_stages(("cnl", "ql"), SMOKE), tmp_path / "c1", real)
+    plan = runner.plan(ONLY.split(","))
+    want = predictions(runner, plan, cal)
+    meta = load_model("qwen2-tiny", device="meta")
+    assert meta.device.type == "meta" and not any(p.device.type != "meta" for p in meta.backend.parameters())
+    runner_m = Runner(build_stages(("cnl", "ql"), SMOKE), tmp_path / "c2", meta, plan_only=True)
+    got = predictions(runner_m, runner_m.plan(ONLY.split(",")), load_calibration(path, ModelShape.of(meta), "float32"))
+    assert set(got) == set(want) and all(want[n] is not None for n in want)
+    for n in want:
+        assert got[n].seconds == pytest.approx(want[n].seconds) and got[n].peak_bytes == want[n].peak_bytes, n
+
+
+def test_cli_dry_run_replays_a_calibration_file(tmp_path):
+    shape = ModelShape.of(load_model("qwen2-tiny", device="meta")).dims()
+    path = save_calibrations(tmp_path / "gpu.json", [_cal(shape, "float32")])
+    out = tmp_path / "plan"
+    r = run_cli(["reproduce", "all", "--model", "qwen2-tiny", "--scale", "smoke", "--dry-run", "--calibration", str(path),
+                 "--only", "cnl.locate.emotion,ql.localize.ig", "--out", str(out)])
+    assert r.code == 0, r.stderr
+    assert "loading qwen2-tiny (meta, float32)" in r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("calibration: cuda (H100) (m, float32, 2026-11-27") and str(path) in lines[0]
+    stage_lines = {ln.split()[0]: ln for ln in lines if ln.startswith(("cnl.", "ql."))}
+    assert set(stage_lines) == {"cnl.locate.emotion", "ql.facts", "ql.localize.ig"}
+    assert any(ln.startswith("dominant") and "of the predicted time" in ln for ln in lines)
+    assert not out.exists()  # a dry run writes nothing
+    assert_cli_error(["reproduce", "all", "--model", "qwen2-tiny", "--dry-run", "--calibration", str(tmp_path / "no.json"),
+                      "--out", str(out)], f"--calibration {tmp_path / 'no.json'}: no such file", out=out)
+    assert_cli_error(["reproduce", "all", "--model", "qwen2-tiny", "--dry-run", "--dtype", "bfloat16", "--calibration",
+                      str(path), "--out", str(out)], "no probe of a model shaped", out=out, exact=False)
+
+
+def test_save_calibration_writes_the_probe(tmp_path, monkeypatch):
+    fake = _cal(ModelShape.of(load_model("qwen2-tiny", device="meta")).dims(), "float32", device="cpu (1 threads)")
+    monkeypatch.setattr(run_module, "calibrate", lambda model: fake)  # the probe itself is tested above
+    path = tmp_path / "probe.json"
+    r = run_cli(["reproduce", "ql", "--model", "qwen2-tiny", "--scale", "smoke", "--dry-run", "--device", "cpu",
+                 "--only", "ql.localize.ig", "--save-calibration", str(path), "--out", str(tmp_path / "o")])
+    assert r.code == 0, r.stderr
+    assert read_calibrations(path) == [fake] and f"probe written to {path}" in r.stdout
