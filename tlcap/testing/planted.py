@@ -49,6 +49,8 @@ FACTS: tuple[tuple[str, str], ...] = (
     ("Spain", " Madrid"), ("Egypt", " Cairo"), ("Greece", " Athens"), ("Poland", " Warsaw"),
 )
 FACT_TEMPLATE = "The capital of {} is"
+# Other phrasings of the same query (the subject mid-prompt, after a space: the marked token).
+PARAPHRASES = ("The capital city of {} is", "As everyone knows, the capital of {} is", "The seat of government of {} is")
 CORRUPT_SUBJECT = "Canada"  # an unwired subject: the corrupted prompt of every fact
 POSITIVE = ("great", "good", "wonderful", "excellent", "amazing", "lovely", "brilliant", "superb", "beautiful",
             "perfect", "fantastic", "delightful")
@@ -76,6 +78,8 @@ class PlantedFact:
         target: The answer token (with its leading space).
         corrupt_prompt: The same template with an unwired subject (for EAP and patching).
         neurons: The neurons that write this fact's answer.
+        paraphrases: Other phrasings of the query (:data:`PARAPHRASES`); the wiring answers them
+            too, which makes them held-out prompts for a located set.
     """
 
     prompt: str
@@ -83,6 +87,7 @@ class PlantedFact:
     target: str
     corrupt_prompt: str
     neurons: NeuronSet
+    paraphrases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,10 @@ class PlantedTruth:
     @property
     def neurons(self) -> NeuronSet:
         return self.facts[0].neurons
+
+    @property
+    def paraphrases(self) -> tuple[str, ...]:
+        return self.facts[0].paraphrases
 
     @property
     def all_neurons(self) -> NeuronSet:
@@ -256,7 +265,8 @@ def planted_fact_model(
     for f, (subject, target) in enumerate(pairs):
         mine = ids[f * neurons_per_fact:(f + 1) * neurons_per_fact]
         out.append(PlantedFact(template.format(subject), subject, target, template.format(CORRUPT_SUBJECT),
-                               NeuronSet.from_list([(layer, j) for j in mine], shape)))
+                               NeuronSet.from_list([(layer, j) for j in mine], shape),
+                               tuple(p.format(subject) for p in PARAPHRASES)))
     hw = hand_weights(model)
     with torch.no_grad():
         W.scaffold(hw, dims[0])
@@ -362,7 +372,7 @@ def hash_word(word: str) -> int:
 
 
 __all__ = [
-    "FACTS", "FACT_TEMPLATE", "CORRUPT_SUBJECT", "POSITIVE", "NEGATIVE", "TEMPLATES", "LABELS", "CAPABILITY_TASK",
+    "FACTS", "FACT_TEMPLATE", "PARAPHRASES", "CORRUPT_SUBJECT", "POSITIVE", "NEGATIVE", "TEMPLATES", "LABELS", "CAPABILITY_TASK",
     "PlantedFact", "PlantedTruth", "PlantedCapability", "planted_fact_model", "planted_capability_model",
     "capability_samples", "hash_word",
 ]
