@@ -20,6 +20,7 @@ from tlcap.explore import (
     NeuronCard,
     activation_index,
     direct_logit_attribution,
+    explore_neurons,
     inspect_neuron,
     logit_lens,
 )
@@ -32,6 +33,6 @@ __version__ = "0.1.0"
 __all__ = [
     "IGConfig", "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
     "token_probs", "Model", "load_model", "Result", "load_result", "__version__", "ActivationIndex",
-    "DirectLogitAttribution", "LogitLens", "NeuronCard", "activation_index", "direct_logit_attribution", "inspect_neuron",
-    "logit_lens",
+    "DirectLogitAttribution", "LogitLens", "NeuronCard", "activation_index", "direct_logit_attribution",
+    "explore_neurons", "inspect_neuron", "logit_lens",
 ]

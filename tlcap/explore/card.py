@@ -173,17 +173,36 @@ def _snippets(idx: ActivationIndex, model: Model, layer: int, neuron: int) -> di
                 snippet_marks=tuple(s[3] for s in snips))
 
 
+@dataclass(frozen=True)
+class PromptRun:
+    """One clean run of a prompt that every card of it shares: tokens, all neuron activations, next-token log-probs."""
+
+    prompt: str
+    tokens: Tensor
+    str_tokens: tuple[str, ...]
+    acts: Float[Tensor, "layer pos d_mlp"]
+    logprobs: Float[Tensor, " d_vocab"]
+
+
 @torch.no_grad()
-def _prompt_part(model: Model, layer: int, neuron: int, prompt: str, k: int) -> dict[str, Any]:
+def prompt_run(model: Model, prompt: str) -> PromptRun:
+    """The clean run of ``prompt`` (one forward pass) that :func:`inspect_neuron` reads for its prompt part."""
     toks = model.to_tokens(prompt)
-    name = model.hook_name("mlp_post", layer)
-    acts = model.record(toks, [name])[name][0, :, neuron].float().cpu()
+    names = [model.hook_name("mlp_post", l) for l in range(model.n_layers)]
+    logits, cache = model.run_with_cache(toks, names)
+    acts = torch.stack([cache[n][0] for n in names]).float().cpu()
+    return PromptRun(prompt, toks, tuple(model.to_str_tokens(toks[0].tolist())), acts,
+                     logits[0, -1].float().log_softmax(-1).cpu())
+
+
+@torch.no_grad()
+def _prompt_part(model: Model, layer: int, neuron: int, run: PromptRun, k: int) -> dict[str, Any]:
     ns = NeuronSet.from_list([(layer, neuron)], (model.n_layers, model.d_mlp))
-    before = model.last_logits(toks).float().log_softmax(-1)[0]
-    after = model.last_logits(toks, hooks=scale_neurons(model, ns, 0.0, pos="all")).float().log_softmax(-1)[0]
+    before = run.logprobs
+    after = model.last_logits(run.tokens, hooks=scale_neurons(model, ns, 0.0, pos="all")).float().log_softmax(-1)[0].cpu()
     p0, p1 = before.exp(), after.exp()
     change = (p1 - p0).abs().topk(k).indices.tolist()
-    return dict(prompt=prompt, prompt_tokens=tuple(model.to_str_tokens(toks[0].tolist())), prompt_acts=acts,
+    return dict(prompt=run.prompt, prompt_tokens=run.str_tokens, prompt_acts=run.acts[layer, :, neuron].clone(),
                 zero_changes=tuple((t, float(p0[i]), float(p1[i])) for t, i in zip(model.to_str_tokens(change), change)),
                 zero_kl=float((p0 * (before - after)).sum()))
 
@@ -192,7 +211,7 @@ def inspect_neuron(
     model: Model,
     layer: int,
     index: int,
-    prompt: str | None = None,
+    prompt: str | PromptRun | None = None,
     *,
     activations: ActivationIndex | str | None = "cached",
     k: int = 12,
@@ -204,7 +223,8 @@ def inspect_neuron(
         model: The model.
         layer: The neuron's layer.
         index: Its index within the layer.
-        prompt: A prompt to show the neuron's activation on and the effect of zeroing it.
+        prompt: A prompt to show the neuron's activation on and the effect of zeroing it (or its
+            :func:`prompt_run`, shared by many cards of the same prompt).
         activations: The corpus part: an :class:`ActivationIndex`; ``"cached"`` (default) uses the
             model's cached WikiText-2 index when there is one (the card says how to build it
             otherwise); ``"build"`` builds it when missing (one pass over the corpus: minutes on a
@@ -227,9 +247,10 @@ def inspect_neuron(
     if isinstance(idx, ActivationIndex):
         parts.update(_snippets(idx, model, layer, index))
     if prompt:
-        parts.update(_prompt_part(model, layer, index, prompt, k))
+        run = prompt if isinstance(prompt, PromptRun) else prompt_run(model, prompt)
+        parts.update(_prompt_part(model, layer, index, run, k))
     card = NeuronCard(layer=layer, neuron=index, model_name=model.name, **parts)
     return card.with_provenance(Provenance.collect(model))
 
 
-__all__ = ["CardRow", "NeuronCard", "inspect_neuron", "vocab_projections"]
+__all__ = ["CardRow", "NeuronCard", "PromptRun", "inspect_neuron", "prompt_run", "vocab_projections"]

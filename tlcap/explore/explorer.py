@@ -38,7 +38,7 @@ from torch import Tensor
 
 from tlcap.errors import ResultTypeError
 from tlcap.explore.activation_index import ActivationIndex
-from tlcap.explore.card import NeuronCard, inspect_neuron
+from tlcap.explore.card import NeuronCard, inspect_neuron, prompt_run
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.viz.heatmaps import located_heatmap, neuron_heatmap
@@ -186,12 +186,12 @@ def explore_neurons(
             if n not in carded:
                 carded.append(n)
     shown_prompt = prompt if prompt is not None else view.prompt
+    run = prompt_run(model, shown_prompt) if shown_prompt else None  # one clean run shared by every card
     cards: dict[str, NeuronCard] = {}
     for layer, neuron in carded:
         if on_card is not None:
             on_card(layer, neuron)
-        cards[f"{layer},{neuron}"] = inspect_neuron(model, layer, neuron, shown_prompt, activations=activations,
-                                                    **index_options)
+        cards[f"{layer},{neuron}"] = inspect_neuron(model, layer, neuron, run, activations=activations, **index_options)
     if view.scores is not None:
         fig = neuron_heatmap(view.scores.float(), highlight=view.located, title=view.title)
     else:
