@@ -125,7 +125,8 @@ def test_eap_scores_on_the_unwired_model_are_tiny_and_its_circuit_is_not_faithfu
     model, truth = unwired
     scores = edge_attribution(model, truth.prompt, truth.target, corrupt_prompt=truth.corrupt_prompt, steps=5)
     assert abs(scores.top_edges(1)[0][2]) < 1e-2
-    with pytest.raises(MechanismAssertionError, match=r"recovers .* of the full model \(expected >= 90%\)"):
+    with pytest.raises(MechanismAssertionError, match=r"barely better than the run with every edge ablated .*"
+                                                      r"nothing for a circuit to recover"):
         assert_circuit_faithful(model, scores.select(top_n=4), min_recovery=0.9)
 
 

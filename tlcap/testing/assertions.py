@@ -173,20 +173,27 @@ def assert_localized(
     return top
 
 
-def assert_circuit_faithful(model: Model, circuit: Circuit, *, min_recovery: float = 0.8) -> CircuitEvaluation:
+def assert_circuit_faithful(model: Model, circuit: Circuit, *, min_recovery: float = 0.8,
+                            min_gap: float = 0.1) -> CircuitEvaluation:
     """Running the model with only ``circuit`` recovers at least ``min_recovery`` of the full model.
 
     Recovery is :attr:`CircuitEvaluation.recovered` = (ablated NLL − circuit NLL) / (ablated NLL −
     full NLL) of the target: 1 = the circuit alone does what the model does, 0 = no better than
-    ablating every edge.
+    ablating every edge. A ratio of two near-zero differences says nothing, so the full model must
+    also beat the ablated run by ``min_gap`` nats.
 
     Returns:
         The :class:`~tlcap.locate.circuits.evaluate.CircuitEvaluation`.
 
     Raises:
-        MechanismAssertionError: recovery below ``min_recovery``.
+        MechanismAssertionError: a gap below ``min_gap``, or recovery below ``min_recovery``.
     """
     ev = evaluate_circuit(model, circuit)
+    gap = ev.ablated_nll - ev.full_nll
+    if not gap >= min_gap:
+        raise MechanismAssertionError(
+            f"the full model is barely better than the run with every edge ablated (target NLL {ev.full_nll:.3f} vs "
+            f"{ev.ablated_nll:.3f}, gap {gap:.3g} < {min_gap} nats): there is nothing for a circuit to recover")
     if not ev.recovered >= min_recovery:
         raise MechanismAssertionError(
             f"the circuit of {ev.n_edges} edges ({ev.n_nodes} nodes) recovers {ev.recovered:.1%} of the full model "
