@@ -109,3 +109,17 @@ def test_clicking_a_located_cell_shows_its_card_in_a_real_browser(tmp_path):
         assert "No card precomputed for L1/N" in browser.evaluate("document.querySelector('.tlcap-card-panel').innerText")
     finally:
         browser.close()
+
+
+def test_index_command_builds_once_then_finds_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TLCAP_CACHE", str(tmp_path))
+    args = ["index", "--model", "gpt2-tiny", "--max-tokens", "300", "--context", "64", "--k", "3"]
+    first = run_cli(args)
+    assert first.code == 0, first.stderr[-2000:]
+    assert re.search(r"activation_index/gpt2-tiny-random-seed0-\w+: 256 tokens, 2 x 256 neurons, top 3 \(built in \d+ s\)",
+                     first.stdout)
+    second = run_cli(args)
+    assert second.code == 0 and second.stdout.strip().endswith("(found)")
+    card = tlcap.inspect_neuron(tlcap.load_model("gpt2-tiny"), 1, 5, max_tokens=300, context=64, k=3)
+    assert card.corpus == "wikitext2-test" and card.corpus_tokens == 256
+    assert_cli_error(["index", "--model", "gpt2-tiny", "--k", "0"], "k (--k) must be >= 1, got 0")

@@ -214,7 +214,7 @@ def inspect_neuron(
     prompt: str | PromptRun | None = None,
     *,
     activations: ActivationIndex | str | None = "cached",
-    k: int = 12,
+    top_tokens: int = 12,
     **index_options: Any,
 ) -> NeuronCard:
     """The :class:`NeuronCard` of neuron ``index`` of ``layer`` (module docstring).
@@ -229,9 +229,9 @@ def inspect_neuron(
             model's cached WikiText-2 index when there is one (the card says how to build it
             otherwise); ``"build"`` builds it when missing (one pass over the corpus: minutes on a
             CPU for SmolLM2, see ``docs/explore.md``); ``None`` leaves the corpus part out.
-        k: Tokens listed per vocabulary list and changed tokens listed for the prompt.
+        top_tokens: Tokens listed per vocabulary list and changed tokens listed for the prompt.
         **index_options: Settings of :func:`~tlcap.explore.activation_index.activation_index`
-            (``max_tokens``, ``context``, ``cache``...) used to find or build the index.
+            (``max_tokens``, ``k``, ``context``, ``cache``...) used to find or build the index.
 
     Returns:
         The :class:`NeuronCard`, with provenance.
@@ -243,12 +243,12 @@ def inspect_neuron(
         check_choice("activations", activations, ("cached", "build"), cli=None)
         idx = activation_index(model, build=activations == "build", **index_options)
     parts: dict[str, Any] = dict(snippet_values=torch.zeros(0), snippet_windows=torch.zeros(0, 0), prompt_acts=torch.zeros(0))
-    parts.update(vocab_projections(model, layer, index, k))
+    parts.update(vocab_projections(model, layer, index, top_tokens))
     if isinstance(idx, ActivationIndex):
         parts.update(_snippets(idx, model, layer, index))
     if prompt:
         run = prompt if isinstance(prompt, PromptRun) else prompt_run(model, prompt)
-        parts.update(_prompt_part(model, layer, index, run, k))
+        parts.update(_prompt_part(model, layer, index, run, top_tokens))
     card = NeuronCard(layer=layer, neuron=index, model_name=model.name, **parts)
     return card.with_provenance(Provenance.collect(model))
 
