@@ -16,6 +16,15 @@ os.environ.pop("TLCAP_DATA", None)
 os.environ["TLCAP_OFFLINE"] = "1"
 
 
+def pytest_configure(config):
+    """Register the tlcap pytest plugin (``tlcap_pytest``) when its ``pytest11`` entry point is not installed
+    (an editable install made before the entry point existed); an installed one is left as it is."""
+    import tlcap_pytest as plugin
+
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "tlcap")
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt2():
     from tlcap.models import make_gpt2

@@ -13,6 +13,17 @@ Example:
 
 from tlcap.attribution import IGConfig, NeuronAttribution, integrated_gradients
 from tlcap.errors import TlcapError
+from tlcap.explore import (
+    ActivationIndex,
+    DirectLogitAttribution,
+    LogitLens,
+    NeuronCard,
+    activation_index,
+    direct_logit_attribution,
+    explore_neurons,
+    inspect_neuron,
+    logit_lens,
+)
 from tlcap.metrics import NeuronSet, target_prob, token_probs
 from tlcap.models import Model, load_model
 from tlcap.results import Result, load_result
@@ -21,5 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "IGConfig", "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
-    "token_probs", "Model", "load_model", "Result", "load_result", "__version__",
+    "token_probs", "Model", "load_model", "Result", "load_result", "__version__", "ActivationIndex",
+    "DirectLogitAttribution", "LogitLens", "NeuronCard", "activation_index", "direct_logit_attribution",
+    "explore_neurons", "inspect_neuron", "logit_lens",
 ]

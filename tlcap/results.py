@@ -45,6 +45,7 @@ from safetensors.torch import load_file, save_file
 
 from tlcap.errors import MissingFileError, OutputPathError, ResultIntegrityError, ResultTypeError, UnknownNameError
 from tlcap.provenance import Provenance, tlcap_version
+from tlcap.viz.html import esc, summary_html
 
 R = TypeVar("R", bound="Result")
 _RESULT_TYPES: dict[str, type[Result]] = {}
@@ -147,6 +148,13 @@ class Result:
     def figure(self) -> Any:
         """The result's main plotly figure."""
         raise NotImplementedError(f"{type(self).__name__} does not implement figure()")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of a result: its ``summary()`` as a table (result types may show more)."""
+        try:
+            return summary_html(type(self).__name__, self.summary(), note=".summary(), .to_frame(), .figure()")
+        except NotImplementedError:
+            return f"<pre>{esc(repr(self))}</pre>"
 
     def with_provenance(self: R, provenance: Provenance | None) -> R:
         """A copy carrying ``provenance``."""

@@ -38,6 +38,7 @@ from tlcap.results import Result, frame
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import neuron_heatmap
+from tlcap.viz.html import attribution_html
 
 Rule = Literal["midpoint", "left", "right", "linspace", "trapezoid", "cnl", "gauss_legendre"]
 Method = Literal["ig", "joint", "grad_x_act"]
@@ -180,6 +181,10 @@ class NeuronAttribution(Result):
         act = self.activations.mean(0).flatten()
         rows = [NeuronScoreRow(i // d, i % d, float(flat[i]), float(act[i])) for i in order.tolist()]
         return frame(rows, NeuronScoreRow)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the fact, P(target), completeness and the top neurons."""
+        return attribution_html(self.summary())
 
     def figure(self) -> go.Figure:
         """The layer × neuron heatmap, neurons above 0.2 · max ringed."""

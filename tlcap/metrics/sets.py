@@ -15,6 +15,7 @@ from torch import Tensor
 from tlcap.errors import ShapeMismatchError
 from tlcap.results import Result, frame
 from tlcap.viz.heatmaps import located_heatmap
+from tlcap.viz.html import neuron_set_html
 
 Neuron = tuple[int, int]
 
@@ -144,6 +145,10 @@ class NeuronSet(Result):
     def to_frame(self) -> pd.DataFrame:
         """One :class:`NeuronRow` (``layer``, ``neuron``) per neuron, sorted."""
         return frame([NeuronRow(l, j) for l, j in self.neurons], NeuronRow)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: size, share of the model's neurons and the neurons of each layer."""
+        return neuron_set_html(self.by_layer(), self.shape)
 
     def figure(self, title: str | None = None) -> go.Figure:
         """The neurons on the layer × neuron plane."""
