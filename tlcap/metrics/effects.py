@@ -97,8 +97,17 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed, groups=groups)
     d = _cluster_means(x - y, groups)
-    p = float(stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.std(d) > 0 else (1.0 if len(d) > 1 else math.nan)
-    return Effect(est, p, "paired t-test" + (" on cluster means" if groups is not None else ""), 0.0)
+    return Effect(est, paired_p(d), "paired t-test" + (" on cluster means" if groups is not None else ""), 0.0)
+
+
+def paired_p(d: np.ndarray) -> float:
+    """Two-sided p of mean(d) = 0: the t-test; with no spread, the exact sign test on the non-zero differences."""
+    if len(d) < 2:
+        return math.nan
+    if np.std(d) > 0:
+        return float(stats.ttest_1samp(d, 0.0).pvalue)
+    m = int((d != 0).sum())  # every difference equal: all zero (no effect) or all the same sign
+    return 1.0 if m == 0 else float(min(1.0, 2.0 * 0.5 ** m))
 
 
 def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | None = None,
@@ -205,5 +214,5 @@ def mcnemar_effect(a: Values, b: Values, *, n_boot: int = 5000, seed: int = 0) -
     return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
 
 
-__all__ = ["paired_effect", "two_group_effect", "share_effect", "proportion_diff", "mcnemar_effect", "bootstrap_p",
+__all__ = ["paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff", "mcnemar_effect", "bootstrap_p",
            "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]
