@@ -203,6 +203,9 @@ def score_dataset(
         ckpt = ckpt / f"rank{sh[0]}of{sh[1]}"
     if ckpt is not None and resume:
         state = _restore(ckpt, fp) or state
+    if state.n_seen == 0 and mine and (skips := _all_skipped(model, mine, max_answer_tokens)):
+        raise EmptyDatasetError(f"every one of the {len(mine)} samples would be skipped ({skips}): nothing to score; "
+                                "use shorter samples, a smaller --max-answer-tokens, or a model with a longer context")
     sums = state.sums.clone()
     n_samples, n_tokens, n_seen, prob_sum = state.n_samples, state.n_tokens, state.n_seen, state.prob_sum
     skipped = {k: int(state.skipped.get(k, 0)) for k in SKIP_KINDS}
@@ -264,6 +267,23 @@ class _Scored:
     n_tokens: int
     prob: float
     stats: dict
+
+
+def _all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int) -> str:
+    """Why every sample would be skipped (``"3 too long for ...; 1 with an empty answer"``), or ``""`` (tokenizer only)."""
+    too_long = empty = 0
+    for s in samples:
+        try:
+            _, t_ids = encode_sample(model, s, max_answer_tokens)
+            if t_ids:
+                fact_tokens(model, s.prompt, t_ids)
+                return ""
+            empty += 1
+        except PromptTooLongError:
+            too_long += 1
+        except TargetTokenizationError:
+            empty += 1
+    return f"{too_long} too long for the {model.n_ctx}-token context of {model.name}, {empty} with an empty answer"
 
 
 def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,

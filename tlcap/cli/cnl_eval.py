@@ -22,7 +22,9 @@ from pathlib import Path
 
 import typer
 
+from tlcap.atomic import json_digest
 from tlcap.attribution import IGConfig
+from tlcap.cli._checks import layers_fit, spec, trace_k_fits
 from tlcap.cli._common import (
     device_option,
     dtype_option,
@@ -35,7 +37,7 @@ from tlcap.cli._common import (
 from tlcap.cli.cnl import cnl_app
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
-from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError
+from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError, TlcapError
 from tlcap.experiments.cnl.erase import EraseResult
 from tlcap.experiments.cnl.locate import CNLLocation
 from tlcap.experiments.cnl_eval import (
@@ -52,6 +54,7 @@ from tlcap.experiments.cnl_eval import (
 )
 from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.intervene.rome import RomeConfig
+from tlcap.provenance import model_identity
 from tlcap.results import load_result
 
 _FACTS = typer.Option(None, help="A JSON file of your own facts with rewrites (docs/cnl_eval.md); default: ParaRel.")
@@ -87,11 +90,24 @@ def _ints(spec: str | None, name: str) -> tuple[int, ...] | None:
 
 
 def _facts(m, facts: Path | None, n: int, n_rewrites: int, known_top_k: int, seed: int, max_scan: int,  # noqa: ANN001, ANN202
-           max_misses: int):
+           max_misses: int, keep: Path | None = None):
+    """The facts of a run: ``--facts`` (its first ``n``), or a ParaRel draw kept in ``keep`` (the checkpoint folder),
+    so that a rerun after an interrupt or a failure does not draw (and scan the model's answers) again."""
     if facts is not None:
         return load_rewrites(facts)[:n]
-    return rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed, max_scan=max_scan,
-                         max_misses=max_misses or None)
+    settings = {"model": model_identity(m) or m.name, "dtype": str(m.dtype), "n": n, "n_rewrites": n_rewrites,
+                "known_top_k": known_top_k, "seed": seed, "max_scan": max_scan, "max_misses": max_misses}
+    kept = keep / f"drawn-facts-{json_digest(settings)[:16]}.json" if keep is not None else None
+    if kept is not None and kept.exists():
+        try:
+            return load_rewrites(kept)
+        except TlcapError:  # damaged: draw again
+            pass
+    drawn = rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed, max_scan=max_scan,
+                          max_misses=max_misses or None)
+    if kept is not None:
+        save_rewrites(drawn, kept)
+    return drawn
 
 
 def _check_n(n: int) -> None:
@@ -136,10 +152,12 @@ def fidelity_cmd(
     cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold,
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
+    if "trace" in cfg.methods:
+        trace_k_fits(spec(model), cfg.trace_k)  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses)
+        data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
         res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         save_rewrites(data, stage.path / "facts.json")
         write_outputs(stage.path, res, figures={"fidelity": res.figure()},
@@ -191,10 +209,12 @@ def reliability_cmd(
                             rome_facts=rome_facts, rome_from=rome_from,
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
+    if "rome" in cfg.parts:
+        layers_fit(spec(model), cfg.rome_layers, "rome_layers", "--rome-layers")  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses)
+        data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
         res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
         _write_reliability(stage.path, res, data, {"facts_file": str(facts) if facts else None})
     _echo_reliability(stage.out, res)

@@ -146,8 +146,11 @@ def _pairs(ctx: StageContext) -> list:
 # ------------------------------------------------------------------ stage functions
 def _fidelity(ctx: StageContext) -> dict[str, Result]:
     cfg: SuiteConfig = ctx.config
+    kw = cfg.overrides()
+    if ctx.model.n_layers <= 3:  # a tiny test model: the paper's top-3 would locate every layer (refused)
+        kw["trace_k"] = max(1, ctx.model.n_layers - 1)
     return {"fidelity": fidelity(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress,
-                                 **cfg.overrides())}
+                                 **kw)}
 
 
 def _reliability(ctx: StageContext) -> dict[str, Result]:
