@@ -34,7 +34,7 @@ from typing import Any
 from tlcap.errors import StorageError
 
 # errno values that mean "this place cannot take the file" (not a bug of tlcap's).
-STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file-size limit (ulimit -f) is reached",
+STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EFBIG: "it would pass the file-size limit (ulimit -f)",
                   errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
                   errno.EPERM: "the operation is not permitted"}
 if hasattr(errno, "EDQUOT"):
@@ -145,7 +145,7 @@ def storage_error(exc: OSError, path: str | Path | None = None, then: str = "") 
     if exc.errno not in STORAGE_ERRNOS:
         return exc
     where = path if path is not None else (exc.filename or "a file")
-    way = {errno.ENOSPC: "free some space", errno.EFBIG: "raise the file-size limit (ulimit -f)",
+    way = {errno.ENOSPC: "free some space", errno.EFBIG: "raise the limit (ulimit -f unlimited)",
            errno.EROFS: "choose a writable folder", errno.EACCES: "choose a folder you can write",
            errno.EPERM: "choose a folder you can write"}.get(exc.errno, "free some space")
     err = StorageError(f"cannot write {where}: {STORAGE_ERRNOS[exc.errno]} ({exc.strerror}); {way}"

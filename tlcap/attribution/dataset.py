@@ -203,9 +203,6 @@ def score_dataset(
         ckpt = ckpt / f"rank{sh[0]}of{sh[1]}"
     if ckpt is not None and resume:
         state = _restore(ckpt, fp) or state
-    if state.n_seen == 0 and mine and (skips := _all_skipped(model, mine, max_answer_tokens)):
-        raise EmptyDatasetError(f"every one of the {len(mine)} samples would be skipped ({skips}): nothing to score; "
-                                "use shorter samples, a smaller --max-answer-tokens, or a model with a longer context")
     sums = state.sums.clone()
     n_samples, n_tokens, n_seen, prob_sum = state.n_samples, state.n_tokens, state.n_seen, state.prob_sum
     skipped = {k: int(state.skipped.get(k, 0)) for k in SKIP_KINDS}
@@ -269,8 +266,9 @@ class _Scored:
     stats: dict
 
 
-def _all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int) -> str:
-    """Why every sample would be skipped (``"3 too long for ...; 1 with an empty answer"``), or ``""`` (tokenizer only)."""
+def all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int) -> str:
+    """Why every sample would be skipped (``"3 too long for ..., 1 with an empty answer"``), or ``""`` when one can be
+    scored. Tokenizer only: stops at the first sample that fits, so it costs nothing on usable data."""
     too_long = empty = 0
     for s in samples:
         try:
@@ -386,6 +384,7 @@ def score_in_memory(
 
 __all__ = [
     "DatasetScores", "ScoreRow", "score_dataset", "merge_scores", "check_disjoint", "score_in_memory", "parse_shard",
-    "check_sigma", "sample_id", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed", "SKIP_KINDS",
+    "check_sigma", "sample_id", "all_skipped", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed",
+    "SKIP_KINDS",
     "SPREADS",
 ]

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
+from tqdm import tqdm
 
 from tlcap.atomic import is_storage_error, storage_error
 from tlcap.errors import TlcapError, TlcapWarning
@@ -58,7 +59,17 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _close_progress_bars() -> None:
+    """Close the progress bars an error left open, so the error starts its own line (the bars show where it stopped)."""
+    for bar in list(getattr(tqdm, "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 - a bar that cannot close must not hide the error
+            continue
+
+
 def _fail(message: str, code: int = 2) -> None:
+    _close_progress_bars()
     typer.secho(f"error: {_one_line(message)}", fg=typer.colors.RED, err=True)
     raise SystemExit(code)
 
@@ -106,12 +117,21 @@ def one_line_warnings() -> Iterator[set[str]]:
         yield seen
 
 
-def _interrupt_hint(exc: BaseException | None) -> str:
+_INTERRUPTED: list[str] = []
+_DEFAULT_HINT = "interrupted; rerun the same command to start over (or to resume, for commands that keep checkpoints)"
+
+
+def note_interrupt(hint: str) -> None:
+    """Remember what the exit message of an interrupted command says (typer turns Ctrl-C into exit code 130)."""
+    _INTERRUPTED.append(hint)
+
+
+def _interrupt_hint(exc: BaseException | None = None) -> str:
     while exc is not None:
         if getattr(exc, "hint", None):
             return str(exc.hint)  # type: ignore[attr-defined]
         exc = exc.__cause__ or exc.__context__
-    return "interrupted; rerun the same command to start over (or to resume, for commands that keep checkpoints)"
+    return _INTERRUPTED[-1] if _INTERRUPTED else _DEFAULT_HINT
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -124,8 +144,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _run(argv: Sequence[str] | None) -> None:
+    _INTERRUPTED.clear()
     try:
         rv = app(args=None if argv is None else list(argv), prog_name="tlcap", standalone_mode=False)
+        if rv == 130:  # Ctrl-C or SIGTERM: typer returns 130
+            _fail(_interrupt_hint(), 130)
     except TlcapError as exc:
         _fail(str(exc))
     except KeyboardInterrupt as exc:

@@ -42,6 +42,7 @@ import torch
 import typer
 
 from tlcap.atomic import is_storage_error, storage_error, write_text_atomic
+from tlcap.cli import note_interrupt
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
@@ -150,16 +151,17 @@ def probe_writable(folder: Path, what: str) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) inside a command, with what the user can do next (``hint``)."""
+    """Ctrl-C (or SIGTERM) inside a command, with what the user can do next (``hint``, printed at the exit)."""
 
     def __init__(self, hint: str) -> None:
         super().__init__(hint)
         self.hint = hint
+        note_interrupt(hint)
 
 
 def resume_hint(checkpoints: Path) -> str:
     """What an interrupted or failed run says about resuming from ``checkpoints``."""
-    if checkpoints.exists() and any(checkpoints.iterdir()):
+    if checkpoints.exists() and any(p.is_file() for p in checkpoints.rglob("*")):
         return f"rerun the same command to resume: the work done so far is kept in {checkpoints}"
     return "nothing was kept; rerun the same command to start over"
 
