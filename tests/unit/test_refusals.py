@@ -233,3 +233,84 @@ def test_a_full_disk_in_a_command_is_one_line(tmp_path, monkeypatch):
                             "--steps", "1", "--n-random", "0", "--out", str(out)],
                            "the disk is full (No space left on device); free some space; --out", out=out, exact=False)
     assert "error: cannot write " in run.stderr
+
+
+# ------------------------------------------------------------------ a retry does not redo the draw or the scan
+def test_a_retry_reuses_the_pararel_scan(tmp_path, monkeypatch):
+    import tlcap.cli.ql as ql_cmd
+
+    real_scan = ql_cmd.scan_pararel
+    scans = []
+
+    def counted(*a, **k):
+        scans.append(1)
+        return real_scan(*a, **k)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ql_cmd, "scan_pararel", counted)
+    real_mapping = ql_cmd.ql.query_kn_mapping
+    monkeypatch.setattr(ql_cmd.ql, "query_kn_mapping", interrupted)
+    out = tmp_path / "run"
+    args = ["ql", "mapping", "--model", "gpt2-tiny", "--relations", "P36", "--n-facts", "2", "--known-top-k", "40000",
+            "--max-scan", "6", "--steps", "1", "--max-queries", "2", "--out", str(out)]
+    first = run_cli(args)
+    assert first.code == 130 and "rerun the same command to resume" in first.stderr.splitlines()[-1]
+    assert len(list((tmp_path / ".run.checkpoints").glob("pararel-scan-*.json"))) == 1
+    monkeypatch.setattr(ql_cmd.ql, "query_kn_mapping", real_mapping)
+    again = run_cli(args)
+    assert again.code == 0, again.stderr[-2000:]
+    assert len(scans) == 1  # the model's answers were not scanned again
+    assert json.loads((out / "summary.json").read_text())["pararel"]["relations"][0]["tested"] > 0
+
+
+def test_a_retry_reuses_the_drawn_facts(tmp_path, monkeypatch):
+    import tlcap.cli.cnl_eval as eval_cmd
+    from tlcap.data.rewrites import RewriteFact
+
+    facts = [RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome")]
+    draws = []
+
+    def draw(*a, **k):
+        draws.append(1)
+        return facts
+
+    real = eval_cmd.fidelity
+
+    def fails_once(*a, **k):
+        if len(draws) == 1 and not getattr(fails_once, "done", False):
+            fails_once.done = True
+            raise TlcapError("the first fact failed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(eval_cmd, "rewrite_facts", draw)
+    monkeypatch.setattr(eval_cmd, "fidelity", fails_once)
+    out = tmp_path / "run"
+    args = ["cnl", "fidelity", "--model", "gpt2-tiny", "--methods", "kn", "--steps", "1", "--top-k", "3", "--n", "1",
+            "--out", str(out)]
+    assert run_cli(args).code == 2
+    again = run_cli(args)
+    assert again.code == 0, again.stderr[-2000:]
+    assert len(draws) == 1
+    assert json.loads((out / "facts.json").read_text())["facts"][0]["subject"] == "France"
+
+
+def test_reproduce_keeps_its_fact_draw_for_the_next_run(tiny_llama, tmp_path, monkeypatch):
+    # the suite's ParaRel draw runs the model; the stage key needs it: a rerun (or a retry) reads it from the cache
+    from tlcap.reproduce import suite_stages
+    from tlcap.reproduce.run import build_stages
+    from tlcap.reproduce.scales import ScaleConfig
+    from tlcap.reproduce.stages import Runner
+
+    real, draws = suite_stages.rewrite_facts, []
+
+    def counted(*a, **k):
+        draws.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(suite_stages, "rewrite_facts", counted)
+    sc = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_eval_facts=1, cnl_eval_known_top_k=None)
+    keys = [Runner(build_stages(("cnl",), sc), tmp_path / "cache", tiny_llama).key("cnl.fidelity") for _ in range(2)]
+    assert keys[0] == keys[1] and len(draws) == 1
+    assert len(list((tmp_path / "cache" / "draws").glob("rewrite-facts-*.json"))) == 1

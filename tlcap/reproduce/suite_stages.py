@@ -23,10 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tlcap.atomic import json_digest
 from tlcap.attribution.config import IGConfig
 from tlcap.config import Config, check_choice, check_int
 from tlcap.data.comparative import comparative_pairs
-from tlcap.data.rewrites import rewrite_facts
+from tlcap.data.rewrites import load_rewrites, rewrite_facts, save_rewrites
+from tlcap.errors import TlcapError
 from tlcap.experiments.cnl import CNLLocation, EraseResult
 from tlcap.experiments.cnl_eval import FidelityResult, ReliabilityResult, compare, decoupling, fidelity, reliability
 from tlcap.experiments.cnl_eval.common import param_counts
@@ -34,7 +36,7 @@ from tlcap.experiments.cnl_eval.reliability import neighbourhood
 from tlcap.intervene.rome.config import RomeConfig
 from tlcap.reproduce.cost import ModelShape, Workload, forward
 from tlcap.reproduce.scales import ScaleConfig
-from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.reproduce.stages import Stage, StageContext, StageError, code_hash
 from tlcap.reproduce.suite_cost import kc_work, kn_work, rome_work, trace_work
 from tlcap.results import Result
 
@@ -134,8 +136,22 @@ def compare_dataset(scale: ScaleConfig) -> str:
 
 # ------------------------------------------------------------------ data
 def _facts(ctx: StageContext) -> list:
+    """The suite's ParaRel draw (it runs the model): computed once per model and settings, kept in the cache
+    (``CACHE/draws/``) so a rerun — a retry after a failure, or a run whose stages are cached — does not draw again
+    to compute the stage keys."""
     cfg: SuiteConfig = ctx.config
-    return rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=cfg.known_top_k)
+    settings = {"model": ctx.runner.model_id, "n": cfg.n, "n_rewrites": cfg.n_rewrites, "seed": cfg.seed,
+                "known_top_k": cfg.known_top_k, "code": code_hash(("tlcap.data.rewrites", "tlcap.data.pararel"))}
+    kept = ctx.runner.cache_dir / "draws" / f"rewrite-facts-{json_digest(settings)[:16]}.json"
+    if kept.exists():
+        try:
+            return load_rewrites(kept)
+        except TlcapError:  # damaged: draw again
+            pass
+    facts = rewrite_facts(ctx.model, cfg.n, n_rewrites=cfg.n_rewrites, seed=cfg.seed, known_top_k=cfg.known_top_k)
+    if facts:
+        save_rewrites(facts, kept)
+    return facts
 
 
 def _pairs(ctx: StageContext) -> list:
