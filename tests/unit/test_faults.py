@@ -11,7 +11,8 @@ in after a kill), then rerun to the end. After every kill:
 - the rerun's results are bit-identical to an uninterrupted run's (tensors byte for byte, every
   JSON field but timings), so nothing was counted twice or lost.
 
-The random points come from a seeded generator (``FAULT_SEED``, printed on failure).
+The random points come from a seeded generator (``FAULT_SEED``, printed on failure): 5 per pipeline, 20 in
+all, plus 2 kills from outside at a random time.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ NOBODY = 65534
 
 LOCATE = ["cnl", "locate", "--model", "gpt2-tiny", "--dataset", "emotion", "--n", "8", "--steps", "2",
           "--max-answer-tokens", "1", "--convergence-points", "2", "--checkpoint-every", "1"]
-DECOUPLE = ["cnl", "decouple", "--model", "gpt2-tiny", "--n", "5", "--sources", "template", "--steps", "1", "--top-k", "4",
+DECOUPLE = ["cnl", "decouple", "--model", "gpt2-tiny", "--n", "4", "--sources", "template", "--steps", "1", "--top-k", "4",
             "--checkpoint-every", "1"]
 
 
@@ -236,7 +237,7 @@ def locate_reference(ctx, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, job, paths, roots, n_kills", [
-    ("CNL scoring (cnl locate)", _cli_job(LOCATE), {"out": "loc"}, ("loc", ".loc.checkpoints"), 6),
+    ("CNL scoring (cnl locate)", _cli_job(LOCATE), {"out": "loc"}, ("loc", ".loc.checkpoints"), 5),
     ("CNL suite (cnl decouple)", _cli_job(DECOUPLE), {"out": "dec"}, ("dec", ".dec.checkpoints"), 5),
     ("reproduce stage (cnl.locate.emotion)", {"pipeline": "reproduce", "paper": "cnl", "only": ["cnl.locate.emotion"]},
      {"out": "rep", "cache": "cache"}, ("rep", "cache"), 5),
@@ -253,7 +254,7 @@ def test_sigkill_at_random_points_then_rerun_gives_the_uninterrupted_result(ctx,
     rng = random.Random(f"{SEED}-{name}")
     lines = kill_and_rerun(ctx, tmp_path, job, paths, reference, kill_points(events, n_kills, rng), roots)
     print(f"\n{name}: {events} file-system events in an uninterrupted run", *lines, sep="\n  ")
-    assert sum("killed" in ln for ln in lines) >= n_kills - 1
+    assert sum("killed" in ln for ln in lines) == n_kills  # every point was reached: 20 kills in all
 
 
 def test_sigkill_from_outside_at_a_random_time(ctx, tmp_path, locate_reference):
