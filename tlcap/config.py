@@ -77,6 +77,20 @@ def check_int(name: str, value: Any, *, min: int | None = None, max: int | None 
     return v
 
 
+def check_layers_below(name: str, layers: Any, n_layers: int, model_name: str, *, cli: Any = _DEFAULT) -> None:
+    """Check that every layer in ``layers`` (an int or a sequence) exists in a model of ``n_layers`` layers.
+
+    Raises:
+        InvalidConfigError: ``layers (--layers) [2, 3] out of range for gpt2-tiny (2 layers: 0..1)``.
+    """
+    values = [layers] if isinstance(layers, numbers.Integral) else list(layers or ())
+    bad = [int(v) for v in values if int(v) >= n_layers]
+    if bad:
+        shown = bad[0] if isinstance(layers, numbers.Integral) else bad
+        raise InvalidConfigError(f"{_label(name, cli)} {shown} out of range for {model_name} ({n_layers} layers: "
+                                 f"0..{n_layers - 1})")
+
+
 def check_float(
     name: str,
     value: Any,
@@ -285,4 +299,5 @@ def _from_json(hint: Any, value: Any) -> Any:
 
 __all__ = [
     "Config", "check_int", "check_float", "check_choice", "check_str", "check_bool", "check_sequence", "cli_option",
+    "check_layers_below",
 ]

@@ -39,6 +39,8 @@ class                          also a             raised for
 ``OverlappingShardsError``     ``ValueError``     partial results to merge that share samples
 ``UnknownNodeError``           ``KeyError``       a graph node or parameter group the model does not have
 ``UnsupportedModelError``      ``NotImplementedError`` an architecture a method has no mapping for
+``StorageError``               ``OSError``        a file that cannot be written: disk full, ``ulimit -f``, read-only
+``ResultFormatError``          ``ValueError``     (a ``ResultIntegrityError``) a result or checkpoint of another format version
 =============================  =================  ==========================================
 
 Warnings tlcap issues on purpose (input it corrected, and says so) are :class:`TlcapWarning`
@@ -139,6 +141,14 @@ class ResultIntegrityError(TlcapError, ValueError):
     """A saved result whose files are truncated, corrupt, or do not match their checksum."""
 
 
+class ResultFormatError(ResultIntegrityError):
+    """A saved result, checkpoint or stage record in a format version this tlcap cannot read."""
+
+
+class StorageError(TlcapError, OSError):
+    """A file that cannot be written: the disk is full, a file-size limit, a read-only place, no permission."""
+
+
 class ResultTypeError(TlcapError, TypeError):
     """A saved result of another type than the one asked for."""
 
@@ -187,7 +197,7 @@ __all__ = [
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
     "InvalidConfigError", "UnknownNameError",
     "DataFormatError", "OutputPathError", "OutputExistsError", "CheckpointError", "CheckpointMismatchError",
-    "ResultIntegrityError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
+    "ResultIntegrityError", "ResultFormatError", "StorageError", "ResultTypeError", "StatisticsError", "TooFewSamplesError",
     "EmptyNeuronSetError", "OverlappingShardsError", "UnknownNodeError", "UnsupportedModelError",
     "TlcapWarning", "PromptBoundaryWarning", "EmptyNeuronSetWarning",
 ]

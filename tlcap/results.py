@@ -12,8 +12,12 @@ The contract every result type meets (checked by ``tests/unit/test_result_contra
   :class:`~tlcap.provenance.Provenance`; attach one with :meth:`Result.with_provenance`.
 
 ``save(path)`` writes ``path/result.json`` + ``path/tensors.safetensors`` atomically (a staging
-folder renamed into place) with the tensors' sha256 and the defining module in the JSON;
-:func:`load_result` works in a fresh process (it imports that module) and verifies the checksum.
+folder renamed into place) with the tensors' sha256, the sha256 of the JSON content itself
+(``json_sha256``), the format version and the defining module in the JSON; files are readable by
+the group (mode ``0666 & ~umask``). :func:`load_result` works in a fresh process (it imports that
+module) and verifies both checksums: a changed, cut or hand-edited file (a field removed) is a
+:class:`~tlcap.errors.ResultIntegrityError` naming the file, a file of a newer format a
+:class:`~tlcap.errors.ResultFormatError`. Files of formats 1–2 (no JSON checksum) still load.
 Never pickle. Non-tensor fields must be JSON-serialisable (tuples become lists and come back as
 tuples where the field's annotation says ``tuple``; nested results are saved inline).
 
@@ -41,15 +45,24 @@ from typing import Any, ClassVar, TypeVar
 import pandas as pd
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
 
-from tlcap.errors import MissingFileError, OutputPathError, ResultIntegrityError, ResultTypeError, UnknownNameError
+from tlcap.atomic import json_digest, remove_leftovers, storage_error, write_bytes_atomic, write_text_atomic
+from tlcap.errors import (
+    MissingFileError,
+    OutputPathError,
+    ResultFormatError,
+    ResultIntegrityError,
+    ResultTypeError,
+    UnknownNameError,
+)
 from tlcap.provenance import Provenance, tlcap_version
 from tlcap.viz.html import esc, summary_html
 
 R = TypeVar("R", bound="Result")
 _RESULT_TYPES: dict[str, type[Result]] = {}
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: sha256 of the JSON content (json_sha256); 2: tensors' sha256; 1: neither
 RESULT_FILES = ("result.json", "tensors.safetensors")
 
 
@@ -93,14 +106,6 @@ def _tuplify(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_tuplify(v) for v in value)
     return value
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
@@ -179,7 +184,14 @@ class Result:
         }
 
     @classmethod
-    def _from_fields(cls: type[R], fields: dict[str, Any], tensors: dict[str, torch.Tensor]) -> R:
+    def _from_fields(cls: type[R], fields: dict[str, Any], tensors: dict[str, torch.Tensor], where: str = "") -> R:
+        missing = [f.name for f in dataclasses.fields(cls) if f.name != "provenance" and f.name not in tensors
+                   and f.name not in fields and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ResultIntegrityError(
+                f"{where or 'the saved result'} lacks the field{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                f"of {cls.__name__} (edited or damaged?); re-run the command that wrote it (or restore it from a copy)")
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name == "provenance":
@@ -209,9 +221,14 @@ class Result:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise OutputPathError(f"cannot save a result to {path}: it is a file; give a folder path")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stage = path.parent / f".{path.name}.saving-{uuid.uuid4().hex[:8]}"
-        stage.mkdir()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for kind in ("saving", "old"):  # left by processes killed while saving here
+                remove_leftovers(path.parent, f".{path.name}.{kind}-")
+            stage = path.parent / f".{path.name}.saving-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            stage.mkdir()
+        except OSError as exc:
+            raise storage_error(exc, path) from None
         try:
             self._write_files(stage)
             foreign = path.is_dir() and any(p.name not in RESULT_FILES for p in path.iterdir())
@@ -224,11 +241,13 @@ class Result:
             else:
                 old = None
                 if path.exists():
-                    old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                    old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
                     os.replace(path, old)
                 os.replace(stage, path)
                 if old is not None:
                     shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            raise storage_error(exc, path) from None
         finally:
             if stage.exists():
                 shutil.rmtree(stage, ignore_errors=True)
@@ -245,13 +264,15 @@ class Result:
             "tensors": sorted(tensors),
         }
         if tensors:
-            tpath = folder / "tensors.safetensors"
-            save_file(tensors, str(tpath))
-            meta["tensors_sha256"] = _sha256(tpath)
-            meta["tensors_bytes"] = tpath.stat().st_size
+            data = save_bytes(tensors)
+            write_bytes_atomic(folder / "tensors.safetensors", data)
+            meta["tensors_sha256"] = hashlib.sha256(data).hexdigest()
+            meta["tensors_bytes"] = len(data)
         if self.provenance is not None:
             meta["provenance"] = self.provenance.to_dict()
-        (folder / "result.json").write_text(json.dumps(meta, indent=1))
+        meta = json.loads(json.dumps(meta))  # the digest is taken over what a reader will parse
+        meta["json_sha256"] = json_digest(meta)
+        write_text_atomic(folder / "result.json", json.dumps(meta, indent=1))
 
     @classmethod
     def load(cls: type[R], path: str | Path) -> R:
@@ -315,6 +336,15 @@ def load_result(path: str | Path) -> Result:
             raise ValueError("missing 'type' or 'fields'")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ResultIntegrityError(f"{meta_path} is corrupt or truncated ({exc}); {redo}") from None
+    fmt = meta.get("format", 1)
+    if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
+        raise ResultFormatError(
+            f"{meta_path} is in result format {fmt} (written by tlcap {meta.get('tlcap_version', '?')}); this tlcap "
+            f"({tlcap_version()}) reads formats 1 to {FORMAT_VERSION}: load it with that tlcap or a newer one")
+    if fmt >= 3 or "json_sha256" in meta:  # formats 1-2 carry no checksum of the JSON: they load as they are
+        want = meta.pop("json_sha256", None)
+        if want != json_digest(meta):
+            raise ResultIntegrityError(f"{meta_path} does not match its own sha256 (json_sha256: edited or damaged); {redo}")
     cls = _result_type(meta["type"], meta.get("module"))
     tensors: dict[str, torch.Tensor] = {}
     if meta.get("tensors"):
@@ -325,13 +355,16 @@ def load_result(path: str | Path) -> Result:
             raise ResultIntegrityError(
                 f"{tpath} has {tpath.stat().st_size} bytes, {meta['tensors_bytes']} were saved (truncated?); {redo}"
             )
-        if "tensors_sha256" in meta and _sha256(tpath) != meta["tensors_sha256"]:
+        data = tpath.read_bytes()
+        if "tensors_sha256" in meta and hashlib.sha256(data).hexdigest() != meta["tensors_sha256"]:
             raise ResultIntegrityError(f"{tpath} does not match the sha256 recorded in {meta_path}; {redo}")
         try:
-            tensors = load_file(str(tpath))
+            tensors = load_bytes(data)
         except (SafetensorError, OSError, ValueError) as exc:
             raise ResultIntegrityError(f"{tpath} is corrupt ({exc}); {redo}") from None
-    obj = cls._from_fields(meta["fields"], tensors)
+    if not isinstance(meta["fields"], dict):
+        raise ResultIntegrityError(f"{meta_path}: 'fields' is not a JSON object; {redo}")
+    obj = cls._from_fields(meta["fields"], tensors, where=str(meta_path))
     if meta.get("provenance"):
         obj = obj.with_provenance(Provenance.from_dict(meta["provenance"]))
     return obj

@@ -142,4 +142,5 @@ def test_kn_neurons_outside_the_model_are_refused(tmp_path):
     out = tmp_path / "run"
     assert_cli_error(["circuit", "--model", "gpt2-tiny", *FACT, "--granularity", "neuron", "--kn-neurons", str(p),
                       "--ig-steps", "1", "--no-sweep", "--out", str(out)],
-                     "neuron (5, 0) is outside a model of shape (2, 256)", out=out, exact=False)
+                     f"the neurons in {p} reach layer 5 and neuron 0, but gpt2-tiny has 2 layers of 256 neurons; locate "
+                     "them on the same model (or pass --model of the locate run)", out=out)  # before the model load

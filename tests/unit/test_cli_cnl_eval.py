@@ -26,8 +26,8 @@ def facts_file(tmp_path_factory):
 
 def test_cli_fidelity(tmp_path, facts_file):
     out = tmp_path / "fid"
-    run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-samples", "1",
-                   "--bos", "--out", str(out)])
+    run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-k", "1",
+                   "--trace-samples", "1", "--bos", "--out", str(out)])
     assert run.code == 0, run.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     res = load_result(out / "result")

@@ -57,7 +57,7 @@ def test_edit_single_layer_and_all_layers(tmp_path):
                               "such as 0-5,10"),
         (["--layers", "-1"], "layers (--layers) cannot read '-1' in '-1'; give layer numbers >= 0 and ranges "
                              "such as 0-5,10"),
-        (["--layers", "0-5"], "layers (--layers) [2, 3, 4, 5] out of range for gpt2-tiny-random-seed0 (2 layers: 0..1)"),
+        (["--layers", "0-5"], "layers (--layers) [2, 3, 4, 5] out of range for gpt2-tiny (2 layers: 0..1)"),
         (["--window", "0"], "window (--window) must be >= 1, got 0"),
         (["--noise", "0"], "noise_std (--noise) must be > 0, got 0"),
         (["--noise-factor", "0"], "noise_factor (--noise-factor) must be > 0, got 0"),
@@ -90,7 +90,7 @@ ABSENT = ("subject 'Germany' does not occur in the prompt 'The capital of France
         (["trace", "--model", "gpt2-tiny", "--dataset", "known", "--occurrence", "1"],
          "--dataset traces the dataset's facts; leave out --prompt, --subject, --target and --occurrence"),
         ([*EDIT, "--layer", "-1"], "layer (--layer) must be >= 0, got -1"),
-        ([*EDIT, "--layer", "7"], "layer (--layer) 7 out of range for gpt2-tiny-random-seed0 (2 layers: 0..1)"),
+        ([*EDIT, "--layer", "7"], "layer (--layer) 7 out of range for gpt2-tiny (2 layers: 0..1)"),
         ([*EDIT, "--layer", "0", "--steps", "0"], "steps (--steps) must be >= 1, got 0"),
         ([*EDIT, "--layer", "0", "--lr", "0"], "lr (--lr) must be > 0, got 0"),
         ([*EDIT, "--layer", "0", "--cov-tokens", "0"], "cov_tokens (--cov-tokens) must be >= 1, got 0"),

@@ -25,7 +25,7 @@ FACTS = [
     RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),
 ]
 IG = IGConfig(steps=2)
-OPTS = dict(ig=IG, top_k=6, trace_samples=1, trace_window=1, kc_top_n=12, kc_ig_steps=1, progress=False)
+OPTS = dict(ig=IG, top_k=6, trace_k=1, trace_samples=1, trace_window=1, kc_top_n=12, kc_ig_steps=1, progress=False)
 
 
 def _hand_overlap(sets):
@@ -75,7 +75,7 @@ def test_fidelity_rows_match_hand_overlaps(fid, tiny_llama):
         assert fid.estimate(m).value == pytest.approx(np.mean(vals))
         assert fid.summary()[m]["overlap"]["paper"] == {"kn": 0.373, "trace": 0.327, "kc": 0.072}[m]
     assert all(len(s) == 6 for s in fid.sets["kn"][0])  # top_k
-    assert all(sorted(s) == list(range(tiny_llama.n_layers)) for s in fid.sets["trace"][0])  # top-3 of 2 layers
+    assert all(len(s) == 1 for s in fid.sets["trace"][0])  # top-1 of 2 layers (top-k >= the layers is refused)
     fid.figure()
 
 
@@ -84,7 +84,7 @@ def test_fidelity_sets_come_from_the_methods(fid, tiny_llama):
     attr = integrated_gradients(tiny_llama, prompt, fact.target, config=IG)
     assert list(fid.sets["kn"][0][1]) == list(neuron_ids(top_k_select(attr.scores, 6)))
     tr = causal_trace(tiny_llama, prompt, fact.subject, fact.target, kinds=("mlp",), samples=1, window=1, seed=0)
-    assert list(fid.sets["trace"][0][1]) == tr.top_layers(3, kind="mlp", token="last_subject")
+    assert list(fid.sets["trace"][0][1]) == tr.top_layers(1, kind="mlp", token="last_subject")
     circ = knowledge_circuit(tiny_llama, prompt, fact.target, top_n=12, ig_steps=1)
     assert list(fid.sets["kc"][0][1]) == list(edge_ids(circ))
 
@@ -158,7 +158,7 @@ def test_fidelity_bos_reaches_the_trace(tiny_llama):
     opts = dict(kinds=("mlp",), samples=1, window=1, seed=0)
     for r, prompt in enumerate(fact.rewrites):
         tr = causal_trace(tiny_llama, prompt, fact.subject, fact.target, bos=True, **opts)
-        assert list(res.sets["trace"][0][r]) == tr.top_layers(3, kind="mlp", token="last_subject")
+        assert list(res.sets["trace"][0][r]) == tr.top_layers(1, kind="mlp", token="last_subject")
         assert rows.prob[r] == pytest.approx(tr.clean_prob)
     plain = causal_trace(tiny_llama, fact.rewrites[1], fact.subject, fact.target, **opts)
     assert tr.bos and len(tr.tokens) == len(plain.tokens) + 1

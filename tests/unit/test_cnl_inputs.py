@@ -247,7 +247,7 @@ def test_missing_neurons_file_and_unknown_dataset(tmp_path):
 
 # --------------------------------------------------------------------------- checkpoints
 def test_interrupted_checkpoint_writes_never_double_count(tiny_gpt2, tmp_path, monkeypatch):
-    from tlcap.attribution import checkpoint
+    from tlcap import atomic
     from tlcap.attribution.dataset import score_dataset
 
     S = _samples(4)
@@ -263,10 +263,10 @@ def test_interrupted_checkpoint_writes_never_double_count(tiny_gpt2, tmp_path, m
                 raise KeyboardInterrupt  # interrupted while the checkpoint is being put in place
             return real(src, dst)
 
-        monkeypatch.setattr(checkpoint.os, "replace", flaky)
+        monkeypatch.setattr(atomic.os, "replace", flaky)
         with pytest.raises(KeyboardInterrupt):
             score_dataset(tiny_gpt2, S, checkpoint_dir=ck, checkpoint_every=1, **KW)
-        monkeypatch.setattr(checkpoint.os, "replace", real)
+        monkeypatch.setattr(atomic.os, "replace", real)
         assert [p.name for p in ck.iterdir()] == (["checkpoint.safetensors"] if fail_at > 1 else [])
         again = score_dataset(tiny_gpt2, S, checkpoint_dir=ck, checkpoint_every=1, **KW)
         assert torch.equal(again.sums, full.sums) and again.n_samples == 4 and again.n_seen == 4

@@ -157,7 +157,7 @@ def test_load_result_in_a_fresh_process_and_corrupt_copies(saved_attr, tmp_path)
     old = tmp_path / "old"
     shutil.copytree(path, old)
     m = json.loads((old / "result.json").read_text())
-    for k in ("tensors_sha256", "tensors_bytes", "module", "format", "provenance"):
+    for k in ("tensors_sha256", "tensors_bytes", "module", "format", "provenance", "json_sha256"):
         m.pop(k)
     (old / "result.json").write_text(json.dumps(m))
     back = load_result(old)
@@ -173,6 +173,8 @@ def test_old_file_without_module_loads_in_a_fresh_process(saved_attr, tmp_path):
     shutil.copytree(path, old)
     m = json.loads((old / "result.json").read_text())
     m.pop("module")
+    m.pop("json_sha256")  # files of that time (format 2) had no checksum of their JSON either
+    m["format"] = 2
     (old / "result.json").write_text(json.dumps(m))
     res = _fresh_load(old)
     assert res.returncode == 0 and res.stdout.startswith("NeuronAttribution "), res.stdout + res.stderr[-2000:]

@@ -266,6 +266,24 @@ class _Scored:
     stats: dict
 
 
+def all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int) -> str:
+    """Why every sample would be skipped (``"3 too long for ..., 1 with an empty answer"``), or ``""`` when one can be
+    scored. Tokenizer only: stops at the first sample that fits, so it costs nothing on usable data."""
+    too_long = empty = 0
+    for s in samples:
+        try:
+            _, t_ids = encode_sample(model, s, max_answer_tokens)
+            if t_ids:
+                fact_tokens(model, s.prompt, t_ids)
+                return ""
+            empty += 1
+        except PromptTooLongError:
+            too_long += 1
+        except TargetTokenizationError:
+            empty += 1
+    return f"{too_long} too long for the {model.n_ctx}-token context of {model.name}, {empty} with an empty answer"
+
+
 def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,
                   layer_list: tuple[int, ...], grouped: bool) -> list[_Scored | str]:
     """Score the samples of a window: each alone, or (``grouped``) all their rows batched together.
@@ -367,6 +385,7 @@ def score_in_memory(
 
 __all__ = [
     "DatasetScores", "ScoreRow", "score_dataset", "merge_scores", "check_disjoint", "score_in_memory", "parse_shard",
-    "check_sigma", "sample_id", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed", "SKIP_KINDS",
+    "check_sigma", "sample_id", "all_skipped", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed",
+    "SKIP_KINDS",
     "SPREADS",
 ]

@@ -104,7 +104,9 @@ class DatasetScores(Result):
     def scores(self) -> Float[Tensor, "layer d_mlp"]:
         """score(w): mean over samples of the per-sample mean-over-answer-tokens IG (float64)."""
         if self.n_samples == 0:
-            raise EmptyDatasetError("no samples were scored (every one was skipped); nothing to average")
+            kinds = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.skipped.items()) or "no reason recorded"
+            raise EmptyDatasetError(f"no samples were scored: every one of the {self.n_seen} was skipped ({kinds}); "
+                                    "use shorter samples, a smaller --max-answer-tokens, or a model with a longer context")
         return from_fixed(self.sums) / self.n_samples
 
     @property

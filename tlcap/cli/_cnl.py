@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from tlcap.cli._checks import neuron_pairs, neurons_fit, spec
 from tlcap.data.sample import DataWarning
 from tlcap.errors import DataFormatError, EmptyNeuronSetError, InvalidConfigError, MissingFileError, ShapeMismatchError
 from tlcap.experiments.cnl import CNLLocation, CNLWarning
@@ -85,6 +84,10 @@ class NeuronSource:
     neurons: list
     sigma: float | None
 
+    def check_model(self, model: str) -> None:
+        """Refuse, before loading ``model``, neurons outside its shape (a file located on another model)."""
+        neurons_fit(spec(model), neuron_pairs(self.neurons, str(self.summary_path)), str(self.summary_path))
+
     def neuron_set(self, model: Model) -> NeuronSet:
         """The located set, checked against the model's shape."""
         try:
@@ -130,6 +133,7 @@ def neuron_source(path: Path, option: str = "--neurons", allow_empty: bool = Fal
                               "(`tlcap cnl merge`) and pass the merged folder")
     if "neurons" not in data:
         raise DataFormatError(f"{summary} has no 'neurons' list; pass the summary.json written by `tlcap cnl locate`")
+    neuron_pairs(data["neurons"], str(summary))  # malformed entries: named here, not blamed on the model later
     if not data["neurons"] and not allow_empty:
         raise EmptyNeuronSetError(
             f"the neuron set in {summary} is empty (0 neurons located at σ={data.get('sigma')}): erasing or fine-tuning it "
@@ -140,18 +144,15 @@ def neuron_source(path: Path, option: str = "--neurons", allow_empty: bool = Fal
 
 @contextmanager
 def print_warnings() -> Iterator[None]:
-    """Show the data and CNL warnings raised inside as ``warning: ...`` lines on stderr."""
-    with warnings.catch_warnings(record=True) as caught:
+    """Show the data and CNL warnings raised inside (every one, not once per place), as ``warning: ...`` lines.
+
+    The one-line format and the once-per-run rule are :func:`tlcap.cli.one_line_warnings`'s, which
+    ``tlcap``'s entry point applies to every command.
+    """
+    with warnings.catch_warnings():
         warnings.simplefilter("always", DataWarning)
         warnings.simplefilter("always", CNLWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, (DataWarning, CNLWarning)):
-                    typer.echo(f"warning: {' '.join(str(w.message).split())}", err=True)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        yield
 
 
 def skips_line(data: dict[str, Any], skipped: dict[str, int] | None = None) -> str:

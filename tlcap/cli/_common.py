@@ -29,6 +29,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,13 +41,15 @@ import pandas as pd
 import torch
 import typer
 
+from tlcap.atomic import is_storage_error, storage_error, write_text_atomic
+from tlcap.cli import note_interrupt
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
 from tlcap.results import Result
 from tlcap.runtime.batching import parse_memory
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype
-from tlcap.viz.export import save_figure
+from tlcap.viz.export import save_figures
 
 SUMMARY = "summary.json"
 MANIFEST = ".tlcap-run.json"
@@ -86,8 +89,7 @@ def _clean(o: Any) -> Any:
 
 def write_summary(out: Path, summary: dict[str, Any]) -> Path:
     """Write ``out/summary.json`` (NaN/inf become null) and echo where it went."""
-    path = Path(out) / SUMMARY
-    path.write_text(json.dumps(_clean(summary), indent=1))
+    path = write_text_atomic(Path(out) / SUMMARY, json.dumps(_clean(summary), indent=1))
     typer.echo(f"wrote {path}")
     return path
 
@@ -109,11 +111,59 @@ def check_output(out: Path, overwrite: bool = False) -> Path:
         raise OutputPathError(f"--out {out} cannot be created: {parent} is a file; give a folder path")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputPathError(f"--out {out} cannot be written ({parent} is read-only); choose another --out")
+    probe_writable(parent, f"--out {out}")
     if (out / SUMMARY).exists() and not overwrite:
         raise OutputExistsError(
             f"{out} already holds a finished run ({SUMMARY}); pass --overwrite to replace it or choose another --out"
         )
     return out
+
+
+def writable_folder(path: Path, option: str) -> Path:
+    """Check a folder a command writes into and may reuse (``reproduce --out``): not a file, writable.
+
+    Raises:
+        OutputPathError: ``path`` is a file, below a file, or nothing can be created there.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{option} {path} is a file; give a folder path")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"{option} {path} cannot be created: {parent} is a file; give a folder path")
+    probe_writable(parent, f"{option} {path}")
+    return path
+
+
+def probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a folder in ``folder``: permissions alone do not tell (root, ``/proc``, a read-only mount).
+
+    Raises:
+        OutputPathError: nothing can be created there.
+    """
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".tlcap-probe-", dir=folder))
+        probe.rmdir()
+    except OSError as exc:
+        raise OutputPathError(f"{what} cannot be written ({folder}: {exc.strerror or exc}); choose another folder") from None
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) inside a command, with what the user can do next (``hint``, printed at the exit)."""
+
+    def __init__(self, hint: str) -> None:
+        super().__init__(hint)
+        self.hint = hint
+        note_interrupt(hint)
+
+
+def resume_hint(checkpoints: Path) -> str:
+    """What an interrupted or failed run says about resuming from ``checkpoints``."""
+    if checkpoints.exists() and any(p.is_file() for p in checkpoints.rglob("*")):
+        return f"rerun the same command to resume: the work done so far is kept in {checkpoints}"
+    return "nothing was kept; rerun the same command to start over"
 
 
 @dataclass(frozen=True)
@@ -212,10 +262,19 @@ def staged_output(out: Path, overwrite: bool = False, keep_checkpoints: bool = F
     stage = StagedOutput(out=out, path=path, checkpoints=checkpoint_dir(out))
     done = False
     try:
-        yield stage
-        if keep_checkpoints and stage.checkpoints.exists():
-            os.replace(stage.checkpoints, path / "checkpoints")
-        _commit(path, out)
+        try:
+            yield stage
+            if keep_checkpoints and stage.checkpoints.exists():
+                os.replace(stage.checkpoints, path / "checkpoints")
+            _commit(path, out)
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; --out {out} is unchanged; {resume_hint(stage.checkpoints)}") from None
+        except OSError as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, then=f"--out {out} is unchanged; {resume_hint(stage.checkpoints)}") from None
         done = True
         if stage.checkpoints.exists():
             shutil.rmtree(stage.checkpoints, ignore_errors=True)
@@ -240,10 +299,11 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Write a command's outputs into ``out`` (normally ``stage.path``); returns the summary.
 
-    Writes ``out/<result_dir>/`` (``result.save``), each figure as ``<stem>.html`` + ``.png``
-    (:func:`tlcap.viz.save_figure`; HTML only when no PNG exporter is available), each table as
-    ``<stem>.csv``, and ``summary.json`` = ``result.summary()`` + ``extra`` + the lists of figure
-    and table files + ``provenance`` (the result's, as a dict).
+    Writes ``out/<result_dir>/`` (``result.save``) first, each table as ``<stem>.csv``, each figure
+    as ``<stem>.html`` + ``.png`` (:func:`tlcap.viz.export.save_figures`: one export bounded in time
+    and memory; HTML only when no PNG exporter is available or it fails), and ``summary.json`` =
+    ``result.summary()`` + ``extra`` + the lists of figure and table files + ``provenance`` (the
+    result's, as a dict). Every file is written whole or not at all (:mod:`tlcap.atomic`).
 
     Args:
         out: Folder to write into.
@@ -255,18 +315,15 @@ def write_outputs(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    result.save(out / result_dir)
-    written: list[str] = []
-    for stem, fig in (figures or {}).items():
-        written += [p.name for p in save_figure(fig, out, stem)]
+    result.save(out / result_dir)  # the result first: figures come last and are bounded (tlcap.viz.export)
     csvs: list[str] = []
     for stem, table in (tables or {}).items():
-        table.to_csv(out / f"{stem}.csv", index=False)
+        write_text_atomic(out / f"{stem}.csv", table.to_csv(index=False))
         csvs.append(f"{stem}.csv")
+    written = [p.name for paths in save_figures(dict(figures or {}), out).values() for p in paths]
     summary = {**result.summary(), **(extra or {}), "figures": written, "tables": csvs,
                "provenance": result.provenance.to_dict() if result.provenance is not None else None}
-    path = out / SUMMARY
-    path.write_text(json.dumps(_clean(summary), indent=1))
+    write_text_atomic(out / SUMMARY, json.dumps(_clean(summary), indent=1))
     return summary
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import typer
 
 from tlcap.cli import app
+from tlcap.cli._checks import neurons_fit, spec
 from tlcap.cli._common import (
     batch_rows_value,
     device_option,
@@ -169,6 +170,8 @@ def circuit(
         cfg = check_circuit_inputs(prompt or "", target or "", corrupt_prompt, corrupt_target, cfg)
     elif n_items is not None and n_items < 1:
         raise InvalidConfigError(f"--n-items must be >= 1, got {n_items}")
+    if kn is not None:  # a --kn-neurons file of another model: refused before the load
+        neurons_fit(spec(model), kn, str(kn_neurons))
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)

@@ -25,6 +25,8 @@ import typer
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import merge_scores, parse_shard
 from tlcap.cli import app
+from tlcap.cli._checks import layers_fit
+from tlcap.cli._checks import spec as model_shapes
 from tlcap.cli._cnl import floats, ints, layers, neuron_source, parse_steps, print_warnings, skips_line
 from tlcap.cli._common import (
     StagedOutput,
@@ -43,7 +45,7 @@ from tlcap.cli._common import (
 from tlcap.config import check_int
 from tlcap.data.sample import DataReport, DataWarning
 from tlcap.data.tasks import get_task, load_task
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl import (
     CNLConfig,
     CNLLocation,
@@ -136,10 +138,14 @@ def locate(
     if shard is not None and distributed:
         raise InvalidConfigError("--shard and --distributed exclude each other (torchrun shards by rank)")
     get_task(dataset)
+    layers_fit(model_shapes(model), cfg.ig.layers, "layers", "--layers")
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     with print_warnings(), _stage(out, overwrite, rank) as stage:
         seed_everything(seed)
         samples = load_task(dataset, data_dir, split, n, seed, strict=strict)
+        if len(samples) < 2:
+            raise EmptyDatasetError(f"{dataset} {split!r} has {len(samples)} usable sample (asked for {n}); the split-half "
+                                    "test needs at least 2: point --data-dir at a file with more samples")
         m = load(model, device, dtype)
         t0 = time.perf_counter()
         parts = score_parts(m, samples, config=cfg, task=dataset, checkpoint_dir=checkpoint_dir_ or stage.checkpoints,
@@ -218,6 +224,7 @@ def erase(
     check_int("n", n, min=1)
     get_task(dataset)
     src = neuron_source(neurons, allow_empty=sigmas is not None)
+    src.check_model(model)
     with print_warnings(), staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         samples = load_task(dataset, data_dir, split, n, seed, strict=strict)
@@ -272,6 +279,7 @@ def enhance(
     check_int("n", n, min=1)
     get_task(dataset)
     src = neuron_source(neurons)
+    src.check_model(model)
     with print_warnings(), staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         train = load_task(dataset, data_dir, "train", n_train, seed, strict=strict)
@@ -321,6 +329,7 @@ def cross(
         if name in sources:
             raise InvalidConfigError(f"--neurons names {name!r} twice; give each dataset once")
         sources[name] = neuron_source(Path(path))
+        sources[name].check_model(model)
     with print_warnings(), staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         evals = {k: load_task(k, data_dir, "test", n, seed, strict=strict) for k in sources}

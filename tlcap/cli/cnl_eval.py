@@ -22,7 +22,9 @@ from pathlib import Path
 
 import typer
 
+from tlcap.atomic import json_digest
 from tlcap.attribution import IGConfig
+from tlcap.cli._checks import layers_fit, spec, trace_k_fits
 from tlcap.cli._common import (
     device_option,
     dtype_option,
@@ -33,9 +35,10 @@ from tlcap.cli._common import (
     write_outputs,
 )
 from tlcap.cli.cnl import cnl_app
+from tlcap.config import check_int
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
-from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError
+from tlcap.errors import DataFormatError, InvalidConfigError, MissingFileError, TlcapError
 from tlcap.experiments.cnl.erase import EraseResult
 from tlcap.experiments.cnl.locate import CNLLocation
 from tlcap.experiments.cnl_eval import (
@@ -52,6 +55,7 @@ from tlcap.experiments.cnl_eval import (
 )
 from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.intervene.rome import RomeConfig
+from tlcap.provenance import model_identity
 from tlcap.results import load_result
 
 _FACTS = typer.Option(None, help="A JSON file of your own facts with rewrites (docs/cnl_eval.md); default: ParaRel.")
@@ -65,6 +69,8 @@ _RULE = typer.Option("midpoint", help="KN quadrature rule (docs/kn.md): midpoint
                      "(the reproduce cpu scale: --steps 4 --rule gauss_legendre).")
 _THRESHOLD = typer.Option(0.2, help="KN: keep neurons with score > threshold * max, in (0, 1] (Dai: 0.2).")
 _TOP_K = typer.Option(None, help="KN: keep the top-k neurons (>= 1) instead of thresholding.")
+_EVERY = typer.Option(5, "--checkpoint-every", help="Items (facts, pairs) between checkpoint saves (>= 1); a rerun "
+                     "after an interrupt resumes after the last save.")
 _BOS = typer.Option(False, "--bos", help="Causal tracing (and reliability's ROME edit): prepend the model's BOS token so "
                     "a subject that starts the prompt is not the attention sink at position 0 (many ParaRel rewrites "
                     "start with the subject).")
@@ -87,11 +93,24 @@ def _ints(spec: str | None, name: str) -> tuple[int, ...] | None:
 
 
 def _facts(m, facts: Path | None, n: int, n_rewrites: int, known_top_k: int, seed: int, max_scan: int,  # noqa: ANN001, ANN202
-           max_misses: int):
+           max_misses: int, keep: Path | None = None):
+    """The facts of a run: ``--facts`` (its first ``n``), or a ParaRel draw kept in ``keep`` (the checkpoint folder),
+    so that a rerun after an interrupt or a failure does not draw (and scan the model's answers) again."""
     if facts is not None:
         return load_rewrites(facts)[:n]
-    return rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed, max_scan=max_scan,
-                         max_misses=max_misses or None)
+    settings = {"model": model_identity(m) or m.name, "dtype": str(m.dtype), "n": n, "n_rewrites": n_rewrites,
+                "known_top_k": known_top_k, "seed": seed, "max_scan": max_scan, "max_misses": max_misses}
+    kept = keep / f"drawn-facts-{json_digest(settings)[:16]}.json" if keep is not None else None
+    if kept is not None and kept.exists():
+        try:
+            return load_rewrites(kept)
+        except TlcapError:  # damaged: draw again
+            pass
+    drawn = rewrite_facts(m, n, n_rewrites=n_rewrites, known_top_k=known_top_k or None, seed=seed, max_scan=max_scan,
+                          max_misses=max_misses or None)
+    if kept is not None:
+        save_rewrites(drawn, kept)
+    return drawn
 
 
 def _check_n(n: int) -> None:
@@ -128,19 +147,23 @@ def fidelity_cmd(
     kc_top_n: int = typer.Option(300, help="Knowledge circuit: edges kept (fixed top-n)."),
     kc_ig_steps: int = typer.Option(5, help="Knowledge circuit: EAP-IG steps (1 = plain EAP)."),
     seed: int = typer.Option(0, help="Seed of the fact draw and the trace noise."),
+    checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Fidelity: do rewrites of a fact get the same KN neurons / traced layers / circuit edges?"""
     _check_draw(n, n_rewrites, known_top_k, max_scan, max_misses)
+    check_int("checkpoint_every", checkpoint_every, min=1)
     cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold,
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
+    if "trace" in cfg.methods:
+        trace_k_fits(spec(model), cfg.trace_k)  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses)
-        res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
+        data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
+        res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
         save_rewrites(data, stage.path / "facts.json")
         write_outputs(stage.path, res, figures={"fidelity": res.figure()},
                       tables={"fidelity": res.to_frame(), "fidelity_rewrites": res.rewrite_frame()},
@@ -180,22 +203,26 @@ def reliability_cmd(
     kc_ig_steps: int = typer.Option(5, help="KC: EAP-IG steps."),
     n_random_circuits: int = typer.Option(20, help="KC: random circuits of as many edges per fact."),
     seed: int = typer.Option(0, help="Seed of the fact draw, random sets and trace noise."),
+    checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Reliability: KN double/zero vs random sets, ROME at every layer, KC recall of the circuit alone."""
     _check_draw(n, 5, known_top_k, max_scan, max_misses)
+    check_int("checkpoint_every", checkpoint_every, min=1)
     cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k,
                             enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
                             rome_layers=_ints(rome_layers, "--rome-layers"), rome_add_traced=rome_add_traced,
                             rome_facts=rome_facts, rome_from=rome_from,
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
+    if "rome" in cfg.parts:
+        layers_fit(spec(model), cfg.rome_layers, "rome_layers", "--rome-layers")  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses)
-        res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
+        data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
+        res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
         _write_reliability(stage.path, res, data, {"facts_file": str(facts) if facts else None})
     _echo_reliability(stage.out, res)
 
@@ -252,19 +279,21 @@ def decouple_cmd(
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     seed: int = typer.Option(0, help="Seed of the pair draw."),
+    checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Decoupling: KN on two framings of one arithmetic problem; coincidence rates C^{1,2}, C^{1,1}, C^{2,2}."""
     src, op = _list(sources, "--sources"), _list(ops, "--ops")
     check_pair_options(n, src, op, max_operand)
+    check_int("checkpoint_every", checkpoint_every, min=1)
     cfg = DecouplingConfig(ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k)
     data = load_pairs(pairs)[:n] if pairs is not None else comparative_pairs(n, seed=seed, sources=src, ops=op,
                                                                             max_operand=max_operand)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        res = decoupling(m, data, config=cfg, checkpoint_dir=stage.checkpoints)
+        res = decoupling(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
         save_pairs(data, stage.path / "pairs.json")
         write_outputs(stage.path, res, figures={"decoupling": res.figure()},
                       tables={"decoupling_pairs": res.to_frame(), "decoupling_rates": res.rates().to_frame()})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import typer
@@ -21,7 +20,6 @@ from tlcap.cli._common import (
     staged_output,
     write_outputs,
 )
-from tlcap.errors import EmptyNeuronSetWarning, PromptBoundaryWarning, TlcapWarning
 from tlcap.experiments.knowledge_neurons import KNConfig, check_fact, locate_knowledge_neurons
 
 
@@ -61,24 +59,11 @@ def kn(
     cfg = KNConfig(ig=IGConfig(steps=steps, rule=rule, method=method, site=site, batch_rows=rows,
                                max_memory=max_memory), threshold=threshold, top_k=top_k,
                    refine_p=refine_p, n_random=n_random, seed=seed)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PromptBoundaryWarning)
-        check_fact(prompt, target, paraphrase or [])  # before any model load; locate records the notes
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+    check_fact(prompt, target, paraphrase or [])  # before any model load (warnings: one line each, once per run)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", EmptyNeuronSetWarning)
-            res = locate_knowledge_neurons(m, prompt, target, paraphrase or [], config=cfg)
-        for w in caught:
-            if issubclass(w.category, PromptBoundaryWarning):
-                continue  # printed above
-            if issubclass(w.category, TlcapWarning):
-                typer.echo(f"warning: {w.message}", err=True)
-            else:
-                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        res = locate_knowledge_neurons(m, prompt, target, paraphrase or [], config=cfg)
         write_outputs(stage.path, res, figures={"kn_heatmap": res.heatmap(), "kn_activations": res.activation_heatmap()},
                       tables={"kn_neurons": res.to_frame()})
     e = res.effects

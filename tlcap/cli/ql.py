@@ -12,12 +12,15 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from tlcap.atomic import json_digest, write_text_atomic
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import METHODS
 from tlcap.cli import app
@@ -31,10 +34,11 @@ from tlcap.cli._common import (
     write_outputs,
 )
 from tlcap.config import check_choice, check_int
-from tlcap.data.pararel import Fact, ParaRelConfig, ParaRelSample, relation_objects, scan_pararel
+from tlcap.data.pararel import Fact, ParaRelConfig, ParaRelSample, RelationScan, relation_objects, scan_pararel
 from tlcap.errors import InvalidConfigError
 from tlcap.experiments import ql
 from tlcap.models.adapter import Model
+from tlcap.provenance import model_identity
 
 ql_app = typer.Typer(help="Query Localization (QL paper): consistency, modification, query-KN mapping, synapses, CAS.",
                      no_args_is_help=True)
@@ -120,9 +124,31 @@ def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int,
     return _Plan(data, qcfg, methods, data.check_relations(data_dir))
 
 
-def _facts(m: Model, data_dir: Path | None, plan: _Plan) -> tuple[list[Fact], ParaRelSample]:
-    typer.echo(f"loading ParaRel facts {list(plan.relations)} ...", err=True)
+def _scan(m: Model, data_dir: Path | None, plan: _Plan, keep: Path | None) -> ParaRelSample:
+    """The ParaRel scan (the known-fact filter runs the model), kept in ``keep`` (the run's checkpoint folder) so a
+    retry of a failed or interrupted run does not scan again."""
+    key = json_digest({"model": model_identity(m) or m.name, "dtype": str(m.dtype), "data": plan.data.to_dict(),
+                       "data_dir": str(data_dir) if data_dir else None})[:16]
+    kept = keep / f"pararel-scan-{key}.json" if keep is not None else None
+    if kept is not None and kept.exists():
+        try:
+            d = json.loads(kept.read_text())
+            return ParaRelSample(tuple(Fact(**{**f, "queries": tuple(f["queries"])}) for f in d["facts"]),
+                                 tuple(RelationScan(**r) for r in d["relations"]), d["requested"], d["config"])
+        except (ValueError, KeyError, TypeError):  # damaged: scan again
+            pass
     sample = scan_pararel(data_dir, model=m, config=plan.data)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(kept, json.dumps({"facts": [dataclasses.asdict(f) for f in sample.facts],
+                                            "relations": [dataclasses.asdict(r) for r in sample.relations],
+                                            "requested": sample.requested, "config": sample.config}))
+    return sample
+
+
+def _facts(m: Model, data_dir: Path | None, plan: _Plan, keep: Path | None = None) -> tuple[list[Fact], ParaRelSample]:
+    typer.echo(f"loading ParaRel facts {list(plan.relations)} ...", err=True)
+    sample = _scan(m, data_dir, plan, keep)
     for r in sample.relations:
         rate = f", {r.kept}/{r.tested} known ({r.hit_rate:.0%})" if r.tested else ""
         typer.echo(f"  {r.relation}: {r.used} facts used, {r.n_patterns} queries/fact{rate}, scan {r.stopped}", err=True)
@@ -159,7 +185,7 @@ def consistency(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts, sample = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan, keep=stage.checkpoints)
         locs = {me: ql.localize_facts(m, facts, me, config=plan.config) for me in plan.methods}
         res = ql.consistency_analysis(locs, config=plan.config)
         table1 = res.table1()
@@ -176,7 +202,7 @@ def _modification(model: str, device: str, dtype: str, data_dir: Path | None, pl
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts, sample = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan, keep=stage.checkpoints)
         locs, groups = _locs_and_groups(m, facts, plan)
         run = ql.cas_experiment if cas else ql.modification_experiment
         objs = {r: relation_objects(data_dir, r) for r in plan.relations}
@@ -248,7 +274,7 @@ def mapping(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts, sample = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan, keep=stage.checkpoints)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.query_kn_mapping(m, locs, groups, config=cfg)
         write_outputs(stage.path, res, figures={"fig4_query_kn_mapping": res.figure()},
@@ -272,7 +298,7 @@ def synapses(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        facts, sample = _facts(m, data_dir, plan)
+        facts, sample = _facts(m, data_dir, plan, keep=stage.checkpoints)
         locs, groups = _locs_and_groups(m, facts, plan)
         res = ql.synapse_experiment(m, locs, groups, config=cfg)
         figs = {"fig6_synapses": res.figure(), "fig5_predominance": res.predominance_figure()}

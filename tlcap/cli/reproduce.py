@@ -19,8 +19,9 @@ from typing import Any
 import torch
 import typer
 
+from tlcap.atomic import is_storage_error, storage_error
 from tlcap.cli import app
-from tlcap.cli._common import dtype_option, load, seed_everything
+from tlcap.cli._common import Interrupted, dtype_option, load, seed_everything, writable_folder
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.models import load_model
@@ -71,15 +72,18 @@ def reproduce_cmd(
     papers = papers_of(paper)
     sc = get_scale(scale)
     stages_only = [s.strip() for s in only.split(",") if s.strip()] if only else None
-    if out.exists() and not out.is_dir():
-        from tlcap.errors import OutputPathError  # noqa: PLC0415
-
-        raise OutputPathError(f"--out {out} is a file; give a folder")
     check_int("jobs", jobs, min=1, cli="--jobs")
     if calibration is not None and not calibration.is_file():
         raise MissingFileError(f"--calibration {calibration}: no such file")
     if calibration is not None and save_calibration is not None:
         raise InvalidConfigError("--calibration replays a probe and --save-calibration writes one: give one of them")
+    if n_boot is not None:
+        check_int("n_boot", n_boot, min=1, cli="--n-boot")
+    Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache_dir or out / "cache").plan(stages_only)  # --only
+    if not dry_run:  # --out (and --cache-dir) checked before the model load: a folder, writable
+        writable_folder(out, "--out")
+        if cache_dir is not None:
+            writable_folder(cache_dir, "--cache-dir")
     seed_everything(seed)
     if dry_run and calibration is not None and device is None:
         m = load_shapes(model, dtype)
@@ -101,9 +105,19 @@ def reproduce_cmd(
             typer.echo(line)
         return
     loader = functools.partial(load_model, model, device=str(m.device), dtype=m.dtype) if jobs > 1 else None
-    run = reproduce(m, out, papers=papers, scale=sc, seed=seed, data_dir=data_dir, only=stages_only, n_boot=n_boot,
-                    cache_dir=cache_dir, reprobe=reprobe, progress=progress and jobs == 1, echo=typer.echo,
-                    model_name=model, jobs=jobs, load=loader, calibration=calibration, save_calibration=save_calibration)
+    cache = cache_dir or out / "cache"
+    try:
+        run = reproduce(m, out, papers=papers, scale=sc, seed=seed, data_dir=data_dir, only=stages_only, n_boot=n_boot,
+                        cache_dir=cache_dir, reprobe=reprobe, progress=progress and jobs == 1, echo=typer.echo,
+                        model_name=model, jobs=jobs, load=loader, calibration=calibration,
+                        save_calibration=save_calibration)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; the finished stages are cached in {cache} and the interrupted one keeps its "
+                          "checkpoint there: rerun the same command to resume") from None
+    except OSError as exc:
+        if not is_storage_error(exc):
+            raise
+        raise storage_error(exc, then=f"the stages already in {cache} are intact; rerun the same command to resume") from None
     s = run.report.summary()
     typer.echo(f"{s['n_rows']} rows: " + ", ".join(f"{v} {k}" for k, v in s["verdicts"].items()))
     typer.echo(f"report: {out / 'report.md'}  {out / 'report.html'}")

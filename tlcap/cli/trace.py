@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from tlcap.cli import app
+from tlcap.cli._checks import layers_fit, spec
 from tlcap.cli._common import (
     batch_rows_option,
     batch_rows_value,
@@ -126,6 +127,7 @@ def trace_cmd(
         check_subject(prompt, subject, occurrence)
         if target is not None:
             check_str("target", target)
+    layers_fit(spec(model), cfg.layers, "layers", "--layers")  # before the model load, from its config
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
@@ -188,6 +190,9 @@ def edit_cmd(
             raise InvalidConfigError("edit needs --layer L (or --all-layers)")
         check_int("layer", layer, min=0)
     sweep_layers = parse_layers(layers)
+    shapes = spec(model)  # layers checked before the model load, from its config
+    layers_fit(shapes, layer if not all_layers else None, "layer", "--layer")
+    layers_fit(shapes, sweep_layers if all_layers else None, "layers", "--layers")
     paras = list(paraphrase) or None
     neigh = list(neighbour) or None
     with staged_output(out, overwrite=overwrite) as stage:

@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tlcap.atomic import write_text_atomic
 from tlcap.errors import DataFormatError, MissingFileError
 
 HF = "hf:"
@@ -183,8 +184,7 @@ def write_json_rows(path: str | Path, key: str, rows: list[dict]) -> Path:
     """Write ``{key: rows}`` as JSON (parent folders created), readable by :func:`read_json_rows`; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({key: rows}, indent=1))
-    return path
+    return write_text_atomic(path, json.dumps({key: rows}, indent=1))  # whole or not at all (tlcap.atomic)
 
 
 @lru_cache(maxsize=1)

@@ -207,6 +207,11 @@ def load_task(
             f"{issues[0]}; {name} {split!r} has {summarize_issues(issues, limit=0).split(' (')[0]} in all "
             "(--strict refuses them; fix the file, or drop --strict to skip them with a warning)"
         )
+    if issues and not samples:  # every row unreadable: the file's shape is wrong, --strict would not help
+        raise DataFormatError(
+            f"{name} {split!r}: no row could be read ({summarize_issues(issues)}); fix the file or omit --data-dir to "
+            "use the data bundled with tlcap"
+        )
     if issues:
         warnings.warn(DataWarning(f"{name} {split!r}: skipped {summarize_issues(issues)}; "
                                   "pass --strict (strict=True) to refuse such files"), stacklevel=2)

@@ -24,6 +24,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlcap.errors import TlcapError
+from tlcap.models import hf_compat
 from tlcap.models.architecture import ArchitectureMixin
 from tlcap.models.cache import PrefixCache, fresh_cache, full_cache
 from tlcap.models.generate import GenerationMixin
@@ -52,6 +53,7 @@ def transformer_bridge_class() -> Any:
         from transformer_lens import TransformerBridge
     except ImportError:  # TL 3.9 ships the bridge but does not export it at the top level
         from transformer_lens.model_bridge import TransformerBridge
+    hf_compat.install()  # the KV cache under transformers >= 5.24 (tlcap.models.hf_compat)
     return TransformerBridge
 
 
@@ -114,6 +116,8 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         self.d_vocab: int = int(cfg.d_vocab)
         self.n_ctx: int = int(cfg.n_ctx)
         self.is_bridge = hasattr(backend, "original_model")
+        if self.is_bridge:
+            hf_compat.install()
         self.hf_model = backend.original_model if self.is_bridge else None
         self.architecture = self._architecture()
         names = set(getattr(backend, "hook_dict", {}))

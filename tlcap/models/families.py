@@ -55,6 +55,11 @@ def _config(family: str) -> tuple[Any, Any]:
     raise UnknownModelError(f"unknown tiny family {family!r}; use one of {sorted(FAMILIES)}")
 
 
+def tiny_config(family: str) -> Any:
+    """The HF config a tiny ``family`` model is built from (its shapes without building it)."""
+    return _config(family)[0]
+
+
 # Family -> hub name of a real model of that family (the bridge's model name; nothing is downloaded).
 FAMILIES: dict[str, str] = {
     "gptj": "EleutherAI/gpt-j-6B",
@@ -100,4 +105,4 @@ def make_tiny(
     return Model(bridge, tok, name=f"{family}-tiny-random-seed{seed}")
 
 
-__all__ = ["FAMILIES", "make_tiny"]
+__all__ = ["FAMILIES", "make_tiny", "tiny_config"]

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from tlcap.atomic import write_text_atomic
 from tlcap.reproduce.cost import fmt_bytes, fmt_seconds
 from tlcap.reproduce.report import FigureRef, Report, ReportRow
-from tlcap.viz.export import save_figure
+from tlcap.viz.export import save_figures as save_all
 
 VERDICT_MARK = {"agrees": "✅ agrees", "disagrees": "❌ disagrees", "undecided": "❔ undecided",
                 "not comparable": "➖ not comparable", "descriptive": "📋 descriptive"}
@@ -107,8 +108,8 @@ def _md_cell(s: str) -> str:
 
 def save_figures(figures: Sequence[tuple[FigureRef, go.Figure]], folder: Path) -> dict[str, list[str]]:
     """Save every figure as HTML (+ PNG when an exporter is installed); returns stem → file names."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return {ref.stem: [p.name for p in save_figure(fig, folder, ref.stem)] for ref, fig in figures}
+    written = save_all({ref.stem: fig for ref, fig in figures}, folder)
+    return {stem: [p.name for p in paths] for stem, paths in written.items()}
 
 
 def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "figures") -> str:
@@ -234,12 +235,12 @@ def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) ->
 def write_report(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]], out: Path) -> list[Path]:
     """Write ``report.md``, ``report.html``, ``figures/``, ``report_rows.csv``, ``stages.csv`` and ``report/`` into ``out``."""
     out = Path(out)
+    report.save(out / "report")  # the values first: the figure export comes last and is bounded
+    write_text_atomic(out / "report_rows.csv", report.to_frame().to_csv(index=False))
+    write_text_atomic(out / "stages.csv", report.stage_frame().to_csv(index=False))
     files = save_figures(figures, out / "figures")
-    (out / "report.md").write_text(markdown(report, files), encoding="utf-8")
-    (out / "report.html").write_text(html_page(report, figures), encoding="utf-8")
-    report.to_frame().to_csv(out / "report_rows.csv", index=False)
-    report.stage_frame().to_csv(out / "stages.csv", index=False)
-    report.save(out / "report")
+    write_text_atomic(out / "report.md", markdown(report, files))
+    write_text_atomic(out / "report.html", html_page(report, figures))
     return [out / "report.md", out / "report.html", out / "report_rows.csv", out / "stages.csv"]
 
 

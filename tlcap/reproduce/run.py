@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from tlcap.atomic import storage_error, write_text_atomic
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
@@ -100,11 +101,19 @@ def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: b
                      sort_keys=True)
     path = cache_dir / f"calibration-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.json"
     if path.exists() and not reprobe:
-        cal = Calibration.from_dict(json.loads(path.read_text()))
+        try:
+            cal = Calibration.from_dict(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):  # unreadable (e.g. by an old tlcap): probe again
+            cal = None
     else:
+        cal = None
+    if cal is None:
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, cache_dir) from None
         cal = calibrate(model)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cal.to_dict(), indent=1))
+        write_text_atomic(path, json.dumps(cal.to_dict(), indent=1))
     if save_to is not None:
         save_calibrations(save_to, [cal])
     return cal
@@ -257,6 +266,8 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
     """
     say = echo or (lambda _s: None)
     check_int("jobs", jobs, min=1, cli="--jobs")
+    if n_boot is not None:
+        check_int("n_boot", n_boot, min=1, cli="--n-boot")
     if jobs > 1 and load is None:
         raise InvalidConfigError("jobs > 1 needs load=, a picklable callable that loads the model in a worker "
                                  "(e.g. functools.partial(load_model, 'smollm2-135m'))")
@@ -268,6 +279,7 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
     cache = Path(cache_dir) if cache_dir is not None else out / CACHE
     runner = Runner(build_stages(papers, sc, seed=seed, data_dir=data_dir), cache, model, progress=progress,
                     keep_going=keep_going)
+    runner.on_wait = lambda name: say(f"  {name}: another process is computing it (shared cache); waiting for it")
     plan = runner.plan(only)
     needs_probe = any(not s.pending and not runner.is_cached(s.name) for s in plan)
     cal = cached_calibration(model, cache, runner.model_id, reprobe=reprobe, calibration=calibration,

@@ -12,7 +12,9 @@ the sha256 of
 
 Results are tlcap :class:`~tlcap.results.Result` values saved with ``save`` under
 ``CACHE/<name>-<key16>/<result name>/`` with a ``stage.json`` written last; the folder is built
-under a temporary name and renamed into place, so a folder that exists is complete. A rerun, or
+under a temporary name and renamed into place, so a folder that exists is complete
+(:mod:`tlcap.reproduce.stage_store`, which also checksums ``stage.json`` and lets one process at a
+time compute a stage: two runs sharing a cache compute each stage once). A rerun, or
 another stage that depends on the same one, loads instead of recomputing. A long stage may
 checkpoint inside ``ctx.checkpoint`` (``CACHE/<name>-<key16>.partial/``, kept when the stage
 fails or is interrupted, removed when it succeeds), so an interrupted run resumes where it stopped.
@@ -29,7 +31,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tlcap.atomic import is_storage_error
 from tlcap.config import Config
-from tlcap.errors import CheckpointError, TlcapError, UnknownNameError
+from tlcap.errors import TlcapError, UnknownNameError
 from tlcap.provenance import model_identity, tlcap_version
 from tlcap.reproduce.memory import PeakMemory
-from tlcap.results import Result, load_result
+from tlcap.reproduce.stage_store import STAGE_FILE, load_stage, read_record, save_stage, stage_lock
+from tlcap.results import Result
 
-STAGE_FILE = "stage.json"
 Outputs = dict[str, Result]
 
 
@@ -318,36 +320,20 @@ class Runner:
         return self._outputs[name]
 
     def _load(self, name: str) -> Outputs:
-        folder = self.folder(name)
-        try:
-            meta = json.loads((folder / STAGE_FILE).read_text())
-        except ValueError as exc:
-            raise CheckpointError(f"{folder / STAGE_FILE} is corrupt ({exc}); delete {folder} to recompute it") from None
-        return {r: load_result(folder / r) for r in meta["results"]}
+        return load_stage(self.folder(name))
 
-    def _save(self, name: str, outputs: Mapping[str, Result], seconds: float, peak: int) -> None:
-        folder = self.folder(name)
-        tmp = self.cache_dir / f".{folder.name}.tmp-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        try:
-            for r, res in outputs.items():
-                res.save(tmp / r)
-            meta = {"name": name, "key": folder.name, "payload": self.payload(name), "results": list(outputs),
-                    "types": {r: type(v).__name__ for r, v in outputs.items()}, "seconds": seconds, "peak_bytes": peak,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            (tmp / STAGE_FILE).write_text(json.dumps(meta, indent=1))
-            if folder.exists():  # another run finished it meanwhile: its result is the same by construction
-                shutil.rmtree(tmp)
-            else:
-                os.replace(tmp, folder)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    def _cached_record(self, name: str, note: str = "") -> StageRecord:
+        self.outputs(name)
+        meta = read_record(self.folder(name))
+        return StageRecord(name, self.key(name), "cached", float(meta.get("seconds", 0.0)), int(meta.get("peak_bytes", 0)),
+                           note=note)
 
     def run_stage(self, stage: Stage) -> StageRecord:
-        """Run (or load) one stage whose dependencies are available."""
+        """Run (or load) one stage whose dependencies are available.
+
+        The stage is computed while holding its lock (:func:`stage_lock`): a process that finds
+        another one computing it waits and then loads its results.
+        """
         name = stage.name
         key = self.key(name)
         blocked = [d for d in stage.deps if self.records.get(d) and self.records[d].status in ("pending", "blocked", "failed")]
@@ -356,33 +342,42 @@ class Runner:
         elif blocked:
             rec = StageRecord(name, key, "blocked", note=f"needs {', '.join(blocked)}")
         elif self.is_cached(name):
-            self.outputs(name)
-            meta = json.loads((self.folder(name) / STAGE_FILE).read_text())
-            rec = StageRecord(name, key, "cached", float(meta.get("seconds", 0.0)), int(meta.get("peak_bytes", 0)))
+            rec = self._cached_record(name)
         else:
-            ctx = self.context(name)
-            ctx.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            self._meter.reset(getattr(self.model, "device", None))
-            t0 = time.perf_counter()
-            try:
-                out = dict(stage.fn(ctx))
-            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on (keep_going)
-                if not self.keep_going:
-                    raise
-                rec = StageRecord(name, key, "failed", time.perf_counter() - t0, note=f"{type(exc).__name__}: {exc}")
-                self.records[name] = rec
-                return rec
-            seconds = time.perf_counter() - t0
-            peak = self._meter.peak_bytes()
-            if not out or not all(isinstance(v, Result) for v in out.values()):
-                raise StageError(f"stage {name!r} must return a non-empty mapping of name → tlcap Result")
-            self._save(name, out, seconds, peak)
-            shutil.rmtree(ctx.checkpoint, ignore_errors=True)
-            self._outputs[name] = out
-            self.executed.append(name)
-            rec = StageRecord(name, key, "computed", seconds, peak, self._meter.scope)
+            with stage_lock(self.cache_dir, key, on_wait=lambda: self.on_wait(name)):
+                if self.is_cached(name):  # another process computed it while this one waited
+                    rec = self._cached_record(name, "computed by another process sharing the cache")
+                else:
+                    rec = self._compute(stage)
         self.records[name] = rec
         return rec
+
+    def on_wait(self, name: str) -> None:
+        """Called when another process holds stage ``name``'s lock (this one then waits for it)."""
+
+    def _compute(self, stage: Stage) -> StageRecord:
+        name, key = stage.name, self.key(stage.name)
+        ctx = self.context(name)
+        ctx.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        self._meter.reset(getattr(self.model, "device", None))
+        t0 = time.perf_counter()
+        try:
+            out = dict(stage.fn(ctx))
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on (keep_going)
+            if not self.keep_going or is_storage_error(exc):  # a full or read-only disk stops every stage alike
+                raise
+            return StageRecord(name, key, "failed", time.perf_counter() - t0, note=f"{type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - t0
+        peak = self._meter.peak_bytes()
+        if not out or not all(isinstance(v, Result) for v in out.values()):
+            raise StageError(f"stage {name!r} must return a non-empty mapping of name → tlcap Result")
+        save_stage(self.cache_dir, key, out, {
+            "name": name, "key": key, "payload": self.payload(name), "types": {r: type(v).__name__ for r, v in out.items()},
+            "seconds": seconds, "peak_bytes": peak, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        shutil.rmtree(ctx.checkpoint, ignore_errors=True)
+        self._outputs[name] = out
+        self.executed.append(name)
+        return StageRecord(name, key, "computed", seconds, peak, self._meter.scope)
 
     def run(self, plan: Sequence[Stage], on_stage: Callable[[Stage, str], None] | None = None) -> list[StageRecord]:
         """Run ``plan`` in order (see :meth:`plan`); ``on_stage(stage, "start" | status)`` reports progress."""

@@ -2,11 +2,17 @@
 
 Static export is the ``tlcap[png]`` extra. :func:`static_exporter` picks, in order:
 
-- kaleido >= 1 when a Chrome/Chromium is present (it drives the browser);
+- kaleido >= 1 when a Chrome/Chromium is present (it drives the browser; ``make setup`` installs
+  Debian's ``chromium`` with ``scripts/ensure_chromium.sh``);
 - kaleido 0.2.x (bundles its own Chromium) under plotly < 7 (plotly 7 dropped it);
 - nothing: figures are written as HTML only, with a one-line warning saying what to install.
 
-The tested pins (plotly 5.24.1, kaleido 0.2.1) are in ``constraints.txt``.
+The export runs in a child process under a time and a memory bound
+(:mod:`tlcap.viz.export_bounds`: ``TLCAP_FIGURE_TIMEOUT``, ``TLCAP_FIGURE_MEMORY``;
+``TLCAP_FIGURES=html`` skips it): a browser that hangs or grows falls back to HTML with one
+warning instead of hanging a run whose results are already saved. HTML files are written whole or
+not at all (:mod:`tlcap.atomic`). The tested pins (plotly 6.9.0, kaleido 1.5.0) are in
+``constraints.txt``.
 """
 
 from __future__ import annotations
@@ -14,14 +20,16 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
 import plotly
 import plotly.graph_objects as go
 
+from tlcap.atomic import storage_error, write_text_atomic
 from tlcap.errors import TlcapWarning
+from tlcap.viz.export_bounds import run_bounded
 
 CHROME_NAMES = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "chrome")
 _WARNED: set[str] = set()
@@ -92,25 +100,48 @@ def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, formats: Sequenc
     """Write ``fig`` as ``out_dir/stem.{fmt}`` for each format; returns the written paths.
 
     HTML always works. Static formats (png, svg, pdf) need an exporter (:func:`static_exporter`);
-    without one, or if the export fails, they are skipped with a one-line warning naming the
-    fix, so a long run never dies at the figure step.
+    without one, or if the export fails or passes its time or memory bound, they are skipped with
+    a one-line warning naming the fix, so a long run never dies or hangs at the figure step.
+    """
+    return save_figures({stem: fig}, out_dir, formats, scale)[stem]
+
+
+def save_figures(figs: Mapping[str, go.Figure], out_dir: str | Path, formats: Sequence[str] = ("html", "png"),
+                 scale: float = 2.0) -> dict[str, list[Path]]:
+    """Write every figure of ``figs`` (stem → figure) like :func:`save_figure`, all static ones in one bounded export.
+
+    Returns:
+        Stem → the paths written, in ``formats`` order.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    exporter, reason = (None, "") if set(formats) <= {"html"} else static_exporter()
-    for fmt in formats:
-        path = out / f"{stem}.{fmt}"
-        if fmt == "html":
-            fig.write_html(str(path), include_plotlyjs="cdn")
-        elif exporter is None:
-            _warn_once(f"static figures ({fmt}) not written: {reason}; HTML only")
-            continue
-        else:
-            try:
-                fig.write_image(str(path), scale=scale)
-            except Exception as exc:  # noqa: BLE001 - a broken exporter must not end a long run
-                _warn_once(f"could not write {path.name} with {exporter} ({' '.join(str(exc).split())[:200]}); HTML only")
-                continue
-        paths.append(path)
-    return paths
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for stem, fig in figs.items():
+            if "html" in formats:
+                write_text_atomic(out / f"{stem}.html", fig.to_html(include_plotlyjs="cdn"))
+    except OSError as exc:
+        raise storage_error(exc, out) from None
+    static = [f for f in formats if f != "html"]
+    written: set[str] = set()
+    if static and figs:
+        written = _export_static(figs, out, static, scale)
+    return {stem: [out / f"{stem}.{fmt}" for fmt in formats if fmt == "html" or str(out / f"{stem}.{fmt}") in written]
+            for stem in figs}
+
+
+def _export_static(figs: Mapping[str, go.Figure], out: Path, static: Sequence[str], scale: float) -> set[str]:
+    if os.environ.get("TLCAP_FIGURES", "").strip().lower() == "html":
+        return set()
+    exporter, reason = static_exporter()
+    if exporter is None:
+        _warn_once(f"static figures ({', '.join(static)}) not written: {reason}; HTML only")
+        return set()
+    job = {"exporter": exporter, "chrome": find_chrome() if exporter == "kaleido" else None,
+           "figures": [{"fig": fig.to_json(), "path": str(out / f"{stem}.{fmt}"), "format": fmt, "scale": scale}
+                       for stem, fig in figs.items() for fmt in static]}
+    written, why = run_bounded(job, len(job["figures"]))
+    if why is not None:
+        missing = [Path(it["path"]).name for it in job["figures"] if it["path"] not in written]
+        _warn_once(f"could not write {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} with {exporter} "
+                   f"({' '.join(why.split())[:200]}); HTML only")
+    return written

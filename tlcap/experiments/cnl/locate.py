@@ -31,7 +31,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.dataset import DatasetScores, check_sigma, merge_scores, score_dataset
+from tlcap.attribution.dataset import DatasetScores, all_skipped, check_sigma, merge_scores, score_dataset
 from tlcap.data.sample import DataReport, Sample
 from tlcap.errors import CheckpointMismatchError, EmptyDatasetError, MissingFileError
 from tlcap.experiments.cnl.config import CNLConfig
@@ -99,6 +99,9 @@ def score_parts(
     cfg = CNLConfig.resolve(config, **overrides)
     if len(samples) < 2:
         raise EmptyDatasetError(f"CNL split-half needs at least 2 samples, got {len(samples)}; use a larger --n")
+    if why := all_skipped(model, samples, cfg.max_answer_tokens):  # before any work or checkpoint
+        raise EmptyDatasetError(f"every one of the {len(samples)} samples would be skipped ({why}): nothing to score; "
+                                "use shorter samples, a smaller --max-answer-tokens, or a model with a longer context")
     parts: Parts = {}
     for name, half in zip("AB", split_halves(samples, cfg.seed)):
         ks = ladder(len(half), cfg.convergence_points)

@@ -46,12 +46,12 @@ class RowFields:
         return out
 
     @classmethod
-    def _from_fields(cls, fields: dict[str, Any], tensors: dict[str, Any]) -> Any:
+    def _from_fields(cls, fields: dict[str, Any], tensors: dict[str, Any], where: str = "") -> Any:
         fields = dict(fields)
         for name, row_type in cls._row_types.items():
             if isinstance(fields.get(name), list):
                 fields[name] = tuple(row_from_dict(row_type, r) for r in fields[name])
-        return super()._from_fields(fields, tensors)  # type: ignore[misc]
+        return super()._from_fields(fields, tensors, where=where)  # type: ignore[misc]
 
 
 __all__ = ["RowFields", "row_dict", "row_from_dict"]

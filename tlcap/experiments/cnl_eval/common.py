@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from typing import Any
 
 import torch
 
+from tlcap.atomic import json_digest, storage_error, write_text_atomic
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.errors import CheckpointError, CheckpointMismatchError
 from tlcap.locate.causal_trace import causal_trace
@@ -36,7 +36,7 @@ from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: sha256 of the fingerprint and items; 1: none (still resumed)
 
 
 # ---------------------------------------------------------------------------- locators
@@ -164,8 +164,9 @@ def fingerprint(*parts: Any) -> str:
 class ItemCheckpoint:
     """Per-item results of a streamed experiment, saved atomically every few items.
 
-    The folder holds ``items.json`` (``{"version", "fingerprint", "items": [...]}``), replaced by a
-    rename each time, so an interrupt leaves the last complete save. A run with other inputs or
+    The folder holds ``items.json`` (``{"version", "fingerprint", "items": [...], "sha256"}``),
+    replaced by a rename each time (:mod:`tlcap.atomic`), so an interrupt — even ``SIGKILL`` —
+    leaves the last complete save; a file that does not match its sha256 is refused as damaged. A run with other inputs or
     settings (another fingerprint) refuses to resume from it.
 
     Args:
@@ -180,11 +181,21 @@ class ItemCheckpoint:
         self.fp, self.every = fp, max(1, int(every))
         self.items: list[Any] = []
         if self.path is not None and resume and self.path.exists():
+            way = "rerun with --overwrite into a new --out, or delete the file to start over"
             try:
                 data = json.loads(self.path.read_text())
+                version = data.get("version", 1)
+                if isinstance(version, int) and version > CHECKPOINT_VERSION:
+                    raise CheckpointError(f"the checkpoint {self.path} is of format {version}, made by a newer tlcap "
+                                          f"(this one reads formats 1 to {CHECKPOINT_VERSION}); resume with that tlcap, "
+                                          "or delete the file to start over")
                 old_fp, items = data["fingerprint"], data["items"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise CheckpointError(f"the checkpoint {self.path} is damaged ({exc}); delete it to start over") from None
+                if version >= 2 and data.get("sha256") != json_digest([old_fp, items]):
+                    raise ValueError("its content does not match the sha256 recorded in it")
+            except CheckpointError:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointError(f"the checkpoint {self.path} is damaged ({exc}); {way}") from None
             if old_fp != fp:
                 raise CheckpointMismatchError(
                     f"the checkpoint in {self.path.parent} was made with other inputs or settings (fingerprint {old_fp} "
@@ -214,10 +225,13 @@ class ItemCheckpoint:
         """Write the items now (atomic rename); nothing without a folder."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"version": CHECKPOINT_VERSION, "fingerprint": self.fp, "items": self.items}))
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, self.path.parent) from None
+        items = json.loads(json.dumps(self.items))  # the checksum covers what a reader parses
+        write_text_atomic(self.path, json.dumps({"version": CHECKPOINT_VERSION, "fingerprint": self.fp, "items": items,
+                                                 "sha256": json_digest([self.fp, items])}))
 
 
 OnItem = Callable[[int], None]

@@ -214,6 +214,9 @@ def fidelity(
     cfg = FidelityConfig.resolve(config, **overrides)
     if not facts:
         raise EmptyDatasetError("fidelity needs at least one fact")
+    if "trace" in cfg.methods and cfg.trace_k >= model.n_layers:
+        raise InvalidConfigError(f"trace_k (--trace-k) must be below the {model.n_layers} layers of {model.name}, got "
+                                 f"{cfg.trace_k}: with every layer located the overlap is 1 by construction")
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("fidelity", cfg.to_dict(), model.name, [f.to_dict() for f in facts]),
                         checkpoint_every, resume)
     counts = param_counts(model)

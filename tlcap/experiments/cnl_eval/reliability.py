@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_layers_below, check_sequence
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import (
@@ -267,6 +267,8 @@ def reliability(
     cfg = ReliabilityConfig.resolve(config, **overrides)
     if not facts:
         raise EmptyDatasetError("reliability needs at least one fact")
+    if "rome" in cfg.parts and cfg.rome_layers is not None:  # before any fact's work, not at the first ROME edit
+        check_layers_below("rome_layers", cfg.rome_layers, model.n_layers, model.name)
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
                                                     [f.to_dict() for f in facts]), checkpoint_every, resume)
     counts = param_counts(model)

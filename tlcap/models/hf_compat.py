@@ -1,0 +1,56 @@
+"""Keeping the TransformerLens 4.x bridge right under newer transformers releases.
+
+transformers 5.24 renamed the key/value cache argument of every decoder layer and attention
+module from ``past_key_values`` to ``cache`` (the old name is still taken by the models' entry
+points, deprecated until 5.40). TransformerLens 4.3's attention bridge re-implements attention
+and looks for the cache under ``past_key_values`` (or ``layer_past``) only, so under 5.24 every
+forward pass that continues a cached prefix silently dropped the prefix: each position attended
+to the new tokens alone. Full passes were unaffected. Measured on SmolLM2 (``P(' Paris' | 'The
+capital of France is')``): 0.7725 without a cache under both releases, 0.7725 after a cached
+prefix under 5.23, 3.0e-8 under 5.24 — so exact IG (which reuses the prefix) scored another
+computation in float32 and bfloat16 alike, and the two agreed on only 9 of their top-20 neurons.
+
+:func:`install` makes the bridge's cache update read ``cache`` as well (idempotent, a no-op where
+the bridge already does, or on TL 3.9), and silences the deprecation warning the bridge's own
+``past_key_values`` argument raises under 5.24 (nothing a tlcap user can act on). The adapter
+calls it whenever it wraps a bridge; ``tests/unit/test_adapter.py`` pins it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+_MARK = "_tlcap_cache_compat"
+
+
+def _attention_bridge_class() -> Any:
+    try:
+        from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+    except ImportError:  # TL 3.9 or a layout without it: nothing to adapt
+        return None
+    return AttentionBridge
+
+
+def install() -> bool:
+    """Let the bridge's attention find the KV cache under transformers' new ``cache`` name; returns whether it did."""
+    cls = _attention_bridge_class()
+    update = getattr(cls, "_update_kv_cache", None) if cls is not None else None
+    if update is None:
+        return False
+    if not getattr(update, _MARK, False):
+
+        @functools.wraps(update)
+        def update_kv_cache(self: Any, k: Any, v: Any, **kwargs: Any) -> Any:
+            if kwargs.get("past_key_values") is None and kwargs.get("cache") is not None:
+                kwargs["past_key_values"] = kwargs["cache"]  # transformers >= 5.24 passes the cache as `cache`
+            return update(self, k, v, **kwargs)
+
+        setattr(update_kv_cache, _MARK, True)
+        cls._update_kv_cache = update_kv_cache
+        warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
+    return True
+
+
+__all__ = ["install"]
