@@ -48,6 +48,7 @@ from tlcap.experiments.cnl_eval.common import (
 )
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.intervene.activations import scale_neurons
+from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import Circuit, evaluate_circuit, evaluate_masks, make_task
 from tlcap.metrics.probs import target_prob
@@ -219,7 +220,7 @@ def _located(model: Model, window: Sequence[int], facts: Sequence[RewriteFact], 
 
 
 def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: ReliabilityConfig, sw: Stopwatch,
-               top: list[int] | None) -> list[RomeRow]:
+               top: list[int] | None, covs: dict[int, Any]) -> list[RomeRow]:
     fact = facts[i]
     if top is None:
         return []
@@ -230,9 +231,13 @@ def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: Reliabil
     if cfg.rome_add_traced and top[0] not in layers:
         layers = sorted([*layers, top[0]])
     with sw("rome"):
+        missing = [l for l in layers if l not in covs]
+        if cfg.rome.mom2_adjustment and missing:  # read once per run, shared by every fact's sweep
+            covs.update(key_covariance(model, missing, n_tokens=cfg.rome.cov_tokens, seq_len=cfg.rome.cov_seq_len))
         sweep = rome_sweep(model, prompt, fact.subject, fact.target_new, layers, target_old=fact.target,
                            paraphrases=list(fact.rewrites[1:]),
-                           neighbourhood=neighbourhood(facts, i, cfg.n_neighbours, cfg.seed), config=cfg.rome)
+                           neighbourhood=neighbourhood(facts, i, cfg.n_neighbours, cfg.seed), config=cfg.rome,
+                           covs=covs if cfg.rome.mom2_adjustment else None)
     return [RomeRow(i, fact.uid, r.layer, top[0], r.layer == top[0], r.layer in top, bool(r.efficacy),
                     float(r.paraphrase), float(r.specificity), r.new_prob_before, r.new_prob_after, r.old_prob_after)
             for r in sweep.results]
@@ -300,6 +305,7 @@ def reliability(
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
                                                     [f.to_dict() for f in facts]), checkpoint_every, resume)
     counts = param_counts(model)
+    covs: dict[int, Any] = {}  # ROME's key covariances, read once for every fact
     bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not progress)
     with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
         for s in range(ck.done, len(facts), fact_batch):  # a window's prompts located at once, saved fact by fact
@@ -316,7 +322,7 @@ def reliability(
                 if "kn" in cfg.parts:
                     item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw, found["kn"][i])]
                 if "rome" in cfg.parts:
-                    item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw, found["rome"].get(i))]
+                    item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw, found["rome"].get(i), covs)]
                 if "kc" in cfg.parts:
                     item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw, found["kc"][i])]
                 item.update(seconds=sw.seconds, wall=time.perf_counter() - t0 + loc_wall)
