@@ -5,7 +5,8 @@ per-row subject noise, each row restoring its own fact's clean state) equals :fu
 fact on every family; the random tiny models' output embeddings are scaled up (x8) so that a fact's
 prediction is peaked and restorations move it. Edge scores of several prompts in one pass equal
 :func:`edge_attribution` of each prompt. The CNL fidelity experiment gives the same rows whether its
-facts are located together or one by one.
+facts are located together or one by one; a ROME sweep, which measures the unedited model once, equals
+each layer's edit evaluated alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 from tlcap.attribution import IGConfig
 from tlcap.data.rewrites import RewriteFact
 from tlcap.experiments.cnl_eval import fidelity
+from tlcap.intervene.covariance import key_covariance
+from tlcap.intervene.rome import RomeConfig, evaluate_rome, rome_sweep
 from tlcap.locate.causal_trace import causal_trace, causal_trace_facts, trace_dataset
 from tlcap.locate.circuits import edge_attribution
 from tlcap.locate.circuits.items import edge_attribution_items
@@ -102,3 +105,17 @@ def test_fidelity_locates_a_window_of_facts_as_one_fact_at_a_time():
                 assert a[col].fillna(-1).to_numpy() == pytest.approx(b[col].fillna(-1).to_numpy(), rel=1e-6, abs=1e-9)
             else:
                 assert a[col].tolist() == b[col].tolist()
+
+
+def test_rome_sweep_measures_once_and_equals_each_layer_edited_alone(tiny_gpt2):
+    """The sweep's unedited measurements (taken once) and passed covariances give each layer's evaluate_rome."""
+    cfg = RomeConfig(steps=2, cov_tokens=128, cov_seq_len=32, prefixes=("",))
+    args = (tiny_gpt2, "The capital of France is", "France", " Rome")
+    covs = key_covariance(tiny_gpt2, [0, 1], n_tokens=128, seq_len=32)
+    sweep = rome_sweep(*args, [0, 1], config=cfg, covs=covs)
+    for layer, r in zip((0, 1), sweep.results):
+        one = evaluate_rome(*args, layer, config=cfg, cov=covs[layer])
+        assert (r.efficacy, r.paraphrase, r.specificity, r.target_old) == (one.efficacy, one.paraphrase, one.specificity,
+                                                                           one.target_old)
+        assert (r.new_prob_before, r.old_prob_before) == (one.new_prob_before, one.old_prob_before)
+        assert r.new_prob_after == pytest.approx(one.new_prob_after, rel=1e-5)
