@@ -11,9 +11,12 @@ One call measures, on ``--device`` (default CUDA when available) and each ``--dt
   20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s, one sample at a time
   and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches;
   ``trace``: causal trace of the canonical subject-first prompt (3 kinds, window 10, 10 noise
-  samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt.
-- On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` as above
-  on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
+  samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt;
+  across facts (``--facts-batch`` facts per call, their rows sharing batches): ``kn_facts_batched``
+  (KN exact IG, ``integrated_gradients_facts``), ``ql_amig_batched`` (QL's AMIG over every word,
+  ``amig_facts``) and ``trace_facts_batched`` (``causal_trace_facts``), facts/s with FLOPs per fact.
+- On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` (and the
+  three across-facts sections) as above on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
 
 Every measurement records peak GPU memory (``torch.cuda.max_memory_allocated``) and, for the
 attribution runs, model FLOPs per sample counted by ``torch.utils.flop_counter.FlopCounterMode``
@@ -51,10 +54,11 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._util import env_info  # noqa: E402
-from tlcap.attribution import integrated_gradients  # noqa: E402
+from tlcap.attribution import integrated_gradients, integrated_gradients_facts  # noqa: E402
+from tlcap.attribution.amig import amig_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import load_task  # noqa: E402
-from tlcap.locate.causal_trace import causal_trace  # noqa: E402
+from tlcap.locate.causal_trace import causal_trace, causal_trace_facts  # noqa: E402
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
 from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
@@ -66,6 +70,11 @@ FACTS = [
     ("The official language of Italy is", " Italian"), ("Toko Yasuda plays the", " guitar"),
 ]
 TRACE = ("The Eiffel Tower is located in the city of", "The Eiffel Tower")
+TRACE_FACTS = [  # (prompt, subject) of the facts above
+    ("The capital of France is", "France"), ("The Eiffel Tower is located in the city of", "The Eiffel Tower"),
+    ("The mother tongue of Danielle Darrieux is", "Danielle Darrieux"), ("Michael Jordan plays the sport of", "Michael Jordan"),
+    ("The official language of Italy is", "Italy"), ("Toko Yasuda plays the", "Toko Yasuda"),
+]
 EAP = ("The capital of France is", " Paris", "The capital of Italy is")
 
 
@@ -180,6 +189,43 @@ def bench_cnl_batched(model: Model, n: int, steps: int, batch: int, cap: float, 
     return res
 
 
+def _per_fact(res: dict[str, Any], fn: Callable[[], Any], peak: float | None, batch: int) -> dict[str, Any]:
+    """``run_timed`` counts calls: one call is ``batch`` facts; FLOPs per fact from one call."""
+    res["seconds_per_sample"] /= batch
+    res["samples_per_s"] *= batch
+    res = with_flops(res, fn, peak, per_call=batch)
+    res["facts_per_call"] = batch
+    return res
+
+
+def bench_kn_facts_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
+    """KN exact IG of ``batch`` facts per call, their rows in shared batches (``integrated_gradients_facts``)."""
+    facts = [FACTS[i % len(FACTS)] for i in range(batch * (n + 1))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: integrated_gradients_facts(model, g, steps=steps, fact_batch=batch) for g in groups]
+    return _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch) | {"steps": steps, "unit": "fact"}
+
+
+def bench_ql_amig_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
+    """QL's AMIG over every word (eq. 18) of ``batch`` queries per call, their rows in shared batches (``amig_facts``)."""
+    facts = [FACTS[i % len(FACTS)] for i in range(batch * (n + 1))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: amig_facts(model, g, steps=steps, words="all", fact_batch=batch) for g in groups]
+    res = _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch)
+    return res | {"steps": steps, "unit": "query", "words": "all",
+                  "query_tokens_mean": sum(len(model.encode(p)) for p, _ in facts[:batch]) / batch}
+
+
+def bench_trace_facts_batched(model: Model, n: int, samples: int, batch: int, cap: float,
+                              peak: float | None) -> dict[str, Any]:
+    """Causal traces (3 kinds, window 10, every token) of ``batch`` facts per call, cells of several facts per
+    pass (``causal_trace_facts``); FLOPs are forward passes only."""
+    facts = [(p, s, None) for p, s in (TRACE_FACTS[i % len(TRACE_FACTS)] for i in range(batch * (n + 1)))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: causal_trace_facts(model, g, samples=samples, fact_batch=batch, warn=False) for g in groups]
+    return _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch) | {"noise_samples": samples, "unit": "fact"}
+
+
 def bench_trace(model: Model, n: int, samples: int, cap: float) -> dict[str, Any]:
     prompt, subject = TRACE
     fns = [lambda: causal_trace(model, prompt, subject, samples=samples) for _ in range(n + 1)]
@@ -268,6 +314,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--cnl-batch", type=int, default=8,
                     help="samples whose rows share batches in the cnl_exact_ig_batched sections (1: skip them)")
     ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
+    ap.add_argument("--facts-batch", type=int, default=8,
+                    help="facts per call of the kn_facts_batched / ql_amig_batched / trace_facts_batched sections "
+                         "(1: skip them)")
     ap.add_argument("--section-seconds", type=float, default=30.0, help="wall-clock cap of each timed section")
     ap.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 on CUDA, 512 on CPU)")
     ap.add_argument("--skip-7b", action="store_true", help="skip the Llama-2-7B-shape runs")
@@ -316,6 +365,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.cnl_batch > 1:
                 rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
                     m, max(1, args.samples // args.cnl_batch), args.steps, args.cnl_batch, cap, peak))
+            if args.facts_batch > 1:
+                fb, n_calls = args.facts_batch, max(1, args.samples // args.facts_batch)
+                rep.section(("smollm2_shape", key, "kn_facts_batched"),
+                            lambda m=m, n=n_calls, fb=fb: bench_kn_facts_batched(m, n, args.steps, fb, cap, peak))
+                rep.section(("smollm2_shape", key, "ql_amig_batched"),
+                            lambda m=m, n=n_calls, fb=fb: bench_ql_amig_batched(m, n, args.steps, fb, cap, peak))
     if args.agreement > 0 and not args.agreement_model and "float32" in models:
         rep.section(("agreement_bf16_vs_float32",), lambda: bench_agreement(models["float32"], args.agreement, args.steps))
     if not args.skip_7b:
@@ -340,12 +395,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.cnl_batch > 1:
                 rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
                             lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
+            if args.facts_batch > 1:
+                rep.section(("llama7b_shape", "bfloat16", "kn_facts_batched"),
+                            lambda: bench_kn_facts_batched(big, 1, args.steps, args.facts_batch, cap, peak))
+                rep.section(("llama7b_shape", "bfloat16", "ql_amig_batched"),
+                            lambda: bench_ql_amig_batched(big, 1, args.steps, args.facts_batch, cap, peak))
+                rep.section(("llama7b_shape", "bfloat16", "trace_facts_batched"),
+                            lambda: bench_trace_facts_batched(big, 1, args.trace_samples, args.facts_batch, cap, peak))
             del big
         holder.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     for key, m in models.items():
         rep.section(("smollm2_shape", key, "causal_trace"), lambda m=m: bench_trace(m, args.prompts, args.trace_samples, cap))
+        if args.facts_batch > 1:
+            rep.section(("smollm2_shape", key, "trace_facts_batched"), lambda m=m: bench_trace_facts_batched(
+                m, max(1, args.prompts // args.facts_batch), args.trace_samples, args.facts_batch, cap, peak))
         rep.section(("smollm2_shape", key, "eap"), lambda m=m: bench_eap(m, args.prompts, 1, cap))
         rep.section(("smollm2_shape", key, "eap_ig5"), lambda m=m: bench_eap(m, args.prompts, 5, cap))
     print(f"[bench_gpu] wrote {args.out}", flush=True)
