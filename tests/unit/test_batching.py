@@ -152,3 +152,13 @@ def test_dataset_scores_auto_batch_equal_fixed_batch_under_fake_oom(tiny_gpt2, m
                          progress=False)
     assert len(ooms) >= 2  # at least one retry per sample
     assert torch.equal(auto.scores, fixed.scores)
+
+
+def test_cuda_free_memory_counts_the_allocators_unused_cache(monkeypatch):
+    """A window sized after an earlier one sees the memory PyTorch cached but no longer uses as free."""
+    from tlcap.runtime import batching  # noqa: PLC0415
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (10 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 50 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 14 * 2**30)
+    assert batching.free_memory("cuda:0") == (10 + 50 - 14) * 2**30

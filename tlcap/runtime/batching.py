@@ -65,11 +65,18 @@ def parse_memory(value: Any) -> int:
 
 
 def free_memory(device: torch.device | str) -> int:
-    """Free bytes on ``device``: ``torch.cuda.mem_get_info`` on CUDA, ``MemAvailable`` on the CPU."""
+    """Free bytes on ``device``: on CUDA the driver's free memory (``torch.cuda.mem_get_info``) plus what
+    PyTorch's caching allocator holds unused (reserved - allocated: freed by the previous batch, reusable
+    without asking the driver); ``MemAvailable`` on the CPU.
+
+    Without the second term a long run that sizes its batches again and again (dataset scoring sizes
+    every window of samples) would see the previous window's peak as used and shrink every later batch.
+    """
     dev = torch.device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free)
+        cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+        return int(free + max(int(cached), 0))
     try:
         with open("/proc/meminfo") as f:
             for line in f:
