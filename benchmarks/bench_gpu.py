@@ -9,7 +9,10 @@ One call measures, on ``--device`` (default CUDA when available) and each ``--dt
   ``kn``: exact IG of every MLP neuron for single facts (20 midpoint steps, all layers), samples/s;
   ``cnl``: CNL dataset scoring (:func:`tlcap.attribution.dataset.score_dataset`, exact IG,
   20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s, one sample at a time
-  and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches;
+  and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches, and
+  (``cnl_exact_ig_auto``) the same with ``steps="auto"`` (Gauss–Legendre nodes doubled until the
+  completeness error reaches ``--auto-tol``, by default the error the fixed-steps section measured:
+  equal completeness, fewer gradient rows); each reports its completeness error and rows per sample;
   ``trace``: causal trace of the canonical subject-first prompt (3 kinds, window 10, 10 noise
   samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt;
   across facts (``--facts-batch`` facts per call, their rows sharing batches): ``kn_facts_batched``
@@ -175,17 +178,29 @@ def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) 
     return res
 
 
-def bench_cnl_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
-    """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; packed rows)."""
+def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: float, peak: float | None,
+                      tol: float = 0.01, rule: str = "midpoint") -> dict[str, Any]:
+    """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; staged rows).
+
+    ``steps="auto"``: Gauss–Legendre (or ``rule``) nodes doubled per token and layer until the completeness
+    error is at most ``tol``. Records the completeness error and the gradient rows per sample either way.
+    """
     samples = load_task("gsm8k", split="train", n=batch * (n + 1), seed=0)
     groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
-    fns = [lambda g=g: score_dataset(model, g, steps=steps, sample_batch=batch, progress=False) for g in groups]
+    kw: dict[str, Any] = {"steps": steps, "rule": rule} | ({"tol": tol} if steps == "auto" else {})
+    done: list[Any] = []
+    fns = [lambda g=g: done.append(score_dataset(model, g, sample_batch=batch, progress=False, **kw)) for g in groups]
     res = run_timed(fns, model.device, cap)
+    timed = done[1:] if len(done) > 1 else done  # the warm-up's result is left out, as its time is
     res["seconds_per_sample"] /= batch  # run_timed counts calls: one call is `batch` samples
     res["samples_per_s"] *= batch
     res = with_flops(res, fns[0], peak, per_call=batch)
-    res["sample_batch"] = batch
-    res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
+    err = sum(d.meta.get("completeness_abs_error", 0.0) for d in timed)
+    den = sum(d.meta.get("completeness_delta", 0.0) for d in timed)
+    res.update(sample_batch=batch, steps=steps, rule=rule, tol=tol if steps == "auto" else None,
+               completeness_rel_error=err / den if den else None,
+               evaluations_per_sample=sum(d.meta.get("evaluations", 0) for d in timed) / max(1, batch * len(timed)),
+               gsm8k_train_hours_extrapolated=GSM8K_TRAIN * res["seconds_per_sample"] / 3600)
     return res
 
 
@@ -295,6 +310,17 @@ class Report:
         return res
 
 
+def auto_tol(asked: str, fixed: dict[str, Any] | None) -> float | None:
+    """The ``tol`` of a ``steps="auto"`` section: a number, the fixed-steps section's measured completeness error
+    (``"match"``: the same completeness at fewer rows, if auto needs fewer), or ``None`` (``"off"``, or nothing to match)."""
+    if asked == "off":
+        return None
+    if asked != "match":
+        return float(asked)
+    err = (fixed or {}).get("completeness_rel_error")
+    return min(max(float(err), 1e-4), 0.5) if err else None
+
+
 def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool) -> Model:
     if tiny:  # a 2-layer GQA Llama: the same code paths at unit-test cost
         return make_llama(seed=0, device=device, dtype=dtype)
@@ -313,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=20, help="IG steps")
     ap.add_argument("--cnl-batch", type=int, default=8,
                     help="samples whose rows share batches in the cnl_exact_ig_batched sections (1: skip them)")
+    ap.add_argument("--auto-tol", default="match",
+                    help="completeness target of the cnl_exact_ig_auto sections (steps='auto', Gauss-Legendre): a number, "
+                         "'match' (the error the fixed-steps batched section measured in this run) or 'off' (skip them)")
     ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
     ap.add_argument("--facts-batch", type=int, default=8,
                     help="facts per call of the kn_facts_batched / ql_amig_batched / trace_facts_batched sections "
@@ -363,8 +392,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rep.section(("smollm2_shape", key, "kn_exact_ig"), lambda m=m: bench_kn(m, args.samples, args.steps, cap, peak))
             rep.section(("smollm2_shape", key, "cnl_exact_ig"), lambda m=m: bench_cnl(m, args.samples, args.steps, cap, peak))
             if args.cnl_batch > 1:
-                rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
+                fixed = rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
                     m, max(1, args.samples // args.cnl_batch), args.steps, args.cnl_batch, cap, peak))
+                tol = auto_tol(args.auto_tol, fixed)
+                if tol is not None:
+                    rep.section(("smollm2_shape", key, "cnl_exact_ig_auto"), lambda m=m, tol=tol: bench_cnl_batched(
+                        m, max(1, args.samples // args.cnl_batch), "auto", args.cnl_batch, cap, peak, tol, "gauss_legendre"))
             if args.facts_batch > 1:
                 fb, n_calls = args.facts_batch, max(1, args.samples // args.facts_batch)
                 rep.section(("smollm2_shape", key, "kn_facts_batched"),
@@ -393,8 +426,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig"),
                         lambda: bench_cnl(big, args.big_samples, args.steps, cap, peak))
             if args.cnl_batch > 1:
-                rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
-                            lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
+                fixed = rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
+                                    lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
+                tol = auto_tol(args.auto_tol, fixed)
+                if tol is not None:
+                    rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_auto"), lambda tol=tol: bench_cnl_batched(
+                        big, 1, "auto", args.cnl_batch, cap, peak, tol, "gauss_legendre"))
             if args.facts_batch > 1:
                 rep.section(("llama7b_shape", "bfloat16", "kn_facts_batched"),
                             lambda: bench_kn_facts_batched(big, 1, args.steps, args.facts_batch, cap, peak))
