@@ -33,7 +33,7 @@ from tlcap.models.staged_rows import Staging
 
 def staged_applies(model: Model, hook_names: Sequence[str]) -> bool:
     """Whether the rows of these hooks can run staged (a TransformerBridge that packs rows)."""
-    return model.is_bridge and model.staged_rows_apply([(n, _set_rows) for n in hook_names])
+    return model.is_bridge and model.staged_rows_apply([(n, _set_rows(None, None)) for n in hook_names])
 
 
 def _candidates(counts: list[int], per_layer: list[int]) -> list[int]:
@@ -101,26 +101,36 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
     zero_first = {m: bool(a[0] == 0.0) for m, (a, _) in rules.items()}  # α = 0 is the baseline row itself
     st = steps.tolist()
     ru, rl, ra, rw, rb = [], [], [], [], []
+    clean_row: dict[int, int] = {}  # unit -> its one row at α = 1 (the clean run), where the rule has that node
+    also: dict[int, list[tuple[int, float]]] = {}  # unit -> (layer, weight) whose α = 1 gradient that row gives
     for i in sorted(range(n_li), key=lambda i: int(layers[i])):
         for g in range(n_u):
             m = int(st[g][i])
             if m == 0:
                 continue
             a, w = rules[m]
+            al, wl = a.tolist(), w.tolist()
+            if al[-1] == 1.0 and g in clean_row:  # the clean run's gradient at this layer: from the unit's clean row
+                also.setdefault(g, []).append((i, wl[-1]))
+                al, wl = al[:-1], wl[:-1]
+            elif al[-1] == 1.0:
+                clean_row[g] = len(ru) + len(al) - 1
             extra = int(with_base and not zero_first[m])
-            k = len(a) + extra
-            ru += [g] * k
-            rl += [i] * k
-            ra += a.tolist() + [0.0] * extra
-            rw += w.tolist() + [0.0] * extra
-            rb += ([with_base] + [False] * (len(a) - 1) if zero_first[m] else [False] * len(a)) + [True] * extra
+            ru += [g] * (len(al) + extra)
+            rl += [i] * (len(al) + extra)
+            ra += al + [0.0] * extra
+            rw += wl + [0.0] * extra
+            rb += ([with_base] + [False] * (len(al) - 1) if zero_first[m] else [False] * len(al)) + [True] * extra
     plan = _Plan(model, units, prefix, hook_names, layers, W_.dtype, B_, D, torch.stack([u.states for u in units]))
     u_all, l_all = np.asarray(ru, dtype=np.int64), np.asarray(rl, dtype=np.int64)
     for s in range(0, len(ru), batch_rows):
         sl = slice(s, s + batch_rows)
-        probs, grad = plan.batch(u_all[sl], l_all[sl], torch.tensor(ra[sl], dtype=torch.float64))
+        extras = {r - s: also[g] for g, r in clean_row.items() if s <= r < s + batch_rows and g in also}
+        probs, grad, add = plan.batch(u_all[sl], l_all[sl], torch.tensor(ra[sl], dtype=torch.float64), extras)
         dest = torch.from_numpy(u_all[sl] * n_li + l_all[sl]).to(dev)
         grad_acc.index_add_(0, dest, grad.double() * torch.tensor(rw[sl], dtype=torch.float64, device=dev)[:, None])
+        for (r, i, wt), gr in add:
+            grad_acc[int(u_all[s + r]) * n_li + i] += gr.double() * wt
         idx = np.nonzero(np.asarray(rb[sl]))[0]
         if len(idx):
             p_base[torch.from_numpy(u_all[sl][idx]), torch.from_numpy(l_all[sl][idx])] = (
@@ -142,8 +152,14 @@ class _Plan:
         self.last = np.asarray([u.context[-1] for u in units], dtype=np.int64)
         self.tids = np.asarray([u.target_id for u in units], dtype=np.int64)
 
-    def batch(self, u_: np.ndarray, l_: np.ndarray, a_: Tensor) -> tuple[Tensor, Tensor]:
-        """One staged batch of rows in layer-major order: ``(P(target) per row, d P / d values per row)``."""
+    def batch(self, u_: np.ndarray, l_: np.ndarray, a_: Tensor, extras: dict[int, list[tuple[int, float]]]
+              ) -> tuple[Tensor, Tensor, list[tuple[tuple[int, int, float], Tensor]]]:
+        """One staged batch of rows in layer-major order: ``(P(target) per row, d P / d values per row, extra)``.
+
+        ``extras[r] = [(layer index, weight), ...]``: row ``r`` (a unit's row at α = 1, the clean run) also
+        gives the clean run's gradient at those higher layers, through a zero added there (``extra``: one
+        ``((r, layer index, weight), gradient)`` each).
+        """
         model, dev = self.model, self.B.device
         by_unit = np.argsort(u_, kind="stable")  # each unit's rows, layers ascending: the packed order
         us, lay = u_[by_unit], self.layer[l_[by_unit]]
@@ -176,30 +192,80 @@ class _Plan:
         ut, lt = torch.from_numpy(u_).to(dev), torch.from_numpy(l_).to(dev)
         vals = (self.B[ut, lt].float() + a_.to(dev, torch.float32)[:, None] * self.D[ut, lt].float()).to(self.dtype)
         bounds = np.flatnonzero(np.r_[True, l_[1:] != l_[:-1]]).tolist() + [len(l_)]
-        leaves, fwd = [], []
+        leaves, hooks = [], {}
         flat_d = torch.from_numpy(flat).to(dev)
         for a, b in zip(bounds[:-1], bounds[1:]):  # layer-major: each layer's rows are one slice
             leaf = vals[a:b].detach().requires_grad_(True)
             leaves.append(leaf)
-            fwd.append((self.hook_names[int(l_[a])], _set_rows(flat_d[a:b], leaf)))
-        row_out = torch.from_numpy(np.searchsorted(np.sort(flat), flat))  # logits row of each batch row
+            hooks[int(l_[a])] = (flat_d[a:b], leaf, None, None)
+        add_keys, n_set = [], len(leaves)
+        for r, lst in extras.items():
+            for i, wt in lst:
+                zero = torch.zeros(1, self.D.shape[-1], dtype=self.dtype, device=dev, requires_grad=True)
+                leaves.append(zero)
+                add_keys.append((r, i, wt))
+                idx, lf, a_idx, a_val = hooks.get(i, (None, None, None, None))
+                pos = flat_d[r:r + 1]
+                hooks[i] = (idx, lf, pos if a_idx is None else torch.cat([a_idx, pos]),
+                            zero if a_val is None else torch.cat([a_val, zero]))
+        fwd = [(self.hook_names[i], _set_rows(*hooks[i])) for i in sorted(hooks, key=lambda i: int(self.layer[i]))]
+        keep_order = np.argsort(flat, kind="stable")  # logits come in packed order: batch row of each logits row
+        row_out = torch.from_numpy(np.argsort(keep_order, kind="stable"))  # and logits row of each batch row
+        tids = torch.from_numpy(self.tids[u_[keep_order]]).to(dev)
         with torch.enable_grad():
             logits = model.continue_staged(self.prefix, torch.from_numpy(self.rows[ctx_units]),
                                            torch.from_numpy(self.lengths[ctx_units]), torch.from_numpy(self.last[ctx_units]),
                                            staging, piece_states, hooks=fwd)
-            lp = logits.index_select(0, row_out.to(logits.device))
-            probs = lp.float().softmax(-1).gather(1, torch.from_numpy(self.tids[u_]).to(lp.device)[:, None])[:, 0]
+            probs = target_prob(logits, tids)
             grads = torch.autograd.grad(probs.sum(), leaves)
-        return probs.detach(), torch.cat(grads)
+        return (probs.detach()[row_out.to(probs.device)], torch.cat(grads[:n_set]),
+                [(k, g[0]) for k, g in zip(add_keys, grads[n_set:])])
 
 
-def _set_rows(idx: Tensor, leaf: Tensor) -> Any:
-    """Hook: the packed positions ``idx`` take the values ``leaf`` (a copy; gradients flow to ``leaf``)."""
+class _TargetProb(torch.autograd.Function):
+    """``softmax(logits)[r, tids[r]]`` with a backward that allocates nothing of the vocabulary's size.
+
+    Autograd's softmax-then-gather allocates and fills two ``[rows, d_vocab]`` gradients (the gather's
+    scatter and the softmax's); here ``d P_y / d z = P_y (onehot(y) - p)`` is written into the saved
+    softmax in place (the backward runs once: :func:`target_prob` is for single-use graphs).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, tids: Tensor) -> Tensor:
+        p = torch.softmax(logits.float(), -1)
+        py = p.gather(1, tids[:, None])[:, 0]
+        ctx.save_for_backward(p, py, tids)
+        ctx.dtype = logits.dtype
+        return py
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
+        p, py, tids = ctx.saved_tensors
+        coef = (g * py)[:, None]
+        grad = p.mul_(-coef)
+        grad.scatter_add_(1, tids[:, None], coef)
+        return grad.to(ctx.dtype), None
+
+
+def target_prob(logits: Float[Tensor, "rows d_vocab"], tids: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
+    """The probability of ``tids[r]`` under ``softmax(logits[r])`` (float32), differentiable once (:class:`_TargetProb`)."""
+    return _TargetProb.apply(logits, tids)
+
+
+def _set_rows(idx: Tensor | None, leaf: Tensor | None, add_idx: Tensor | None = None,
+              add: Tensor | None = None) -> Any:
+    """Hook: the packed positions ``idx`` take the values ``leaf``, and ``add`` (zeros) is added at ``add_idx``
+    (a copy; gradients flow to ``leaf`` and ``add``)."""
 
     def hook(act: Tensor, hook: Any = None) -> Tensor:
-        return act.flatten(0, 1).index_copy(0, idx, leaf.to(act.dtype)).view_as(act)
+        flat = act.flatten(0, 1)
+        if idx is not None and leaf is not None:
+            flat = flat.index_copy(0, idx, leaf.to(act.dtype))
+        if add_idx is not None and add is not None:
+            flat = flat.index_add(0, add_idx, add.to(act.dtype))
+        return flat.view_as(act)
 
     return hook
 
 
-__all__ = ["choose_width", "run_staged", "staged_applies"]
+__all__ = ["choose_width", "run_staged", "staged_applies", "target_prob"]

@@ -159,7 +159,7 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
         out = model.backend(last[:, None].to(dev), **kw)
     if model._cut_name is None:
         return out.reshape(-1, out.shape[-1]).index_select(0, keep)
-    return out[:, 0]
+    return out.reshape(out.shape[0], out.shape[-1])  # a view: its backward allocates nothing
 
 
 def _join(states: Tensor, width: int, replace: bool) -> Any:
