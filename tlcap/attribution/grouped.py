@@ -114,14 +114,15 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
     states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
     for k, (p_ids, t_ids) in enumerate(items):
         seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
-        acts, states, logits, cache = model.context_states(seq, hook_names, states_names)
+        first = max(len(p_ids) - 1, 0)  # the positions whose next token is scored start here
+        acts, states, logits, cache = model.context_states(seq, hook_names, states_names, logits_from=first)
         own = baselines[k] if baselines is not None and baselines[k] is not None else baseline
         for t, tid in enumerate(t_ids):
             pos = len(p_ids) + t - 1
             w_bar = acts[pos]
             base = torch.zeros_like(w_bar) if own is None else own[list(layers)].to(w_bar)
             units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base,
-                              float(logits[pos].float().softmax(-1)[int(tid)]), k, states[pos]))
+                              float(logits[pos - first].float().softmax(-1)[int(tid)]), k, states[pos]))
         parts.append((cache, len(seq)))
     return units, model.stack_prefixes(parts)
 

@@ -147,18 +147,24 @@ class RowsMixin:
         return acts, logits, cache
 
     def context_states(
-        self, tokens: Sequence[int], hook_names: Sequence[str], state_names: Sequence[str]
-    ) -> tuple[Float[Tensor, "pos n_hooks d"], Float[Tensor, "pos n_states d_state"] | None, Float[Tensor, "pos d_vocab"], Any]:
+        self, tokens: Sequence[int], hook_names: Sequence[str], state_names: Sequence[str], logits_from: int = 0
+    ) -> tuple[Float[Tensor, "pos n_hooks d"], Float[Tensor, "pos n_states d_state"] | None, Float[Tensor, "lpos d_vocab"], Any]:
         """:meth:`context_run` that also records ``state_names`` (e.g. the residual stream at the
-        ``resid_pre`` sites, where :meth:`continue_staged` pieces join); ``None`` when there are none."""
+        ``resid_pre`` sites, where :meth:`continue_staged` pieces join; ``None`` when there are none) and
+        unembeds only the positions from ``logits_from`` on (the logits' row ``i`` is position
+        ``logits_from + i``)."""
         self._check_rows_backend()
         store: dict[str, Tensor] = {}
         toks = torch.tensor([list(tokens)], device=self.device)
         names = list(dict.fromkeys([*hook_names, *state_names]))
-        with torch.no_grad(), self.hooks(fwd=[(n, H.record(store, n)) for n in names]):
+        fwd = [(n, H.record(store, n)) for n in names]
+        if logits_from > 0 and self._cut_name is not None:  # the unembedding is the largest matrix: skip unread rows
+            fwd.append((self._cut_name, lambda act, hook=None: act[:, logits_from:]))
+        with torch.no_grad(), self.hooks(fwd=fwd):
             logits, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
+        logits = logits[0] if logits_from == 0 or self._cut_name is not None else logits[0, logits_from:]
         states = torch.stack([store[n][0] for n in state_names], 1) if state_names else None
-        return torch.stack([store[n][0] for n in hook_names], 1), states, logits[0], cache
+        return torch.stack([store[n][0] for n in hook_names], 1), states, logits, cache
 
     def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
         """A :class:`PaddedPrefix` of the first ``n`` positions of each ``(cache, n)`` (from :meth:`context_run`).
