@@ -58,6 +58,10 @@ class DecouplingConfig(Config):
             check_int("top_k", self.top_k, min=1)
 
 
+PAIR_WINDOW = 8
+"""Comparative pairs located at once by default (:func:`decoupling`'s ``fact_batch``)."""
+
+
 def _pair_items(model: Model, pairs: Sequence[ComparativePair], cfg: DecouplingConfig) -> list[dict[str, Any]]:
     """Each pair's two located sets: the KN rows of every framing of every pair share batches."""
     sw, t0 = Stopwatch(), time.perf_counter()
@@ -80,7 +84,7 @@ def decoupling(
     resume: bool = True,
     progress: bool = True,
     on_item: OnItem | None = None,
-    fact_batch: int = 8,
+    fact_batch: int | None = None,
     **overrides: Any,
 ) -> DecouplingResult:
     """The decoupling experiment over comparative pairs (module docstring).
@@ -95,8 +99,9 @@ def decoupling(
         resume: Resume from ``checkpoint_dir``.
         progress: Show a progress bar.
         on_item: Called with each pair's position before it is added (its window was located together).
-        fact_batch: Pairs located at once (the KN rows of their prompts share batches); exact, results
-            do not depend on it. Seconds are each window's time split evenly over its pairs.
+        fact_batch: Pairs located at once (the KN rows of their prompts share batches; default
+            :data:`PAIR_WINDOW`); exact, results do not depend on it. Seconds are each window's time split
+            evenly over its pairs.
         **overrides: :class:`DecouplingConfig` fields.
 
     Returns:
@@ -111,7 +116,7 @@ def decoupling(
         >>> res.rates().c12_overlap
     """
     cfg = DecouplingConfig.resolve(config, **overrides)
-    check_int("fact_batch", fact_batch, min=1, cli=None)
+    fact_batch = check_int("fact_batch", PAIR_WINDOW if fact_batch is None else fact_batch, min=1, cli=None)
     if not pairs:
         raise EmptyDatasetError("decoupling needs at least one comparative pair")
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("decoupling", cfg.to_dict(), model.name, [p.to_dict() for p in pairs]),
