@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from tlcap.attribution import integrated_gradients, integrated_gradients_facts
-from tlcap.attribution.amig import amig, amig_facts
+from tlcap.attribution.amig import amig, amig_facts, eos_baselines, word_attributions_facts
+from tlcap.attribution.batched import fact_tokens
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import localize, localize_prompts
 from tlcap.attribution.sig import sig, sig_facts
+from tlcap.attribution.word_ig import words_one_fact
 from tlcap.errors import InvalidConfigError
 from tlcap.experiments.knowledge_neurons import locate_knowledge_neurons, locate_knowledge_neurons_facts
 from tlcap.models import make_tiny
@@ -162,3 +165,20 @@ def test_kn_facts_equal_one_fact_at_a_time(tiny_gpt2):
         assert _rel(res.scores, one.scores) < 1e-5 and res.prompts == one.prompts
         for k in ("suppress_located", "enhance_located", "suppress_random"):
             assert res.effects[k] == pytest.approx(one.effects[k], rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_amig_word_units_equal_the_word_by_word_path(request, name):
+    """AMIG's words as units (rows continuing the prefix before each word, batched across facts) equal the
+    word-by-word path that TL 3.9 models take (a prefix cache per word, rows after it)."""
+    model = request.getfixturevalue(name)
+    cfg = IGConfig(steps=2, batch_rows=5)
+    layers = list(range(model.n_layers))
+    names = [get_site("mlp_post").hook_name(l) for l in layers]
+    for (p, t), (attr, p_base, p_clean) in zip(FACTS, word_attributions_facts(model, FACTS, config=cfg)):
+        p_ids, t_ids = fact_tokens(model, p, t)
+        bases = eos_baselines(model, len(p_ids) + len(t_ids) - 1)[:, layers]
+        ref = words_one_fact(model, p_ids, t_ids, bases, names, layers, cfg)
+        assert attr.shape == ref[0].shape and _rel(attr, ref[0]) < 2e-5
+        torch.testing.assert_close(p_base, ref[1], rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(p_clean, ref[2], rtol=1e-5, atol=1e-8)

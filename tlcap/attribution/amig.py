@@ -40,6 +40,7 @@ from tlcap.attribution.config import IGConfig
 from tlcap.attribution.grouped import Unit, ig_units
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
 from tlcap.attribution.quadrature import quadrature
+from tlcap.attribution.word_ig import words_one_fact
 from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
@@ -164,6 +165,9 @@ def word_attributions_facts(
                                                                   baseline_token_id=baseline_token_id), rows, model.device)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
+    if not model.is_bridge:  # TL 3.9: no rows after padded prefixes, each word on its own
+        return [words_one_fact(model, p, t, eos_baselines(model, len(p) + len(t) - 1, cfg.site, baseline_token_id)[:, layers],
+                               names, layers, cfg) for p, t in tokens]
     units, parts = [], []
     for k, (p_ids, t_ids) in enumerate(tokens):
         seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
