@@ -260,9 +260,9 @@ def _set_rows(idx: Tensor | None, leaf: Tensor | None, add_idx: Tensor | None = 
     def hook(act: Tensor, hook: Any = None) -> Tensor:
         flat = act.flatten(0, 1)
         if idx is not None and leaf is not None:
-            flat = flat.index_copy(0, idx, leaf.to(act.dtype))
+            flat = flat.index_copy(0, idx.to(act.device), leaf.to(act.device, act.dtype))
         if add_idx is not None and add is not None:
-            flat = flat.index_add(0, add_idx, add.to(act.dtype))
+            flat = flat.index_add(0, add_idx.to(act.device), add.to(act.device, act.dtype))
         return flat.view_as(act)
 
     return hook

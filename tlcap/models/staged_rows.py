@@ -130,7 +130,7 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
         for l, layer in enumerate(cache.layers):
             if getattr(layer, "keys", None) is None or not layer.keys.numel():
                 continue
-            idx = rows_d if l < first else piece_rows_d[: active[l]]
+            idx = (rows_d if l < first else piece_rows_d[: active[l]]).to(layer.keys.device)  # layers may sit apart
             layer.keys, layer.values = layer.keys.index_select(0, idx), layer.values.index_select(0, idx)
     base_lengths, piece_lengths = lengths, lengths[staging.ctx]
     built: dict[tuple[bool, int | None], Tensor] = {}
@@ -149,7 +149,8 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
     fwd += list(hooks)
     keep = staging.keep().to(dev)
     if model._cut_name is not None:
-        fwd.append((model._cut_name, lambda act, hook=None: act.reshape(-1, *act.shape[2:]).index_select(0, keep)[:, None]))
+        fwd.append((model._cut_name,
+                    lambda act, hook=None: act.reshape(-1, *act.shape[2:]).index_select(0, keep.to(act.device))[:, None]))
     kw: dict[str, Any] = {"attention_mask": torch.ones(n_ctx, n + 1, dtype=torch.long, device=dev),
                           "position_ids": lengths[:, None].to(dev)}
     if cache is not None:
