@@ -9,11 +9,17 @@ One call measures, on ``--device`` (default CUDA when available) and each ``--dt
   ``kn``: exact IG of every MLP neuron for single facts (20 midpoint steps, all layers), samples/s;
   ``cnl``: CNL dataset scoring (:func:`tlcap.attribution.dataset.score_dataset`, exact IG,
   20 steps, ≤ 8 answer tokens) on bundled GSM8K train samples, samples/s, one sample at a time
-  and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches;
+  and (``cnl_exact_ig_batched``) with the rows of ``--cnl-batch`` samples in shared batches, and
+  (``cnl_exact_ig_auto``) the same with ``steps="auto"`` (Gauss–Legendre nodes doubled until the
+  completeness error reaches ``--auto-tol``, by default the error the fixed-steps section measured:
+  equal completeness, fewer gradient rows); each reports its completeness error and rows per sample;
   ``trace``: causal trace of the canonical subject-first prompt (3 kinds, window 10, 10 noise
-  samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt.
-- On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` as above
-  on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
+  samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt;
+  across facts (``--facts-batch`` facts per call, their rows sharing batches): ``kn_facts_batched``
+  (KN exact IG, ``integrated_gradients_facts``), ``ql_amig_batched`` (QL's AMIG over every word,
+  ``amig_facts``) and ``trace_facts_batched`` (``causal_trace_facts``), facts/s with FLOPs per fact.
+- On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` (and the
+  three across-facts sections) as above on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
 
 Every measurement records peak GPU memory (``torch.cuda.max_memory_allocated``) and, for the
 attribution runs, model FLOPs per sample counted by ``torch.utils.flop_counter.FlopCounterMode``
@@ -58,10 +64,11 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._util import env_info  # noqa: E402
-from tlcap.attribution import integrated_gradients  # noqa: E402
+from tlcap.attribution import integrated_gradients, integrated_gradients_facts  # noqa: E402
+from tlcap.attribution.amig import amig_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import load_task  # noqa: E402
-from tlcap.locate.causal_trace import causal_trace  # noqa: E402
+from tlcap.locate.causal_trace import causal_trace, causal_trace_facts  # noqa: E402
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
 from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
@@ -73,6 +80,11 @@ FACTS = [
     ("The official language of Italy is", " Italian"), ("Toko Yasuda plays the", " guitar"),
 ]
 TRACE = ("The Eiffel Tower is located in the city of", "The Eiffel Tower")
+TRACE_FACTS = [  # (prompt, subject) of the facts above
+    ("The capital of France is", "France"), ("The Eiffel Tower is located in the city of", "The Eiffel Tower"),
+    ("The mother tongue of Danielle Darrieux is", "Danielle Darrieux"), ("Michael Jordan plays the sport of", "Michael Jordan"),
+    ("The official language of Italy is", "Italy"), ("Toko Yasuda plays the", "Toko Yasuda"),
+]
 EAP = ("The capital of France is", " Paris", "The capital of Italy is")
 
 
@@ -173,18 +185,67 @@ def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) 
     return res
 
 
-def bench_cnl_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
-    """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; packed rows)."""
+def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: float, peak: float | None,
+                      tol: float = 0.01, rule: str = "midpoint") -> dict[str, Any]:
+    """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; staged rows).
+
+    ``steps="auto"``: Gauss–Legendre (or ``rule``) nodes doubled per token and layer until the completeness
+    error is at most ``tol``. Records the completeness error and the gradient rows per sample either way.
+    """
     samples = load_task("gsm8k", split="train", n=batch * (n + 1), seed=0)
     groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
-    fns = [lambda g=g: score_dataset(model, g, steps=steps, sample_batch=batch, progress=False) for g in groups]
+    kw: dict[str, Any] = {"steps": steps, "rule": rule} | ({"tol": tol} if steps == "auto" else {})
+    done: list[Any] = []
+    fns = [lambda g=g: done.append(score_dataset(model, g, sample_batch=batch, progress=False, **kw)) for g in groups]
     res = run_timed(fns, model.device, cap)
+    timed = done[1:] if len(done) > 1 else done  # the warm-up's result is left out, as its time is
     res["seconds_per_sample"] /= batch  # run_timed counts calls: one call is `batch` samples
     res["samples_per_s"] *= batch
     res = with_flops(res, fns[0], peak, per_call=batch)
-    res["sample_batch"] = batch
-    res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
+    err = sum(d.meta.get("completeness_abs_error", 0.0) for d in timed)
+    den = sum(d.meta.get("completeness_delta", 0.0) for d in timed)
+    res.update(sample_batch=batch, steps=steps, rule=rule, tol=tol if steps == "auto" else None,
+               completeness_rel_error=err / den if den else None,
+               evaluations_per_sample=sum(d.meta.get("evaluations", 0) for d in timed) / max(1, batch * len(timed)),
+               gsm8k_train_hours_extrapolated=GSM8K_TRAIN * res["seconds_per_sample"] / 3600)
     return res
+
+
+def _per_fact(res: dict[str, Any], fn: Callable[[], Any], peak: float | None, batch: int) -> dict[str, Any]:
+    """``run_timed`` counts calls: one call is ``batch`` facts; FLOPs per fact from one call."""
+    res["seconds_per_sample"] /= batch
+    res["samples_per_s"] *= batch
+    res = with_flops(res, fn, peak, per_call=batch)
+    res["facts_per_call"] = batch
+    return res
+
+
+def bench_kn_facts_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
+    """KN exact IG of ``batch`` facts per call, their rows in shared batches (``integrated_gradients_facts``)."""
+    facts = [FACTS[i % len(FACTS)] for i in range(batch * (n + 1))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: integrated_gradients_facts(model, g, steps=steps, fact_batch=batch) for g in groups]
+    return _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch) | {"steps": steps, "unit": "fact"}
+
+
+def bench_ql_amig_batched(model: Model, n: int, steps: int, batch: int, cap: float, peak: float | None) -> dict[str, Any]:
+    """QL's AMIG over every word (eq. 18) of ``batch`` queries per call, their rows in shared batches (``amig_facts``)."""
+    facts = [FACTS[i % len(FACTS)] for i in range(batch * (n + 1))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: amig_facts(model, g, steps=steps, words="all", fact_batch=batch) for g in groups]
+    res = _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch)
+    return res | {"steps": steps, "unit": "query", "words": "all",
+                  "query_tokens_mean": sum(len(model.encode(p)) for p, _ in facts[:batch]) / batch}
+
+
+def bench_trace_facts_batched(model: Model, n: int, samples: int, batch: int, cap: float,
+                              peak: float | None) -> dict[str, Any]:
+    """Causal traces (3 kinds, window 10, every token) of ``batch`` facts per call, cells of several facts per
+    pass (``causal_trace_facts``); FLOPs are forward passes only."""
+    facts = [(p, s, None) for p, s in (TRACE_FACTS[i % len(TRACE_FACTS)] for i in range(batch * (n + 1)))]
+    groups = [facts[i:i + batch] for i in range(0, len(facts), batch)]
+    fns = [lambda g=g: causal_trace_facts(model, g, samples=samples, fact_batch=batch, warn=False) for g in groups]
+    return _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch) | {"noise_samples": samples, "unit": "fact"}
 
 
 def bench_trace(model: Model, n: int, samples: int, cap: float) -> dict[str, Any]:
@@ -256,6 +317,17 @@ class Report:
         return res
 
 
+def auto_tol(asked: str, fixed: dict[str, Any] | None) -> float | None:
+    """The ``tol`` of a ``steps="auto"`` section: a number, the fixed-steps section's measured completeness error
+    (``"match"``: the same completeness at fewer rows, if auto needs fewer), or ``None`` (``"off"``, or nothing to match)."""
+    if asked == "off":
+        return None
+    if asked != "match":
+        return float(asked)
+    err = (fixed or {}).get("completeness_rel_error")
+    return min(max(float(err), 1e-4), 0.5) if err else None
+
+
 def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool) -> Model:
     if tiny:  # a 2-layer GQA Llama: the same code paths at unit-test cost
         return make_llama(seed=0, device=device, dtype=dtype)
@@ -275,7 +347,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=20, help="IG steps")
     ap.add_argument("--cnl-batch", type=int, default=8,
                     help="samples whose rows share batches in the cnl_exact_ig_batched sections (1: skip them)")
+    ap.add_argument("--auto-tol", default="match",
+                    help="completeness target of the cnl_exact_ig_auto sections (steps='auto', Gauss-Legendre): a number, "
+                         "'match' (the error the fixed-steps batched section measured in this run) or 'off' (skip them)")
     ap.add_argument("--trace-samples", type=int, default=10, help="noise samples of the causal trace")
+    ap.add_argument("--facts-batch", type=int, default=8,
+                    help="facts per call of the kn_facts_batched / ql_amig_batched / trace_facts_batched sections "
+                         "(1: skip them)")
     ap.add_argument("--section-seconds", type=float, default=None,
                     help="wall-clock cap of each timed section (default 30, --quick 12)")
     ap.add_argument("--quick", action="store_true", help="the whole GPU verification in one short run (gpu_quick.py)")
@@ -332,8 +410,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rep.section(("smollm2_shape", key, "kn_exact_ig"), lambda m=m: bench_kn(m, args.samples, args.steps, cap, peak))
             rep.section(("smollm2_shape", key, "cnl_exact_ig"), lambda m=m: bench_cnl(m, args.samples, args.steps, cap, peak))
             if args.cnl_batch > 1:
-                rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
+                fixed = rep.section(("smollm2_shape", key, "cnl_exact_ig_batched"), lambda m=m: bench_cnl_batched(
                     m, max(1, args.samples // args.cnl_batch), args.steps, args.cnl_batch, cap, peak))
+                tol = auto_tol(args.auto_tol, fixed)
+                if tol is not None:
+                    rep.section(("smollm2_shape", key, "cnl_exact_ig_auto"), lambda m=m, tol=tol: bench_cnl_batched(
+                        m, max(1, args.samples // args.cnl_batch), "auto", args.cnl_batch, cap, peak, tol, "gauss_legendre"))
+            if args.facts_batch > 1:
+                fb, n_calls = args.facts_batch, max(1, args.samples // args.facts_batch)
+                rep.section(("smollm2_shape", key, "kn_facts_batched"),
+                            lambda m=m, n=n_calls, fb=fb: bench_kn_facts_batched(m, n, args.steps, fb, cap, peak))
+                rep.section(("smollm2_shape", key, "ql_amig_batched"),
+                            lambda m=m, n=n_calls, fb=fb: bench_ql_amig_batched(m, n, args.steps, fb, cap, peak))
     if args.agreement > 0 and not args.agreement_model and "float32" in models:
         rep.section(("agreement_bf16_vs_float32",), lambda: bench_agreement(models["float32"], args.agreement, args.steps))
     if not args.skip_7b:
@@ -356,14 +444,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig"),
                         lambda: bench_cnl(big, args.big_samples, args.steps, cap, peak))
             if args.cnl_batch > 1:
-                rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
-                            lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
+                fixed = rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_batched"),
+                                    lambda: bench_cnl_batched(big, 1, args.steps, args.cnl_batch, cap, peak))
+                tol = auto_tol(args.auto_tol, fixed)
+                if tol is not None:
+                    rep.section(("llama7b_shape", "bfloat16", "cnl_exact_ig_auto"), lambda tol=tol: bench_cnl_batched(
+                        big, 1, "auto", args.cnl_batch, cap, peak, tol, "gauss_legendre"))
+            if args.facts_batch > 1:
+                rep.section(("llama7b_shape", "bfloat16", "kn_facts_batched"),
+                            lambda: bench_kn_facts_batched(big, 1, args.steps, args.facts_batch, cap, peak))
+                rep.section(("llama7b_shape", "bfloat16", "ql_amig_batched"),
+                            lambda: bench_ql_amig_batched(big, 1, args.steps, args.facts_batch, cap, peak))
+                rep.section(("llama7b_shape", "bfloat16", "trace_facts_batched"),
+                            lambda: bench_trace_facts_batched(big, 1, args.trace_samples, args.facts_batch, cap, peak))
             del big
         holder.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     for key, m in models.items():
         rep.section(("smollm2_shape", key, "causal_trace"), lambda m=m: bench_trace(m, args.prompts, args.trace_samples, cap))
+        if args.facts_batch > 1:
+            rep.section(("smollm2_shape", key, "trace_facts_batched"), lambda m=m: bench_trace_facts_batched(
+                m, max(1, args.prompts // args.facts_batch), args.trace_samples, args.facts_batch, cap, peak))
         rep.section(("smollm2_shape", key, "eap"), lambda m=m: bench_eap(m, args.prompts, 1, cap))
         rep.section(("smollm2_shape", key, "eap_ig5"), lambda m=m: bench_eap(m, args.prompts, 5, cap))
     print(f"[bench_gpu] wrote {args.out}", flush=True)

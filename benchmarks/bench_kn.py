@@ -28,6 +28,8 @@ Usage::
 
     python benchmarks/bench_kn.py --quick     # ~7-10 min on the shared 2-core CPU
     python benchmarks/bench_kn.py             # more layers timed, 3 repeats
+    python benchmarks/bench_kn.py --pair      # single-fact latency vs knowledge-neurons only: every layer,
+                                              # alternating in one process, min of 2 (bench_kn_pair.json)
 
 Writes ``benchmarks/results/bench_kn.json``.
 """
@@ -164,6 +166,35 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
     return rows
 
 
+# --------------------------------------------------------------------------- paired latency
+def bench_pair(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Single-fact latency, tlcap vs knowledge-neurons, all layers of the GPT-2-small shape, alternating in one
+    process: ``--pair-repeats`` rounds of (ours, knowledge-neurons), the minimum of each kept."""
+    model = make_gpt2("small", seed=0)
+    integrated_gradients(model, "Hello there", " world", steps=2, layers=[0])  # warm-up
+    kn_scores(model, "Hello there", " world", [0], args.kn_batch_size)
+    rows = []
+    for kind, (prompt, target) in (("short", SHORT), ("long", LONG)):
+        ig = partial(integrated_gradients, model, prompt, target, steps=STEPS, rule="linspace", site="mlp_pre")
+        kn = partial(kn_scores, model, prompt, target, range(model.n_layers), args.kn_batch_size)
+        t_ours, t_kn, load = [], [], [os.getloadavg()[0]]
+        for _ in range(args.pair_repeats):
+            t, ours = timed(ig, 1)
+            t_ours.append(t)
+            t, ref = timed(kn, 1)
+            t_kn.append(t)
+            load.append(os.getloadavg()[0])
+        row = {"model": "gpt2-small-random", "prompt": kind, "n_tokens": len(model.encode(prompt)), "steps": STEPS,
+               "rule": "linspace", "site": "mlp_pre", "ours_s": min(t_ours), "kn_s": min(t_kn),
+               "ratio_vs_kn": min(t_kn) / min(t_ours), "ours_runs_s": t_ours, "kn_runs_s": t_kn,
+               "loadavg_1min": load, **{f"kn_{k}": v for k, v in diff_stats(ours.scores, ref, range(model.n_layers)).items()}}
+        print(f"  {kind} ({row['n_tokens']} tokens): ours {row['ours_s']:.3f}s, knowledge-neurons {row['kn_s']:.3f}s, "
+              f"{row['ratio_vs_kn']:.2f}x (runs {[round(x, 3) for x in t_ours]} / {[round(x, 3) for x in t_kn]}; "
+              f"load {[round(x, 2) for x in load]})", flush=True)
+        rows.append(row)
+    return rows
+
+
 # --------------------------------------------------------------------------- estimators
 def known_facts(model: Model, n: int) -> list[tuple[str, str]]:
     """First ``n`` ROME known facts (``$TLCAP_DATA`` or bundled) the model answers (argmax = single-token answer)."""
@@ -225,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--chunks", type=int, default=4, help="batches for the 'ours, chunked by layer' variant")
     ap.add_argument("--facts", type=int, default=None, help="SmolLM2 facts for the estimator comparison")
     ap.add_argument("--skip-smollm2", action="store_true")
+    ap.add_argument("--pair", action="store_true",
+                    help="only the single-fact latency pair: tlcap vs knowledge-neurons on the GPT-2-small shape, every "
+                         "layer, alternating in one process (min of --pair-repeats); writes bench_kn_pair.json")
+    ap.add_argument("--pair-repeats", type=int, default=2, help="alternating rounds of --pair")
     ap.add_argument(
         "--threads", type=int, default=1,
         help="torch intra-op threads for every method (default 1: on a shared, oversubscribed CPU, 2 threads "
@@ -243,6 +278,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     ok, kn_version = kn_available()
     print(f"knowledge-neurons: {'installed ' + kn_version if ok else 'NOT available: ' + kn_version}")
+    if args.pair:
+        if not ok:
+            raise SystemExit("--pair needs knowledge-neurons (pip install --no-deps knowledge-neurons)")
+        t0 = time.time()
+        pair = bench_pair(args)
+        path = write_json("bench_kn_pair", {"benchmark": "bench_kn --pair", "env": env_info(), "args": vars(args),
+                                            "knowledge_neurons": kn_version, "prompts": {"short": SHORT, "long": LONG},
+                                            "pair": pair, "total_s": time.time() - t0})
+        print(f"wrote {path}")
+        return {"pair": pair}
     payload: dict[str, Any] = {
         "benchmark": "bench_kn", "quick": q, "steps": STEPS, "env": env_info(), "knowledge_neurons": kn_version if ok else None,
         "args": vars(args), "prompts": {"short": SHORT, "long": LONG},

@@ -27,7 +27,9 @@ from typing import Any
 _PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "safetensors")
 
 
+@functools.cache
 def _version(dist: str) -> str | None:
+    """A distribution's installed version, looked up once per process (a metadata scan costs milliseconds)."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import tlcap.attribution.ig as ig_module
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.attribution.dataset import score_dataset
 from tlcap.data.tasks import Sample
@@ -71,23 +70,30 @@ def test_run_auto_batched_reraises():
     assert calls == [5, 2, 1]
 
 
+def _oom_over_two_rows(model, monkeypatch, error):
+    """Make every staged batch of more than 2 rows raise ``error``; returns the list of refused sizes."""
+    real = model.continue_staged
+    ooms: list[int] = []
+
+    def fake(prefix, rows, lengths, last, staging, *args, **kwargs):
+        n = int(staging.fill.sum())
+        if n > 2:
+            ooms.append(n)
+            raise error
+        return real(prefix, rows, lengths, last, staging, *args, **kwargs)
+
+    monkeypatch.setattr(model, "continue_staged", fake)
+    return ooms
+
+
 def test_ig_auto_batch_equals_fixed_batch_under_fake_oom(tiny_gpt2, monkeypatch):
     """An OOM injected for batches over 2 rows: auto halves 10 -> 5 -> 2 and equals batch_rows=2 exactly."""
     prompt, target = "The capital of France is", " Paris"
     fixed = integrated_gradients(tiny_gpt2, prompt, target, steps=4, batch_rows=2)
-    real = ig_module.scaled_batch
-    ooms: list[int] = []
-
-    def fake(model, context, prefix, hook_names, row_layer, values, *args, **kwargs):
-        if values.shape[0] > 2:
-            ooms.append(int(values.shape[0]))
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return real(model, context, prefix, hook_names, row_layer, values, *args, **kwargs)
-
-    monkeypatch.setattr(ig_module, "scaled_batch", fake)
+    ooms = _oom_over_two_rows(tiny_gpt2, monkeypatch, torch.cuda.OutOfMemoryError("CUDA out of memory (injected)"))
     auto = integrated_gradients(tiny_gpt2, prompt, target, steps=4, batch_rows="auto", max_memory="1GiB")
-    # 2 layers x (4 steps + 1 baseline row) = 10 rows fit 1 GiB; chunks of one layer (5 rows) OOM twice
-    assert ooms == [5, 5]
+    # 2 layers x (4 steps + 1 baseline row) = 10 rows fit 1 GiB: one staged batch of 10, then 5, OOM
+    assert ooms == [10, 5]
     assert torch.equal(auto.scores, fixed.scores)
     assert torch.equal(auto.prob_baseline, fixed.prob_baseline) and torch.equal(auto.layer_sums, fixed.layer_sums)
 
@@ -107,24 +113,24 @@ def test_cpu_batches_stop_at_cpu_max_rows():
 
 def test_amig_auto_equals_a_fixed_batch_and_halves_on_oom(tiny_llama, monkeypatch):
     # AMIG over the words takes batch_rows="auto" (the default): same scores as a fixed batch,
-    # and an injected out-of-memory at more than 2 rows (a layer's 3 rows) halves the batch and reruns
+    # and an injected out-of-memory at more than 2 rows halves the batch until it fits and reruns
     from tlcap.attribution import amig as amig_module  # noqa: PLC0415
 
     prompt, target = "The capital of France is", " Paris"
     fixed = amig_module.word_attributions(tiny_llama, prompt, target, steps=2, batch_rows=3)
-    real, seen = tiny_llama.last_logits, []
+    real, seen = tiny_llama.continue_rows, []
 
-    def fake(*args, batch=1, **kwargs):
-        seen.append(batch)
-        if batch > 2:
+    def fake(last, prefix, counts, *args, **kwargs):
+        seen.append(int(torch.as_tensor(counts).sum()))
+        if seen[-1] > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return real(*args, batch=batch, **kwargs)
+        return real(last, prefix, counts, *args, **kwargs)
 
-    monkeypatch.setattr(tiny_llama, "last_logits", fake)
+    monkeypatch.setattr(tiny_llama, "continue_rows", fake)
     auto = amig_module.word_attributions(tiny_llama, prompt, target, steps=2)
     monkeypatch.undo()
-    last_oom = len(seen) - 1 - seen[::-1].index(3)
-    assert seen[last_oom + 1:] and max(seen[last_oom + 1:]) <= 2  # ran out at 3 rows, finished at fewer
+    last_oom = max(i for i, n in enumerate(seen) if n > 2)
+    assert seen[last_oom + 1:] and max(seen[last_oom + 1:]) <= 2  # ran out above 2 rows, finished at fewer
     for x, y in zip(auto, fixed):
         assert torch.allclose(x, y, rtol=1e-5, atol=1e-9)
 
@@ -141,17 +147,18 @@ def test_dataset_scores_auto_batch_equal_fixed_batch_under_fake_oom(tiny_gpt2, m
     """score_dataset with batch_rows="auto": every sample's IG halves past an injected OOM; sums equal batch 2's."""
     samples = [Sample("Item 1 is", " very red", uid="1"), Sample("Item 2 is", " old", uid="2")]
     fixed = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows=2, progress=False)
-    real = ig_module.scaled_batch
-    ooms: list[int] = []
-
-    def fake(model, context, prefix, hook_names, row_layer, values, *args, **kwargs):
-        if values.shape[0] > 2:
-            ooms.append(int(values.shape[0]))
-            raise MemoryError("injected")
-        return real(model, context, prefix, hook_names, row_layer, values, *args, **kwargs)
-
-    monkeypatch.setattr(ig_module, "scaled_batch", fake)
+    ooms = _oom_over_two_rows(tiny_gpt2, monkeypatch, MemoryError("injected"))
     auto = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows="auto", max_memory="1GiB",
                          progress=False)
     assert len(ooms) >= 2  # at least one retry per sample
     assert torch.equal(auto.scores, fixed.scores)
+
+
+def test_cuda_free_memory_counts_the_allocators_unused_cache(monkeypatch):
+    """A window sized after an earlier one sees the memory PyTorch cached but no longer uses as free."""
+    from tlcap.runtime import batching  # noqa: PLC0415
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (10 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 50 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 14 * 2**30)
+    assert batching.free_memory("cuda:0") == (10 + 50 - 14) * 2**30

@@ -45,15 +45,16 @@ def test_cli_decouple_resumes(tmp_path, monkeypatch):
     out = tmp_path / "dec"
     args = ["cnl", "decouple", *TINY, "--n", "3", "--sources", "template", "--out", str(out)]
     calls = []
-    orig = dec_mod._pair_item
+    orig = dec_mod._pair_items
 
-    def flaky(model, pair, cfg):
-        calls.append(pair.main)
+    def flaky(model, pairs, cfg):
+        calls.extend(p.main for p in pairs)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return orig(model, pair, cfg)
+        return orig(model, pairs, cfg)
 
-    monkeypatch.setattr(dec_mod, "_pair_item", flaky)
+    monkeypatch.setattr(dec_mod, "PAIR_WINDOW", 1)  # one pair per window: the interrupt falls between pairs
+    monkeypatch.setattr(dec_mod, "_pair_items", flaky)
     assert run_cli(args).code == 130  # Ctrl-C: "aborted"
     assert not out.exists() and (tmp_path / ".dec.checkpoints" / "items.json").exists()
     run = run_cli(args)

@@ -13,7 +13,7 @@ import torch
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import CheckpointMismatchError, InvalidConfigError
-from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers
+from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers, traced_layers_facts
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
@@ -189,9 +189,9 @@ def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
 
     def spy(*args, **kwargs):
         seen.append(kwargs["bos"])
-        return traced_layers(*args, **kwargs)
+        return traced_layers_facts(*args, **kwargs)
 
-    monkeypatch.setattr(rel_mod, "traced_layers", spy)
+    monkeypatch.setattr(rel_mod, "traced_layers_facts", spy)
     res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace_samples=1,
                       trace_window=1, bos=True, rome_add_traced=False, progress=False)
     assert seen == [True] and res.config["bos"] is True

@@ -122,7 +122,7 @@ def _fresh_load(path: Path) -> subprocess.CompletedProcess:
 def test_load_result_in_a_fresh_process_and_corrupt_copies(saved_attr, tmp_path):
     attr, path = saved_attr
     meta = json.loads((path / "result.json").read_text())
-    assert meta["module"] == "tlcap.attribution.ig" and len(meta["tensors_sha256"]) == 64
+    assert meta["module"] == "tlcap.attribution.neuron_attribution" and len(meta["tensors_sha256"]) == 64
     ok = _fresh_load(path)
     assert ok.returncode == 0, ok.stderr[-2000:]
     name, total, model = ok.stdout.split()

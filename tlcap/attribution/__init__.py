@@ -2,9 +2,10 @@
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import score_dataset
-from tlcap.attribution.ig import NeuronAttribution, integrated_gradients, quadrature
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients, integrated_gradients_facts, quadrature
 from tlcap.attribution.methods import localize
 from tlcap.attribution.reference import reference_ig
 
-__all__ = ["IGConfig", "NeuronAttribution", "integrated_gradients", "quadrature", "reference_ig", "localize", "score_dataset"]
+__all__ = ["IGConfig", "NeuronAttribution", "integrated_gradients", "integrated_gradients_facts", "quadrature", "reference_ig",
+           "localize", "score_dataset"]
 

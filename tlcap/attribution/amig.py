@@ -33,12 +33,15 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from tqdm.auto import tqdm
 
-from tlcap.attribution.batched import fact_tokens, layer_chunks
+from tlcap.attribution.batched import fact_tokens
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.attribution.grouped import Unit, ig_units
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
 from tlcap.attribution.quadrature import quadrature
-from tlcap.config import check_choice
+from tlcap.attribution.word_ig import words_one_fact
+from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
@@ -92,39 +95,6 @@ def eos_baseline(
     return eos_baselines(model, n_tokens, site, token_id)[-1]
 
 
-def _word_ig(model: Model, context: list[int], tid: int, pos: int, clean: Tensor, base: Tensor, names: list[str],
-             layers: list[int], cfg: IGConfig) -> tuple[Tensor, Tensor]:
-    """IG of word ``pos``'s neurons, one layer at a time: ``(attr [L_sel, d], P(word at baseline) [L_sel])``."""
-    toks = torch.tensor([context], device=model.device)
-    prefix = model.prefix_cache(toks[:, :pos]) if pos > 0 else None
-    run = toks[:, pos:] if prefix is not None else toks
-    at = 0 if prefix is not None else pos
-    alphas, weights = quadrature(cfg.steps, cfg.rule)
-    per = len(alphas) + 1  # the quadrature points, then one baseline row (α = 0) for completeness
-    n, d = len(names), clean.shape[-1]
-    row_layer = torch.arange(n).repeat_interleave(per)
-    row_alpha = torch.cat([alphas, torch.zeros(1, dtype=torch.float64)]).repeat(n)
-    row_w = torch.cat([weights, torch.zeros(1, dtype=torch.float64)]).repeat(n)
-    diff = clean - base
-    grad_acc = torch.zeros(n, d, dtype=torch.float64)
-    p_base = torch.zeros(n, dtype=torch.float64)
-    for lo, hi in layer_chunks(n, per, int(cfg.batch_rows), cfg.layer_chunks):
-        rl = row_layer[lo:hi]
-        vals = (base[rl].float() + row_alpha[lo:hi].float().to(base.device)[:, None] * diff[rl].float()).to(clean.dtype)
-        leaf = vals.detach().clone().requires_grad_(True)
-        fwd = [(names[int(i)], H.replace_rows((rl == i).nonzero().flatten(), at, leaf[rl == i])) for i in rl.unique()]
-        lowest = min(layers[int(i)] for i in rl.unique())
-        expand = lowest if (prefix is not None and cfg.late_expand) else None
-        with torch.enable_grad():
-            logits = model.last_logits(run, hooks=fwd, prefix=prefix, expand_at=expand, batch=len(rl))
-            probs = logits.float().softmax(-1)[:, tid]
-            grad = torch.autograd.grad(probs.sum(), leaf)[0]
-        grad_acc.index_add_(0, rl, grad.double().cpu() * row_w[lo:hi, None])
-        last = torch.arange(lo, hi) % per == per - 1
-        p_base[rl[last]] = probs.detach()[last.to(probs.device)].double().cpu()
-    return diff.double().cpu() * grad_acc, p_base
-
-
 def word_attributions(
     model: Model,
     prompt: str,
@@ -154,39 +124,78 @@ def word_attributions(
         InvalidConfigError: an estimator other than ``method="ig"``, or a layer beyond the model.
     """
     cfg = IGConfig.resolve(config, **overrides)
+    return word_attributions_facts(model, [(prompt, target)], config=cfg, baseline_token_id=baseline_token_id)[0]
+
+
+def word_attributions_facts(
+    model: Model,
+    facts: Sequence[tuple[str, str | Sequence[int]]],
+    *,
+    config: IGConfig | None = None,
+    baseline_token_id: int | None = None,
+    **overrides: Any,
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """:func:`word_attributions` of every ``(prompt, target)`` fact, the rows of all facts' words in shared batches.
+
+    Each (fact, target token, word) is a unit of :mod:`tlcap.attribution.grouped` whose rows scale
+    the word's neurons and continue the prefix before it with the rest of the context
+    (``Unit.at``); units with continuations of one length share batches, so the rows of every word
+    of every fact run together (:meth:`tlcap.models.Model.continue_rows`). Equal to the fact-at-a-time
+    result up to float rounding.
+
+    Returns:
+        Per fact, ``(attr, p_base, p_clean)`` as :func:`word_attributions` returns them.
+    """
+    cfg = IGConfig.resolve(config, **overrides)
     if cfg.method != "ig":
         raise InvalidConfigError(f"AMIG over the query's words needs method='ig' (exact), got {cfg.method!r}; "
                                  "use words='last' for the cheaper estimators")
+    if cfg.steps == "auto":
+        raise InvalidConfigError("AMIG over the query's words needs a number of steps (--steps), not 'auto'")
     layers = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layers)}")
-    p_ids, t_ids = fact_tokens(model, prompt, target)
-    if cfg.batch_rows == "auto":  # plateau batch within the budget, rerun at half on out-of-memory: same result
-        n_rows = len(layers) * (len(quadrature(cfg.steps, cfg.rule)[0]) + 1)
-        rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device,
-                               model=model, kind="ig", context_len=len(p_ids) + len(t_ids))
-        return run_auto_batched(lambda b: word_attributions(model, prompt, target, config=cfg.replace(batch_rows=b),
-                                                            baseline_token_id=baseline_token_id), rows, model.device,
+    tokens = [fact_tokens(model, p, t) for p, t in facts]
+    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
+        per = len(quadrature(cfg.steps, cfg.rule)[0]) + 1
+        n_rows = sum(len(t) * (len(p) + len(t)) for p, t in tokens) * len(layers) * per
+        longest = max(len(p) + len(t) for p, t in tokens)
+        rows = auto_batch_rows(ig_row_bytes(model, longest), n_rows, cfg.max_memory, model.device, model=model, kind="ig",
+                               context_len=longest)
+        return run_auto_batched(lambda b: word_attributions_facts(model, facts, config=cfg.replace(batch_rows=b),
+                                                                  baseline_token_id=baseline_token_id), rows, model.device,
                                 asked=cfg)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
-    n_ctx = len(p_ids) + len(t_ids) - 1
+    if not model.is_bridge:  # TL 3.9: no rows after padded prefixes, each word on its own
+        return [words_one_fact(model, p, t, eos_baselines(model, len(p) + len(t) - 1, cfg.site, baseline_token_id)[:, layers],
+                               names, layers, cfg) for p, t in tokens]
+    units, parts = [], []
+    for k, (p_ids, t_ids) in enumerate(tokens):
+        seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
+        acts, logits, cache = model.context_run(seq, names)
+        bases = eos_baselines(model, len(seq), cfg.site, baseline_token_id)[:, layers].to(acts)
+        for t, tid in enumerate(t_ids):
+            n_ctx = len(p_ids) + t
+            p = float(logits[n_ctx - 1].float().softmax(-1)[int(tid)])
+            units += [Unit(tuple(seq[:n_ctx]), int(tid), acts[i], bases[i], p, k, None, i) for i in range(n_ctx)]
+        parts.append((cache, len(seq)))
+    res = ig_units(model, units, model.stack_prefixes(parts), names, layers, cfg, int(cfg.batch_rows))
     L, d = model.n_layers, model.d_mlp
-    attr = torch.zeros(len(t_ids), n_ctx, L, d, dtype=torch.float64)
-    p_base = torch.zeros(len(t_ids), n_ctx, L, dtype=torch.float64)
-    p_clean = torch.zeros(len(t_ids), dtype=torch.float64)
-    bases = eos_baselines(model, n_ctx, cfg.site, baseline_token_id)[:, layers]
-    for t, tid in enumerate(t_ids):
-        context = p_ids + t_ids[:t]
-        toks = torch.tensor([context], device=model.device)
-        clean = _record_all(model, toks, names)
-        with torch.no_grad():
-            p_clean[t] = float(model.last_logits(toks)[0].float().softmax(-1)[tid])
-        for i in range(len(context)):
-            a, pb = _word_ig(model, context, tid, i, clean[i], bases[i].to(clean), names, layers, cfg)
-            attr[t, i, layers] = a
-            p_base[t, i, layers] = pb
-    return attr.float(), p_base.float(), p_clean.float()
+    out, j = [], 0
+    for p_ids, t_ids in tokens:
+        n_ctx = len(p_ids) + len(t_ids) - 1
+        attr = torch.zeros(len(t_ids), n_ctx, L, d, dtype=torch.float64)
+        p_base = torch.zeros(len(t_ids), n_ctx, L, dtype=torch.float64)
+        p_clean = torch.zeros(len(t_ids), dtype=torch.float64)
+        for t in range(len(t_ids)):
+            k = len(p_ids) + t  # the words of target token t: every position of its context
+            attr[t, :k, layers] = res.attr[j:j + k]
+            p_base[t, :k, layers] = res.p_base[j:j + k]
+            p_clean[t] = units[j].p_clean
+            j += k
+        out.append((attr.float(), p_base.float(), p_clean.float()))
+    return out
 
 
 def amig(
@@ -228,22 +237,70 @@ def amig(
         >>> attr = amig(model, "The capital of France is", " Paris", steps=10)
         >>> kns = absolute_select(attr.scores, 0.01)          # eq. 19
     """
+    return amig_facts(model, [(prompt, target)], config=config, words=words, baseline_token_id=baseline_token_id,
+                      normalize=normalize, progress=progress, **overrides)[0]
+
+
+def amig_facts(
+    model: Model,
+    facts: Sequence[tuple[str, str | Sequence[int]]],
+    *,
+    config: IGConfig | None = None,
+    words: str = "all",
+    baseline_token_id: int | None = None,
+    normalize: bool = True,
+    fact_batch: int = 16,
+    progress: bool = False,
+    **overrides: Any,
+) -> list[NeuronAttribution]:
+    """:func:`amig` of every ``(prompt, target)`` fact, the rows of several facts in shared batches.
+
+    ``words="all"``: every word of up to ``fact_batch`` facts (:func:`word_attributions_facts`);
+    ``words="last"``: :func:`~tlcap.attribution.ig.integrated_gradients_facts` with each fact's
+    all-``<eos>`` baseline. Each result equals :func:`amig` on its fact alone up to float rounding.
+
+    Args:
+        model, config, words, baseline_token_id, normalize, **overrides: As for :func:`amig`.
+        facts: ``(prompt, target)`` pairs.
+        fact_batch: Facts whose rows share batches (exact; memory only), ``>= 1``.
+        progress: A progress bar over the facts.
+
+    Returns:
+        One :class:`NeuronAttribution` per fact, in order.
+
+    Example:
+        >>> attrs = amig_facts(model, [("The capital of France is", " Paris"), ("Rome is the capital of", " Italy")])
+    """
     cfg = IGConfig.resolve(config, **overrides)
     check_choice("words", words, WORDS, cli="--amig-words")
-    n = len(model.encode(prompt))
+    check_int("fact_batch", fact_batch, min=1, cli=None)
+    lens = [len(model.encode(p)) for p, _ in facts]
     if words == "last":
-        base = eos_baseline(model, n, cfg.site, baseline_token_id)
-        attr = integrated_gradients(model, prompt, target, config=cfg, baseline=base, progress=progress)
-        extra: dict[str, Any] = {"n_words": 1}
-    else:
-        a, pb, pc = word_attributions(model, prompt, target, config=cfg, baseline_token_id=baseline_token_id)
-        ref = integrated_gradients(model, prompt, target, config=cfg.replace(steps=1, rule="midpoint"), progress=False)
-        delta = (pc.double()[:, None, None] - pb.double()).sum(1)  # Σ_i (P(w̄) − P_i(b)), [target, layer]
-        attr = dataclasses.replace(
-            ref, scores=a.double().sum(1).mean(0).float(), layer_sums=a.double().sum((1, 3)).float(),
-            prob_baseline=(ref.prob_full.double() - delta).float(), steps=cfg.steps, rule=cfg.rule,
-        )
-        extra = {"n_words": int(a.shape[1]), "word_totals": a.double().sum((2, 3)).mean(0).tolist()}
+        bases = [eos_baseline(model, n, cfg.site, baseline_token_id) for n in lens]
+        attrs = integrated_gradients_facts(model, facts, config=cfg, baselines=bases, fact_batch=fact_batch,
+                                           progress=progress)
+        return [_normalised(a, n, words, {"n_words": 1}, normalize) for a, n in zip(attrs, lens)]
+    out = []
+    bar = tqdm(total=len(facts), desc="AMIG facts", disable=not progress, unit="fact")
+    for s in range(0, len(facts), fact_batch):
+        chunk = list(facts[s:s + fact_batch])
+        per = word_attributions_facts(model, chunk, config=cfg, baseline_token_id=baseline_token_id)
+        refs = integrated_gradients_facts(model, chunk, config=cfg.replace(steps=1, rule="midpoint"))
+        for (a, pb, pc), ref, n in zip(per, refs, lens[s:s + fact_batch]):
+            delta = (pc.double()[:, None, None] - pb.double()).sum(1)  # Σ_i (P(w̄) − P_i(b)), [target, layer]
+            attr = dataclasses.replace(
+                ref, scores=a.double().sum(1).mean(0).float(), layer_sums=a.double().sum((1, 3)).float(),
+                prob_baseline=(ref.prob_full.double() - delta).float(), steps=cfg.steps, rule=cfg.rule,
+            )
+            extra = {"n_words": int(a.shape[1]), "word_totals": a.double().sum((2, 3)).mean(0).tolist()}
+            out.append(_normalised(attr, n, words, extra, normalize))
+        bar.update(len(chunk))
+    bar.close()
+    return out
+
+
+def _normalised(attr: NeuronAttribution, n: int, words: str, extra: dict[str, Any], normalize: bool) -> NeuronAttribution:
+    """Eq. 18's normalisation of an AMIG attribution, and its ``meta``."""
     scores = attr.scores
     normaliser, denom = "none", 1.0
     if normalize:
@@ -259,4 +316,4 @@ def amig(
     return dataclasses.replace(attr, scores=scores, method="amig", meta=meta)
 
 
-__all__ = ["WORDS", "amig", "eos_baseline", "eos_baselines", "word_attributions"]
+__all__ = ["WORDS", "amig", "amig_facts", "eos_baseline", "eos_baselines", "word_attributions", "word_attributions_facts"]

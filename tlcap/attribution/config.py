@@ -52,14 +52,16 @@ class IGConfig(Config):
         max_memory: Memory budget of ``batch_rows="auto"`` per device (bytes or ``"8GiB"``); ``None`` = free memory.
         prefix_reuse: Reuse the prompt prefix's keys/values (exact; off only to compare).
         late_expand: Run a batch as one row below its lowest scaled layer (exact; off only to
-            compare).
+            compare). Exact IG on a TransformerBridge that packs rows goes further: every row joins
+            the pass at its own layer (staged rows, :mod:`tlcap.attribution.staged`); with
+            ``late_expand=False`` it runs the batch-row layout without either.
         tol: Completeness target of ``steps="auto"`` (relative error, e.g. 0.01 = 1 %), ``> 0``.
         max_steps: Largest size ``steps="auto"`` tries, ``>= 1`` (trapezoid: intervals, i.e. ``max_steps + 1`` points).
         sample_batch: Samples whose rows share batches in dataset scoring (exact IG;
             :func:`~tlcap.attribution.dataset.score_dataset`), ``>= 1``. Exact: results do not
             depend on it (beyond float rounding).
         layer_chunks: Split the layers into at least this many groups, one batch each, ``>= 1``
-            (exact).
+            (exact; the batch-row layout only: staged rows hold every layer in one pass).
     """
 
     steps: int | str = 20

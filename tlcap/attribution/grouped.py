@@ -37,8 +37,10 @@ from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.quadrature import quadrature
+from tlcap.attribution.staged import run_staged, staged_applies
 from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.runtime import hooks as H
+from tlcap.runtime.sites import get_site
 
 AUTO_START = 4
 """Quadrature nodes per layer of the first ``steps="auto"`` round."""
@@ -48,13 +50,29 @@ DELTA_FLOOR = 1e-6
 
 @dataclass(frozen=True)
 class Unit:
-    """One teacher-forced position: ``context`` (ending with the token whose next token is scored)."""
+    """One teacher-forced position: ``context`` (ending with the token whose next token is scored).
+
+    Attributes:
+        context: The tokens up to the scored position.
+        target_id: The token whose probability is scored.
+        w_bar: Clean activations of the scored layers at the last position.
+        base: The IG baseline of those layers.
+        p_clean: Clean probability of the target.
+        row: The unit's row in the prefix :func:`make_units` returns (its sample's run).
+        states: Clean residual stream (``resid_pre``) of the scored layers at the last position, where
+            the unit's rows join a staged run (:mod:`tlcap.attribution.staged`).
+        at: Position in ``context`` of the scaled token (``-1``: the last, the KN case); the rows then
+            continue the prefix before it with the rest of the context (AMIG's words).
+    """
 
     context: tuple[int, ...]
     target_id: int
     w_bar: Float[Tensor, "layer d"]
     base: Float[Tensor, "layer d"]
     p_clean: float
+    row: int = 0
+    states: Float[Tensor, "layer d_model"] | None = None
+    at: int = -1
 
 
 @dataclass(frozen=True)
@@ -75,23 +93,37 @@ class UnitsIG:
 
 
 def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]], hook_names: Sequence[str],
-               layers: Sequence[int], baseline: Tensor | None = None) -> tuple[list[Unit], PaddedPrefix]:
+               layers: Sequence[int], baseline: Tensor | None = None,
+               baselines: Sequence[Tensor | None] | None = None) -> tuple[list[Unit], PaddedPrefix]:
     """Units of ``(prompt ids, answer ids)`` samples (one per answer token) and their prefixes.
 
     One forward of ``prompt ⊕ answer[:-1]`` per sample gives every answer token's clean
-    activations, clean probability and prefix keys/values (:meth:`Model.context_run`).
+    activations, clean probability, residual stream and prefix keys/values (:meth:`Model.context_states`);
+    the returned prefix holds one row per sample (its whole run), which every answer token's unit
+    reads up to its own position (``Unit.row``).
+
+    Args:
+        model: The model.
+        items: ``(prompt ids, answer ids)`` per sample.
+        hook_names: The neuron site's hook of each scored layer.
+        layers: The scored layers (model layer of each hook).
+        baseline: ``[n_layers, d]`` baseline of every sample (default zeros).
+        baselines: Per sample, its own ``[n_layers, d]`` baseline (``None`` entries: ``baseline``).
     """
     units, parts = [], []
-    for p_ids, t_ids in items:
+    states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
+    for k, (p_ids, t_ids) in enumerate(items):
         seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
-        acts, logits, cache = model.context_run(seq, hook_names)
+        first = max(len(p_ids) - 1, 0)  # the positions whose next token is scored start here
+        acts, states, logits, cache = model.context_states(seq, hook_names, states_names, logits_from=first)
+        own = baselines[k] if baselines is not None and baselines[k] is not None else baseline
         for t, tid in enumerate(t_ids):
             pos = len(p_ids) + t - 1
             w_bar = acts[pos]
-            base = torch.zeros_like(w_bar) if baseline is None else baseline[list(layers)].to(w_bar)
+            base = torch.zeros_like(w_bar) if own is None else own[list(layers)].to(w_bar)
             units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base,
-                              float(logits[pos].float().softmax(-1)[int(tid)])))
-            parts.append((cache, pos))
+                              float(logits[pos - first].float().softmax(-1)[int(tid)]), k, states[pos]))
+        parts.append((cache, len(seq)))
     return units, model.stack_prefixes(parts)
 
 
@@ -105,9 +137,32 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
              with_base: bool) -> tuple[Float[Tensor, "unit layer d"], Float[Tensor, "unit layer"]]:
     """One round: layer ``i`` of unit ``g`` at ``steps[g, i]`` nodes (0: skipped), batched across units.
 
+    Staged rows (:mod:`tlcap.attribution.staged`: every row joins the pass at its own layer) where the
+    model allows them, else rows after per-unit prefixes in layer groups (:meth:`Model.continue_rows`).
+
     Returns:
         ``attr`` (zero where skipped) and ``p_base`` (NaN where not computed).
     """
+    if cfg.late_expand and all(u.at < 0 for u in units) and staged_applies(model, hook_names):
+        return run_staged(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base)
+    n_u, n_li = steps.shape
+    attr = torch.zeros(n_u, n_li, units[0].w_bar.shape[-1], dtype=torch.float64)
+    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
+    conts = [u.context[u.at:] if u.at >= 0 else u.context[-1:] for u in units]
+    for q in sorted({len(c) for c in conts}):  # rows after their prefixes, one continuation length per pass
+        sel = [g for g, c in enumerate(conts) if len(c) == q]
+        sub = prefix.select([units[g].row for g in sel], [len(units[g].context) - len(conts[g]) for g in sel])
+        a_q, p_q = _rows_after_prefixes(model, [units[g] for g in sel], [list(conts[g]) for g in sel], sub, hook_names,
+                                        layers, cfg, batch_rows, steps[sel], with_base)
+        attr[sel], p_base[sel] = a_q, p_q
+    return attr, p_base
+
+
+def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[int]], prefix: PaddedPrefix,
+                         hook_names: Sequence[str], layers: Sequence[int], cfg: IGConfig, batch_rows: int,
+                         steps: Tensor, with_base: bool) -> tuple[Tensor, Tensor]:
+    """:func:`run_rows` as rows after per-unit prefixes (:meth:`Model.continue_rows`), in layer groups; every
+    unit continues its prefix with ``conts[g]`` (equal lengths), the first of which is scaled."""
     n_u, n_li = steps.shape
     W = torch.stack([u.w_bar for u in units])
     B = torch.stack([u.base for u in units])
@@ -118,7 +173,6 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
     rules = {int(m): quadrature(int(m), cfg.rule) for m in steps.unique().tolist() if m > 0}
     zero_first = {m: bool(a[0] == 0.0) for m, (a, _) in rules.items()}  # α = 0 is the baseline row itself
     tids = torch.tensor([u.target_id for u in units])
-    last = [u.context[-1] for u in units]
     for group in _layer_groups(n_li, cfg.layer_chunks):
         ru, rl, ra, rw, rb = [], [], [], [], []
         for g in range(n_u):
@@ -145,19 +199,17 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
             fwd = []
             for i in l_.unique().tolist():
                 sel = (l_ == i).nonzero().flatten()
-                fwd.append((hook_names[i], H.replace_rows(sel, -1, leaf[sel])))
+                fwd.append((hook_names[i], H.replace_rows(sel, 0, leaf[sel])))
             lowest = min(layers[i] for i in l_.unique().tolist())
             counts = torch.bincount(u_, minlength=n_u)
             with torch.enable_grad():
-                logits = model.continue_rows(last, prefix, counts, hooks=fwd,
-                                             expand_at=lowest if cfg.late_expand else None)
+                logits = model.continue_rows(conts, prefix, counts, hooks=fwd, expand_at=lowest if cfg.late_expand else None)
                 probs = logits.float().softmax(-1)[torch.arange(len(u_)), tids[u_].to(logits.device)]
                 grad = torch.autograd.grad(probs.sum(), leaf)[0]
             grad_acc.index_add_(0, (u_ * n_li + l_).to(dev), grad.double() * w_[:, None])
             idx = b_.nonzero().flatten()
             p_base[u_[idx], l_[idx]] = probs.detach()[idx.to(probs.device)].double().cpu()
-    attr = (D.double() * grad_acc.view(n_u, n_li, -1)).cpu()
-    return attr, p_base
+    return (D.double() * grad_acc.view(n_u, n_li, -1)).cpu(), p_base
 
 
 def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit"],

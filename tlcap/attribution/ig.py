@@ -14,11 +14,8 @@ of ``steps`` rows; completeness holds jointly, not per layer) and ``method="grad
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import pandas as pd
-import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -26,174 +23,23 @@ from tqdm.auto import tqdm
 
 from tlcap.attribution.batched import clean_last, fact_tokens, layer_chunks, scaled_batch
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.grouped import ig_units, make_units
+from tlcap.attribution.facts import Fact, ig_of_facts
+from tlcap.attribution.neuron_attribution import (
+    SUMMARY_TOP,
+    CompletenessRow,
+    Method,
+    NeuronAttribution,
+    NeuronScoreRow,
+    Rule,
+)
 from tlcap.attribution.quadrature import RULES, quadrature
-from tlcap.config import check_float, check_int
+from tlcap.attribution.staged import staged_applies
+from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError
-from tlcap.locate.selection import threshold_select, top_k_select
-from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
-from tlcap.viz.heatmaps import neuron_heatmap
-from tlcap.viz.html import attribution_html
-
-Rule = Literal["midpoint", "left", "right", "linspace", "trapezoid", "cnl", "gauss_legendre"]
-Method = Literal["ig", "joint", "grad_x_act"]
-SUMMARY_TOP = 10
-"""Neurons listed in :meth:`NeuronAttribution.summary`."""
-
-
-@dataclass(frozen=True)
-class NeuronScoreRow:
-    """One row of :meth:`NeuronAttribution.to_frame`: a neuron's score and clean activation."""
-
-    layer: int
-    neuron: int
-    score: float
-    activation: float
-
-
-@dataclass(frozen=True)
-class CompletenessRow:
-    """One row of :meth:`NeuronAttribution.completeness`: a layer's Σ Attr vs its ΔP."""
-
-    layer: int
-    sum_attr: float
-    delta_p: float
-    abs_error: float
-
-
-@dataclass(frozen=True)
-class NeuronAttribution(Result):
-    """Attribution scores of every MLP neuron for one prompt and target.
-
-    Attributes:
-        scores: ``[n_layers, d_mlp]`` attribution (mean over target tokens).
-        prob_full: ``[n_target, n_layers]`` P(y_t) with the layer's neurons at their clean value.
-        prob_baseline: ``[n_target, n_layers]`` P(y_t) with the layer's neurons at the baseline.
-        layer_sums: ``[n_target, n_layers]`` Σ_j Attr for each target token and layer.
-        activations: ``[n_target, n_layers, d_mlp]`` clean activations at the scored positions.
-        prompt: The prompt.
-        target: The target string (decoded from its ids when ids were given).
-        target_tokens: The target's tokens as the model splits them.
-        model_name: ``Model.name``.
-        site: The neuron site.
-        method: ``ig``, ``joint``, ``grad_x_act`` (or ``sig``/``amig`` for those methods).
-        steps: The quadrature size m.
-        rule: The quadrature rule.
-        layers: The scored layers.
-        meta: Method-specific extras (SIG, AMIG).
-    """
-
-    scores: Float[Tensor, "layer d_mlp"]
-    prob_full: Float[Tensor, "target layer"]
-    prob_baseline: Float[Tensor, "target layer"]
-    layer_sums: Float[Tensor, "target layer"]
-    activations: Float[Tensor, "target layer d_mlp"]
-    prompt: str = ""
-    target: str = ""
-    target_tokens: tuple[str, ...] = ()
-    model_name: str = ""
-    site: str = "mlp_post"
-    method: str = "ig"
-    steps: int = 20
-    rule: str = "midpoint"
-    layers: tuple[int, ...] = ()
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.scores.shape[0]), int(self.scores.shape[1]))
-
-    @property
-    def target_prob(self) -> float:
-        """Clean probability of the target (geometric mean over its tokens)."""
-        p = self.prob_full[:, self.layers[0] if self.layers else 0].double()
-        return float(p.log().mean().exp())
-
-    def completeness(self) -> pd.DataFrame:
-        """Per layer: Σ Attr vs P(w̄) − P(baseline), averaged over target tokens (:class:`CompletenessRow`)."""
-        delta = (self.prob_full - self.prob_baseline).mean(0)
-        sums = self.layer_sums.mean(0)
-        rows = [CompletenessRow(l, float(sums[l]), float(delta[l]), float((sums[l] - delta[l]).abs())) for l in self.layers]
-        return frame(rows, CompletenessRow)
-
-    @property
-    def completeness_rel_error(self) -> float:
-        """Σ_l |Σ_j Attr − ΔP_l| / Σ_l |ΔP_l| over the scored layers and target tokens.
-
-        For ``method="joint"`` the check is joint (Σ over all layers vs P(all) − P(none)).
-        """
-        li = list(self.layers)
-        if self.method == "joint":
-            err = (self.layer_sums[:, li].sum(1) - (self.prob_full[:, 0] - self.prob_baseline[:, 0])).abs().sum()
-            den = (self.prob_full[:, 0] - self.prob_baseline[:, 0]).abs().sum()
-        else:
-            err = (self.layer_sums[:, li] - (self.prob_full[:, li] - self.prob_baseline[:, li])).abs().sum()
-            den = (self.prob_full[:, li] - self.prob_baseline[:, li]).abs().sum()
-        return float(err / den.clamp_min(1e-12))
-
-    def select(self, threshold: float | None = 0.2, top_k: int | None = None) -> NeuronSet:
-        """Located neurons: ``Attr > threshold · max`` (Dai: 0.2), or the ``top_k`` best.
-
-        Raises:
-            InvalidConfigError: ``threshold`` outside (0, 1) (at 1 no neuron is kept) or ``top_k < 1``.
-        """
-        if top_k is not None:
-            return top_k_select(self.scores, check_int("top_k", top_k, min=1))
-        return threshold_select(self.scores, check_float("threshold", 0.2 if threshold is None else threshold, gt=0, lt=1))
-
-    def summary(self) -> dict[str, Any]:
-        """Headline numbers: the fact, the settings, P(target), completeness, the top neurons.
-
-        ``n_located`` counts the neurons above 0.2 · max (Dai's threshold); ``top_neurons``
-        lists the :data:`SUMMARY_TOP` highest scores as ``[layer, neuron, score]``.
-        """
-        top = self.to_frame(top=SUMMARY_TOP)
-        return {
-            "model": self.model_name,
-            "prompt": self.prompt,
-            "target": self.target,
-            "target_tokens": list(self.target_tokens),
-            "method": self.method,
-            "rule": self.rule,
-            "steps": self.steps,
-            "site": self.site,
-            "layers": list(self.layers),
-            "target_prob": self.target_prob,
-            "completeness_rel_error": self.completeness_rel_error,
-            "max_score": float(self.scores.max()),
-            "n_located": len(self.select()),
-            "top_neurons": [[int(r.layer), int(r.neuron), float(r.score)] for r in top.itertuples()],
-            "meta": dict(self.meta),
-        }
-
-    def to_frame(self, top: int | None = None) -> pd.DataFrame:
-        """One :class:`NeuronScoreRow` per neuron (or the ``top`` best), sorted by score."""
-        flat = self.scores.flatten()
-        order = flat.argsort(descending=True)
-        if top is not None:
-            order = order[:top]
-        d = self.scores.shape[1]
-        act = self.activations.mean(0).flatten()
-        rows = [NeuronScoreRow(i // d, i % d, float(flat[i]), float(act[i])) for i in order.tolist()]
-        return frame(rows, NeuronScoreRow)
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the fact, P(target), completeness and the top neurons."""
-        return attribution_html(self.summary())
-
-    def figure(self) -> go.Figure:
-        """The layer × neuron heatmap, neurons above 0.2 · max ringed."""
-        return self.heatmap(highlight=self.select())
-
-    def heatmap(self, **kwargs: Any) -> go.Figure:
-        """Layer × neuron heatmap (see :func:`tlcap.viz.neuron_heatmap`)."""
-        kwargs.setdefault("title", f"IG attribution: {self.prompt!r} → {self.target!r}")
-        return neuron_heatmap(self.scores, **kwargs)
 
 
 def integrated_gradients(
@@ -238,12 +84,10 @@ def integrated_gradients(
     """
     cfg = IGConfig.resolve(config, **overrides)
     p_ids, t_ids = fact_tokens(model, prompt, target)
-    layer_list = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
-    if any(l >= model.n_layers for l in layer_list):
-        raise InvalidConfigError(
-            f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
-        )
-    if cfg.batch_rows == "auto":  # plateau batch within the budget, rerun at half on out-of-memory: same result
+    layer_list = _layers(model, cfg)
+    if _shared_rows(model, cfg, layer_list):  # the rows engine of many facts, with one fact
+        return ig_of_facts(model, [(prompt, target)], [(p_ids, t_ids)], cfg, layer_list, [baseline])[0]
+    if cfg.batch_rows == "auto":  # largest batch in the budget, rerun at half on out-of-memory: same result
         n_rows = len(layer_list) * (len(quadrature(cfg.max_steps if cfg.steps == "auto" else cfg.steps, cfg.rule)[0]) + 1)
         rows = auto_batch_rows(ig_row_bytes(model, len(p_ids) + len(t_ids)), n_rows, cfg.max_memory, model.device,
                                model=model, kind="ig", context_len=len(p_ids) + len(t_ids))
@@ -253,8 +97,6 @@ def integrated_gradients(
                                 asked=cfg)
     s = get_site(cfg.site)
     hook_names = [s.hook_name(l) for l in layer_list]
-    if cfg.steps == "auto":
-        return _auto_steps(model, prompt, target, p_ids, t_ids, hook_names, layer_list, cfg, baseline)
     alphas, weights = quadrature(cfg.steps, cfg.rule)
     L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
     scores = torch.zeros(nT, L, d, dtype=torch.float64)
@@ -300,33 +142,89 @@ def integrated_gradients(
     )
 
 
-def _auto_steps(model: Model, prompt: str, target: str | Sequence[int], p_ids: list[int], t_ids: list[int],
-                hook_names: list[str], layer_list: list[int], cfg: IGConfig, baseline: Tensor | None) -> NeuronAttribution:
-    """``steps="auto"``: every answer token's rows in one batched run (:func:`ig_units`)."""
-    units, prefix = make_units(model, [(p_ids, t_ids)], hook_names, layer_list, baseline)
-    res = ig_units(model, units, prefix, hook_names, layer_list, cfg, int(cfg.batch_rows))
-    L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
-    scores = torch.zeros(nT, L, d, dtype=torch.float64)
-    p_full = torch.zeros(nT, L, dtype=torch.float64)
-    p_base = torch.zeros(nT, L, dtype=torch.float64)
-    acts = torch.zeros(nT, L, d)
-    steps_used = torch.zeros(nT, L, dtype=torch.long)
-    scores[:, layer_list] = res.attr
-    p_base[:, layer_list] = res.p_base
-    steps_used[:, layer_list] = res.steps_used
-    for t, u in enumerate(units):
-        p_full[t, layer_list] = u.p_clean
-        acts[t, layer_list] = u.w_bar.float().cpu()
-    return NeuronAttribution(
-        scores=scores.mean(0).float(), prob_full=p_full.float(), prob_baseline=p_base.float(),
-        layer_sums=scores.sum(-1).float(), activations=acts, prompt=prompt,
-        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
-        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
-        model_name=model.name, site=cfg.site, method=cfg.method, steps=int(res.steps_used.max()), rule=cfg.rule,
-        layers=tuple(layer_list), provenance=Provenance.collect(model, cfg),
-        meta={"steps": "auto", "tol": cfg.tol, "steps_used": steps_used.tolist(),
-              "evaluations": int(res.evaluations.sum())},
-    )
+def _layers(model: Model, cfg: IGConfig) -> list[int]:
+    """The scored layers; a layer beyond the model is an :class:`InvalidConfigError`."""
+    layer_list = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
+    if any(l >= model.n_layers for l in layer_list):
+        raise InvalidConfigError(
+            f"layers (--layers) must be below {model.n_layers} for {model.name}, got {max(layer_list)}"
+        )
+    return layer_list
+
+
+def _shared_rows(model: Model, cfg: IGConfig, layers: list[int]) -> bool:
+    """Whether exact IG runs on the rows engine shared by many facts (:mod:`tlcap.attribution.facts`).
+
+    Exact IG (``method="ig"``) with the exact speed-ups on (``prefix_reuse``, ``late_expand``) on a model
+    that runs staged rows; ``steps="auto"`` always (it needs rows after padded prefixes, a
+    TransformerBridge). The estimators and the compare-only settings run one fact at a time.
+    """
+    if cfg.method != "ig":
+        return False
+    names = [get_site(cfg.site).hook_name(l) for l in layers]
+    return cfg.steps == "auto" or (cfg.prefix_reuse and cfg.late_expand and staged_applies(model, names))
+
+
+def integrated_gradients_facts(
+    model: Model,
+    facts: Sequence[Fact],
+    *,
+    config: IGConfig | None = None,
+    baselines: Sequence[Float[Tensor, "layer d_mlp"] | None] | None = None,
+    fact_batch: int = 32,
+    progress: bool = False,
+    **overrides: Any,
+) -> list[NeuronAttribution]:
+    """:func:`integrated_gradients` of every ``(prompt, target)`` fact, the rows of several facts in shared batches.
+
+    Exact IG puts the rows of up to ``fact_batch`` facts into the same forward passes
+    (:mod:`tlcap.attribution.facts`); the estimators (``method="joint"``, ``"grad_x_act"``), the
+    compare-only settings and models without staged rows run one fact at a time. Each result equals
+    :func:`integrated_gradients` on its fact alone up to float rounding.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, target)`` pairs; a target is the answer string or its token ids.
+        config: The attribution settings (:class:`IGConfig`), as for :func:`integrated_gradients`.
+        baselines: Per fact, its ``[n_layers, d]`` baseline (``None``: zeros), e.g. AMIG's.
+        fact_batch: Facts whose rows share batches, ``>= 1`` (memory: their clean runs' keys/values
+            are kept together). Exact: results do not depend on it.
+        progress: A progress bar over the facts.
+        **overrides: :class:`IGConfig` fields to override.
+
+    Returns:
+        One :class:`NeuronAttribution` per fact, in order.
+
+    Raises:
+        InvalidConfigError: an invalid setting or layer (before any forward pass).
+        TargetTokenizationError: a token-boundary problem of a fact.
+        PromptTooLongError: a fact does not fit the context window.
+
+    Example:
+        >>> attrs = integrated_gradients_facts(model, [("The capital of France is", " Paris"),
+        ...                                            ("The capital of Italy is", " Rome")], steps=10)
+        >>> [a.select(threshold=0.2) for a in attrs]
+    """
+    cfg = IGConfig.resolve(config, **overrides)
+    check_int("fact_batch", fact_batch, min=1, cli=None)
+    layer_list = _layers(model, cfg)
+    tokens = [fact_tokens(model, p, t) for p, t in facts]  # every fact checked before any forward pass
+    bases = list(baselines) if baselines is not None else [None] * len(facts)
+    if len(bases) != len(facts):
+        raise InvalidConfigError(f"baselines needs one entry per fact ({len(facts)}), got {len(bases)}")
+    out: list[NeuronAttribution] = []
+    bar = tqdm(total=len(facts), desc="IG facts", disable=not progress, unit="fact")
+    if not _shared_rows(model, cfg, layer_list):
+        for (p, t), b in zip(facts, bases):
+            out.append(integrated_gradients(model, p, t, config=cfg, baseline=b))
+            bar.update(1)
+    else:
+        for s in range(0, len(facts), fact_batch):
+            sl = slice(s, s + fact_batch)
+            out += ig_of_facts(model, list(facts[sl]), tokens[sl], cfg, layer_list, bases[sl])
+            bar.update(len(facts[sl]))
+    bar.close()
+    return out
 
 
 class _Run:
@@ -391,5 +289,6 @@ class _Run:
         return diff.double().cpu() * grad[0].double().cpu(), pb[0].double().cpu().expand(len(self.layers))
 
 
-__all__ = ["NeuronAttribution", "NeuronScoreRow", "CompletenessRow", "integrated_gradients", "quadrature", "RULES",
+__all__ = ["NeuronAttribution", "NeuronScoreRow", "CompletenessRow", "integrated_gradients", "integrated_gradients_facts",
+           "quadrature", "RULES", "SUMMARY_TOP",
            "Rule", "Method"]

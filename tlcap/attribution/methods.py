@@ -13,6 +13,8 @@ return a :class:`NeuronAttribution`; select knowledge neurons with each method's
 (:func:`tlcap.locate.selection.method_select`: ``score > t · max`` for IG and SIG, QL eq. 19's
 ``score > τ`` for AMIG) or the shared ``.select(threshold)`` (``score > t · max``).
 
+:func:`localize_prompts` attributes many prompts with their rows in shared batches.
+
 Example:
     >>> attr = localize(model, "The capital of France is", " Paris", method="amig", steps=10)
     >>> kns = method_select(attr.scores, "amig")          # eq. 19: normalised score > τ
@@ -23,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from tlcap.attribution.amig import amig
+from tlcap.attribution.amig import amig, amig_facts
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
-from tlcap.attribution.sig import sig
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients, integrated_gradients_facts
+from tlcap.attribution.sig import sig, sig_facts
 from tlcap.config import check_choice
 from tlcap.models.adapter import Model
 
@@ -73,3 +75,41 @@ def localize(
     if method == "sig":
         return sig(model, prompt, target, config=cfg, progress=progress)
     return amig(model, prompt, target, config=cfg, words=amig_words, progress=progress)
+
+
+def localize_prompts(
+    model: Model,
+    prompts: Sequence[tuple[str, str | Sequence[int]]],
+    method: str = "ig",
+    *,
+    config: IGConfig | None = None,
+    progress: bool = False,
+    amig_words: str = "all",
+    fact_batch: int = 16,
+    **overrides: Any,
+) -> list[NeuronAttribution]:
+    """:func:`localize` of every ``(prompt, target)`` pair, the rows of several prompts in shared batches.
+
+    ``ig``: :func:`~tlcap.attribution.ig.integrated_gradients_facts`; ``sig``:
+    :func:`~tlcap.attribution.sig.sig_facts`; ``amig``: :func:`~tlcap.attribution.amig.amig_facts`.
+    Each result equals :func:`localize` on its prompt alone up to float rounding.
+
+    Args:
+        model, method, config, amig_words, **overrides: As for :func:`localize`.
+        prompts: ``(prompt, target)`` pairs (e.g. every neighbor query of every fact of a relation).
+        progress: A progress bar.
+        fact_batch: Prompts whose rows share batches (exact; memory only).
+
+    Returns:
+        One :class:`NeuronAttribution` per pair, in order.
+
+    Example:
+        >>> attrs = localize_prompts(model, [(q, " Paris") for q in queries], method="amig", steps=10)
+    """
+    check_choice("method", method, METHODS)
+    cfg = IGConfig.resolve(config, **overrides)
+    if method == "ig":
+        return integrated_gradients_facts(model, prompts, config=cfg, fact_batch=fact_batch, progress=progress)
+    if method == "sig":
+        return sig_facts(model, prompts, config=cfg, fact_batch=fact_batch, progress=progress)
+    return amig_facts(model, prompts, config=cfg, words=amig_words, fact_batch=fact_batch, progress=progress)

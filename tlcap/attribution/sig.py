@@ -38,7 +38,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.runtime.sites import get_site
@@ -93,30 +93,69 @@ def sig(
     Example:
         >>> attr = sig(model, "The capital of France is", " Paris", steps=10)
     """
+    return sig_facts(model, [(prompt, target)], config=config, mask_id=mask_id, normalize=normalize, progress=progress,
+                     **overrides)[0]
+
+
+def sig_facts(
+    model: Model,
+    facts: Sequence[tuple[str, str | Sequence[int]]],
+    *,
+    config: IGConfig | None = None,
+    mask_id: int | None = None,
+    normalize: bool = True,
+    fact_batch: int = 32,
+    progress: bool = False,
+    **overrides: Any,
+) -> list[NeuronAttribution]:
+    """:func:`sig` of every ``(prompt, target)`` fact: the IG runs of every word of every fact share batches.
+
+    Every (fact, word) pair is one fact of :func:`~tlcap.attribution.ig.integrated_gradients_facts`
+    with the word's masked baseline (rows of up to ``fact_batch`` pairs per batch); each result equals
+    :func:`sig` on its fact alone up to float rounding.
+
+    Args:
+        model, config, mask_id, normalize, **overrides: As for :func:`sig`.
+        facts: ``(prompt, target)`` pairs.
+        fact_batch: (fact, word) pairs whose rows share batches (exact; memory only).
+        progress: A progress bar.
+
+    Returns:
+        One :class:`NeuronAttribution` per fact, in order.
+    """
     cfg = IGConfig.resolve(config, **overrides)
-    ids = model.encode(prompt)
     mid = mask_token_id(model) if mask_id is None else int(mask_id)
-    bases = masked_baselines(model, ids, mid, cfg.site)
-    total: NeuronAttribution | None = None
-    acc = None
-    sums = None
-    pb = None
-    for i in range(len(ids)):
-        a = integrated_gradients(model, prompt, target, config=cfg, baseline=bases[i], progress=progress)
-        if total is None:
-            total, acc, sums = a, a.scores.double().clone(), a.layer_sums.double().clone()
-            pb = (a.prob_full - a.prob_baseline).double()
-        else:
-            acc += a.scores.double()
-            sums += a.layer_sums.double()
-            pb += (a.prob_full - a.prob_baseline).double()
-    assert total is not None and acc is not None
+    pairs, bases, n_words = [], [], []
+    for prompt, target in facts:
+        ids = model.encode(prompt)
+        b = masked_baselines(model, ids, mid, cfg.site)
+        pairs += [(prompt, target)] * len(ids)
+        bases += list(b)
+        n_words.append(len(ids))
+    attrs = integrated_gradients_facts(model, pairs, config=cfg, baselines=bases, fact_batch=fact_batch, progress=progress)
+    out, k = [], 0
+    for n in n_words:
+        out.append(_combined(attrs[k:k + n], mid, cfg, normalize))
+        k += n
+    return out
+
+
+def _combined(per_word: Sequence[NeuronAttribution], mid: int, cfg: IGConfig, normalize: bool) -> NeuronAttribution:
+    """SIG of one fact from its words' IG runs (module docstring, step 4)."""
+    total = per_word[0]
+    acc = sum((a.scores.double() for a in per_word[1:]), per_word[0].scores.double().clone())
+    sums = sum((a.layer_sums.double() for a in per_word[1:]), per_word[0].layer_sums.double().clone())
+    pb = sum(((a.prob_full - a.prob_baseline).double() for a in per_word[1:]),
+             (per_word[0].prob_full - per_word[0].prob_baseline).double())
     norm = float(acc.norm()) if normalize else 1.0
     scores = acc / (norm if norm > 0 else 1.0)
     meta = dict(total.meta)
-    meta.update({"baseline": "masked_word", "mask_id": mid, "n_words": len(ids), "steps_per_word": cfg.steps,
+    meta.update({"baseline": "masked_word", "mask_id": mid, "n_words": len(per_word), "steps_per_word": cfg.steps,
                  "normaliser": "l2" if normalize else "none", "denominator": norm})
     return dataclasses.replace(
         total, scores=scores.float(), layer_sums=sums.float(), prob_baseline=(total.prob_full.double() - pb).float(),
         method="sig", meta=meta,
     )
+
+
+__all__ = ["mask_token_id", "masked_baselines", "sig", "sig_facts"]

@@ -26,7 +26,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.ig import NeuronAttribution, integrated_gradients
+from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
 from tlcap.config import Config, check_float, check_int, check_sequence, check_str
 from tlcap.errors import EmptyNeuronSetWarning, InvalidConfigError
 from tlcap.intervene.activations import enhance, suppress
@@ -266,9 +266,63 @@ def locate_knowledge_neurons(
     cfg = KNConfig.resolve(config, **overrides)
     prompt, paraphrases, notes = check_fact(prompt, target, paraphrases)
     prompts = [prompt, *paraphrases]
-    attrs: list[NeuronAttribution] = []
-    for p in tqdm(prompts, desc="attributing prompts", disable=not progress):
-        attrs.append(integrated_gradients(model, p, target, config=cfg.ig, progress=progress))
+    attrs = integrated_gradients_facts(model, [(p, target) for p in prompts], config=cfg.ig, progress=progress)
+    return _located(model, prompts, target, attrs, notes, cfg, progress)
+
+
+def locate_knowledge_neurons_facts(
+    model: Model,
+    facts: Sequence[tuple[str, str] | tuple[str, str, Sequence[str]]],
+    *,
+    config: KNConfig | None = None,
+    fact_batch: int = 32,
+    progress: bool = True,
+    **overrides: Any,
+) -> list[KnowledgeNeurons]:
+    """:func:`locate_knowledge_neurons` of every fact, the IG rows of all their prompts in shared batches.
+
+    The attribution of every prompt of every fact (main prompts and paraphrases) runs through
+    :func:`~tlcap.attribution.ig.integrated_gradients_facts` (rows of up to ``fact_batch`` prompts per
+    batch); selection, refinement and the suppress / enhance effects then follow per fact. Each result
+    equals :func:`locate_knowledge_neurons` on that fact alone up to float rounding of the scores.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, target)`` or ``(prompt, target, paraphrases)`` per fact.
+        config: A :class:`KNConfig` (default: its defaults).
+        fact_batch: Prompts whose rows share batches (exact; memory only).
+        progress: Show progress bars.
+        **overrides: :class:`KNConfig` fields overriding ``config``.
+
+    Returns:
+        One :class:`KnowledgeNeurons` per fact, in order.
+
+    Raises:
+        InvalidConfigError: an invalid setting, or an empty prompt, target or paraphrase (before any
+            forward pass).
+
+    Example:
+        >>> res = locate_knowledge_neurons_facts(model, [("The capital of France is", " Paris"),
+        ...                                              ("The capital of Italy is", " Rome", ["Italy's capital is"])])
+    """
+    cfg = KNConfig.resolve(config, **overrides)
+    checked = []
+    for f in facts:
+        prompt, paraphrases, notes = check_fact(f[0], f[1], f[2] if len(f) > 2 else ())  # type: ignore[misc]
+        checked.append(([prompt, *paraphrases], f[1], notes))
+    flat = [(p, target) for prompts, target, _ in checked for p in prompts]
+    attrs = integrated_gradients_facts(model, flat, config=cfg.ig, fact_batch=fact_batch, progress=progress)
+    out, k = [], 0
+    for prompts, target, notes in checked:
+        out.append(_located(model, prompts, target, attrs[k:k + len(prompts)], notes, cfg, progress))
+        k += len(prompts)
+    return out
+
+
+def _located(model: Model, prompts: list[str], target: str, attrs: Sequence[NeuronAttribution], notes: tuple[str, ...],
+             cfg: KNConfig, progress: bool) -> KnowledgeNeurons:
+    """Select, refine and verify (suppress / enhance, random controls) from the prompts' attributions."""
+    prompt = prompts[0]
     per_prompt = tuple(
         top_k_select(a.scores, cfg.top_k) if cfg.top_k is not None else threshold_select(a.scores, cfg.threshold)
         for a in attrs
@@ -286,7 +340,7 @@ def locate_knowledge_neurons(
         refined = f", kept only if found in more than {cfg.refine_p:.0%} of {len(prompts)} prompts" if len(prompts) > 1 else ""
         empty = (f"the located neuron set is empty ({rule}{refined}): suppress/enhance and the random controls were "
                  "not run; lower --threshold or --refine-p, or use --top-k")
-        warnings.warn(empty, EmptyNeuronSetWarning, stacklevel=2)
+        warnings.warn(empty, EmptyNeuronSetWarning, stacklevel=3)
         notes = (*notes, empty)
         sup_r: list[float] = []
         enh_r: list[float] = []

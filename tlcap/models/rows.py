@@ -33,6 +33,8 @@ from tlcap.errors import TlcapError
 from tlcap.models.cache import fresh_cache, full_cache
 from tlcap.models.packed_rows import attention_windows, continue_packed, packable
 from tlcap.models.packed_rows import position_major_names as _position_major_names
+from tlcap.models.staged_rows import Staging
+from tlcap.models.staged_rows import continue_staged as _continue_staged
 from tlcap.runtime import hooks as H
 from tlcap.runtime.hooks import HookList
 from tlcap.runtime.sites import get_site
@@ -58,6 +60,18 @@ class PaddedPrefix:
     @property
     def rows(self) -> int:
         return len(self.lengths)
+
+    def select(self, rows: Sequence[int], lengths: Sequence[int]) -> PaddedPrefix:
+        """A prefix of the given rows, each seeing only its first ``lengths[i]`` positions (keys copied).
+
+        Positions of a row beyond its new length are masked out like padding, so the rows of one cached
+        run serve each of its prefixes (the answer tokens of one sample).
+        """
+        if self.cache is None:
+            return PaddedPrefix(None, tuple(0 for _ in rows), 0)
+        idx = torch.as_tensor(list(rows), dtype=torch.long).to(self.cache.layers[0].keys.device)
+        out = fresh_cache(self.cache, idx)
+        return PaddedPrefix(out, tuple(int(n) for n in lengths), self.n_tokens)
 
 
 def _repeat(x: Any, counts: Tensor, rows: int) -> Any:
@@ -129,12 +143,28 @@ class RowsMixin:
         Raises:
             TlcapError: the backend is not a TransformerBridge.
         """
+        acts, _, logits, cache = self.context_states(tokens, hook_names, ())
+        return acts, logits, cache
+
+    def context_states(
+        self, tokens: Sequence[int], hook_names: Sequence[str], state_names: Sequence[str], logits_from: int = 0
+    ) -> tuple[Float[Tensor, "pos n_hooks d"], Float[Tensor, "pos n_states d_state"] | None, Float[Tensor, "lpos d_vocab"], Any]:
+        """:meth:`context_run` that also records ``state_names`` (e.g. the residual stream at the
+        ``resid_pre`` sites, where :meth:`continue_staged` pieces join; ``None`` when there are none) and
+        unembeds only the positions from ``logits_from`` on (the logits' row ``i`` is position
+        ``logits_from + i``)."""
         self._check_rows_backend()
         store: dict[str, Tensor] = {}
         toks = torch.tensor([list(tokens)], device=self.device)
-        with torch.no_grad(), self.hooks(fwd=[(n, H.record(store, n)) for n in hook_names]):
+        names = list(dict.fromkeys([*hook_names, *state_names]))
+        fwd = [(n, H.record(store, n)) for n in names]
+        if logits_from > 0 and self._cut_name is not None:  # the unembedding is the largest matrix: skip unread rows
+            fwd.append((self._cut_name, lambda act, hook=None: act[:, logits_from:]))
+        with torch.no_grad(), self.hooks(fwd=fwd):
             logits, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
-        return torch.stack([store[n][0] for n in hook_names], 1), logits[0], cache
+        logits = logits[0] if logits_from == 0 or self._cut_name is not None else logits[0, logits_from:]
+        states = torch.stack([store[n][0] for n in state_names], 1) if state_names else None
+        return torch.stack([store[n][0] for n in hook_names], 1), states, logits, cache
 
     def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
         """A :class:`PaddedPrefix` of the first ``n`` positions of each ``(cache, n)`` (from :meth:`context_run`).
@@ -173,6 +203,42 @@ class RowsMixin:
         finally:
             for h in handles:
                 h.remove()
+
+    def staged_rows_apply(self, hooks: HookList = ()) -> bool:
+        """Whether :meth:`continue_staged` can run these hooks (the conditions of packed rows)."""
+        return bool(self.is_bridge) and packable(self, hooks, 1)
+
+    def continue_staged(
+        self,
+        prefix: PaddedPrefix,
+        rows: Int[Tensor, " contexts"],
+        lengths: Int[Tensor, " contexts"],
+        last: Int[Tensor, " contexts"],
+        staging: Staging,
+        states: Float[Tensor, "pieces d_model"],
+        hooks: HookList = (),
+    ) -> Float[Tensor, "out_rows d_vocab"]:
+        """Rows that join one forward pass at different layers (:mod:`tlcap.models.staged_rows`).
+
+        Args:
+            prefix: Cached prefix rows (:meth:`padded_prefix`, :meth:`stack_prefixes`).
+            rows: The prefix row of each context.
+            lengths: How many positions of its row each context sees.
+            last: The token after each context's prefix.
+            staging: The pieces: their context, join layer, real rows and width.
+            states: The clean ``resid_pre`` of each piece's context at its join layer.
+            hooks: Forward hooks on position-major sites, handed ``[active pieces, width, ...]``.
+
+        Returns:
+            Logits of the real positions, piece-major (:meth:`Staging.keep`).
+
+        Raises:
+            TlcapError: the backend is not a TransformerBridge.
+        """
+        self._check_rows_backend()
+        return _continue_staged(self, prefix, torch.as_tensor(rows, dtype=torch.long).cpu(),
+                                torch.as_tensor(lengths, dtype=torch.long).cpu(), torch.as_tensor(last, dtype=torch.long).cpu(),
+                                staging, states, hooks)
 
     def continue_rows(
         self,
@@ -247,4 +313,4 @@ class RowsMixin:
         return out[:, -1]
 
 
-__all__ = ["PaddedPrefix", "RowsMixin"]
+__all__ = ["PaddedPrefix", "RowsMixin", "Staging"]

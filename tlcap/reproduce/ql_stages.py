@@ -186,17 +186,25 @@ def _localize(ctx: StageContext) -> dict[str, Result]:
     cfg: LocalizeConfig = ctx.config
     facts = facts_of(ctx)[: cfg.n_facts]
     out: dict[str, Result] = {}
-    for i, f in enumerate(facts):
+    todo = []
+    for i, _ in enumerate(facts):
         name = f"fact_{i:04d}"
-        done = ctx.checkpoint / name
-        if (done / "result.json").exists():  # resume: facts finished before an interruption
-            out[name] = _load(done)
-            continue
-        fk = localize_facts(ctx.model, [f], cfg.method, steps=cfg.steps, rule=cfg.rule, kn_threshold=cfg.threshold,
-                            progress=False)[0]
-        fk.save(done)
-        out[name] = fk
+        if (ctx.checkpoint / name / "result.json").exists():  # resume: facts finished before an interruption
+            out[name] = _load(ctx.checkpoint / name)
+        else:
+            todo.append(i)
+    for s in range(0, len(todo), LOCALIZE_WINDOW):  # the queries of a window of facts share batches
+        window = todo[s:s + LOCALIZE_WINDOW]
+        fks = localize_facts(ctx.model, [facts[i] for i in window], cfg.method, steps=cfg.steps, rule=cfg.rule,
+                             kn_threshold=cfg.threshold, progress=False, fact_batch=LOCALIZE_WINDOW)
+        for i, fk in zip(window, fks):
+            fk.save(ctx.checkpoint / f"fact_{i:04d}")
+            out[f"fact_{i:04d}"] = fk
     return out
+
+
+LOCALIZE_WINDOW = 8
+"""Facts localized together by ``ql.localize.*`` (their queries' rows share batches; saved fact by fact)."""
 
 
 def _localize_work(ctx: StageContext) -> Workload:

@@ -74,11 +74,18 @@ def parse_memory(value: Any) -> int:
 
 
 def free_memory(device: torch.device | str) -> int:
-    """Free bytes on ``device``: ``torch.cuda.mem_get_info`` on CUDA, ``MemAvailable`` on the CPU."""
+    """Free bytes on ``device``: on CUDA the driver's free memory (``torch.cuda.mem_get_info``) plus what
+    PyTorch's caching allocator holds unused (reserved - allocated: freed by the previous batch, reusable
+    without asking the driver); ``MemAvailable`` on the CPU.
+
+    Without the second term a long run that sizes its batches again and again (dataset scoring sizes
+    every window of samples) would see the previous window's peak as used and shrink every later batch.
+    """
     dev = torch.device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free)
+        cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+        return int(free + max(int(cached), 0))
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -177,6 +184,8 @@ def run_auto_batched(fn: Callable[[int], T], batch_rows: int, device: torch.devi
 
 
 def _record_asked(result: T, asked: Any) -> T:
+    if isinstance(result, list):  # one result per fact
+        return [_record_asked(r, asked) for r in result]  # type: ignore[return-value]
     prov = getattr(result, "provenance", None)
     if asked is None or prov is None:
         return result

@@ -10,6 +10,9 @@ Every locator here is a composition of the method's public API, nothing re-imple
 - **knowledge circuits**: :func:`tlcap.locate.circuits.edge_attribution` (zero ablation, as the
   CNL paper's App. D) then :meth:`EdgeScores.select` at a fixed top-n (dead nodes pruned).
 
+Each locator has a fact-list form (``kn_neurons_facts``, ``traced_layers_facts``, ``knowledge_circuits``) whose
+prompts share batches; the experiments locate a window of facts at once with them.
+
 Located sets are stored as sorted tuples of integers: a neuron ``(l, j)`` as ``l·d_mlp + j``, a
 layer as itself, an edge ``u → v`` as ``u·n_readers + v`` (indices into the circuit graph).
 """
@@ -28,10 +31,11 @@ from typing import Any
 import torch
 
 from tlcap.atomic import json_digest, storage_error, write_text_atomic
-from tlcap.attribution import IGConfig, integrated_gradients
+from tlcap.attribution import IGConfig, integrated_gradients, integrated_gradients_facts
 from tlcap.errors import CheckpointError, CheckpointMismatchError
-from tlcap.locate.causal_trace import causal_trace
+from tlcap.locate.causal_trace import causal_trace, causal_trace_facts
 from tlcap.locate.circuits import Circuit, edge_attribution
+from tlcap.locate.circuits.items import edge_attribution_items
 from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
@@ -83,6 +87,29 @@ def knowledge_circuit(model: Model, prompt: str, target: str, *, top_n: int = 30
     """The top-``top_n`` circuit of one prompt (EAP-IG with ``ig_steps``, zero ablation, pruned)."""
     scores = edge_attribution(model, prompt, target, None, steps=ig_steps)
     return scores.select(top_n=top_n)
+
+
+def kn_neurons_facts(model: Model, facts: Sequence[tuple[str, str]], ig: IGConfig, threshold: float = 0.2,
+                     top_k: int | None = None) -> list[tuple[NeuronSet, float]]:
+    """:func:`kn_neurons` of every ``(prompt, target)``, the IG rows of all prompts in shared batches."""
+    attrs = integrated_gradients_facts(model, facts, config=ig)
+    return [(top_k_select(a.scores, top_k) if top_k is not None else threshold_select(a.scores, threshold), a.target_prob)
+            for a in attrs]
+
+
+def traced_layers_facts(model: Model, facts: Sequence[tuple[str, str, str]], *, k: int = 3, samples: int = 10,
+                        window: int = 10, noise_factor: float = 3.0, seed: int = 0,
+                        bos: bool = False) -> list[tuple[list[int], float, float]]:
+    """:func:`traced_layers` of every ``(prompt, subject, target)``, the cells of several facts in one batch."""
+    trs = causal_trace_facts(model, facts, kinds=("mlp",), samples=samples, window=window, noise_factor=noise_factor,
+                             seed=seed, bos=bos, tokens="last_subject")
+    return [(tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob) for tr in trs]
+
+
+def knowledge_circuits(model: Model, facts: Sequence[tuple[str, str]], *, top_n: int = 300,
+                       ig_steps: int = 5) -> list[Circuit]:
+    """:func:`knowledge_circuit` of every ``(prompt, target)``, the prompts sharing the scoring passes."""
+    return [sc.select(top_n=top_n) for sc in edge_attribution_items(model, facts, steps=ig_steps)]
 
 
 def neuron_ids(ns: NeuronSet) -> tuple[int, ...]:
@@ -238,5 +265,6 @@ OnItem = Callable[[int], None]
 """Called with the item's position before each item is computed (tests simulate interrupts)."""
 
 
-__all__ = ["ItemCheckpoint", "ParamCounts", "Stopwatch", "edge_ids", "fingerprint", "kn_neurons",
-           "knowledge_circuit", "neuron_ids", "neurons_from_ids", "param_counts", "traced_layers"]
+__all__ = ["ItemCheckpoint", "ParamCounts", "Stopwatch", "edge_ids", "fingerprint", "kn_neurons", "kn_neurons_facts",
+           "knowledge_circuit", "knowledge_circuits", "neuron_ids", "neurons_from_ids", "param_counts", "traced_layers",
+           "traced_layers_facts"]

@@ -41,16 +41,18 @@ from tlcap.experiments.cnl_eval.common import (
     ParamCounts,
     Stopwatch,
     fingerprint,
-    kn_neurons,
-    knowledge_circuit,
+    kn_neurons_facts,
+    knowledge_circuits,
     param_counts,
-    traced_layers,
+    traced_layers_facts,
 )
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
 from tlcap.intervene.activations import scale_neurons
+from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome import RomeConfig, rome_sweep
-from tlcap.locate.circuits import evaluate_circuit, evaluate_masks, make_task
+from tlcap.locate.circuits import Circuit, evaluate_circuit, evaluate_masks, make_task
 from tlcap.metrics.probs import target_prob
+from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 
@@ -157,10 +159,8 @@ def draw_seed(seed: int, item: int, draw: int) -> int:
 
 
 def _kn_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, counts: ParamCounts,
-             sw: Stopwatch) -> list[KNRow]:
+             sw: Stopwatch, ns: NeuronSet) -> list[KNRow]:
     prompt = fact.rewrites[0]
-    with sw("kn_locate"):
-        ns, _ = kn_neurons(model, prompt, fact.target, cfg.ig, cfg.threshold, cfg.top_k)
     with sw("kn_interventions"):
         base = target_prob(model, prompt, fact.target)
         sets = [("located", -1, ns)] + [("random", d, ns.random_like(seed=draw_seed(cfg.seed, i, d)))
@@ -190,32 +190,62 @@ def neighbourhood(facts: Sequence[RewriteFact], i: int, n: int, seed: int) -> li
     return rng.sample(pool, min(n, len(pool)))
 
 
-def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: ReliabilityConfig, sw: Stopwatch) -> list[RomeRow]:
+def _edits(i: int, fact: RewriteFact, cfg: ReliabilityConfig) -> bool:
+    """Whether the ROME part edits fact ``i``."""
+    return fact.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts) and i >= cfg.rome_from
+
+
+def _located(model: Model, window: Sequence[int], facts: Sequence[RewriteFact], cfg: ReliabilityConfig,
+             sw: Stopwatch) -> dict[str, dict[int, Any]]:
+    """Each part's located set for the facts of ``window`` (first rewrites), their prompts in shared batches."""
+    out: dict[str, dict[int, Any]] = {"kn": {}, "rome": {}, "kc": {}}
+    if "kn" in cfg.parts:
+        with sw("kn_locate"):
+            found = kn_neurons_facts(model, [(facts[i].rewrites[0], facts[i].target) for i in window], cfg.ig,
+                                     cfg.threshold, cfg.top_k)
+        out["kn"] = {i: ns for i, (ns, _) in zip(window, found)}
+    edit = [i for i in window if _edits(i, facts[i], cfg)]
+    if "rome" in cfg.parts and edit:
+        with sw("trace"):
+            traced = traced_layers_facts(model, [(facts[i].rewrites[0], facts[i].subject, facts[i].target) for i in edit],
+                                         k=3, samples=cfg.trace_samples, window=cfg.trace_window,
+                                         noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)
+        out["rome"] = {i: top for i, (top, _, _) in zip(edit, traced)}
+    if "kc" in cfg.parts:
+        with sw("kc_locate"):
+            circs = knowledge_circuits(model, [(facts[i].rewrites[0], facts[i].target) for i in window],
+                                       top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
+        out["kc"] = dict(zip(window, circs))
+    return out
+
+
+def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: ReliabilityConfig, sw: Stopwatch,
+               top: list[int] | None, covs: dict[int, Any]) -> list[RomeRow]:
     fact = facts[i]
-    if fact.target_new is None or (cfg.rome_facts is not None and i >= cfg.rome_facts) or i < cfg.rome_from:
+    if top is None:
         return []
     prompt = fact.rewrites[0]
-    with sw("trace"):
-        top, _, _ = traced_layers(model, prompt, fact.subject, fact.target, k=3, samples=cfg.trace_samples,
-                                  window=cfg.trace_window, noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)
     layers = list(range(model.n_layers)) if cfg.rome_layers is None else list(cfg.rome_layers)
     if any(l >= model.n_layers for l in layers):
         raise InvalidConfigError(f"rome_layers (--rome-layers) must be below {model.n_layers} for {model.name}")
     if cfg.rome_add_traced and top[0] not in layers:
         layers = sorted([*layers, top[0]])
     with sw("rome"):
+        missing = [l for l in layers if l not in covs]
+        if cfg.rome.mom2_adjustment and missing:  # read once per run, shared by every fact's sweep
+            covs.update(key_covariance(model, missing, n_tokens=cfg.rome.cov_tokens, seq_len=cfg.rome.cov_seq_len))
         sweep = rome_sweep(model, prompt, fact.subject, fact.target_new, layers, target_old=fact.target,
                            paraphrases=list(fact.rewrites[1:]),
-                           neighbourhood=neighbourhood(facts, i, cfg.n_neighbours, cfg.seed), config=cfg.rome)
+                           neighbourhood=neighbourhood(facts, i, cfg.n_neighbours, cfg.seed), config=cfg.rome,
+                           covs=covs if cfg.rome.mom2_adjustment else None)
     return [RomeRow(i, fact.uid, r.layer, top[0], r.layer == top[0], r.layer in top, bool(r.efficacy),
                     float(r.paraphrase), float(r.specificity), r.new_prob_before, r.new_prob_after, r.old_prob_after)
             for r in sweep.results]
 
 
-def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw: Stopwatch) -> list[KCRow]:
+def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw: Stopwatch,
+             circ: Circuit) -> list[KCRow]:
     prompt = fact.rewrites[0]
-    with sw("kc_locate"):
-        circ = knowledge_circuit(model, prompt, fact.target, top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
     with sw("kc_evaluate"):
         ev = evaluate_circuit(model, circ)
         rows = [KCRow(i, fact.uid, "located", -1, ev.n_edges, ev.n_nodes, ev.param_fraction,
@@ -240,6 +270,7 @@ def reliability(
     resume: bool = True,
     progress: bool = True,
     on_item: OnItem | None = None,
+    fact_batch: int = 4,
     **overrides: Any,
 ) -> ReliabilityResult:
     """The reliability experiment over a fact dataset (module docstring).
@@ -254,7 +285,10 @@ def reliability(
         checkpoint_every: Facts between checkpoint saves.
         resume: Resume from ``checkpoint_dir``.
         progress: Show a progress bar.
-        on_item: Called with each fact's position before it is computed.
+        on_item: Called with each fact's position before its rows are computed and added (the
+            window's located sets are computed together before).
+        fact_batch: Facts whose prompts are located at once (KN rows, trace cells, circuit passes share
+            batches); exact, results do not depend on it. Locating time is split evenly over the window.
         **overrides: :class:`ReliabilityConfig` fields (``parts=("kn",)``, ``n_random=30``...).
 
     Returns:
@@ -265,6 +299,7 @@ def reliability(
         >>> print(res.kn_test("double"))
     """
     cfg = ReliabilityConfig.resolve(config, **overrides)
+    check_int("fact_batch", fact_batch, min=1, cli=None)
     if not facts:
         raise EmptyDatasetError("reliability needs at least one fact")
     if "rome" in cfg.parts and cfg.rome_layers is not None:  # before any fact's work, not at the first ROME edit
@@ -272,22 +307,29 @@ def reliability(
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
                                                     [f.to_dict() for f in facts]), checkpoint_every, resume)
     counts = param_counts(model)
+    covs: dict[int, Any] = {}  # ROME's key covariances, read once for every fact
     bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not progress)
     with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
-        for i in range(ck.done, len(facts)):
-            if on_item is not None:
-                on_item(i)
-            sw, t0 = Stopwatch(), time.perf_counter()
-            item: dict[str, Any] = {"kn": [], "rome": [], "kc": []}
-            if "kn" in cfg.parts:
-                item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw)]
-            if "rome" in cfg.parts:
-                item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw)]
-            if "kc" in cfg.parts:
-                item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw)]
-            item.update(seconds=sw.seconds, wall=time.perf_counter() - t0)
-            ck.add(item)
-            bar.update(1)
+        for s in range(ck.done, len(facts), fact_batch):  # a window's prompts located at once, saved fact by fact
+            window = list(range(s, min(s + fact_batch, len(facts))))
+            shared, t_loc = Stopwatch(), time.perf_counter()
+            found = _located(model, window, facts, cfg, shared)
+            loc_wall = (time.perf_counter() - t_loc) / len(window)
+            for i in window:
+                if on_item is not None:
+                    on_item(i)
+                sw, t0 = Stopwatch(), time.perf_counter()
+                sw.add({k: v / len(window) for k, v in shared.seconds.items()})
+                item: dict[str, Any] = {"kn": [], "rome": [], "kc": []}
+                if "kn" in cfg.parts:
+                    item["kn"] = [list(astuple(r)) for r in _kn_rows(model, i, facts[i], cfg, counts, sw, found["kn"][i])]
+                if "rome" in cfg.parts:
+                    item["rome"] = [list(astuple(r)) for r in _rome_rows(model, i, facts, cfg, sw, found["rome"].get(i), covs)]
+                if "kc" in cfg.parts:
+                    item["kc"] = [list(astuple(r)) for r in _kc_rows(model, i, facts[i], cfg, sw, found["kc"][i])]
+                item.update(seconds=sw.seconds, wall=time.perf_counter() - t0 + loc_wall)
+                ck.add(item)
+                bar.update(1)
     bar.close()
     total = Stopwatch()
     for it in ck.items:

@@ -19,8 +19,8 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from tlcap.attribution.methods import localize
-from tlcap.config import check_choice
+from tlcap.attribution.methods import localize_prompts
+from tlcap.config import check_choice, check_int
 from tlcap.data.pararel import Fact
 from tlcap.experiments.ql.config import KN_THRESHOLD, QLConfig
 from tlcap.locate.selection import AMIG_TAU, method_select, threshold_select
@@ -153,6 +153,7 @@ def localize_facts(
     *,
     config: QLConfig | None = None,
     progress: bool = True,
+    fact_batch: int = 8,
     **overrides: Any,
 ) -> list[FactKNs]:
     """Attribute every neighbor query of every fact with ``method`` and select its KNs.
@@ -163,6 +164,8 @@ def localize_facts(
         method: ``"ig"`` (Dai et al.), ``"sig"`` (Enguehard) or ``"amig"`` (Chen et al.).
         config: A :class:`QLConfig` (attribution settings, KN selection rule and thresholds, AMIG's words).
         progress: Show a progress bar.
+        fact_batch: Facts whose queries' rows share batches (:func:`tlcap.attribution.methods.localize_prompts`;
+            exact, results do not depend on it). ``seconds`` of a fact is its share of its batch's time.
         **overrides: :class:`QLConfig` or :class:`~tlcap.attribution.config.IGConfig` fields
             (``steps=10``, ``kn_threshold=0.3``, ``selection="relative"``); ``threshold=`` is read
             as ``kn_threshold``.
@@ -182,20 +185,24 @@ def localize_facts(
         overrides["kn_threshold"] = overrides.pop("threshold")
     cfg = QLConfig.build(config, **overrides)
     check_choice("method", method, METHODS)
+    check_int("fact_batch", fact_batch, min=1, cli=None)
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
     out = []
     bar = tqdm(total=sum(len(f.queries) for f in facts), desc=f"{method} attribution", disable=not progress)
-    for f in facts:
+    for s in range(0, len(facts), fact_batch):  # the queries of several facts share batches
+        chunk = list(facts[s:s + fact_batch])
         t0 = time.perf_counter()
-        scores, probs = [], []
-        for q in f.queries:
-            a = localize(model, q, f.target, method=method, config=cfg.attribution, amig_words=cfg.amig_words)
-            scores.append(a.scores)
-            probs.append(a.target_prob)
-            bar.update(1)
-        res = FactKNs(torch.stack(scores), tuple(probs), f.to_dict(), method, cfg.kn_threshold, time.perf_counter() - t0,
-                      cfg.selection, cfg.amig_tau)
-        out.append(res.with_provenance(prov))
+        attrs = localize_prompts(model, [(q, f.target) for f in chunk for q in f.queries], method,
+                                 config=cfg.attribution, amig_words=cfg.amig_words)
+        per_fact = (time.perf_counter() - t0) / len(chunk)
+        k = 0
+        for f in chunk:
+            a = attrs[k:k + len(f.queries)]
+            k += len(f.queries)
+            res = FactKNs(torch.stack([x.scores for x in a]), tuple(x.target_prob for x in a), f.to_dict(), method,
+                          cfg.kn_threshold, per_fact, cfg.selection, cfg.amig_tau)
+            out.append(res.with_provenance(prov))
+            bar.update(len(f.queries))
     bar.close()
     return out
 

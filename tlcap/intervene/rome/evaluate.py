@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -91,6 +91,17 @@ def default_paraphrases(prompt: str) -> list[str]:
     return ["Fact: " + prompt, "Remember this. " + prompt]
 
 
+def unedited_measures(model: Model, prompt: str, target_new: str, target_old: str, paraphrases: Sequence[str],
+                      neighbourhood: Sequence[str], bos: bool = False) -> tuple[Tensor, list[int]]:
+    """What :func:`evaluate_rome` measures before and after an edit: log-probabilities of the new and old
+    object after the prompt and each paraphrase, and the top next token of each neighbourhood prompt.
+
+    (Named for its use before the edit; inside the edit the same call measures the edited model.)
+    """
+    items = [(p, t) for p in [prompt, *paraphrases] for t in (target_new, target_old)]
+    return target_logprobs(model, items, bos), next_tokens(model, list(neighbourhood), bos) if neighbourhood else []
+
+
 def evaluate_rome(
     model: Model,
     prompt: str,
@@ -105,6 +116,7 @@ def evaluate_rome(
     cov: Float[Tensor, "d_mlp d_mlp"] | None = None,
     occurrence: int | None = None,
     progress: bool = False,
+    before: tuple[Tensor, list[int]] | None = None,
     **overrides: Any,
 ) -> RomeEditResult:
     """Edit at ``layer``, measure efficacy / paraphrase / specificity, restore the weights.
@@ -127,6 +139,8 @@ def evaluate_rome(
         cov: The layer's key covariance (default: computed or read from the cache).
         occurrence: Which occurrence of the subject is edited (see :func:`rome_edit`).
         progress: Show a progress bar.
+        before: The unedited model's measurements of these prompts (:func:`unedited_measures`), which do
+            not depend on the layer: :func:`rome_sweep` computes them once for all its layers.
         **overrides: :class:`RomeConfig` fields overriding ``config``.
 
     Returns:
@@ -144,15 +158,11 @@ def evaluate_rome(
         target_old = model.to_str_tokens([next_tokens(model, [prompt], cfg.bos)[0]])[0]
     paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
     neigh = list(neighbourhood) if neighbourhood is not None else default_neighbourhood(prompt, subject)
-    items = [(p, t) for p in [prompt] + paras for t in (target_new, target_old)]
-
-    def measure() -> tuple[Tensor, list[int]]:
-        return target_logprobs(model, items, cfg.bos), next_tokens(model, neigh, cfg.bos) if neigh else []
-
-    lp0, top0 = measure()
+    lp0, top0 = before if before is not None else unedited_measures(model, prompt, target_new, target_old, paras, neigh,
+                                                                     cfg.bos)
     with rome_edit(model, prompt, subject, target_new, layer, config=cfg, cov=cov, occurrence=occurrence,
                    progress=progress) as edit:
-        lp1, top1 = measure()
+        lp1, top1 = unedited_measures(model, prompt, target_new, target_old, paras, neigh, cfg.bos)
     lp1 = lp1.reshape(-1, 2)
     lp0 = lp0.reshape(-1, 2)
     succ = tuple(bool(a > b) for a, b in lp1[1:].tolist())
@@ -184,11 +194,13 @@ def rome_sweep(
     config: RomeConfig | None = None,
     occurrence: int | None = None,
     progress: bool = False,
+    covs: Mapping[int, Tensor] | None = None,
     **overrides: Any,
 ) -> RomeSweep:
     """The same edit at every layer (or ``layers``) separately; the model is restored between.
 
-    Covariances of all layers come from one pass over the text sample (then cached).
+    Covariances of all layers come from one pass over the text sample (then cached), or from ``covs``;
+    the unedited model's measurements, the same for every layer, are taken once.
 
     Args:
         model: The model.
@@ -197,6 +209,8 @@ def rome_sweep(
         config: Hyper-parameters (:class:`RomeConfig`).
         occurrence: Which occurrence of the subject is edited (see :func:`rome_edit`).
         progress: Show progress bars.
+        covs: Key covariances of the layers, computed once by a caller that sweeps many facts (default:
+            :func:`~tlcap.intervene.covariance.key_covariance`, read from its disk cache).
         **overrides: :class:`RomeConfig` fields overriding ``config``.
 
     Returns:
@@ -210,18 +224,23 @@ def rome_sweep(
     cfg = RomeConfig.resolve(config, **overrides)
     layers = list(range(model.n_layers)) if layers is None else [check_layer(model, int(l)) for l in layers]
     check_subject(prompt, subject, occurrence)
-    covs: dict[int, Tensor] = {}
-    if cfg.mom2_adjustment:
+    if not cfg.mom2_adjustment:
+        covs = {}
+    elif covs is None or any(l not in covs for l in layers):
         covs = key_covariance(model, layers, n_tokens=cfg.cov_tokens, seq_len=cfg.cov_seq_len, progress=progress)
     if target_old is None:
         target_old = model.to_str_tokens([next_tokens(model, [prompt], cfg.bos)[0]])[0]
+    paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
+    neigh = list(neighbourhood) if neighbourhood is not None else default_neighbourhood(prompt, subject)
+    before = unedited_measures(model, prompt, target_new, target_old, paras, neigh, cfg.bos)
     results = []
     for l in tqdm(layers, desc="ROME all layers", disable=not progress):
-        results.append(evaluate_rome(model, prompt, subject, target_new, l, target_old, paraphrases, neighbourhood,
-                                     config=cfg, cov=covs.get(l), occurrence=occurrence))
+        results.append(evaluate_rome(model, prompt, subject, target_new, l, target_old, paras, neigh,
+                                     config=cfg, cov=covs.get(l), occurrence=occurrence, before=before))
     return RomeSweep(results=tuple(results), prompt=prompt, subject=subject, target_new=target_new,
                      seconds_total=time.perf_counter() - t0, model_name=model.name,
                      provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))
 
 
-__all__ = ["default_neighbourhood", "default_paraphrases", "evaluate_rome", "next_tokens", "rome_sweep", "target_logprobs"]
+__all__ = ["default_neighbourhood", "default_paraphrases", "evaluate_rome", "next_tokens", "rome_sweep", "target_logprobs",
+           "unedited_measures"]

@@ -34,7 +34,8 @@ rows per cell, full prompt, the ``patch`` / ``add_noise`` factories) used in tes
 benchmark. Settings: :class:`TraceConfig` (``config=`` plus keyword overrides).
 
 Modules: :mod:`.config` (``TraceConfig``), :mod:`.setup` (clean/corrupted runs, noise),
-:mod:`.engine` (batched engine, reference, :func:`causal_trace`), :mod:`.results`
+:mod:`.engine` (batched engine, reference, :func:`causal_trace`), :mod:`.facts` (:func:`causal_trace_facts`:
+the cells of several facts in one batch), :mod:`.results`
 (``CausalTrace``), :mod:`.dataset` (token classes, ``DatasetTrace``, :func:`trace_dataset`).
 
 Example:
@@ -54,6 +55,7 @@ from tlcap.locate.causal_trace.dataset import (
     trace_dataset,
 )
 from tlcap.locate.causal_trace.engine import causal_trace, late_chunks, trace_batched, trace_cell, trace_reference
+from tlcap.locate.causal_trace.facts import causal_trace_facts, trace_setups
 from tlcap.locate.causal_trace.results import CausalTrace, TraceCellRow
 from tlcap.locate.causal_trace.setup import (
     TraceSetup,
@@ -71,4 +73,5 @@ __all__ = [
     "SubjectNotFoundError", "TraceCellRow", "TraceConfig", "TraceSetup", "causal_trace", "embedding_noise_std",
     "known_subjects", "load_known_facts", "noise_level", "prepare_trace", "subject_noise_std", "subject_span",
     "late_chunks", "token_classes", "trace_batched", "trace_cell", "trace_dataset", "trace_reference", "window_layers",
+    "causal_trace_facts", "trace_setups",
 ]

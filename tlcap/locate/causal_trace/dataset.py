@@ -15,10 +15,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.config import check_int
 from tlcap.errors import EmptyDatasetError, InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace.config import KINDS, TraceConfig
-from tlcap.locate.causal_trace.engine import causal_trace
-from tlcap.locate.causal_trace.setup import noise_level
+from tlcap.locate.causal_trace.engine import trace_result
+from tlcap.locate.causal_trace.facts import trace_setups
+from tlcap.locate.causal_trace.setup import noise_level, prepare_trace
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -158,14 +160,16 @@ def trace_dataset(
     *,
     config: TraceConfig | None = None,
     progress: bool = False,
+    fact_batch: int = 16,
     **overrides: Any,
 ) -> DatasetTrace:
     """Average indirect effect over many facts, grouped by token class.
 
-    Each fact is traced with :func:`causal_trace` (noise seed ``seed + index``, one ν for the
+    Each fact is traced as :func:`causal_trace` traces it (noise seed ``seed + index``, one ν for the
     whole dataset: with ``noise_from="subjects"`` the std of these facts' subject embeddings, as
-    ROME); per fact the class's tokens are averaged, then the facts having that class. Facts whose
-    subject starts the prompt without a BOS are counted and warned about once.
+    ROME), the cells of ``fact_batch`` facts sharing batches (:func:`trace_setups`); per fact the
+    class's tokens are averaged, then the facts having that class. Facts whose subject starts the
+    prompt without a BOS are counted and warned about once.
 
     Args:
         model: The model.
@@ -173,6 +177,7 @@ def trace_dataset(
             ``use_attribute``).
         config: A :class:`TraceConfig` (default: its defaults).
         progress: Show a progress bar over the facts.
+        fact_batch: Facts whose cells share batches (exact: results do not depend on it), ``>= 1``.
         **overrides: :class:`TraceConfig` fields overriding ``config``.
 
     Returns:
@@ -187,6 +192,7 @@ def trace_dataset(
     """
     t0 = time.perf_counter()
     cfg = TraceConfig.resolve(config, **overrides)
+    check_int("fact_batch", fact_batch, min=1, cli=None)
     if cfg.tokens != "all":
         raise InvalidConfigError(f"tokens (--tokens) {cfg.tokens!r}: dataset mode averages every token class; "
                                  "leave --tokens at all")
@@ -200,22 +206,32 @@ def trace_dataset(
     counts = torch.zeros(len(TOKEN_CLASSES), dtype=torch.long)
     clean, corrupt, prompts, tops = [], [], [], []
     at_start = 0
-    for i, f in enumerate(tqdm(facts, desc="trace dataset", disable=not progress)):
-        target = None
-        if cfg.use_attribute:
-            target = f.get("target") or (" " + f["attribute"].strip() if f.get("attribute") else None)
-        tr = causal_trace(model, f["prompt"], f["subject"], target, config=cfg.replace(noise_std=nu, seed=cfg.seed + i),
-                          warn=False)
-        at_start += tr.subject_at_start
-        eff = tr.indirect_effect.double()
-        for ci, pos in enumerate(token_classes(len(tr.tokens), tr.subject_range).values()):
-            if pos:
-                sums[:, ci] += eff[:, pos].mean(1)
-                counts[ci] += 1
-        clean.append(tr.clean_prob)
-        corrupt.append(tr.corrupted_prob)
-        prompts.append(f["prompt"])
-        tops.append(tuple(tr.top_layers(cfg.top_k)))
+    bar = tqdm(total=len(facts), desc="trace dataset", disable=not progress)
+    for s in range(0, len(facts), fact_batch):  # the cells of a window of facts share batches
+        setups = []
+        for i in range(s, min(s + fact_batch, len(facts))):
+            f, target = facts[i], None
+            if cfg.use_attribute:
+                target = f.get("target") or (" " + f["attribute"].strip() if f.get("attribute") else None)
+            setups.append(prepare_trace(model, f["prompt"], f["subject"], target,
+                                        config=cfg.replace(noise_std=nu, seed=cfg.seed + i), warn=False))
+        t_w = time.perf_counter()
+        scores = trace_setups(setups)
+        share = (time.perf_counter() - t_w) / len(setups)
+        for st, sc in zip(setups, scores):
+            tr = trace_result(st, sc, share)
+            at_start += tr.subject_at_start
+            eff = tr.indirect_effect.double()
+            for ci, pos in enumerate(token_classes(len(tr.tokens), tr.subject_range).values()):
+                if pos:
+                    sums[:, ci] += eff[:, pos].mean(1)
+                    counts[ci] += 1
+            clean.append(tr.clean_prob)
+            corrupt.append(tr.corrupted_prob)
+            prompts.append(st.prompt)
+            tops.append(tuple(tr.top_layers(cfg.top_k)))
+            bar.update(1)
+    bar.close()
     if at_start:
         warnings.warn(
             f"{at_start} of {len(facts)} facts have the subject at the start of the prompt (position 0, the model's "

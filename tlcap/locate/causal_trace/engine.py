@@ -20,7 +20,8 @@ from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
 
 
-def _result(setup: TraceSetup, scores: Tensor, seconds: float) -> CausalTrace:
+def trace_result(setup: TraceSetup, scores: Tensor, seconds: float) -> CausalTrace:
+    """The :class:`CausalTrace` of a traced setup (its scores and the seconds it took)."""
     m, cfg = setup.model, setup.config
     return CausalTrace(
         scores=scores, clean_prob=setup.clean_prob, corrupted_prob=setup.corrupted_prob,
@@ -223,7 +224,7 @@ def causal_trace(
     setup = prepare_trace(model, prompt, subject, target, config=config, occurrence=occurrence, warn=warn,
                           **overrides)
     scores = trace_batched(setup, progress=progress)
-    return _result(setup, scores, time.perf_counter() - t0)
+    return trace_result(setup, scores, time.perf_counter() - t0)
 
 
 def trace_reference(
@@ -262,7 +263,7 @@ def trace_reference(
                 scores[ki, t, li] = trace_cell(setup, kind, t, l)
                 bar.update(1)
     bar.close()
-    return _result(setup, scores, time.perf_counter() - t0)
+    return trace_result(setup, scores, time.perf_counter() - t0)
 
 
-__all__ = ["causal_trace", "late_chunks", "trace_batched", "trace_cell", "trace_reference"]
+__all__ = ["causal_trace", "late_chunks", "trace_batched", "trace_cell", "trace_reference", "trace_result"]

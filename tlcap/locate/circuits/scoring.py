@@ -38,12 +38,13 @@ class BatchScores:
     """Score sums of one batch of items.
 
     Attributes:
-        scores: ``[n_up, n_readers]`` sum over the batch's items of the per-item edge scores (float64).
+        scores: ``[n_up, n_readers]`` sum over the batch's items of the per-item edge scores (float64), or
+            ``[item, n_up, n_readers]`` each item's own (``per_item``).
         clean_metric: ``[item]`` the metric of each item's clean run.
         ablated_metric: ``[item]`` the metric of each item's fully ablated run.
     """
 
-    scores: Float[Tensor, "n_up n_readers"]
+    scores: Float[Tensor, "*item n_up n_readers"]
     clean_metric: Float[Tensor, " item"]
     ablated_metric: Float[Tensor, " item"]
 
@@ -51,22 +52,26 @@ class BatchScores:
 _ACCUMULATE_BYTES = 64 * 2**20  # float64 copies of one position block at most (the 1B shape: 2 positions)
 
 
-def _accumulate(diff: Tensor, grad: Tensor) -> Tensor:
-    """``sum_i diff[i] (n_up x pos*d) @ grad[i].T`` in float64, in blocks of positions.
+def _accumulate(diff: Tensor, grad: Tensor, per_item: bool = False) -> Tensor:
+    """``sum_i diff[i] (n_up x pos*d) @ grad[i].T`` in float64, in blocks of positions (``per_item``: each
+    item's own matrix, ``[item, n_up, n_readers]``).
 
     The float64 copies of a whole item would be the pass's peak on large models (1B shape,
     16 tokens: 344 MB); a block of positions bounds them by ``_ACCUMULATE_BYTES``.
     """
-    out = torch.zeros(diff.shape[1], grad.shape[1], dtype=torch.float64, device=diff.device)
+    out = torch.zeros(diff.shape[0] if per_item else 1, diff.shape[1], grad.shape[1], dtype=torch.float64,
+                      device=diff.device)
     per_pos = (diff.shape[1] + grad.shape[1]) * diff.shape[-1] * 8
     step = max(1, _ACCUMULATE_BYTES // max(per_pos, 1))
     for i in range(diff.shape[0]):
         for p in range(0, diff.shape[2], step):
-            out += diff[i, :, p : p + step].flatten(1).double() @ grad[i, :, p : p + step].flatten(1).double().T
-    return out
+            d, g = diff[i, :, p : p + step].flatten(1).double(), grad[i, :, p : p + step].flatten(1).double()
+            out[i if per_item else 0] += d @ g.T
+    return out if per_item else out[0]
 
 
-def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConfig, source: AblationSource) -> BatchScores:
+def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConfig, source: AblationSource,
+                 per_item: bool = False) -> BatchScores:
     """EAP (``cfg.steps == 1``) or EAP-IG score sums over the items of ``task``.
 
     Args:
@@ -75,6 +80,7 @@ def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConf
         task: A batch of items.
         cfg: The settings (``steps``, ``direction``).
         source: A ready (fitted) ablation source.
+        per_item: Keep each item's scores (``scores`` is then ``[item, n_up, n_readers]``).
 
     Returns:
         The :class:`BatchScores` (edges that do not exist score 0).
@@ -90,7 +96,7 @@ def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConf
         noisy = run_pass(model, graph, task, task.corrupt, items=items, record_upstream=True, grads=True)
         clean = run_pass(model, graph, task, task.clean, items=items, record_upstream=True)
         assert noisy.upstream is not None and clean.upstream is not None and noisy.reader_grads is not None
-        s = _accumulate(clean.upstream - noisy.upstream, noisy.reader_grads)
+        s = _accumulate(clean.upstream - noisy.upstream, noisy.reader_grads, per_item)
         return BatchScores(_mask(s, graph), clean.metric, noisy.metric)
     ablated = source.run(model, graph, task)
     abl_up = ablated.upstream
@@ -121,7 +127,7 @@ def batch_scores(model: Model, graph: EdgeGraph, task: CircuitTask, cfg: EAPConf
     else:  # the fully ablated run: the empty circuit
         keep = torch.zeros(n, graph.n_upstream, graph.n_readers, device=task.clean.device)
         abl_metric = run_pass(model, graph, task, task.clean, items=items, keep=keep, replacement=abl_up).metric
-    return BatchScores(_mask(_accumulate(diff, grad), graph), out.metric, abl_metric)
+    return BatchScores(_mask(_accumulate(diff, grad, per_item), graph), out.metric, abl_metric)
 
 
 def _mask(scores: Tensor, graph: EdgeGraph) -> Tensor:
