@@ -138,8 +138,9 @@ def test_split_between_a_gpu_and_the_cpu_equals_one_gpu():
                "model.layers.0": torch.device("cuda:0"), "model.layers.1": torch.device("cpu"),
                "model.layers.2": torch.device("cuda:0"), "model.norm": torch.device("cuda:0"),
                "lm_head": torch.device("cuda:0")}
-    one = make_llama(seed=0, n_layers=3, device="cuda")
-    split = make_llama(seed=0, n_layers=3, placement=Placement(dev_map, main_device="cpu"))
+    # GPT-2's vocabulary: the vendored tokenizer then serves where SmolLM2's is not cached (an offline GPU machine)
+    one = make_llama(seed=0, n_layers=3, device="cuda", vocab=50257)
+    split = make_llama(seed=0, n_layers=3, placement=Placement(dev_map, main_device="cpu"), vocab=50257)
     assert split.layer_devices == [torch.device("cuda:0"), torch.device("cpu"), torch.device("cuda:0")]
     a = integrated_gradients(one, PROMPT, TARGET, steps=4)
     b = integrated_gradients(split, PROMPT, TARGET, steps=4)

@@ -163,8 +163,9 @@ class RowsMixin:
         with torch.no_grad(), self.hooks(fwd=fwd):
             logits, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
         logits = logits[0] if logits_from == 0 or self._cut_name is not None else logits[0, logits_from:]
-        states = torch.stack([store[n][0] for n in state_names], 1) if state_names else None
-        return torch.stack([store[n][0] for n in hook_names], 1), states, logits, cache
+        dev = logits.device  # layers may sit on different devices: the records meet on the output's
+        states = torch.stack([store[n][0].to(dev) for n in state_names], 1) if state_names else None
+        return torch.stack([store[n][0].to(dev) for n in hook_names], 1), states, logits, cache
 
     def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
         """A :class:`PaddedPrefix` of the first ``n`` positions of each ``(cache, n)`` (from :meth:`context_run`).

@@ -81,7 +81,8 @@ def _attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], ctxs
     def pre(l: int) -> Any:
         def fn(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             kw = dict(kwargs)
-            kw["attention_mask"] = masks[l]
+            x = args[0] if args and isinstance(args[0], Tensor) else kw.get("hidden_states")
+            kw["attention_mask"] = masks[l].to(x.device) if isinstance(x, Tensor) else masks[l]  # the layer's device
             ctx = ctxs[l]
             if ctx is not None:
                 for k in ("position_embeddings", "position_ids"):

@@ -133,6 +133,8 @@ def make_llama(
             tok = AutoTokenizer.from_pretrained(d)
     except Exception:  # noqa: BLE001 - tokenizer is optional here
         tok = None
+    if tok is None and vocab >= 50257:  # no SmolLM2 tokenizer here (a GPU machine): the vendored GPT-2 BPE fits
+        tok = gpt2_tokenizer()
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
