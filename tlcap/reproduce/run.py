@@ -30,7 +30,7 @@ import torch
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
-from tlcap.reproduce.cost import Calibration, Prediction, fmt_bytes, fmt_seconds, predict
+from tlcap.reproduce.cost import UNITS, Calibration, Prediction, fmt_bytes, fmt_seconds, predict
 from tlcap.reproduce.parallel import makespan, run_parallel, threads_per_job, worker_spec
 from tlcap.reproduce.probe import calibrate
 from tlcap.reproduce.ql_stages import ql_stages
@@ -73,7 +73,9 @@ def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: b
                       "threads": torch.get_num_threads(), "cpus": os.cpu_count()}, sort_keys=True)
     path = cache_dir / f"calibration-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.json"
     if path.exists() and not reprobe:
-        return Calibration.from_dict(json.loads(path.read_text()))
+        cal = Calibration.from_dict(json.loads(path.read_text()))
+        if set(UNITS) <= set(cal.seconds_per_flop):  # a calibration from before a unit was added is measured again
+            return cal
     cal = calibrate(model)
     cache_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cal.to_dict(), indent=1))

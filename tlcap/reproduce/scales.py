@@ -56,7 +56,10 @@ class ScaleConfig(Config):
         cnl_eval_rome_facts: Facts ROME edits (the first ones; ``None`` = all).
         cnl_eval_rome_steps: ROME value-optimisation steps (ROME: 20).
         n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value; ``smoke``: ≥ 5,
-            the fewest draws an IPP takes).
+            the fewest draws an IPP takes; ``cpu``: 200, scored many sets per forward pass): CNL erase
+            (per σ), the reliability KN sets and KC circuits per fact.
+        cnl_ppl_texts: WikiText-2 test paragraphs of the perplexity control beside every CNL erase.
+        cnl_ppl_n_random: Random sets (the erase's first ones) whose perplexity the control measures.
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
         enhance_epochs: Epochs evaluated (the paper: 1, 5, 10).
@@ -99,6 +102,8 @@ class ScaleConfig(Config):
     cnl_eval_rome_facts: int | None = 1
     cnl_eval_rome_steps: int = 2
     n_random: int = 5
+    cnl_ppl_texts: int = 2
+    cnl_ppl_n_random: int = 2
     enhance_train_n: int = 2
     enhance_eval_n: int = 2
     enhance_epochs: tuple[int, ...] = (1,)
@@ -138,6 +143,8 @@ class ScaleConfig(Config):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
         check_int("n_random", self.n_random, min=5 if self.name == "smoke" else 20, cli=None)
+        check_int("cnl_ppl_texts", self.cnl_ppl_texts, min=0, cli=None)
+        check_int("cnl_ppl_n_random", self.cnl_ppl_n_random, min=0, cli=None)
         check_int("cnl_eval_rewrites", self.cnl_eval_rewrites, min=2, cli=None)
         for f in ("cnl_rule", "cnl_eval_rule", "ql_rule"):
             check_choice(f, getattr(self, f), RULES, cli=None)
