@@ -252,41 +252,23 @@ def scale_where(mask: Bool[Tensor, "..."], factor: float | Float[Tensor, "..."])
 
 
 def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None) -> HookFn:
-    """Per-row, per-unit scaling: ``act[b, pos, j] *= factor[b, j]`` for every row ``b``.
+    """Per-row, per-unit scaling: ``act[b, pos, j] *= factor[b, j]`` (``pos=None``: every position).
 
-    Each batch row carries its own intervention, e.g. its own neuron set erased (a 0/1 mask per
-    row on ``mlp_post``: many neuron sets scored in one forward pass) or doubled. ``pos=None``
-    scales every position of the run (zeroing a neuron's post-activation at every position equals
-    zeroing its down-projection row). Under packed rows (:mod:`tlcap.models.packed_rows`) the hook
-    sees the rows layout ``[rows, 1, d]``, so the same factor rows apply.
-
-    Args:
-        factor: ``[batch, d]`` multipliers (1 leaves a unit unchanged); ``batch`` must equal the
-            activation's rows.
-        pos: Positions to scale (``None``: all; see the module docstring).
-
-    Returns:
-        A hook function for a ``batch pos d`` site.
-
-    Raises:
-        ShapeMismatchError: (when it fires) the activation is not ``[batch, pos, d]`` with
-            ``factor``'s rows and width.
+    Each row carries its own intervention (e.g. its own neuron set erased: a 0/1 row on ``mlp_post``,
+    :class:`tlcap.intervene.set_rows.SetFactors`), so one pass scores many sets. Packed rows hand it ``[rows, 1, d]``.
 
     Example:
-        >>> masks = torch.ones(8, model.d_mlp); masks[3, [5, 9]] = 0     # row 3 erases neurons 5, 9
-        >>> logits = model.logits(tokens.expand(8, -1), hooks=[(model.hook_name("mlp_post", 2), scale_rows(masks))])
+        >>> f = torch.ones(8, model.d_mlp); f[3, [5, 9]] = 0     # row 3 erases neurons 5 and 9
+        >>> model.logits(toks.expand(8, -1), hooks=[(model.hook_name("mlp_post", 2), scale_rows(f))])
     """
 
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
         if act.ndim != 3 or act.shape[0] != factor.shape[0] or act.shape[2] != factor.shape[1]:
             raise ShapeMismatchError(f"scale_rows has factors {tuple(factor.shape)} for an activation of shape "
-                                     f"{tuple(act.shape)}; it needs [batch, pos, d] with batch and d equal")
+                                     f"{tuple(act.shape)}; give one factor row per batch row, one column per unit")
         f = factor.to(act.device, act.dtype)[:, None, :]
-        if pos is None:
-            return act * f
-        out = act.clone()
-        p = _pos(pos)
-        out[:, p] = out[:, p] * (f if isinstance(p, (slice, Tensor)) else f[:, 0])
+        out, p = act.clone(), _pos(pos)
+        out[:, p] *= f if isinstance(p, (slice, Tensor)) else f[:, 0]
         return out
 
     return hook
@@ -359,15 +341,10 @@ def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
 
 
 def gather_positions(pos: Int[Tensor, "batch k"]) -> HookFn:
-    """Keep ``k`` positions per row, ``act[r, pos[r, i]]``, as a ``[batch, k, ...]`` activation.
-
-    The many-positions form of :func:`select_positions` (a *shape-changing* hook), e.g. the answer
-    positions of teacher-forced rows of different lengths, so the unembedding runs only there.
-    """
+    """Keep ``k`` positions per row, ``act[r, pos[r, i]]`` → ``[batch, k, ...]`` (shape-changing, as :func:`select_positions`)."""
 
     def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch k *dims"]:
-        p = pos.to(act.device)
-        return act[torch.arange(act.shape[0], device=act.device)[:, None], p]
+        return act[torch.arange(act.shape[0], device=act.device)[:, None], pos.to(act.device)]
 
     return hook
 
