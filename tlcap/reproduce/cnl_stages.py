@@ -275,7 +275,8 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
     for ds in scale.cnl_eval_datasets:
         if ds not in scale.cnl_datasets:
             continue
-        ecfg = EvalConfig(dataset=ds, n_eval=scale.cnl_eval_n, n_random=scale.n_random, seed=seed, data_dir=data_dir,
+        n_eval = scale.cnl_eval_n_code if get_task(ds).kind == "code" else scale.cnl_eval_n
+        ecfg = EvalConfig(dataset=ds, n_eval=n_eval, n_random=scale.n_random, seed=seed, data_dir=data_dir,
                           ppl_texts=scale.cnl_ppl_texts, ppl_n_random=scale.cnl_ppl_n_random)
         stages.append(Stage(f"cnl.erase.{ds}", _erase, ecfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_test_data,
                             workload=_erase_work, items=("CNL Table 3",), description=f"erase at σ 3/6/12 on {ds}"))

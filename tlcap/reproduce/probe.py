@@ -96,10 +96,10 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     seqs = [ids[i:] + ids[:i] for i in range(1, 9)]  # no shared prefix: every row runs every token
     state: dict[str, int] = {}
 
-    def rows() -> None:
+    def many_sets() -> None:
         _, state["tokens"] = teacher_forced(model, plan, seqs, [[len(q) - 1] for q in seqs], lambda lg, i: lg[:, 0, 0])
 
-    s = _timed(rows)
+    s = _timed(many_sets)
     st = state["tokens"]
     probe["set_token"] = {"units": st, "flops": st * shape.set_token_flops(n / 2) + len(sets) * len(seqs) * shape.unembed_flops(),
                           "seconds": s}
