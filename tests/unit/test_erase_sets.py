@@ -237,3 +237,20 @@ def test_erase_resumes_after_the_last_saved_chunk(tiny_gpt2, tmp_path, monkeypat
     again = erase_effect(m, "emotion", emo, loc, n_random=5, checkpoint_dir=tmp_path, checkpoint_every=2)
     assert calls == [2, 1]  # sets: base, located, 5 random = 7 → chunks 2, 2, 2, 1; two were saved before the interrupt
     assert torch.equal(again.random_scores, whole.random_scores) and torch.equal(again.base_scores, whole.base_scores)
+
+
+def test_erase_cost_counts_the_tokens_the_engine_runs(tiny_llama):
+    from tlcap.reproduce.cnl_stages import erase_sets_work
+    from tlcap.reproduce.cost import ModelShape
+
+    m = tiny_llama
+    sets = _sets(m, 2)
+    shape = ModelShape.of(m)
+    for task, n in (("emotion", 5), ("mbpp", 2)):
+        samples = load_task(task, split="test", n=n)
+        sc = erased_scores(m, task, samples, sets)
+        w = erase_sets_work(m, task, samples, len(sets))
+        assert w.units["set_token"] == sc.tokens, task  # each set's shared prefix once, every item's own tokens
+        reads = len(sets) * (n if task == "emotion" else sum(len(encode_sample(m, s, 64)[1]) for s in samples))
+        ctx = w.flops["set_token"] - reads * shape.unembed_flops() - sc.tokens * shape.set_token_flops(0)
+        assert ctx > 0  # attention over the context, on top of the blocks and one unembedding per scored position

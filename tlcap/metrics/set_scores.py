@@ -137,13 +137,15 @@ def teacher_forced(
                 prefix = model.prefix_cache(torch.tensor([list(seqs[0][:pre])], device=model.device).expand(len(sets), -1))
             tokens += pre * len(sets)
         c0 = 0
-        while c0 < n:
-            per = max(1, budget // len(sets))
-            chunk = order[c0:c0 + per]
-            chunk_len = max(len(seqs[i]) - pre for i in chunk)
-            while len(chunk) > 1 and len(chunk) * len(sets) * chunk_len > ROW_TOKENS:
-                chunk = chunk[:-1]
-                chunk_len = max(len(seqs[i]) - pre for i in chunk)
+        while c0 < n:  # items in length order, as many per call as the token and logit budgets allow
+            chunk = order[c0:c0 + 1]
+            for i in order[c0 + 1:]:
+                cand = [*chunk, i]
+                rows_n = len(sets) * len(cand)
+                if (rows_n * max(len(seqs[j]) - pre for j in cand) > ROW_TOKENS
+                        or 4 * rows_n * max(len(reads[j]) for j in cand) * width > LOGIT_BYTES):
+                    break
+                chunk = cand
             c0 += len(chunk)
             rows = [list(seqs[i][pre:]) for _ in range(len(sets)) for i in chunk]
             k = max(len(reads[i]) for i in chunk)

@@ -257,8 +257,8 @@ def _cross_work(ctx: StageContext) -> Workload:
     k = len(cfg.datasets)
     w = Workload()
     for ds, samples in ctx.inputs().items():
-        # base; per cell erase_effect's base, located, randoms
-        w = w + eval_work(ctx.model, ds, samples, 1 + k * (2 + cfg.n_random))
+        # base (one task_accuracy pass); per cell the located set and the random draws, batched
+        w = w + eval_work(ctx.model, ds, samples) + erase_sets_work(ctx.model, ds, samples, 1 + cfg.n_random).scaled(k)
     return w
 
 

@@ -179,7 +179,7 @@ SCALES: dict[str, ScaleConfig] = {
     # cpu: every reduction from the paper's settings is listed in docs/reproduce.md ("cpu: what was reduced")
     "cpu": ScaleConfig(
         name="cpu", cnl_locate_n=200, cnl_steps=4, cnl_rule="gauss_legendre", cnl_max_answer_tokens=1, cnl_groups=20,
-        cnl_eval_n=80, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
+        cnl_eval_n=64, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
         cnl_ppl_n_random=50,
         cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_steps=4, cnl_eval_rule="gauss_legendre",
         cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
