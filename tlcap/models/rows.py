@@ -131,6 +131,31 @@ class RowsMixin:
             _, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
         return PaddedPrefix(cache, lengths, n)
 
+    def logits_at(
+        self, tokens: Any, positions: Int[Tensor, "rows k"], hooks: HookList = (), prefix: Any = None
+    ) -> Float[Tensor, "rows k d_vocab"]:
+        """Logits at ``k`` chosen positions of each row: ``logits(tokens)[r, positions[r]]``.
+
+        The unembedding runs on those positions only (a shape-changing hook at the cut site, as
+        :meth:`last_logits` does for one position), e.g. the answer positions of teacher-forced
+        rows of different lengths (right-padded :class:`TokenBatch`; repeat a row's last position
+        to fill its ``k``).
+
+        Args:
+            tokens: Token ids or a right-padded :class:`TokenBatch` (after ``prefix`` when given).
+            positions: ``[rows, k]`` positions within ``tokens``.
+            hooks: Forward hooks for this call.
+            prefix: A :class:`~tlcap.models.cache.PrefixCache` the tokens continue.
+
+        Returns:
+            ``[rows, k, d_vocab]`` logits.
+        """
+        if self._cut_name is None:
+            out = self.logits(tokens, hooks=hooks, prefix=prefix)  # type: ignore[attr-defined]
+            return out[torch.arange(out.shape[0], device=out.device)[:, None], positions.to(out.device)]
+        fwd = [*hooks, (self._cut_name, H.gather_positions(positions))]
+        return self._run(tokens, fwd, prefix, None, None)  # type: ignore[attr-defined]
+
     def context_run(
         self, tokens: Sequence[int], hook_names: Sequence[str]
     ) -> tuple[Float[Tensor, "pos n_hooks d"], Float[Tensor, "pos d_vocab"], Any]:

@@ -6,9 +6,11 @@ stage                  computes (tlcap API)                        feeds
 ``cnl.locate.<ds>``    CNL scores of ``cnl_groups`` sample groups   Table 1, Fig. 6 (and every stage
                        (:func:`score_dataset`, checkpointed) and    below, at σ = 3 / 6 / 12 by
                        the located set (:func:`finalize`)           re-thresholding the saved scores)
-``cnl.erase.<ds>``     :func:`erase_effect` at σ = 3, 6, 12 with    Table 3
-                       ≥ 20 matched random sets + per-sample
-                       accuracies (base, located erased)
+``cnl.erase.<ds>``     :func:`erase_effect` at σ = 3, 6, 12 with    Table 3 (+ the WikiText-2
+                       ``n_random`` matched random sets, batched    perplexity control)
+                       (per-item scores of base, located and every
+                       random set) + perplexity of the located and
+                       ``ppl_n_random`` random sets
 ``cnl.enhance.<ds>``   :func:`enhance_effect` (located / random /   Table 2
                        w/o located)
 ``cnl.cross``          :func:`cross_dataset` (erase matrix)         Fig. 5 (Fig. 4 from the locates)
@@ -30,11 +32,13 @@ from typing import Any
 from tlcap.attribution.dataset import DatasetScores, score_dataset
 from tlcap.config import Config, check_int, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
+from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
-from tlcap.intervene.weights import erase_neurons
+from tlcap.experiments.cnl.erase import located_accuracy
 from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
-from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, n_tokens, train
+from tlcap.metrics.set_scores import common_prefix
+from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, n_tokens, set_rows, train
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.reproduce.suite_stages import suite_stages
@@ -78,10 +82,16 @@ class EvalConfig(Config):
     seed: int = 0
     datasets: tuple[str, ...] = ()
     data_dir: str | None = None
+    ppl_texts: int = 0
+    ppl_n_random: int = 0
+    checkpoint_every: int = 25
 
     def validate(self) -> None:
         check_int("n_eval", self.n_eval, min=1)
         check_int("n_random", self.n_random, min=1)
+        check_int("ppl_texts", self.ppl_texts, min=0)
+        check_int("ppl_n_random", self.ppl_n_random, min=0)
+        check_int("checkpoint_every", self.checkpoint_every, min=1)
         self._set("sigmas", check_sequence("sigmas", self.sigmas, min_len=1, cli=None))
         self._set("epochs", check_sequence("epochs", self.epochs, min_len=1, cli=None))
         self._set("datasets", check_sequence("datasets", self.datasets, cli=None))
@@ -151,8 +161,38 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     return w.scaled(times)
 
 
+def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_texts: int = 0, ppl_sets: int = 0,
+                    ppl_max_tokens: int = 128) -> Workload:
+    """The cost of :func:`~tlcap.experiments.cnl.erase_sets.erase_sets` (batched): ``n_sets`` sets scored on
+    ``samples`` (every set runs the items' tokens after their shared prefix, and the prefix once; choice tasks
+    unembed one position per row, code tasks the reference tokens, number tasks generate ``max_new_tokens``), and
+    ``ppl_sets`` sets on ``ppl_texts`` WikiText-2 texts (every position unembedded)."""
+    shape = ModelShape.of(model)
+    t = get_task(task)
+    ids = [model.encode(s.prompt, check_length=False) for s in samples]
+    if t.kind == "code":
+        enc = [encode_sample(model, s, CODE_TOKENS) for s in samples]
+        seqs, reads = [p + a[:-1] for p, a in enc], sum(len(a) for _, a in enc)
+    else:
+        seqs, reads = ids, len(ids)
+    pre = common_prefix(seqs, min(len(p) for p in ids) - 1) if t.kind != "number" else 0
+    toks = pre + sum(len(q) - pre for q in seqs)
+    mean = sum(len(q) for q in seqs) / max(len(seqs), 1)
+    if t.kind == "number":
+        toks, reads = toks + len(samples) * t.max_new_tokens, len(samples) * t.max_new_tokens
+        mean += t.max_new_tokens / 2
+    w = set_rows(shape, n_sets * toks, n_sets * reads, mean / 2)
+    if ppl_texts and ppl_sets:
+        lens = [len(model.encode(x, prepend_bos=False, max_tokens=ppl_max_tokens, check_length=False))
+                for x in load_wikitext(n_texts=ppl_texts)]
+        w = w + set_rows(shape, ppl_sets * sum(lens), ppl_sets * sum(lens), sum(lens) / max(len(lens), 1) / 2)
+    return w
+
+
 # ------------------------------------------------------------------ erase (Table 3)
 def _erase(ctx: StageContext) -> dict[str, Result]:
+    """``base`` (TaskAccuracy), per σ ``sigma<σ>`` (EraseResult: per-item scores of base, located, every random set,
+    and the perplexity control) and ``sigma<σ>_located`` (the located-erased TaskAccuracy, from the same run)."""
     cfg: EvalConfig = ctx.config
     m, samples = ctx.model, ctx.inputs()
     loc = location(ctx, cfg.dataset)
@@ -163,17 +203,22 @@ def _erase(ctx: StageContext) -> dict[str, Result]:
         tag = f"sigma{sigma:g}"
         if not ns.to_list():  # nothing above mean + σ·std: the report lists this σ as not computed, with the reason
             continue
-        out[tag] = erase_effect(m, cfg.dataset, samples, ns, n_random=cfg.n_random, seed=cfg.seed,
-                                base_accuracy=base, source=cfg.dataset)
-        with erase_neurons(m, ns):
-            out[f"{tag}_located"] = task_accuracy(m, cfg.dataset, samples)
+        runs: list = []
+        out[tag] = erase_effect(m, cfg.dataset, samples, ns, n_random=cfg.n_random, seed=cfg.seed, base_accuracy=base,
+                                source=cfg.dataset, ppl_texts=cfg.ppl_texts, ppl_n_random=cfg.ppl_n_random,
+                                checkpoint_dir=ctx.checkpoint / tag, checkpoint_every=cfg.checkpoint_every, runs=runs,
+                                progress=ctx.progress)
+        out[f"{tag}_located"] = located_accuracy(runs[0], cfg.dataset)
     return out
 
 
 def _erase_work(ctx: StageContext) -> Workload:
     cfg: EvalConfig = ctx.config
-    per_sigma = 3 + cfg.n_random  # erase_effect: base, located, randoms; + per-sample located
-    return eval_work(ctx.model, cfg.dataset, ctx.inputs(), 1 + per_sigma * len(cfg.sigmas))
+    m, samples = ctx.model, ctx.inputs()
+    # per σ: base, located and the random sets in batched passes (a set's cost does not depend on its size)
+    per_sigma = erase_sets_work(m, cfg.dataset, samples, 1 + cfg.n_random, ppl_texts=cfg.ppl_texts,
+                                ppl_sets=2 + min(cfg.ppl_n_random, cfg.n_random))
+    return eval_work(m, cfg.dataset, samples) + per_sigma.scaled(len(cfg.sigmas))
 
 
 # ------------------------------------------------------------------ enhance (Table 2)
@@ -216,8 +261,8 @@ def _cross_work(ctx: StageContext) -> Workload:
     k = len(cfg.datasets)
     w = Workload()
     for ds, samples in ctx.inputs().items():
-        # base; per cell erase_effect's base, located, randoms
-        w = w + eval_work(ctx.model, ds, samples, 1 + k * (2 + cfg.n_random))
+        # base (one task_accuracy pass); per cell the located set and the random draws, batched
+        w = w + eval_work(ctx.model, ds, samples) + erase_sets_work(ctx.model, ds, samples, 1 + cfg.n_random).scaled(k)
     return w
 
 
@@ -234,7 +279,9 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
     for ds in scale.cnl_eval_datasets:
         if ds not in scale.cnl_datasets:
             continue
-        ecfg = EvalConfig(dataset=ds, n_eval=scale.cnl_eval_n, n_random=scale.n_random, seed=seed, data_dir=data_dir)
+        n_eval = scale.cnl_eval_n_code if get_task(ds).kind == "code" else scale.cnl_eval_n
+        ecfg = EvalConfig(dataset=ds, n_eval=n_eval, n_random=scale.n_random, seed=seed, data_dir=data_dir,
+                          ppl_texts=scale.cnl_ppl_texts, ppl_n_random=scale.cnl_ppl_n_random)
         stages.append(Stage(f"cnl.erase.{ds}", _erase, ecfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_test_data,
                             workload=_erase_work, items=("CNL Table 3",), description=f"erase at σ 3/6/12 on {ds}"))
         hcfg = EvalConfig(dataset=ds, n_eval=scale.enhance_eval_n, n_train=scale.enhance_train_n, n_random=1,

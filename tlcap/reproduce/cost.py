@@ -13,6 +13,9 @@ unit            what                                             FLOPs per unit
                 (accuracy, perplexity, clean runs)               4·L·ctx·d_model`` (``ctx``: context length)
 ``gen_token``   one greedily generated token (KV cache)          as ``fwd_token``
 ``train_token`` one token of a fine-tuning step                  ``3 ·`` ``fwd_token`` (forward + backward)
+``set_token``   one token of a batched many-sets pass (rows =    ``2·N_block + 4·L·ctx·d_model``, plus
+                (set, item), each row its own neuron set;        ``2·d_model·d_vocab`` per unembedded
+                :mod:`tlcap.metrics.set_scores`)                 position only
 ==============  ===============================================  ==============================================
 
 ``N_block`` is the parameter count of the transformer blocks (attention + MLP; embeddings and
@@ -57,7 +60,7 @@ from typing import Any
 
 from tlcap.errors import InvalidConfigError, MissingFileError
 
-UNITS = ("ig_row", "fwd_token", "gen_token", "train_token")
+UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
 FORMAT = "tlcap-calibration/1"
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
@@ -117,6 +120,14 @@ class ModelShape:
         """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding)."""
         f = (self.n_layers + 1) / (2.0 * self.n_layers)
         return 3.0 * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)
+
+    def set_token_flops(self, ctx: float = 0.0) -> float:
+        """One token of a batched many-sets pass, without the unembedding (counted per read position)."""
+        return 2.0 * self.n_block_params + 4.0 * self.n_layers * ctx * self.d_model
+
+    def unembed_flops(self) -> float:
+        """The unembedding of one position."""
+        return 2.0 * self.d_model * self.d_vocab
 
     def train_token_flops(self, ctx: float = 0.0) -> float:
         """One token of a fine-tuning step (forward + backward)."""
@@ -189,6 +200,17 @@ def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0
 def generate(shape: ModelShape, tokens: float, ctx: float = 0.0) -> Workload:
     """``tokens`` greedily generated tokens at mean context ``ctx`` (each token is its own pass: FLOPs only)."""
     return Workload({"gen_token": tokens * shape.fwd_token_flops(ctx)}, {"gen_token": tokens}, shape.sequence_bytes(int(ctx)))
+
+
+SET_ROW_TOKENS = 4096
+"""Tokens per call of the batched many-sets passes (:data:`tlcap.metrics.set_scores.ROW_TOKENS`)."""
+
+
+def set_rows(shape: ModelShape, tokens: float, reads: float, ctx: float = 0.0) -> Workload:
+    """Batched many-sets passes over ``tokens`` tokens in total, ``reads`` of them unembedded, mean context ``ctx``."""
+    flops = tokens * shape.set_token_flops(ctx) + reads * shape.unembed_flops()
+    work = FLOAT_BYTES * SET_ROW_TOKENS * (8 * shape.d_model + 4 * shape.d_mlp) + 2**28  # activations + the logits bound
+    return Workload({"set_token": flops}, {"set_token": tokens}, work, {"set_token": math.ceil(tokens / SET_ROW_TOKENS)})
 
 
 def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0,
@@ -395,4 +417,4 @@ def fmt_bytes(b: float) -> str:
 
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
-           "dominant", "n_tokens", "prefill_tokens"]
+           "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS"]

@@ -1,7 +1,8 @@
 """The calibration probe: time a few units of each kind on the actual model and machine.
 
 It runs, on the loaded model: an IG pass (``(steps+1)·L`` rows), a forward pass over a sequence, a
-short greedy generation and one masked fine-tuning epoch on two samples (weights restored), and
+short greedy generation, one masked fine-tuning epoch on two samples (weights restored) and a
+batched many-sets pass (32 rows, each with its own neuron set; one size everywhere), and
 turns each timing into seconds per FLOP of its unit (:class:`tlcap.reproduce.cost.Calibration`).
 Each op runs once to warm up, then is timed.
 
@@ -31,6 +32,8 @@ from tlcap.attribution.ig import integrated_gradients
 from tlcap.data.tasks import Sample, encode_sample
 from tlcap.errors import InvalidConfigError
 from tlcap.intervene.finetune import masked_finetune
+from tlcap.intervene.set_rows import SetFactors
+from tlcap.metrics.set_scores import teacher_forced
 from tlcap.metrics.sets import NeuronSet
 from tlcap.reproduce.cost import Calibration, ModelShape
 from tlcap.reproduce.memory import PeakMemory, rss_bytes
@@ -159,6 +162,22 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         tr_runs.append((float(len(samples)), ntok * shape.train_token_flops(ntok / (2 * len(samples))), s))
         tr_units.append(ntok)
     record("train_token", tr_runs, tr_units)
+
+    # a batched many-sets pass (CNL erase, reliability): 4 sets x 8 sequences of the text, each row its own set
+    sets = [NeuronSet(tuple((l, (37 * k + j) % shape.d_mlp) for l in range(shape.n_layers) for j in range(8)),
+                      (shape.n_layers, shape.d_mlp))
+            for k in range(4)]
+    plan = SetFactors.of(model, sets, 0.0)
+    seqs = [ids[i:] + ids[:i] for i in range(1, 9)]  # no shared prefix: every row runs every token
+    state: dict[str, int] = {}
+
+    def many_sets() -> None:
+        _, state["tokens"] = teacher_forced(model, plan, seqs, [[len(q) - 1] for q in seqs], lambda lg, i: lg[:, 0, 0])
+
+    s = _timed(many_sets, sync=sync)
+    st = state["tokens"]
+    record("set_token", [(1.0, st * shape.set_token_flops(n / 2) + len(sets) * len(seqs) * shape.unembed_flops(), s)], [st])
+
 
     modelled = min(ig_units[-1], 128) * shape.ig_row_bytes()
     scale = max(ig_peak, 0) / modelled if modelled and ig_peak > 0 else 1.0

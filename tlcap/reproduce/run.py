@@ -32,6 +32,7 @@ from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
 from tlcap.reproduce.cost import (
+    UNITS,
     Calibration,
     ModelShape,
     Prediction,
@@ -103,6 +104,8 @@ def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: b
     if path.exists() and not reprobe:
         try:
             cal = Calibration.from_dict(json.loads(path.read_text()))
+            if not set(UNITS) <= set(cal.seconds_per_flop):  # a probe from before a unit was added is measured again
+                cal = None
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):  # unreadable (e.g. by an old tlcap): probe again
             cal = None
     else:

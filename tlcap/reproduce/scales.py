@@ -40,7 +40,9 @@ class ScaleConfig(Config):
         cnl_max_answer_tokens: Answer tokens scored per sample.
         cnl_groups: Scoring groups per dataset (clusters of the bootstrap; half of them per split half).
         cnl_sigma: σ of the located set used by Tables 1, 2, Figs. 4–6 (the paper's default reading: 3).
-        cnl_eval_n: Held-out samples for erase (per dataset).
+        cnl_eval_n: Held-out samples for erase (per dataset; code datasets: ``cnl_eval_n_code``).
+        cnl_eval_n_code: Held-out samples for erase on a code dataset (MBPP: each is scored over its prompt and
+            64 reference tokens, about 5× an Emotion sample's tokens).
         cnl_eval_datasets: Datasets erased / enhanced (Table 2 and 3 use GSM8K, Emotion, Code25K).
         cnl_eval_facts: Facts of the CNL evaluation suite (fidelity, reliability; issue 11).
         cnl_eval_pairs: Comparative pairs of the decoupling experiment.
@@ -56,7 +58,10 @@ class ScaleConfig(Config):
         cnl_eval_rome_facts: Facts ROME edits (the first ones; ``None`` = all).
         cnl_eval_rome_steps: ROME value-optimisation steps (ROME: 20).
         n_random: Matched random sets per located-vs-random comparison (≥ 20 for a p-value; ``smoke``: ≥ 5,
-            the fewest draws an IPP takes).
+            the fewest draws an IPP takes; ``cpu``: 200, scored many sets per forward pass): CNL erase
+            (per σ), the reliability KN sets and KC circuits per fact.
+        cnl_ppl_texts: WikiText-2 test paragraphs of the perplexity control beside every CNL erase.
+        cnl_ppl_n_random: Random sets (the erase's first ones) whose perplexity the control measures.
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
         enhance_epochs: Epochs evaluated (the paper: 1, 5, 10).
@@ -85,6 +90,7 @@ class ScaleConfig(Config):
     cnl_groups: int = 4
     cnl_sigma: float = 3.0
     cnl_eval_n: int = 2
+    cnl_eval_n_code: int = 2
     cnl_eval_datasets: tuple[str, ...] = ("emotion", "mbpp")
     cnl_eval_facts: int = 2
     cnl_eval_pairs: int = 2
@@ -99,6 +105,8 @@ class ScaleConfig(Config):
     cnl_eval_rome_facts: int | None = 1
     cnl_eval_rome_steps: int = 2
     n_random: int = 5
+    cnl_ppl_texts: int = 2
+    cnl_ppl_n_random: int = 2
     enhance_train_n: int = 2
     enhance_eval_n: int = 2
     enhance_epochs: tuple[int, ...] = (1,)
@@ -131,13 +139,16 @@ class ScaleConfig(Config):
                                                  item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
         self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
                                                       item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
-        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "enhance_train_n",
+        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "cnl_eval_n_code",
+                  "enhance_train_n",
                   "cnl_eval_steps", "cnl_eval_trace_samples", "cnl_eval_kc_top_n", "cnl_eval_kc_ig_steps", "cnl_eval_rome_steps",
                   "enhance_eval_n", "cross_eval_n",
                   "cross_n_random", "ql_steps", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
         check_int("n_random", self.n_random, min=5 if self.name == "smoke" else 20, cli=None)
+        check_int("cnl_ppl_texts", self.cnl_ppl_texts, min=0, cli=None)
+        check_int("cnl_ppl_n_random", self.cnl_ppl_n_random, min=0, cli=None)
         check_int("cnl_eval_rewrites", self.cnl_eval_rewrites, min=2, cli=None)
         for f in ("cnl_rule", "cnl_eval_rule", "ql_rule"):
             check_choice(f, getattr(self, f), RULES, cli=None)
@@ -168,20 +179,22 @@ SCALES: dict[str, ScaleConfig] = {
     # cpu: every reduction from the paper's settings is listed in docs/reproduce.md ("cpu: what was reduced")
     "cpu": ScaleConfig(
         name="cpu", cnl_locate_n=200, cnl_steps=4, cnl_rule="gauss_legendre", cnl_max_answer_tokens=1, cnl_groups=20,
-        cnl_eval_n=30, cnl_eval_datasets=("emotion", "mbpp"), n_random=20,
+        cnl_eval_n=64, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
+        cnl_ppl_n_random=50,
         cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_steps=4, cnl_eval_rule="gauss_legendre",
         cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
         cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
-        enhance_train_n=50, enhance_eval_n=50, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
+        enhance_train_n=50, enhance_eval_n=200, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
         ql_relations=QL_CPU_RELATIONS, ql_n_facts=100, ql_max_queries=3, ql_known_top_k=10, ql_steps=4,
         ql_rule="gauss_legendre", ql_sig_facts=10, ql_amig_facts=10, ql_edit_queries=1,
         n_boot=5000,
     ),
     "full": ScaleConfig(
         name="full", cnl_eval_known_top_k=1,
-        cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
+        cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000, cnl_eval_n_code=1000,
+        cnl_ppl_texts=64, cnl_ppl_n_random=200,
         cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
-        n_random=20, cnl_eval_rewrites=5, cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300,
+        n_random=200, cnl_eval_rewrites=5, cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300,
         cnl_eval_kc_ig_steps=5,
         cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,

@@ -34,7 +34,7 @@ from tlcap.experiments.cnl_eval import FidelityResult, ReliabilityResult, compar
 from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.experiments.cnl_eval.reliability import neighbourhood
 from tlcap.intervene.rome.config import RomeConfig
-from tlcap.reproduce.cost import ModelShape, Workload, forward, n_tokens
+from tlcap.reproduce.cost import ModelShape, Workload, n_tokens, set_rows
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError, code_hash
 from tlcap.reproduce.suite_cost import kc_work, kn_work, rome_work, trace_work
@@ -228,8 +228,9 @@ def _reliability_work(ctx: StageContext) -> Workload:
     for i, f in enumerate(facts):
         p = f.rewrites[0]
         T = n_tokens(m, p + f.target)
-        w = w + kn_work(m, p, f.target, cfg.ig) + forward(shape, T * (1 + 2 * (1 + cfg.n_random)), T / 2, T,
-                                                          1 + 2 * (1 + cfg.n_random))
+        q = T - n_tokens(m, p) or 1  # the predicting positions each (set, factor) row runs
+        rows = 1 + 2 * (1 + cfg.n_random)  # the base, the located and every random set, doubled and zeroed (batched)
+        w = w + kn_work(m, p, f.target, cfg.ig) + set_rows(shape, T - q + rows * q, rows * q, T)
         w = w + kc_work(m, p, f.target, cfg.kc_ig_steps, 1 + cfg.n_random_circuits)
         if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
             nb = neighbourhood(facts, i, 10, cfg.seed) or []

@@ -256,6 +256,29 @@ def scale_where(mask: Bool[Tensor, "..."], factor: float | Float[Tensor, "..."])
     return hook
 
 
+def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None) -> HookFn:
+    """Per-row, per-unit scaling: ``act[b, pos, j] *= factor[b, j]`` (``pos=None``: every position).
+
+    Each row carries its own intervention (e.g. its own neuron set erased: a 0/1 row on ``mlp_post``,
+    :class:`tlcap.intervene.set_rows.SetFactors`), so one pass scores many sets. Packed rows hand it ``[rows, 1, d]``.
+
+    Example:
+        >>> f = torch.ones(8, model.d_mlp); f[3, [5, 9]] = 0     # row 3 erases neurons 5 and 9
+        >>> model.logits(toks.expand(8, -1), hooks=[(model.hook_name("mlp_post", 2), scale_rows(f))])
+    """
+
+    def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:
+        if act.ndim != 3 or act.shape[0] != factor.shape[0] or act.shape[2] != factor.shape[1]:
+            raise ShapeMismatchError(f"scale_rows has factors {tuple(factor.shape)} for an activation of shape "
+                                     f"{tuple(act.shape)}; give one factor row per batch row, one column per unit")
+        f = factor.to(act.device, act.dtype)[:, None, :]
+        out, p = act.clone(), _pos(pos)
+        out[:, p] *= f if isinstance(p, (slice, Tensor)) else f[:, 0]
+        return out
+
+    return hook
+
+
 def patch_rows(source: Float[Tensor, " src_batch *dims"], rows: Int[Tensor, " n"], pos: int | Int[Tensor, " n"]) -> HookFn:
     """Per-row patching: ``act[rows[i], pos[i]] = source[rows[i] or 0, pos[i]]``.
 
@@ -318,6 +341,15 @@ def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
     def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
         p = pos.to(act.device)
         return act[torch.arange(act.shape[0], device=act.device), p][:, None]
+
+    return hook
+
+
+def gather_positions(pos: Int[Tensor, "batch k"]) -> HookFn:
+    """Keep ``k`` positions per row, ``act[r, pos[r, i]]`` → ``[batch, k, ...]`` (shape-changing, as :func:`select_positions`)."""
+
+    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch k *dims"]:
+        return act[torch.arange(act.shape[0], device=act.device)[:, None], pos.to(act.device)]
 
     return hook
 

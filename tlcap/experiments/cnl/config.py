@@ -99,16 +99,30 @@ class EraseConfig(Config):
         seed: Seed of the random draws, ``>= 0``.
         include_input: Also zero the erased neurons' input weights (default: only their
             down-projection rows, the paper's erase).
+        batched: Score many sets per forward pass, each batch row with its own set's activations
+            zeroed (:func:`tlcap.metrics.set_scores.erased_scores`; the same numbers as erasing
+            the weights); ``False``: one set at a time with weight edits (the reference).
+        ppl_texts: WikiText-2 test paragraphs of the perplexity control (0: no control).
+        ppl_n_random: Random sets (the first ones) whose perplexity is measured too.
+        ppl_max_tokens: Tokens per paragraph of the control.
     """
 
     n_random: int = 3
     seed: int = 0
     include_input: bool = False
+    batched: bool = True
+    ppl_texts: int = 0
+    ppl_n_random: int = 20
+    ppl_max_tokens: int = 128
 
     def validate(self) -> None:
         check_int("n_random", self.n_random, min=0)
         check_int("seed", self.seed, min=0)
         check_bool("include_input", self.include_input, cli=None)
+        check_bool("batched", self.batched, cli=None)
+        check_int("ppl_texts", self.ppl_texts, min=0)
+        check_int("ppl_n_random", self.ppl_n_random, min=0)
+        check_int("ppl_max_tokens", self.ppl_max_tokens, min=2)
 
 
 @dataclass(frozen=True)

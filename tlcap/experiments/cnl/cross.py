@@ -42,6 +42,10 @@ from tlcap.viz.cnl import cross_matrix_figure
 NAN = float("nan")
 
 
+def _empty(*shape: int) -> Tensor:
+    return torch.zeros(*shape, dtype=torch.float64)
+
+
 @dataclass(frozen=True)
 class CrossRow:
     """One (neurons of A, evaluated on B) cell of :class:`CrossResult`; enhance columns NaN when not run."""
@@ -69,6 +73,12 @@ class CrossResult(Result):
             without draws).
         enhance_delta: ``[modes, k, k]`` accuracy change on B after fine-tuning with A's neurons
             in each of ``enhance_modes`` (``[0, k, k]`` if not run); training data per ``train_on``.
+        base_scores: ``[k, item]`` per-item score of the unedited model on each dataset B (row ``j``
+            holds ``n_items[j]`` scores, NaN after them).
+        erase_scores: ``[k, k, set, item]`` per-item score on B with A's neurons erased (set 0)
+            and with each random draw of A's count erased (sets 1..``n_random``); NaN-padded like
+            ``base_scores``.
+        n_items: Scored items per dataset.
     """
 
     names: tuple[str, ...]
@@ -84,6 +94,9 @@ class CrossResult(Result):
     train_on: str = "source"
     config: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+    base_scores: Float[Tensor, "dataset item"] = field(default_factory=lambda: _empty(0, 0))
+    erase_scores: Float[Tensor, "source dataset set item"] = field(default_factory=lambda: _empty(0, 0, 0, 0))
+    n_items: tuple[int, ...] = ()
 
     def enhance(self, mode: str) -> Float[Tensor, "k k"]:
         """The ``[k, k]`` enhance matrix of one mode."""
@@ -191,15 +204,24 @@ def cross_dataset(
     ov, io, ed, rd = (torch.zeros(k, k, dtype=torch.float64) for _ in range(4))
     modes = cfg.modes if train_sets is not None else ()
     en = torch.zeros(len(modes), k, k, dtype=torch.float64)
-    base = {b: task_accuracy(model, b, eval_sets[b], progress=progress).accuracy for b in names}
+    base_acc = {b: task_accuracy(model, b, eval_sets[b], progress=progress) for b in names}
+    base = {b: a.accuracy for b, a in base_acc.items()}
+    width = max(len(a.scores) for a in base_acc.values())
+    bs = torch.full((k, width), NAN, dtype=torch.float64)
+    es = torch.full((k, k, 1 + cfg.n_random, width), NAN, dtype=torch.float64)
     erase_cfg = EraseConfig(n_random=cfg.n_random, seed=cfg.seed)
+    for j, b in enumerate(names):
+        bs[j, : len(base_acc[b].scores)] = torch.tensor(base_acc[b].scores, dtype=torch.float64)
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             ov[i, j] = located[a].overlap(located[b])
             io[i, j] = located[a].iou(located[b])
-            er = erase_effect(model, b, eval_sets[b], located[a], config=erase_cfg, base_accuracy=base[b], source=a,
+            er = erase_effect(model, b, eval_sets[b], located[a], config=erase_cfg, base_accuracy=base_acc[b], source=a,
                               progress=progress)
             ed[i, j], rd[i, j] = er.located_delta, er.random_delta
+            n = er.located_scores.shape[0]
+            es[i, j, 0, :n] = er.located_scores
+            es[i, j, 1:, :n] = er.random_scores
     tune = dict(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed, max_answer_tokens=cfg.max_answer_tokens, progress=progress)
     for m, mode in enumerate(modes):
         for i, a in enumerate(names):
@@ -214,7 +236,8 @@ def cross_dataset(
     data = {b: DataReport.of(eval_sets[b], b, "test").summary() for b in names}
     res = CrossResult(names=names, overlap=ov, iou=io, erase_delta=ed, random_delta=rd, enhance_delta=en,
                       base_accuracy=tuple(base[b] for b in names), n_neurons=tuple(len(located[a]) for a in names),
-                      enhance_modes=tuple(modes), train_on=cfg.train_on, config=cfg.to_dict(), data=data)
+                      enhance_modes=tuple(modes), train_on=cfg.train_on, config=cfg.to_dict(), data=data,
+                      base_scores=bs, erase_scores=es, n_items=tuple(len(base_acc[b].scores) for b in names))
     return res.with_provenance(Provenance.collect(model, cfg, cfg.seed))
 
 

@@ -25,15 +25,20 @@ from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from tlcap.config import check_choice
 from tlcap.data.sample import DataReport, Sample
-from tlcap.errors import EmptyNeuronSetError
+from tlcap.data.tasks import get_task
+from tlcap.errors import EmptyNeuronSetError, InvalidConfigError
 from tlcap.experiments.cnl.config import ENHANCE_MODES, EnhanceConfig
 from tlcap.experiments.cnl.rows import RowFields
 from tlcap.intervene.finetune import masked_finetune, trained_fraction
 from tlcap.intervene.weights import WeightEdit, erase_neurons
 from tlcap.metrics.accuracy import task_accuracy
+from tlcap.metrics.set_scores import scored_items
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -112,6 +117,12 @@ class EnhanceResult(RowFields, Result):
     Attributes:
         rows: One :class:`EnhanceRow` per (mode, evaluated epoch).
         trained_fraction: Mode → share of the MLP-neuron parameters it trains.
+        base_scores: ``[item]`` per-item score of the unedited model on the held-out items (0/1,
+            or the token accuracy for code; empty in results saved before tlcap kept them).
+        item_scores: ``[row, item]`` per-item score after each row's mode and epoch (row ``k`` is
+            ``rows[k]``), on the same items: located vs random can be compared item by item
+            (McNemar, paired bootstrap).
+        items: Positions of the scored items among the held-out samples.
     """
 
     _row_types: ClassVar[dict[str, type]] = {"rows": EnhanceRow}
@@ -130,6 +141,21 @@ class EnhanceResult(RowFields, Result):
     majority_share: float = float("nan")
     config: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+    base_scores: Float[Tensor, " item"] = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    item_scores: Float[Tensor, "row item"] = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.float64))
+    items: tuple[int, ...] = ()
+
+    def scores(self, mode: str, epoch: int) -> Float[Tensor, " item"]:
+        """Per-item scores of one (mode, epoch) row.
+
+        Raises:
+            InvalidConfigError: no such row (or a result saved without per-item scores).
+        """
+        for k, r in enumerate(self.rows):
+            if r.mode == mode and r.epoch == epoch and k < self.item_scores.shape[0]:
+                return self.item_scores[k]
+        raise InvalidConfigError(f"no per-item scores for mode {mode!r} at epoch {epoch}; rows: "
+                                 f"{[(r.mode, r.epoch) for r in self.rows]}")
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`EnhanceRow` per (mode, epoch)."""
@@ -197,6 +223,7 @@ def enhance_effect(
                                   "nothing to fine-tune; locate with a lower --sigma or on more samples")
     base = task_accuracy(model, task, test, progress=progress)
     rows: list[EnhanceRow] = []
+    per_item: list[tuple[float, ...]] = []
     fractions = {}
     for mode in cfg.modes:
         ns, ft_mode = mode_neurons(neurons, mode, cfg.seed)
@@ -204,7 +231,9 @@ def enhance_effect(
 
         def evaluate(epoch: int, mode: str = mode) -> None:
             if epoch in cfg.evaluated_epochs:
-                rows.append(EnhanceRow(mode, epoch, task_accuracy(model, task, test, progress=progress).accuracy))
+                acc = task_accuracy(model, task, test, progress=progress)
+                rows.append(EnhanceRow(mode, epoch, acc.accuracy))
+                per_item.append(acc.scores)
 
         with tuned(model, train, neurons, mode, epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed, on_epoch=evaluate,
                    max_answer_tokens=cfg.max_answer_tokens, progress=progress):
@@ -214,6 +243,9 @@ def enhance_effect(
         n_eval=len(test), lr=cfg.lr, metric=base.metric, source=source or task, trained_fraction=fractions,
         majority_share=base.majority_share, config=cfg.to_dict(),
         data={"train": DataReport.of(train, task, "train").summary(), "test": DataReport.of(test, task, "test").summary()},
+        base_scores=torch.tensor(base.scores, dtype=torch.float64),
+        item_scores=torch.tensor(per_item, dtype=torch.float64).reshape(len(per_item), len(base.scores)),
+        items=tuple(i for i, _, _ in scored_items(model, get_task(task), test)),
     )
     return res.with_provenance(Provenance.collect(model, cfg, cfg.seed))
 

@@ -2,8 +2,14 @@
 as many random neurons, at one σ or a σ sweep re-thresholded from one saved scoring run.
 
 Erasing zeroes the neurons' down-projection rows (:func:`~tlcap.intervene.weights.erase_neurons`,
-restored exactly on every exit path). The random baseline erases ``n_random`` draws of
-:meth:`NeuronSet.random_like` (same count per layer, never a located neuron).
+restored exactly on every exit path), or — the default, same numbers — zeroes their activations
+in batch rows that each carry one set, so one forward pass scores many sets
+(:mod:`tlcap.experiments.cnl.erase_sets`). The random baseline erases ``n_random`` draws of
+:meth:`NeuronSet.random_like` (same count per layer, never a located neuron; draw ``k`` has seed
+``seed + k``). :class:`EraseResult` keeps the per-item scores of the unedited model, the located
+set and every random set (for permutation tests over sets and item × set bootstraps) and, with
+``ppl_texts > 0``, the WikiText-2 perplexity control (unedited, located, the first
+``ppl_n_random`` random sets).
 """
 
 from __future__ import annotations
@@ -18,13 +24,16 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from tlcap.data.sample import DataReport, Sample
 from tlcap.errors import EmptyNeuronSetError
 from tlcap.experiments.cnl.config import CNLWarning, EraseConfig, check_sigmas
+from tlcap.experiments.cnl.erase_sets import ErasedSets, erase_sets
 from tlcap.experiments.cnl.locate import CNLLocation
 from tlcap.experiments.cnl.rows import RowFields
-from tlcap.intervene.weights import erase_neurons
 from tlcap.metrics.accuracy import TaskAccuracy, task_accuracy
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
@@ -47,6 +56,10 @@ class EraseRow:
     accuracy: float
 
 
+def _empty(*shape: int) -> Tensor:
+    return torch.zeros(*shape, dtype=torch.float64)
+
+
 @dataclass(frozen=True)
 class EraseResult(Result):
     """Accuracy with located neurons erased vs as many random neurons (several draws).
@@ -55,6 +68,18 @@ class EraseResult(Result):
         random_accuracy: Mean over the random draws (NaN with ``n_random=0``: no baseline).
         majority_share: Share of the most frequent gold label (a constant predictor's accuracy).
         n_skipped: Evaluation samples not scored (prompt beyond the context window).
+        base_scores: ``[item]`` per-item score of the unedited model (0/1, or the token accuracy
+            for code; empty in results saved before tlcap kept per-item scores).
+        located_scores: ``[item]`` per-item score with the located set erased.
+        random_scores: ``[random, item]`` per-item score with each random set erased (row ``k``:
+            seed ``random_seeds[k]``); ``random_accuracies[k]`` is its mean.
+        random_seeds: Seed of each random set (:meth:`NeuronSet.random_like`).
+        items: Positions of the scored items among the evaluation samples.
+        ppl_nll: ``[ppl_set, text]`` summed next-token NLL (nats) of each WikiText-2 text; rows:
+            unedited, located erased, then the first ``ppl_set - 2`` random sets erased (the
+            same sets as rows of ``random_scores``); empty without the control.
+        ppl_count: ``[text]`` predicted tokens of each text.
+        ppl_texts: The control's texts (``source``, ``n_texts``, ``max_tokens``, ``n_random``).
     """
 
     task: str
@@ -71,6 +96,14 @@ class EraseResult(Result):
     n_skipped: int = 0
     config: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+    base_scores: Float[Tensor, " item"] = field(default_factory=lambda: _empty(0))
+    located_scores: Float[Tensor, " item"] = field(default_factory=lambda: _empty(0))
+    random_scores: Float[Tensor, "random item"] = field(default_factory=lambda: _empty(0, 0))
+    random_seeds: tuple[int, ...] = ()
+    items: tuple[int, ...] = ()
+    ppl_nll: Float[Tensor, "ppl_set text"] = field(default_factory=lambda: _empty(0, 0))
+    ppl_count: Float[Tensor, " text"] = field(default_factory=lambda: _empty(0))
+    ppl_texts: dict = field(default_factory=dict)
 
     @property
     def located_delta(self) -> float:
@@ -80,8 +113,23 @@ class EraseResult(Result):
     def random_delta(self) -> float:
         return self.random_accuracy - self.base_accuracy
 
+    @property
+    def perplexities(self) -> Float[Tensor, " ppl_set"]:
+        """WikiText-2 perplexity of each row of :attr:`ppl_nll` (unedited, located, random...; empty: no control)."""
+        if not self.ppl_nll.numel():
+            return _empty(0)
+        return (self.ppl_nll.sum(1) / self.ppl_count.sum().clamp(min=1)).exp()
+
+    def _ppl_summary(self) -> dict[str, Any]:
+        p = self.perplexities.tolist()
+        if not p:
+            return {"ppl_base": None, "ppl_located": None, "ppl_random": []}
+        return {"ppl_base": p[0], "ppl_located": p[1], "ppl_random": p[2:], "ppl_texts": dict(self.ppl_texts),
+                "ppl_tokens": int(self.ppl_count.sum())}
+
     def summary(self) -> dict[str, Any]:
-        """Base, located-erased and random-erased accuracy and their changes (random: ``None`` without draws)."""
+        """Base, located-erased and random-erased accuracy and their changes (random: ``None`` without draws),
+        and the perplexity control (``ppl_base`` / ``ppl_located`` / ``ppl_random``; ``None`` / ``[]`` without it)."""
         no_rnd = not self.random_accuracies
         return {
             "task": self.task, "source": self.source, "metric": self.metric, "n_eval": self.n_eval,
@@ -89,7 +137,7 @@ class EraseResult(Result):
             "majority_share": self.majority_share, "located_accuracy": self.located_accuracy,
             "random_accuracy": None if no_rnd else self.random_accuracy, "random_accuracies": list(self.random_accuracies),
             "located_delta": self.located_delta, "random_delta": None if no_rnd else self.random_delta,
-            "data": dict(self.data), "config": dict(self.config),
+            **self._ppl_summary(), "data": dict(self.data), "config": dict(self.config),
         }
 
     def to_frame(self) -> pd.DataFrame:
@@ -104,24 +152,15 @@ class EraseResult(Result):
                             title=f"CNL erase: {self.source or self.task} neurons ({self.n_neurons}) → {self.task}")
 
 
-def _base(model: Model, task: str, samples: Sequence[Sample], base: float | TaskAccuracy | None,
-          progress: bool) -> tuple[float, float, int, str]:
-    """``(accuracy, majority share, skipped, metric)`` of the unchanged model."""
-    if isinstance(base, (int, float)):
-        return float(base), NAN, 0, ""
-    acc = base if base is not None else task_accuracy(model, task, samples, progress=progress)
-    return acc.accuracy, acc.majority_share, acc.n_skipped, acc.metric
+def _majority(golds: Sequence[str]) -> float:
+    return TaskAccuracy("", "", 0.0, golds=tuple(golds)).majority_share
 
 
-def _erased(model: Model, task: str, samples: Sequence[Sample], neurons: NeuronSet, cfg: EraseConfig,
-            progress: bool) -> tuple[TaskAccuracy, list[float]]:
-    with erase_neurons(model, neurons, include_input=cfg.include_input):
-        loc = task_accuracy(model, task, samples, progress=progress)
-    rnd = []
-    for k in range(cfg.n_random):
-        with erase_neurons(model, neurons.random_like(seed=cfg.seed + k), include_input=cfg.include_input):
-            rnd.append(task_accuracy(model, task, samples, progress=progress).accuracy)
-    return loc, rnd
+def located_accuracy(runs: ErasedSets, task: str) -> TaskAccuracy:
+    """The located-erased model's :class:`TaskAccuracy` from an :class:`ErasedSets` (no extra pass)."""
+    sc = runs.located.tolist()
+    return TaskAccuracy(task, runs.metric, sum(sc) / len(sc), tuple(sc), runs.located_predictions, runs.golds,
+                        n_skipped=runs.n_skipped)
 
 
 def erase_effect(
@@ -134,6 +173,9 @@ def erase_effect(
     base_accuracy: float | TaskAccuracy | None = None,
     source: str = "",
     progress: bool = False,
+    checkpoint_dir: Any = None,
+    checkpoint_every: int = 25,
+    runs: list[ErasedSets] | None = None,
     **overrides: Any,
 ) -> EraseResult:
     """Erase the neurons and compare accuracy with ``n_random`` random draws of the same count per layer.
@@ -143,11 +185,17 @@ def erase_effect(
         task: The evaluated task.
         samples: Evaluation samples.
         neurons: The located neurons.
-        config: An :class:`EraseConfig` (``n_random``, ``seed``, ``include_input``).
-        base_accuracy: The unchanged model's accuracy when already measured (float or
-            :class:`TaskAccuracy`).
+        config: An :class:`EraseConfig` (``n_random``, ``seed``, ``include_input``, ``batched``,
+            ``ppl_texts`` / ``ppl_n_random`` / ``ppl_max_tokens``).
+        base_accuracy: The unchanged model's accuracy when already measured: a
+            :class:`TaskAccuracy` (its per-item scores are kept) or a number (kept as
+            ``base_accuracy``; the unedited model is still scored per item, in the same batches).
         source: Where the neurons come from (recorded; default ``task``).
         progress: Progress bars.
+        checkpoint_dir: Folder where finished chunks of sets are saved, so a rerun resumes.
+        checkpoint_every: Sets per chunk.
+        runs: A list that receives the :class:`~tlcap.experiments.cnl.erase_sets.ErasedSets` behind
+            the result (e.g. for the located set's predictions).
         **overrides: :class:`EraseConfig` fields.
 
     Returns:
@@ -157,20 +205,35 @@ def erase_effect(
         EmptyNeuronSetError: ``neurons`` is empty (erasing nothing could only report "no change").
 
     Example:
-        >>> er = erase_effect(model, "imdb", load_task("imdb", split="test", n=200), loc.neuron_set(), n_random=3)
-        >>> er.located_delta, er.random_delta
+        >>> er = erase_effect(model, "imdb", load_task("imdb", split="test", n=200), loc.neuron_set(), n_random=200)
+        >>> er.located_delta, er.random_delta, er.random_scores.shape      # (200, n_items)
     """
     cfg = EraseConfig.resolve(config, **overrides)
     if not len(neurons):
         raise EmptyNeuronSetError(f"the neuron set{f' of {source}' if source else ''} is empty (0 neurons): erasing it "
                                   "changes nothing; locate with a lower --sigma or on more samples")
-    base, majority, skipped, metric = _base(model, task, samples, base_accuracy, progress)
-    loc, rnd = _erased(model, task, samples, neurons, cfg, progress)
+    given = isinstance(base_accuracy, TaskAccuracy)
+    r = erase_sets(model, task, samples, neurons, cfg, base=not given, checkpoint_dir=checkpoint_dir,
+                   checkpoint_every=checkpoint_every, progress=progress)
+    if runs is not None:
+        runs.append(r)
+    if isinstance(base_accuracy, TaskAccuracy):
+        base_scores = torch.tensor(base_accuracy.scores, dtype=torch.float64)
+        base, skipped = base_accuracy.accuracy, base_accuracy.n_skipped
+    else:
+        assert r.base is not None
+        base_scores, skipped = r.base, r.n_skipped
+        base = float(base_accuracy) if base_accuracy is not None else float(r.base.mean())
+    rnd = [float(x) for x in r.random.mean(1)] if cfg.n_random else []
     res = EraseResult(
-        task=task, base_accuracy=base, located_accuracy=loc.accuracy, random_accuracy=_mean(rnd),
-        random_accuracies=tuple(rnd), n_neurons=len(neurons), n_eval=len(samples), metric=metric or loc.metric,
-        source=source or task, majority_share=majority, n_skipped=max(skipped, loc.n_skipped), config=cfg.to_dict(),
-        data=DataReport.of(samples, task).summary(),
+        task=task, base_accuracy=base, located_accuracy=float(r.located.mean()), random_accuracy=_mean(rnd),
+        random_accuracies=tuple(rnd), n_neurons=len(neurons), n_eval=len(samples), metric=r.metric,
+        source=source or task, majority_share=_majority(r.golds), n_skipped=max(skipped, r.n_skipped),
+        config=cfg.to_dict(), data=DataReport.of(samples, task).summary(),
+        meta={"engine": "batched" if cfg.batched else "weights", "tokens": r.tokens, "seconds": r.seconds},
+        base_scores=base_scores, located_scores=r.located, random_scores=r.random, random_seeds=r.seeds, items=r.items,
+        ppl_nll=r.ppl_nll if r.ppl_nll is not None else _empty(0, 0),
+        ppl_count=r.ppl_count if r.ppl_count is not None else _empty(0), ppl_texts=r.ppl_texts or {},
     )
     return res.with_provenance(Provenance.collect(model, cfg, cfg.seed))
 
@@ -284,9 +347,9 @@ def erase_sweep(
                           stacklevel=2)
             rows.append(SweepRow(s, 0, 0.0, ov, iou, NAN, NAN, NAN, NAN, True))
             continue
-        loc, rnd = _erased(model, task, samples, ns, cfg, progress)
-        r = _mean(rnd)
-        rows.append(SweepRow(s, len(ns), ns.ratio(), ov, iou, loc.accuracy, r, loc.accuracy - base.accuracy,
+        er = erase_sets(model, task, samples, ns, cfg, base=False, progress=progress)
+        la, r = float(er.located.mean()), _mean([float(x) for x in er.random.mean(1)])
+        rows.append(SweepRow(s, len(ns), ns.ratio(), ov, iou, la, r, la - base.accuracy,
                              r - base.accuracy if not math.isnan(r) else NAN, False))
     res = EraseSweep(
         task=task, base_accuracy=base.accuracy, rows=tuple(rows), spread=spread, source=location.task or task,
@@ -297,4 +360,4 @@ def erase_sweep(
     return res.with_provenance(Provenance.collect(model, res.config, cfg.seed))
 
 
-__all__ = ["EraseResult", "EraseRow", "EraseSweep", "SweepRow", "erase_effect", "erase_sweep"]
+__all__ = ["EraseResult", "EraseRow", "EraseSweep", "SweepRow", "erase_effect", "erase_sweep", "located_accuracy"]

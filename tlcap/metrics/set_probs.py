@@ -1,0 +1,131 @@
+"""Target probabilities and text perplexity under many neuron sets, batched (one row per set).
+
+- :func:`scaled_target_probs` — ``P(target)`` with each set's neurons scaled (doubled, zeroed) at
+  the positions that predict the target: the batched form of ``target_prob(model, prompt,
+  target, hooks=scale_neurons(model, set, factor))`` for many (set, factor) pairs. The prompt
+  before its last token is cached once (the intervention never reaches it) and every row runs
+  only the predicting positions, packed as query positions of that prefix for a one-token
+  target (:mod:`tlcap.models.packed_rows`).
+- :func:`erased_text_nll` — the summed next-token NLL of each text with each set erased (every
+  position), the batched form of :func:`~tlcap.metrics.perplexity.text_nll` inside
+  ``erase_neurons``: a perplexity control for many matched random sets at once.
+
+Example:
+    >>> base, p = scaled_target_probs(model, "The capital of France is", " Paris", [located, *randoms], (2.0, 0.0))
+    >>> nll, count = erased_text_nll(model, load_wikitext(n_texts=16), [NeuronSet((), shape), located, *randoms])
+    >>> ppl = (nll.sum(1) / count.sum()).exp()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from tlcap.errors import EmptyDatasetError
+from tlcap.intervene.set_rows import SetFactors
+from tlcap.metrics.set_scores import teacher_forced
+from tlcap.metrics.sets import NeuronSet
+from tlcap.models.adapter import Model
+
+PROB_ROWS = 256
+"""Rows per forward call of :func:`scaled_target_probs`."""
+
+
+@torch.no_grad()
+def scaled_target_probs(
+    model: Model, prompt: str, target: str, sets: Sequence[NeuronSet], factors: Sequence[float] = (2.0, 0.0),
+) -> tuple[float, Float[Tensor, "factor set"]]:
+    """``P(target)`` (geometric mean over its tokens) with each set scaled by each factor.
+
+    Equal to :func:`~tlcap.metrics.probs.target_prob` with
+    :func:`~tlcap.intervene.activations.scale_neurons` (``pos="target"``) for every pair, up to
+    float rounding of batched products (tested).
+
+    Args:
+        model: The model.
+        prompt: The query.
+        target: The answer (tokenized in context).
+        sets: The neuron sets.
+        factors: Multipliers (2 doubles, 0 zeroes).
+
+    Returns:
+        ``(P(target) of the unchanged model, [n_factors, n_sets] probabilities)``.
+
+    Example:
+        >>> base, p = scaled_target_probs(model, prompt, target, [located, *randoms])
+        >>> (p[0] > base).float().mean()          # share of sets whose doubling raises P(target)
+    """
+    p_ids = model.encode(prompt)
+    t_ids = model.target_ids(prompt, target)
+    pairs = [(f, s) for f in factors for s in sets]
+    plan = SetFactors.of(model, [NeuronSet((), (model.n_layers, model.d_mlp)), *(s for _, s in pairs)],
+                         [1.0, *(f for f, _ in pairs)])
+    prefix = model.prefix_cache(torch.tensor([p_ids[:-1]], device=model.device)) if len(p_ids) > 1 else None
+    cont = torch.tensor([p_ids[-1:] + t_ids[:-1]], device=model.device)
+    tgt = torch.tensor(t_ids, device=model.device)
+    out = torch.zeros(len(plan), dtype=torch.float64)
+    for r0 in range(0, len(plan), PROB_ROWS):
+        rows = torch.arange(r0, min(len(plan), r0 + PROB_ROWS))
+        hooks = plan.hooks(model, rows)
+        b = len(rows)
+        if len(t_ids) == 1:
+            logits = model.last_logits(cont, hooks=hooks, prefix=prefix, batch=b)[:, None]
+        else:
+            logits = model.logits(cont.expand(b, -1), hooks=hooks, prefix=prefix, batch=b)
+        logp = logits.float().log_softmax(-1)[:, torch.arange(len(t_ids)), tgt]
+        out[rows] = logp.mean(1).exp().double().cpu()
+    return float(out[0]), out[1:].reshape(len(factors), len(sets))
+
+
+@torch.no_grad()
+def erased_text_nll(
+    model: Model, texts: Sequence[str], sets: Sequence[NeuronSet], max_tokens: int = 128,
+) -> tuple[Float[Tensor, "set text"], Float[Tensor, " text"]]:
+    """Summed next-token NLL of each text with each set erased, and the predicted tokens per text.
+
+    Equal to :func:`~tlcap.metrics.perplexity.text_nll` inside ``erase_neurons(model, set)``
+    for every set (up to float rounding; tested). Perplexity of set ``k``:
+    ``exp(nll[k].sum() / count.sum())``.
+
+    Args:
+        model: The model (no weight is changed).
+        texts: The texts (each truncated to ``max_tokens`` tokens, no BOS).
+        sets: The neuron sets (an empty set: the unedited model).
+        max_tokens: Tokens kept per text.
+
+    Returns:
+        ``(nll [n_sets, n_texts], count [n_texts])`` in float64 (a text of fewer than 2 tokens: 0, 0).
+
+    Raises:
+        EmptyDatasetError: no sets.
+    """
+    if not sets:
+        raise EmptyDatasetError("erased_text_nll needs at least one neuron set")
+    keep = min(max_tokens, model.n_ctx)
+    rows = [model.encode(t, prepend_bos=False, max_tokens=keep, check_length=False) for t in texts]
+    live = [i for i, r in enumerate(rows) if len(r) >= 2]
+    nll = torch.zeros(len(sets), len(texts), dtype=torch.float64)
+    cnt = torch.zeros(len(texts), dtype=torch.float64)
+    if not live:
+        return nll, cnt
+    seqs = [rows[i] for i in live]
+    k = max(len(s) for s in seqs) - 1
+    nxt = torch.tensor([s[1:] + [s[-1]] * (k + 1 - len(s)) for s in seqs])
+    real = torch.tensor([[1.0] * (len(s) - 1) + [0.0] * (k + 1 - len(s)) for s in seqs])
+
+    def summed(logits: Tensor, idx: Tensor) -> Tensor:
+        lp = logits.float().log_softmax(-1)
+        w = lp.shape[1]
+        tok = lp.gather(2, nxt[idx][:, :w, None].to(lp.device))[..., 0]
+        return -(tok * real[idx][:, :w].to(tok.device)).sum(1).double()
+
+    vals, _ = teacher_forced(model, SetFactors.of(model, sets, 0.0), seqs, [list(range(len(s) - 1)) for s in seqs], summed)
+    nll[:, live] = vals
+    cnt[live] = torch.tensor([len(s) - 1 for s in seqs], dtype=torch.float64)
+    return nll, cnt
+
+
+__all__ = ["scaled_target_probs", "erased_text_nll", "PROB_ROWS"]
