@@ -33,7 +33,8 @@ def test_consistency_smollm2(ql_setup):
     s = ql.consistency_analysis({"ig": locs}).summary()
     assert s["n_facts"] == 2
     for f in s["facts"]:
-        assert 0.0 <= f["cs1"] <= f["cs2"] <= 1.0 and f["group"] in ("K_I", "K_II")
+        assert 0.0 <= f["cs1"] <= f["cs2"] <= 1.0
+        assert f["group"] in (("K_I", "K_II") if f["n_queries"] >= 3 else ("excluded",))  # P103: 2 queries
     assert s["k1_ratio"] + s["k2_ratio"] == pytest.approx(1.0)
 
 

@@ -243,6 +243,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     assert again.summary()["facts"] == s["facts"]
     assert cons.table1().shape[0] == 2
     groups = cons.groups()
+    assert groups[1] == "excluded" and groups[0] != "excluded"  # the P103 fact has 2 queries (CS1 ≡ CS2)
     # weights are restored exactly after the modification experiment
     before = {n: p.detach().clone() for n, p in m.backend.named_parameters()}
     texts = ["The quick brown fox jumps over the lazy dog. " * 3]
@@ -256,7 +257,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     mp = ql.query_kn_mapping(m, locs, groups, progress=False)
     assert set(mp.to_frame()["set"]) == {"self", "union", "intersection", "refine"}
     sy = ql.synapse_experiment(m, locs, groups, alpha=0.05, progress=False)
-    assert len(sy.predominance) == 3 and all(0 < r["predominance"] <= 1 for r in sy.predominance)
+    assert [r["fact"] for r in sy.predominance] == [0, 2] and all(0 < r["predominance"] <= 1 for r in sy.predominance)
     assert sy.heatmap_values is not None and sy.heatmap_values.shape[0] == len(sy.heatmap_rows)
     for fig in (cons.violin(), mod.figure(), mp.figure(), sy.figure(), sy.predominance_figure(), sy.heatmap()):
         assert len(fig.data) > 0

@@ -258,7 +258,10 @@ def _stream(model: Model | None, rel: str, cfg: ParaRelConfig, scan: RelationSca
 
 def _warn(sample: ParaRelSample, cfg: ParaRelConfig) -> None:
     for r in sample.relations:
-        if r.used == 0:
+        if r.used == 0 and r.n_patterns < cfg.min_queries:
+            warnings.warn(f"ParaRel relation {r.relation} gave no fact: it has {r.n_patterns} queries per fact, fewer "
+                          f"than min_queries={cfg.min_queries}", DataWarning, stacklevel=3)
+        elif r.used == 0:
             why = (f"{r.kept} of {r.tested} tested facts known (top-{cfg.known_top_k}), scan stopped: {r.stopped}"
                    if cfg.known_top_k else f"{r.candidates} facts with ≥ {cfg.min_queries} queries, {r.multi_token} multi-token")
             warnings.warn(f"ParaRel relation {r.relation} gave no fact ({why}); raise --max-scan or --known-top-k, "

@@ -6,7 +6,8 @@ stage                 computes (tlcap API)                            feeds
 ``ql.facts``          :func:`load_pararel` (known facts, balanced     every QL stage
                       over the relations)
 ``ql.localize.<m>``   :func:`localize_facts` per fact, for m in ig,   Table 1 (all three), Fig. 3,
-                      sig, amig (checkpointed per fact)               the rest (ig)
+                      sig, amig (checkpointed per fact; SIG / AMIG:   the rest (ig)
+                      the first facts and queries of the scale)
 ``ql.table2``         :func:`modification_experiment` (erasure,      Table 2
                       update × N_i, N_g) on the IG localizations
 ``ql.table3``         the CAS rows (:func:`modification_experiment`  Table 3 (N_i and N_g rows
@@ -16,7 +17,9 @@ stage                 computes (tlcap API)                            feeds
 ====================  ==============================================  ===============================
 
 K_I / K_II for Tables 2–3 and Figs. 4–7 is the static split (CS2 > 0.1, QL Table 4) of the IG
-localizations (:func:`groups_for`), as in the paper's §2.2.
+localizations (:func:`groups_for`), as in the paper's §2.2, on each fact's first
+``ql_analysis_queries`` queries (``cpu``: 3; the rest of its queries are held out for a split-half
+consistency test); facts with fewer than 3 queries are ``"excluded"`` there and skipped by every analysis.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tlcap.config import Config, check_choice, check_int
-from tlcap.data.pararel import Fact, iter_facts, list_relations, load_pararel
+from tlcap.data.pararel import KNOWN_POLICIES, Fact, causal_patterns, iter_facts, list_relations, load_pararel
 from tlcap.experiments.ql import (
     FactKNs,
     groups_for,
@@ -92,30 +95,39 @@ class FactsConfig(Config):
     known_top_k: int | None = 10
     seed: int = 0
     data_dir: str | None = None
+    known_policy: str = "all"
+    min_queries: int = 2
 
     def validate(self) -> None:
         if self.n_facts is not None:
             check_int("n_facts", self.n_facts, min=1)
+        check_choice("known_policy", self.known_policy, KNOWN_POLICIES)
+        check_int("min_queries", self.min_queries, min=2)
 
 
 @dataclass(frozen=True)
 class LocalizeConfig(Config):
-    """``ql.localize.<method>``: attribution of every neighbor query of the first ``n_facts`` facts."""
+    """``ql.localize.<method>``: attribution of the first ``max_queries`` neighbor queries (``None``: all)
+    of each of the first ``n_facts`` facts (``None``: all)."""
 
     method: str = "ig"
     steps: int = 20
     rule: str = "midpoint"
     threshold: float = 0.2
     n_facts: int | None = None
+    max_queries: int | None = None
 
     def validate(self) -> None:
         check_choice("method", self.method, METHODS)
         check_int("steps", self.steps, min=1)
+        if self.max_queries is not None:
+            check_int("max_queries", self.max_queries, min=2)
 
 
 @dataclass(frozen=True)
 class EditConfig(Config):
-    """``ql.table2`` / ``ql.table3`` / ``ql.fig4`` / ``ql.fig5-7``: the analysis settings."""
+    """``ql.table2`` / ``ql.table3`` / ``ql.fig4`` / ``ql.fig5-7``: the analysis settings; ``max_queries``: each
+    fact's first queries the analysis (and its K_I / K_II split) uses (``None``: all that IG attributed)."""
 
     analysis: str = "table2"
     static_threshold: float = 0.1
@@ -125,9 +137,12 @@ class EditConfig(Config):
     cas: tuple[float, float, float] = (0.7, 0.3, 0.3)
     factor: float = 2.0
     alpha: float = 0.3
+    max_queries: int | None = None
 
     def validate(self) -> None:
         check_choice("analysis", self.analysis, ("table2", "table3", "fig4", "fig5-7"))
+        if self.max_queries is not None:
+            check_int("max_queries", self.max_queries, min=3)
 
 
 # ------------------------------------------------------------------ facts
@@ -143,7 +158,8 @@ def _facts_data(ctx: StageContext) -> dict[str, list[dict]]:
 def _facts(ctx: StageContext) -> dict[str, Result]:
     cfg: FactsConfig = ctx.config
     facts = load_pararel(cfg.data_dir, _relations(cfg), cfg.n_facts, ctx.model, known_top_k=cfg.known_top_k,
-                         max_queries=cfg.max_queries, seed=cfg.seed)
+                         max_queries=cfg.max_queries, seed=cfg.seed, known_policy=cfg.known_policy,
+                         min_queries=cfg.min_queries)
     return {"facts": FactSet(tuple(f.to_dict() for f in facts))}
 
 
@@ -154,7 +170,7 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
         if isinstance(fs, FactSet):
             return fs.to_facts()[:n]
     cfg: FactsConfig = ctx.runner.stage("ql.facts").config
-    per = {r: list(iter_facts(cfg.data_dir, r)) for r in _relations(cfg)}
+    per = {r: list(iter_facts(cfg.data_dir, r, cfg.min_queries)) for r in _relations(cfg)}
     out: list[Fact] = []
     want = n if n is not None else (cfg.n_facts or sum(len(v) for v in per.values()))
     i = 0
@@ -169,9 +185,16 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
 def _facts_work(ctx: StageContext) -> Workload:
     cfg: FactsConfig = ctx.config
     facts = _candidate_facts(ctx, cfg.n_facts)
-    prefill_tokens(ctx.model, [q for f in facts for q in f.queries])
-    toks = sum(n_tokens(ctx.model, q) for f in facts for q in f.queries) * (3 if cfg.known_top_k else 1)
-    return forward(ModelShape.of(ctx.model), toks, 8, 32, sum(len(f.queries) for f in facts))
+    if cfg.known_policy == "any" and cfg.known_top_k:  # the scan asks every pattern of a fact, not the first few
+        pats = {r: causal_patterns(cfg.data_dir, r) for r in {f.relation for f in facts}}
+        texts = [p.replace("[X]", f.subject) for f in facts for p in pats[f.relation]]
+    else:
+        texts = [q for f in facts for q in f.queries]
+    prefill_tokens(ctx.model, texts)
+    toks = sum(n_tokens(ctx.model, q) for q in texts)
+    # about 3 facts tested per fact kept (top-10 hit rates of SmolLM2 on the cpu relations)
+    k = 3 if cfg.known_top_k else 1
+    return forward(ModelShape.of(ctx.model), toks * k, 8, 32, len(texts) * k)
 
 
 def facts_of(ctx: StageContext) -> list[Fact]:
@@ -181,10 +204,15 @@ def facts_of(ctx: StageContext) -> list[Fact]:
     return fs.to_facts()
 
 
+def _first_queries(facts: list[Fact], n: int | None) -> list[Fact]:
+    """The facts with their first ``n`` queries (``None``: all)."""
+    return [Fact(f.relation, f.subject, f.object, f.queries[:n] if n else f.queries, f.uuid) for f in facts]
+
+
 # ------------------------------------------------------------------ localize
 def _localize(ctx: StageContext) -> dict[str, Result]:
     cfg: LocalizeConfig = ctx.config
-    facts = facts_of(ctx)[: cfg.n_facts]
+    facts = _first_queries(facts_of(ctx)[: cfg.n_facts], cfg.max_queries)
     out: dict[str, Result] = {}
     todo = []
     for i, _ in enumerate(facts):
@@ -212,7 +240,7 @@ def _localize_work(ctx: StageContext) -> Workload:
     m = ctx.model
     shape = ModelShape.of(m)
     rows, toks, evals, calls = 0.0, 0.0, 0.0, 0.0
-    facts = _candidate_facts(ctx, cfg.n_facts)
+    facts = _first_queries(_candidate_facts(ctx, cfg.n_facts), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
     for f in facts:
         for q in f.queries:
@@ -238,7 +266,7 @@ def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
 # ------------------------------------------------------------------ analyses
 def _analysis(ctx: StageContext) -> dict[str, Result]:
     cfg: EditConfig = ctx.config
-    locs = locs_of(ctx)
+    locs = [fk.take(range(min(fk.k, cfg.max_queries))) if cfg.max_queries else fk for fk in locs_of(ctx)]
     groups, _ = groups_for(locs, static_threshold=cfg.static_threshold, split="static")
     m = ctx.model
     if cfg.analysis == "table2":
@@ -264,7 +292,7 @@ def _analysis_work(ctx: StageContext) -> Workload:
     cfg: EditConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    facts = _candidate_facts(ctx, None)
+    facts = _first_queries(_candidate_facts(ctx, None), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
     q_tok = sum(n_tokens(m, q) for f in facts for q in f.queries)
     n_q = sum(len(f.queries) for f in facts)
@@ -286,12 +314,14 @@ def _analysis_work(ctx: StageContext) -> Workload:
 def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
     """Every QL stage at ``scale`` (see the module table)."""
     fcfg = FactsConfig(relations=scale.ql_relations, n_facts=scale.ql_n_facts, max_queries=scale.ql_max_queries,
-                       known_top_k=scale.ql_known_top_k, seed=seed, data_dir=data_dir)
+                       known_top_k=scale.ql_known_top_k, seed=seed, data_dir=data_dir,
+                       known_policy=scale.ql_known_policy, min_queries=scale.ql_min_queries)
     stages = [Stage("ql.facts", _facts, fcfg, code=("tlcap.data.pararel",), data=_facts_data, workload=_facts_work,
                     items=("QL Table 1",), description="ParaRel facts with neighbor queries")]
     for m in METHODS:
         lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, rule=scale.ql_rule,
-                              n_facts={"sig": scale.ql_sig_facts, "amig": scale.ql_amig_facts}.get(m))
+                              n_facts={"sig": scale.ql_sig_facts, "amig": scale.ql_amig_facts}.get(m),
+                              max_queries=None if m == "ig" else scale.ql_sig_amig_queries)
         stages.append(Stage(f"ql.localize.{m}", _localize, lcfg, deps=("ql.facts",), code=CODE, workload=_localize_work,
                             items=("QL Table 1", "QL Fig. 3"), description=f"{m.upper()} knowledge neurons of every query"))
     deps = ("ql.facts", "ql.localize.ig")
@@ -301,7 +331,7 @@ def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None)
         ("ql.fig4", "fig4", (), ("QL Fig. 4",), "query-KN mapping"),
         ("ql.fig5-7", "fig5-7", (), ("QL Fig. 5", "QL Fig. 6", "QL Fig. 7"), "predominance and knowledge synapses"),
     ):
-        ecfg = EditConfig(analysis=analysis, edit_queries=scale.ql_edit_queries)
+        ecfg = EditConfig(analysis=analysis, edit_queries=scale.ql_edit_queries, max_queries=scale.ql_analysis_queries)
         stages.append(Stage(name, _analysis, ecfg, deps=deps + extra, code=CODE, workload=_analysis_work, items=items,
                             description=desc))
     return stages

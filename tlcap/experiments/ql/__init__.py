@@ -5,7 +5,7 @@ Pipeline (each step a function returning a result value; ``tlcap ql ...`` compos
     facts = load_pararel(...)                                  # facts with neighbor queries
     locs = localize_facts(model, facts, "ig", steps=10)        # per-query scores and KN sets N_i
     cons = consistency_analysis({"ig": locs})                  # CS1/CS2, K_I/K_II, Welch   (Table 1, Fig. 3)
-    groups = cons.groups()
+    groups = cons.groups()                                     # "K_I", "K_II", or "excluded" (< 3 queries)
     mod = modification_experiment(model, locs, groups)         # erasure / update, N_i vs N_g (Table 2)
     qkm = query_kn_mapping(model, locs, groups)                # enhance/suppress N_i vs neighbors (Fig. 4)
     syn = synapse_experiment(model, locs, groups)              # predominance, synapses (Figs. 5, 6, 7, 10)
@@ -22,6 +22,7 @@ knowledge synapses in :mod:`tlcap.locate.synapses`, their scaling in
 """
 
 from tlcap.experiments.ql.config import (
+    EXCLUDED,
     KN_THRESHOLD,
     STATIC_THRESHOLD,
     MappingConfig,
@@ -52,7 +53,7 @@ from tlcap.locate.synapses import (
 from tlcap.metrics.perplexity import perplexity
 
 __all__ = [
-    "KN_THRESHOLD", "STATIC_THRESHOLD",
+    "EXCLUDED", "KN_THRESHOLD", "STATIC_THRESHOLD",
     "QLConfig", "ModificationConfig", "MappingConfig", "SynapseConfig",
     "FactKNs", "QueryRow", "localize_facts",
     "ConsistencyResult", "ConsistencyRow", "consistency_analysis", "groups_for",

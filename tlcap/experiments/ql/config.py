@@ -31,6 +31,9 @@ OPERATIONS: tuple[str, ...] = ("erasure", "update")
 KN_SETS: tuple[str, ...] = ("local", "global", "cas")
 STATIC_THRESHOLD = 0.1
 KN_THRESHOLD = 0.2
+EXCLUDED = "excluded"
+"""Group label of a fact with fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II; every analysis skips it."""
+GROUPS: tuple[str, ...] = ("K_I", "K_II", EXCLUDED)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,8 @@ class ModificationConfig(Config):
         sets: KN sets edited: ``"local"`` (N_i), ``"global"`` (N_g = ∪N_j), ``"cas"`` (eq. 7).
         lambda1: Update weight of the old object's embedding (paper: 2), ``>= 0``.
         lambda2: Update weight of the new object's embedding (paper: 2), ``>= 0``.
-        edit_queries: Edit only the first n queries of each fact (``None``: all), ``>= 1``.
+        edit_queries: Edit n queries of each fact (``None``: all), ``>= 1``: the first n the model
+            answers top-1 with ``only_known`` (else the first n).
         n_locality: Unrelated prompts scored for locality, ``>= 0``.
         n_ppl_texts: WikiText-2 paragraphs for ΔPPL, ``>= 1``.
         ppl_max_tokens: Tokens per ΔPPL text, ``>= 2``.
@@ -192,6 +196,6 @@ class SynapseConfig(Config):
 
 
 __all__ = [
-    "KN_SETS", "KN_THRESHOLD", "OPERATIONS", "SPLITS", "STATIC_THRESHOLD",
+    "EXCLUDED", "GROUPS", "KN_SETS", "KN_THRESHOLD", "OPERATIONS", "SPLITS", "STATIC_THRESHOLD",
     "MappingConfig", "ModificationConfig", "QLConfig", "SynapseConfig",
 ]

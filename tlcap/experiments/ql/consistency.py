@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from tlcap.data.pararel import MIN_CONSISTENCY_QUERIES as MIN_QUERIES
 from tlcap.data.sample import DataWarning
-from tlcap.experiments.ql.config import STATIC_THRESHOLD, QLConfig
+from tlcap.experiments.ql.config import EXCLUDED, STATIC_THRESHOLD, QLConfig
 from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
 from tlcap.provenance import Provenance
@@ -76,7 +76,8 @@ class ConsistencyResult(Result):
         return self.static_threshold if split == "static" else float(self.otsu_thresholds[m])
 
     def groups(self, method: str | None = None, split: str | None = None) -> list[str]:
-        """K_I / K_II per fact (in fact order) under ``method`` and ``split``."""
+        """K_I / K_II per fact (in fact order) under ``method`` and ``split``; ``"excluded"`` for a fact
+        with fewer than 3 queries (CS1 ≡ CS2), which every analysis skips."""
         m = method or self.methods[0]
         col = f"group_{split or self.split}"
         return [r[col] for r in self.rows if r["method"] == m]
@@ -181,8 +182,9 @@ def consistency_analysis(
     few = sorted({(fk.fact["relation"], fk.fact["subject"]) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
     if few:
         warnings.warn(f"{len(few)} fact(s) have fewer than {MIN_QUERIES} queries (CS1 ≡ CS2 for them), e.g. "
-                      f"{few[0][1]!r} of {few[0][0]}: they are reported separately (n_few_queries) and left out of "
-                      "K_I/K_II, Welch and Otsu", DataWarning, stacklevel=2)
+                      f"{few[0][1]!r} of {few[0][0]}: they are reported separately (n_few_queries), left out of "
+                      f"K_I/K_II, Welch and Otsu (group {EXCLUDED!r}) and skipped by every analysis", DataWarning,
+                      stacklevel=2)
     rows: list[dict] = []
     otsu: dict[str, float] = {}
     for m, fl in locs.items():
@@ -202,6 +204,8 @@ def consistency_analysis(
         th = otsu_threshold(enough) if enough else math.nan
         otsu[m] = th
         for r, gs, go_ in zip(block, split_groups(vals, cfg.static_threshold), split_groups(vals, th)):
+            if r["n_queries"] < MIN_QUERIES:  # CS1 ≡ CS2: neither K_I nor K_II (docs/deviations.md)
+                gs = go_ = EXCLUDED
             rows.append(dataclasses.asdict(ConsistencyRow(**r, group_static=gs, group_otsu=go_)))
     first = next(iter(locs.values()), [])
     model_prov = first[0].provenance if first else None
@@ -216,13 +220,21 @@ def groups_for(
 ) -> tuple[list[str], ConsistencyResult]:
     """K_I / K_II of each fact from its own KN sets (static threshold or Otsu).
 
+    A fact with fewer than 3 queries (CS1 ≡ CS2) gets the label ``"excluded"``
+    (:data:`~tlcap.experiments.ql.config.EXCLUDED`): the modification, mapping and synapse
+    experiments skip it, as ``docs/deviations.md`` says.
+
     Args:
         locs: Per-fact localizations of one method.
         config: A :class:`QLConfig` (``static_threshold``, ``split``).
         **overrides: :class:`QLConfig` fields.
 
     Returns:
-        ``(groups, consistency result)``.
+        ``(groups, consistency result)``: ``"K_I"``, ``"K_II"`` or ``"excluded"`` per fact.
+
+    Example:
+        >>> groups, cons = groups_for(locs, static_threshold=0.1)
+        >>> groups.count("excluded")              # facts with 2 queries
     """
     method = locs[0].method if locs else "ig"
     cons = consistency_analysis({method: locs}, config=config, **overrides)

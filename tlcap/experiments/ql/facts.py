@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from tqdm.auto import tqdm
 from tlcap.attribution.methods import localize_prompts
 from tlcap.config import check_choice, check_int
 from tlcap.data.pararel import Fact
+from tlcap.errors import InvalidConfigError
 from tlcap.experiments.ql.config import KN_THRESHOLD, QLConfig
 from tlcap.locate.selection import AMIG_TAU, method_select, threshold_select
 from tlcap.metrics.sets import NeuronSet
@@ -102,6 +104,29 @@ class FactKNs(Result):
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.scores.shape[1]), int(self.scores.shape[2]))
+
+    def take(self, queries: Sequence[int]) -> FactKNs:
+        """The same fact restricted to the queries ``queries`` (indices, in the given order), no new attribution.
+
+        For split-half consistency (K_I/K_II from one half of the queries, CS2 measured on the other)
+        and for comparing methods that attributed different numbers of queries.
+
+        Args:
+            queries: Query indices, each in ``[0, k)``, no repeats.
+
+        Returns:
+            A :class:`FactKNs` whose scores, probabilities and ``fact["queries"]`` are those queries'.
+
+        Example:
+            >>> a, b = fk.take([0, 2, 4]), fk.take([1, 3, 5])
+            >>> cs2(a.sets()), cs2(b.sets())
+        """
+        idx = [int(i) for i in queries]
+        if len(set(idx)) != len(idx) or any(not 0 <= i < self.k for i in idx):
+            raise InvalidConfigError(f"queries must be distinct indices in [0, {self.k}), got {list(queries)}")
+        fact = {**self.fact, "queries": [self.queries[i] for i in idx]}
+        probs = tuple(self.probs[i] for i in idx) if self.probs else ()
+        return dataclasses.replace(self, scores=self.scores[idx], probs=probs, fact=fact)
 
     def sets(self) -> list[NeuronSet]:
         """The KN set N_i of every query (the method's own rule, or ``score > t · max``)."""

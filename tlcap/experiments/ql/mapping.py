@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
-from tlcap.experiments.ql.config import MappingConfig
+from tlcap.experiments.ql.config import EXCLUDED, MappingConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.intervene.activations import enhance, suppress
 from tlcap.metrics.perplexity import next_token_logits
@@ -36,7 +36,12 @@ SET_ORDER = ["self", "union", "intersection", "refine"]
 
 @dataclass(frozen=True)
 class MappingRow:
-    """One (fact, query, KN set, operation) row of :class:`MappingResult`."""
+    """One (fact, query, KN set, operation) row of :class:`MappingResult`.
+
+    ``empty_set`` is true when the set has no neuron (``n_neurons == 0``; with 3 or more queries the
+    neighbor intersection often is): nothing is enhanced or suppressed, ``p_after = p_before``
+    and ``dprob = 0`` by construction, so a contrast with such a row says nothing.
+    """
 
     fact: int
     relation: str
@@ -49,6 +54,7 @@ class MappingRow:
     p_before: float
     p_after: float
     dprob: float
+    empty_set: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,13 +106,14 @@ def query_kn_mapping(
     Args:
         model: The model.
         locs: Per-fact localizations.
-        groups: ``"K_I"``/``"K_II"`` per fact.
+        groups: ``"K_I"``/``"K_II"`` per fact; facts labelled ``"excluded"`` (fewer than 3 queries,
+            :func:`groups_for`) are skipped.
         config: A :class:`MappingConfig`.
         progress: Show a progress bar.
         **overrides: :class:`MappingConfig` fields (``factor=3``).
 
     Returns:
-        A :class:`MappingResult` with provenance.
+        A :class:`MappingResult` with provenance; rows of an empty set carry ``empty_set=True``.
 
     Example:
         >>> query_kn_mapping(model, locs, groups).table()
@@ -115,17 +122,25 @@ def query_kn_mapping(
     rows: list[dict] = []
     bar = tqdm(total=sum(fk.k for fk in locs), desc="query-KN mapping", disable=not progress)
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
+        if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
+            bar.update(fk.k)
+            continue
         sets_i = fk.sets()
         for i, q in enumerate(fk.queries):
             tid = model.target_ids(q, fk.target)[0]
             p_b = float(next_token_logits(model, [q])[0].softmax(-1)[tid])
             cand = {"self": sets_i[i], **fk.neighbor_sets(i)}
             for sname, ns in cand.items():
-                for op, hooks, sign in (("enh", enhance(model, ns, cfg.factor), 1.0), ("sup", suppress(model, ns), -1.0)):
-                    p_a = float(next_token_logits(model, [q], hooks)[0].softmax(-1)[tid])
+                for op, sign in (("enh", 1.0), ("sup", -1.0)):
+                    if len(ns) == 0:  # nothing to intervene on: the clean probability, exactly
+                        p_a = p_b
+                    else:
+                        hooks = enhance(model, ns, cfg.factor) if op == "enh" else suppress(model, ns)
+                        p_a = float(next_token_logits(model, [q], hooks)[0].softmax(-1)[tid])
                     rows.append(dataclasses.asdict(MappingRow(
                         fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], group=grp, query=i, set=sname,
-                        op=op, n_neurons=len(ns), p_before=p_b, p_after=p_a, dprob=relative_change(p_a, p_b, sign))))
+                        op=op, n_neurons=len(ns), p_before=p_b, p_after=p_a, dprob=relative_change(p_a, p_b, sign),
+                        empty_set=len(ns) == 0)))
             bar.update(1)
     bar.close()
     method = locs[0].method if locs else "ig"

@@ -10,7 +10,10 @@ query's edits, so ΔPPL is paired across operations and KN sets. Every edit is a
 
 Only what the model knew is scored (``only_known=True``, default): a query is edited only when
 the model answers it top-1 before the edit, and Gen counts only neighbors answered top-1;
-the rest are listed in ``skipped`` with the reason. The new object o' of an update is drawn
+with ``edit_queries=n`` the edited queries are the first n of the fact that the model answers
+top-1 (not the first n queries), the unknown ones passed over are listed in ``skipped`` with the
+reason. Facts of the group ``"excluded"`` (fewer than 3 queries, :func:`groups_for`) are not
+edited (``skipped``, one row per operation and query slot). The new object o' of an update is drawn
 (seeded) from the objects of the same relation that are one token after every query; a fact
 with none is skipped with the reason. The Update rule is ``update_rule`` (default
 ``"activation"``, the literal eq. 2 is ``"paper"``; :mod:`tlcap.intervene.update`).
@@ -23,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -36,7 +40,7 @@ from tqdm.auto import tqdm
 
 from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import TargetTokenizationError
-from tlcap.experiments.ql.config import ModificationConfig
+from tlcap.experiments.ql.config import EXCLUDED, ModificationConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.intervene.update import update_neurons
 from tlcap.intervene.weights import erase_neurons
@@ -51,7 +55,10 @@ from tlcap.viz.ql import modification_bars, modification_table
 
 @dataclass(frozen=True)
 class EditRow:
-    """One edit of :class:`ModificationResult`: (fact, edited query, operation, KN set) and its metrics."""
+    """One edit of :class:`ModificationResult`: (fact, edited query, operation, KN set) and its metrics.
+
+    ``p_*``: the edited query's P(o) and P(o') (``p_new_*``); ``gap_new_*``: its top logit minus the logit
+    of o' before / after the edit (0 when o' is the argmax; NaN without an o')."""
 
     fact: int
     relation: str
@@ -75,6 +82,8 @@ class EditRow:
     p_new_before: float
     p_new_after: float
     rule: str
+    gap_new_before: float = math.nan
+    gap_new_after: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,9 @@ class ModificationResult(Result):
         }
 
 
+EXCLUDED_REASON = "fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II"
+
+
 def wikitext_sample(n_texts: int = 5, data_dir: Any = None, seed: int = 0) -> list[str]:
     """``n_texts`` random WikiText-2 paragraphs (seeded) from :func:`tlcap.data.load_wikitext`.
 
@@ -219,7 +231,8 @@ def modification_experiment(
     Args:
         model: The model (edited in place, always restored).
         locs: Per-fact localizations.
-        groups: ``"K_I"``/``"K_II"`` per fact.
+        groups: ``"K_I"``/``"K_II"`` per fact; facts labelled ``"excluded"`` (fewer than 3 queries,
+            :func:`groups_for`) are not edited (listed in ``skipped``).
         config: A :class:`ModificationConfig`.
         ppl_texts: Pool of texts for ΔPPL (default all WikiText-2 paragraphs); ``n_ppl_texts``
             of them are drawn per edited query (seeded by seed, fact and query) and shared by
@@ -266,8 +279,18 @@ def modification_experiment(
     skipped: list[dict] = []
     n_edits = sum(min(fk.k, cfg.edit_queries or fk.k) for fk in locs) * len(cfg.operations) * len(cfg.sets)
     bar = tqdm(total=n_edits, desc="modification", disable=not progress)
+
+    def skip(fi: int, fk: FactKNs, i: int, op: str, reason: str) -> None:
+        skipped.append(dataclasses.asdict(SkipRow(fi, fk.fact["relation"], fk.fact["subject"], i, op, reason)))
+
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         qs = fk.queries
+        n_edit = min(fk.k, cfg.edit_queries or fk.k)
+        if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
+            for i, op in itertools.product(range(n_edit), cfg.operations):
+                skip(fi, fk, i, op, EXCLUDED_REASON)
+            bar.update(n_edit * len(cfg.operations) * len(cfg.sets))
+            continue
         obj_id = _first_id(model, qs[0], fk.target)
         new_obj = _pick_new_object(model, fk, by_rel.get(fk.fact["relation"], []), random.Random(f"{cfg.seed}:{fi}")) \
             if "update" in cfg.operations else None
@@ -280,17 +303,19 @@ def modification_experiment(
         clean_q = next_token_logits(model, qs)
         known = (clean_q.argmax(-1) == obj_id).tolist()
         sets_i = fk.sets()
-        for i in range(min(fk.k, cfg.edit_queries or fk.k)):
+        edited = [i for i, k in enumerate(known) if k or not cfg.only_known][:n_edit]  # the first n_edit known
+        for i in range(fk.k):
+            if i in edited or (i > max(edited, default=-1) and len(edited) == n_edit):
+                continue
+            for op in cfg.operations:  # passed over on the way to the first n_edit known queries
+                skip(fi, fk, i, op, "not answered top-1 before the edit")
+        bar.update((n_edit - len(edited)) * len(cfg.operations) * len(cfg.sets))
+        for i in edited:
             chosen = _chosen_sets(fk, i, sets_i, cfg)
             acts = None
             for op in cfg.operations:
-                reason = None
-                if cfg.only_known and not known[i]:
-                    reason = "not answered top-1 before the edit"
-                elif op == "update" and new_id is None:
-                    reason = "no other single-token object of the same relation"
-                if reason is not None:
-                    skipped.append(dataclasses.asdict(SkipRow(fi, fk.fact["relation"], fk.fact["subject"], i, op, reason)))
+                if op == "update" and new_id is None:
+                    skip(fi, fk, i, op, "no other single-token object of the same relation")
                     bar.update(len(chosen))
                     continue
                 if op == "update" and cfg.update_rule == "activation" and acts is None:
@@ -315,6 +340,8 @@ def modification_experiment(
                     vals = [v for v in (rel, gen, loc) if not math.isnan(v)]
                     p_new_b = float(clean_q[i].softmax(-1)[new_id]) if new_id is not None else math.nan
                     p_new_a = float(lg[i].softmax(-1)[new_id]) if new_id is not None else math.nan
+                    gap_b = float(clean_q[i].max() - clean_q[i, new_id]) if new_id is not None else math.nan
+                    gap_a = float(lg[i].max() - lg[i, new_id]) if new_id is not None else math.nan
                     rows.append(dataclasses.asdict(EditRow(
                         fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], object=fk.fact["object"],
                         new_object=new_obj if op == "update" else None, group=grp, query=i, operation=op, set=sname,
@@ -322,7 +349,7 @@ def modification_experiment(
                         ppl_before=ppl_b, ppl_after=ppl_a, dppl=(ppl_a - ppl_b) / ppl_b,
                         p_before=float(clean_q[i].softmax(-1)[obj_id]), p_after=float(lg[i].softmax(-1)[obj_id]),
                         p_new_before=p_new_b, p_new_after=p_new_a,
-                        rule=cfg.update_rule if op == "update" else "erasure",
+                        rule=cfg.update_rule if op == "update" else "erasure", gap_new_before=gap_b, gap_new_after=gap_a,
                     )))
                     bar.update(1)
     bar.close()

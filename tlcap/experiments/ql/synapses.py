@@ -29,7 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.data.sample import DataWarning
-from tlcap.experiments.ql.config import SynapseConfig
+from tlcap.experiments.ql.config import EXCLUDED, SynapseConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.intervene.synapses import scale_synapses
 from tlcap.locate.synapses import locate_synapses, map_columns, most_attended_token, token_roles
@@ -192,7 +192,8 @@ def synapse_experiment(
     Args:
         model: The model.
         locs: Per-fact localizations.
-        groups: ``"K_I"``/``"K_II"`` per fact.
+        groups: ``"K_I"``/``"K_II"`` per fact; facts labelled ``"excluded"`` (fewer than 3 queries,
+            :func:`groups_for`) are skipped.
         config: A :class:`SynapseConfig`.
         progress: Show a progress bar.
         **overrides: :class:`SynapseConfig` fields (``alpha=0.2``, ``skip_first=False``).
@@ -217,6 +218,9 @@ def synapse_experiment(
     heat_cols: list[str] = []
     bar = tqdm(total=sum(fk.k for fk in locs), desc="knowledge synapses", disable=not progress)
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
+        if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
+            bar.update(fk.k)
+            continue
         toks_i = [most_attended_token(model, q, cfg.skip_first)[1] for q in fk.queries]
         pred.append(dataclasses.asdict(PredominanceRow(fi, fk.fact["relation"], fk.fact["subject"], grp, toks_i,
                                                        predominance(toks_i))))
