@@ -61,6 +61,14 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+_ROOT = str(Path(__file__).resolve().parents[1]) + "/"
+
+
+def _relative_paths(text: str) -> str:
+    """A traceback with the checkout's root removed from its file names (results carry no machine path)."""
+    return text.replace(_ROOT, "")
+
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._util import env_info  # noqa: E402
@@ -308,7 +316,7 @@ class Report:
         try:
             res = fn()
         except Exception as exc:  # noqa: BLE001 - a failed section is recorded, the others still run
-            res = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+            res = {"error": f"{type(exc).__name__}: {exc}", "traceback": _relative_paths(traceback.format_exc()[-3000:])}
         res["wall_seconds"] = time.perf_counter() - t0
         node[key[-1]] = res
         self.write()

@@ -32,7 +32,7 @@ def test_knowledge_neurons_find_the_planted_fact(tlcap_planted_fact):
     located = attr.select(threshold=0.2)
     assert located == truth.neurons  # on failure pytest lists the missing and the extra neurons
     assert_localized(attr, layers=[truth.layer], top_k=len(truth.neurons))
-    assert_causal(model, truth.prompt, truth.target, located, min_drop=0.9, vs_random=20)
+    assert_causal(model, truth.prompt, truth.target, located, min_drop=0.9)
 
 
 @pytest.mark.xfail(raises=MechanismAssertionError, strict=True, reason="nothing is wired: the claim must fail")
@@ -59,5 +59,5 @@ def test_the_top_edges_of_eap_ig_are_a_faithful_circuit(tlcap_planted_fact):
 def test_paris_neurons_of_smollm2_are_causal(tlcap_smollm2):
     prompt, target = "The capital of France is", " Paris"
     located = tlcap.integrated_gradients(tlcap_smollm2, prompt, target).select(threshold=0.2)
-    check = assert_causal(tlcap_smollm2, prompt, target, located, min_drop=0.5, vs_random=20)
+    check = assert_causal(tlcap_smollm2, prompt, target, located, min_drop=0.5)
     assert check.drop > max(check.random_drops)

@@ -55,7 +55,7 @@ loading.REGISTRY["gpt2-tiny"] = lambda **_: GPT2  # the CLI's load("gpt2-tiny") 
 
 TINY_CNL = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_locate_n=10,
                        cnl_eval_n=2, n_boot=50)
-TINY_QL = ScaleConfig(name="smoke", ql_n_facts=3, ql_sig_facts=1, ql_amig_facts=1, ql_max_queries=2, n_boot=50)
+TINY_QL = ScaleConfig(name="smoke", ql_n_facts=3, ql_sig_facts=1, ql_amig_facts=1, ql_max_queries=3, n_boot=50)
 TEMP_MARKERS = (".tmp-", ".part", ".saving-", ".staging-", ".old-")
 
 

@@ -256,12 +256,13 @@ def test_share_ci_with_groups_uses_the_cluster_bootstrap():
 # ---------------------------------------------------------------- permutation p-values
 def test_permutation_p_value_on_constructed_examples():
     null = np.linspace(0.0, 0.5, 20)
-    assert permutation_p_value(0.9, null) == pytest.approx(1 / 21)
+    assert permutation_p_value(0.9, null) == pytest.approx(2 / 21)  # two-sided by default
+    assert permutation_p_value(0.9, null, "greater") == pytest.approx(1 / 21)
     assert permutation_p_value(0.9, null, "less") == pytest.approx(1.0)
     assert permutation_p_value(-1.0, null, "less") == pytest.approx(1 / 21)
     assert permutation_p_value(0.9, null, "two-sided") == pytest.approx(2 / 21)
     # ties count as at least as extreme: 3 in [1, 2, 3, 4]
-    assert permutation_p_value(3.0, [1, 2, 3, 4]) == pytest.approx(3 / 5)
+    assert permutation_p_value(3.0, [1, 2, 3, 4], "greater") == pytest.approx(3 / 5)
     assert permutation_p_value(3.0, [1, 2, 3, 4], "less") == pytest.approx(4 / 5)
     assert permutation_p_value(3.0, [1, 2, 3, 4], "two-sided") == 1.0
     with pytest.raises(StatisticsError, match="alternative"):
@@ -274,15 +275,18 @@ def test_permutation_p_value_is_exact_under_the_null():
     """With exchangeable values P(p ≤ 1/21) = 1/21 exactly (SE 0.0033 over 4200 trials); an
     off-by-one (#/n, or dropping the +1) would give 0 or 2/21."""
     trials = np.random.default_rng(0).normal(size=(4200, 21))
-    p = np.array([permutation_p_value(t[0], t[1:]) for t in trials])
+    p = np.array([permutation_p_value(t[0], t[1:], "greater") for t in trials])
     assert abs(np.mean(p <= 1 / 21 + 1e-12) - 1 / 21) < 0.01
+    p2 = np.array([permutation_p_value(t[0], t[1:]) for t in trials])  # two-sided: P(p ≤ 2/21) = 2/21
+    assert abs(np.mean(p2 <= 2 / 21 + 1e-12) - 2 / 21) < 0.015 and p2.min() == pytest.approx(2 / 21)
 
 
 def test_located_vs_random_refuses_fewer_than_20_draws():
     with pytest.raises(TooFewSamplesError, match="19 matched random sets given, at least 20 needed"):
         located_vs_random(0.9, np.zeros(19))
-    t = located_vs_random(0.30, [0.1] * 17 + [0.3, 0.4, 0.5], statistic="Δprob")
+    t = located_vs_random(0.30, [0.1] * 17 + [0.3, 0.4, 0.5], statistic="Δprob", alternative="greater")
     assert t.n_null == 20 and t.n_as_extreme == 3 and t.p_value == pytest.approx(4 / 21)
+    assert located_vs_random(0.30, [0.1] * 17 + [0.3, 0.4, 0.5]).p_value == pytest.approx(8 / 21)  # two-sided
     assert t.null_max == 0.5 and t.null_mean == pytest.approx((1.7 + 1.2) / 20)
     low = located_vs_random(0.0, np.arange(1, 21) / 10, alternative="less")
     assert low.p_value == pytest.approx(1 / 21) and low.n_as_extreme == 0
@@ -348,5 +352,5 @@ def test_public_annotations_accept_lists_numpy_and_torch():
     for x in ([0.1, 0.5, 0.3], np.array([0.1, 0.5, 0.3]), torch.tensor([0.1, 0.5, 0.3])):
         assert boot(x, n_boot=50).n == 3
         assert curve(x, [0.2], n_boot=50).value == pytest.approx((2 / 3,))
-    assert share([True, False]).value == 0.5 and perm(1.0, [0.0, 2.0]) == pytest.approx(2 / 3)
+    assert share([True, False]).value == 0.5 and perm(1.0, [0.0, 2.0], "greater") == pytest.approx(2 / 3)
     assert isinstance(WeightedStatistic(lambda x, W: W @ x, "sum")(np.ones(3), np.ones((2, 3))), np.ndarray)

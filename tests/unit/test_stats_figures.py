@@ -54,4 +54,4 @@ def test_random_control_figure_marks_the_observed_value():
     t = located_vs_random(2.5, nulls, statistic="drop")
     hist, line = t.figure().data
     assert list(hist.x) == pytest.approx(nulls) and list(line.x) == [2.5, 2.5]
-    assert "p = 0.0476" in t.figure().layout.title.text
+    assert "p = 0.0952, two-sided" in t.figure().layout.title.text  # 0 of 20 as extreme: 2 · 1/21

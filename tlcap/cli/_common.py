@@ -43,11 +43,10 @@ import typer
 
 from tlcap.atomic import is_storage_error, storage_error, write_text_atomic
 from tlcap.cli import note_interrupt
-from tlcap.config import check_int
+from tlcap.cli._options import batch_rows_option, batch_rows_value, device_option, dtype_option, max_memory_option  # noqa: E402,F401
 from tlcap.errors import InvalidConfigError, OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
 from tlcap.results import Result
-from tlcap.runtime.batching import parse_memory
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype
 from tlcap.viz.export import save_figures
 
@@ -327,53 +326,6 @@ def write_outputs(
     return summary
 
 
-def device_option() -> Any:
-    """The ``--device`` option every command that loads a model takes."""
-    return typer.Option("auto", "--device", help="Torch device: auto (CUDA when available, else CPU), cpu, cuda, cuda:N, "
-                        "or cuda*N (the model's layers split over N GPUs; under torchrun each process takes its own N).")
-
-
-def dtype_option() -> Any:
-    """The ``--dtype`` option every command that loads a model takes."""
-    return typer.Option("float32", "--dtype", help="Model dtype: float32, bfloat16 or float16 (scores accumulate in float32).")
-
-
-def batch_rows_option(default: int | str = "auto") -> Any:
-    """The ``--batch-rows`` option of commands whose batch size does not change the result."""
-    return typer.Option(str(default), "--batch-rows", help=(
-        "Rows per forward pass: a number >= 1, or auto (within what fits --max-memory: on a GPU the smallest batch "
-        "that reaches the throughput plateau, measured once by a short probe; at most 256 on a CPU; halved and rerun "
-        "on out-of-memory). Results do not depend on it."))
-
-
-def max_memory_option() -> Any:
-    """The ``--max-memory`` option: the budget of ``--batch-rows auto``."""
-    return typer.Option(None, "--max-memory", help=(
-        "Memory budget of --batch-rows auto per device, e.g. 8GiB or 500MB (default: the device's free memory)."))
-
-
-def batch_rows_value(value: str, max_memory: str | None, option: str = "--batch-rows") -> int | str:
-    """``--batch-rows`` (or ``option``, e.g. ``--batch-size``) as the config takes it (an int or
-    ``"auto"``), ``--max-memory`` checked.
-
-    Raises:
-        InvalidConfigError: not ``auto`` or an integer >= 1; ``--max-memory`` without ``auto``
-            or not a size.
-    """
-    text = str(value).strip().lower()
-    if max_memory is not None:
-        parse_memory(max_memory)
-        if text != "auto":
-            raise InvalidConfigError(f"--max-memory applies to {option} auto only; got {option} {value}")
-    if text == "auto":
-        return "auto"
-    try:
-        rows = int(text)
-    except ValueError:
-        raise InvalidConfigError(f"{option} must be auto or an integer >= 1, got {value!r}") from None
-    return check_int(option.lstrip("-").replace("-", "_"), rows, min=1, cli=option)
-
-
 def split_devices(device: str | None) -> tuple[str | None, int | None]:
     """``--device cuda*N`` → ``("cuda", N)`` (the model split over N GPUs); any other value → ``(device, None)``.
 
@@ -387,6 +339,11 @@ def split_devices(device: str | None) -> tuple[str | None, int | None]:
     if not n.isdigit() or int(n) < 1:
         raise InvalidConfigError(f"device (--device) {device!r}: write cuda*N with N >= 1 GPUs, e.g. cuda*4")
     return "cuda", int(n)
+
+
+def check_device_dtype(device: str | None, dtype: str | None) -> None:
+    """``--device`` and ``--dtype`` checked before any other option that needs the model's config."""
+    resolve_device(split_devices(device)[0]), resolve_dtype(dtype)
 
 
 def load(model: str, device: str | None = None, dtype: str | None = None) -> Model:

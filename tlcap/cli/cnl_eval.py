@@ -26,6 +26,7 @@ from tlcap.atomic import json_digest
 from tlcap.attribution import IGConfig
 from tlcap.cli._checks import layers_fit, spec, trace_k_fits
 from tlcap.cli._common import (
+    check_device_dtype,
     device_option,
     dtype_option,
     load,
@@ -158,6 +159,7 @@ def fidelity_cmd(
                          top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
                          kc_ig_steps=kc_ig_steps, seed=seed)
     if "trace" in cfg.methods:
+        check_device_dtype(device, dtype)
         trace_k_fits(spec(model), cfg.trace_k)  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
@@ -217,6 +219,7 @@ def reliability_cmd(
                             trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
                             n_random_circuits=n_random_circuits, seed=seed)
     if "rome" in cfg.parts:
+        check_device_dtype(device, dtype)
         layers_fit(spec(model), cfg.rome_layers, "rome_layers", "--rome-layers")  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)

@@ -12,6 +12,7 @@ from tlcap.cli._checks import layers_fit, spec
 from tlcap.cli._common import (
     batch_rows_option,
     batch_rows_value,
+    check_device_dtype,
     device_option,
     dtype_option,
     load,
@@ -127,6 +128,7 @@ def trace_cmd(
         check_subject(prompt, subject, occurrence)
         if target is not None:
             check_str("target", target)
+    check_device_dtype(device, dtype)
     layers_fit(spec(model), cfg.layers, "layers", "--layers")  # before the model load, from its config
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)

@@ -92,7 +92,7 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     """mean(a − b) of paired samples (e.g. the same query under two KN sets).
 
     Example:
-        >>> est, p, test = paired_effect(dprob_self, dprob_intersection, groups=fact_ids)
+        >>> est, p, test, p_floor = paired_effect(dprob_self, dprob_intersection, groups=fact_ids)
     """
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed, groups=groups)

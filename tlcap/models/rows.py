@@ -101,6 +101,11 @@ class RowsMixin:
         """Hook names whose activations are ``batch pos ...`` (neurons, residual-stream sites)."""
         return _position_major_names(self.n_layers)
 
+    @property
+    def attention_windows(self) -> list[int | None]:
+        """Each layer's sliding attention window (``None``: full causal attention)."""
+        return attention_windows(self.hf_model.config, self.n_layers)
+
     def _check_rows_backend(self) -> None:
         if not self.is_bridge:
             raise TlcapError("Rows of several contexts in one batch need a TransformerBridge backend; "
@@ -311,7 +316,7 @@ class RowsMixin:
         past = None if prefix.cache is None else fresh_cache(prefix.cache, sel.to(dev))  # the contexts of this batch
         if packable(self, hooks, q):
             return continue_packed(self, toks[:, 0], past, lengths, n, cs, hooks, e)
-        windows = [w for w in attention_windows(self.hf_model.config, self.n_layers) if w is not None]
+        windows = [w for w in self.attention_windows if w is not None]
         if windows and n + q > min(windows) and bool((lengths != n).any()):
             # batch rows take the sliding window from the padded position, not the row's own
             raise TlcapError(f"Prefixes of unequal lengths padded to {n} tokens exceed {self.name}'s sliding attention "

@@ -52,13 +52,13 @@ from __future__ import annotations
 
 import json
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tlcap.errors import InvalidConfigError, MissingFileError
+from tlcap.reproduce.token_counts import n_tokens, prefill_tokens  # noqa: F401  (re-exported)
 
 UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
 FORMAT = "tlcap-calibration/1"
@@ -368,33 +368,6 @@ def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str
         out.append((name, v / total))
         acc += v
     return out
-
-
-_TOKENS: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool | None], int]] = weakref.WeakKeyDictionary()
-
-
-def n_tokens(model: Any, text: str, bos: bool | None = None) -> int:
-    """``len(model.encode(text))`` (``prepend_bos=bos`` when given), remembered per model: a full-scale plan
-    counts the same queries in several stages."""
-    memo = _TOKENS.setdefault(model, {})
-    key = (text, bos)
-    if key not in memo:
-        kw: dict[str, Any] = {"check_length": False} if bos is None else {"prepend_bos": bos, "check_length": False}
-        memo[key] = len(model.encode(text, **kw))
-    return memo[key]
-
-
-def prefill_tokens(model: Any, texts: Sequence[str], bos: bool | None = None) -> None:
-    """Count the tokens of every text :func:`n_tokens` has not seen, in one tokenizer call per 4096 texts."""
-    memo = _TOKENS.setdefault(model, {})
-    todo = list(dict.fromkeys(t for t in texts if (t, bos) not in memo))
-    counts = getattr(model, "token_counts", None)
-    if counts is None:
-        return
-    for i in range(0, len(todo), 4096):
-        chunk = todo[i:i + 4096]
-        for t, n in zip(chunk, counts(chunk, bos)):
-            memo[(t, bos)] = int(n)
 
 
 def fmt_seconds(s: float) -> str:

@@ -103,12 +103,10 @@ def erase_effect_row(located: np.ndarray, random_items: np.ndarray | None, rando
 
 
 def _ppl_control(rb: RowBuilder, item: str, tag: str, er: EraseResult) -> None:
-    base = _first(er, "ppl_base")
-    loc = _first(er, "ppl_located")
-    rnd = _first(er, "ppl_random")
-    if base is None or loc is None or rnd is None:
+    ppl = er.perplexities.tolist()  # unedited, located erased, then the first random sets erased
+    if len(ppl) < 3:
         return
-    rnd = np.asarray(rnd, dtype=float)
+    base, loc, rnd = ppl[0], ppl[1], np.asarray(ppl[2:], dtype=float)
     d_loc, d_rnd = float(loc) - float(base), rnd - float(base)
     lo, hi = np.quantile(d_rnd, [0.025, 0.975])
     est = Estimate(d_loc - float(d_rnd.mean()), d_loc - hi, d_loc - lo, n=len(d_rnd), method="null quantiles")
@@ -178,12 +176,12 @@ def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
 
 def _outcomes(res: EnhanceResult, mode: str, epoch: int) -> np.ndarray | None:
     """Per-item held-out outcomes of one (mode, epoch), when the result keeps them."""
-    for r in res.rows:
+    scores = getattr(res, "item_scores", None)
+    if scores is None or not scores.numel() or scores.shape[0] != len(res.rows):
+        return None  # a result saved before tlcap kept per-item scores
+    for k, r in enumerate(res.rows):
         if _f(r, "mode") == mode and _f(r, "epoch") == epoch:
-            for name in ("scores", "item_scores", "correct"):
-                v = r.get(name) if isinstance(r, dict) else getattr(r, name, None)
-                if v is not None and len(v):
-                    return np.asarray(v, dtype=float)
+            return scores[k].double().numpy()
     return None
 
 
@@ -246,6 +244,16 @@ def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         rb.figure(item, f"cnl_table2_{ds}", res.figure())
 
 
+def _cross_item_deltas(res: CrossResult) -> list[list[np.ndarray]] | None:
+    """Per cell ``[source][dataset]``: each item's score with the source's neurons erased minus its mean score over
+    the random erasures (the base score cancels); ``None`` when the result keeps no per-item scores or no random set."""
+    sc = getattr(res, "erase_scores", None)
+    if sc is None or sc.ndim != 4 or not sc.numel() or sc.shape[2] < 2 or len(res.n_items) != sc.shape[1]:
+        return None
+    x = sc.double().numpy()
+    return [[x[i, j, 0, :n] - x[i, j, 1:, :n].mean(0) for j, n in enumerate(res.n_items)] for i in range(sc.shape[0])]
+
+
 def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int = 5000, seed: int = 0) -> None:
     """CNL Fig. 5: the cross-dataset erase matrix and the "own dataset" claim."""
     item, claim = "CNL Fig. 5", paper_claim("cnl.fig5.own-dataset")
@@ -257,7 +265,7 @@ def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int = 5
     rb.figure(item, "cnl_fig5_erase_delta", res.matrix_figure("erase_delta"))
     rb.figure(item, "cnl_fig5_random_delta", res.matrix_figure("random_delta"))
     d = (res.erase_delta - res.random_delta).numpy()
-    items = _first(res, "item_deltas")  # per cell: per-item (located − random mean) score changes, when kept
+    items = _cross_item_deltas(res)
     for i, a in enumerate(res.names):
         row = f"{a} neurons · (erase − random) Δ on {a} − mean on the others"
         if items is not None:

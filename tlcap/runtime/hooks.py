@@ -317,43 +317,6 @@ def add_rows(rows: Int[Tensor, " n"] | slice, pos: int | Int[Tensor, " n"], valu
     return hook
 
 
-def last_position_only() -> HookFn:
-    """Keep only the last position (``act[:, -1:]``): a *shape-changing* hook.
-
-    Meant for the ``unembed_in`` site when only the next-token logits are needed: the
-    unembedding (the largest matrix of small models) then runs on one position instead of all
-    (see :meth:`tlcap.models.Model.last_logits`).
-    """
-
-    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
-        return act[:, -1:]
-
-    return hook
-
-
-def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
-    """Keep one position per row, ``act[r, pos[r]]``, as a ``[batch, 1, ...]`` activation.
-
-    The per-row form of :func:`last_position_only` (a *shape-changing* hook), for batches
-    whose rows end at different positions (right padding).
-    """
-
-    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
-        p = pos.to(act.device)
-        return act[torch.arange(act.shape[0], device=act.device), p][:, None]
-
-    return hook
-
-
-def gather_positions(pos: Int[Tensor, "batch k"]) -> HookFn:
-    """Keep ``k`` positions per row, ``act[r, pos[r, i]]`` → ``[batch, k, ...]`` (shape-changing, as :func:`select_positions`)."""
-
-    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch k *dims"]:
-        return act[torch.arange(act.shape[0], device=act.device)[:, None], pos.to(act.device)]
-
-    return hook
-
-
 class StopForward(Exception):
     """Raised by :func:`stop_forward` to end a forward pass early (caught by the caller)."""
 
@@ -402,3 +365,6 @@ def repeat_rows(counts: Int[Tensor, " rows"]) -> HookFn:
         return act.repeat_interleave(counts.to(act.device), 0)
 
     return hook
+
+
+from tlcap.runtime.position_hooks import gather_positions, last_position_only, select_positions  # noqa: E402,F401

@@ -23,11 +23,10 @@ import torch
 from torch import Tensor
 
 from tlcap.errors import InvalidConfigError
-from tlcap.intervene.activations import suppress
 from tlcap.locate.circuits.circuit import Circuit
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit
 from tlcap.metrics.permutation import located_vs_random
-from tlcap.metrics.probs import target_prob
+from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.introspect import active_hooks, named_weights
@@ -69,7 +68,7 @@ def assert_causal(
     neurons: NeuronSet,
     *,
     min_drop: float = 0.5,
-    vs_random: int = 20,
+    vs_random: int = 200,
     alpha: float = 0.05,
     seed: int = 0,
 ) -> CausalCheck:
@@ -81,9 +80,13 @@ def assert_causal(
         target: The answer (``" Paris"``).
         neurons: The neurons claimed to carry the answer.
         min_drop: Smallest relative drop of P(target) accepted (0.5 = halved).
-        vs_random: Matched random sets drawn (``NeuronSet.random_like(seed + i)``); at least 20
-            (the fewest that can give p < 0.05), or 0 to skip the comparison.
-        alpha: The located drop must beat the random drops at this level.
+        vs_random: Matched random sets drawn (``NeuronSet.random_like(seed + i)``), scored in batched
+            passes (:func:`tlcap.metrics.set_probs.scaled_target_probs`); at least 20, or 0 to skip the
+            comparison. The default 200 resolves p to 1/201 ≈ 0.005, well below ``alpha``; 20 sets
+            can at best reach 1/21 = 0.048, at the 0.05 level itself.
+        alpha: The located drop must beat the random drops at this level. The test is one-sided
+            (``"greater"``): the claim is directional — the located set drops P(target) *more* than
+            random sets; a located set that drops it less fails whatever its p.
         seed: First seed of the random sets.
 
     Returns:
@@ -94,12 +97,13 @@ def assert_causal(
     """
     if not len(neurons):
         raise MechanismAssertionError(f"assert_causal: the neuron set for {prompt!r} -> {target!r} is empty")
-    p0 = target_prob(model, prompt, target)
-    p1 = target_prob(model, prompt, target, hooks=suppress(model, neurons))
+    sets = [neurons, *(neurons.random_like(seed=seed + i) for i in range(vs_random))]
+    p0, probs = scaled_target_probs(model, prompt, target, sets, (0.0,))  # zeroed at the target positions (suppress)
+    p1 = float(probs[0, 0])
     drop = (p0 - p1) / p0 if p0 > 0 else 0.0
-    rnd = tuple((p0 - target_prob(model, prompt, target, hooks=suppress(model, neurons.random_like(seed=seed + i)))) / p0
-                if p0 > 0 else 0.0 for i in range(vs_random))
-    test = located_vs_random(drop, rnd, min_draws=20, statistic="relative drop of P(target)") if vs_random else None
+    rnd = tuple(float((p0 - q) / p0) if p0 > 0 else 0.0 for q in probs[0, 1:].tolist())
+    test = (located_vs_random(drop, rnd, min_draws=20, alternative="greater", statistic="relative drop of P(target)")
+            if vs_random else None)
     p = test.p_value if test is not None else float("nan")
     head = (f"suppressing {len(neurons)} neurons ({_fmt(neurons.neurons)}) changed P({target!r} | {prompt!r}) "
             f"from {p0:.4g} to {p1:.4g} (drop {drop:.1%})")

@@ -27,7 +27,6 @@ from tlcap.locate.causal_trace.engine import late_chunks, trace_batched, trace_r
 from tlcap.locate.causal_trace.results import CausalTrace
 from tlcap.locate.causal_trace.setup import TraceSetup, prepare_trace
 from tlcap.models.adapter import Model
-from tlcap.models.packed_rows import attention_windows
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
 from tlcap.runtime.sites import get_site
@@ -78,7 +77,7 @@ def trace_setups(setups: Sequence[TraceSetup], batch_rows: int | str | None = No
     low = [min(setups[0].site_layers(kinds[ki], layers[li])) for ki, li in cells]
     scores = [torch.full((len(kinds), s.n_tokens, len(layers)), float("nan")) for s in setups]
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    windowed = any(w is not None for w in attention_windows(model.hf_model.config, model.n_layers))
+    windowed = any(w is not None for w in model.attention_windows)
     for f, s in enumerate(setups):
         for t in s.config.token_positions(s.n_tokens, s.subject_range):
             if t < s.subject_range[0]:  # restoring a token before the subject is the corrupted run
