@@ -108,6 +108,12 @@ def _tuplify(value: Any) -> Any:
     return value
 
 
+def typed_row(row_type: type, values: dict[str, Any]) -> Any:
+    """``row_type(**values)`` with the NaNs a saved result holds as ``None`` (JSON null) restored in float fields."""
+    ann = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
+    return row_type(**{k: _nan_for_null(v, ann.get(k, "")) for k, v in values.items()})
+
+
 def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
     """A DataFrame from typed rows (frozen dataclasses); the columns are ``row_type``'s fields.
 
@@ -370,4 +376,4 @@ def load_result(path: str | Path) -> Result:
     return obj
 
 
-__all__ = ["Result", "load_result", "frame", "Provenance"]
+__all__ = ["Result", "load_result", "frame", "typed_row", "Provenance"]

@@ -88,3 +88,21 @@ def test_rel_of_an_update_is_whether_the_gap_to_the_top_closed(tiny_gpt2):
     moved = {s: r.gap_new_before - r.gap_new_after for s, r in rows.items()}
     assert moved[0.5] < moved[2.0] < moved[50.0]
     assert rows[0.5].rel == 0.0 and rows[50.0].rel == 1.0  # a write far larger than the KNs' own closes any gap
+
+
+def test_a_saved_edit_with_no_neighbor_query_loads_back_with_nan_gen(tmp_path):
+    """NaN is saved as JSON null; the edit rows of a loaded result must still build their frame (gen NaN, not None)."""
+    import dataclasses
+    import math
+
+    from tlcap.experiments.ql.modification import EditRow, ModificationResult
+    from tlcap.results import load_result
+
+    row = EditRow(fact=0, relation="P36", subject="France", object="Paris", new_object=None, group="K_I", query=0,
+                  operation="erasure", set="N_i", n_neurons=3, rel=1.0, gen=math.nan, loc=1.0, avg=1.0, ppl_before=10.0,
+                  ppl_after=11.0, dppl=0.1, p_before=0.5, p_after=0.1, p_new_before=math.nan, p_new_after=math.nan,
+                  rule="erasure")
+    res = ModificationResult((dataclasses.asdict(row),), 1.0, 1.0, 10.0, ("K_I",), "ig", "QL Table 2")
+    back = load_result(res.save(tmp_path / "m"))
+    f = back.to_frame()
+    assert math.isnan(f.gen[0]) and f.rel[0] == 1.0 and f.new_object[0] is None

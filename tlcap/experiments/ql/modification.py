@@ -48,7 +48,7 @@ from tlcap.metrics.perplexity import next_token_logits, perplexity
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result, frame, typed_row
 from tlcap.runtime.sites import get_site
 from tlcap.viz.ql import modification_bars, modification_table
 
@@ -132,7 +132,7 @@ class ModificationResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`EditRow` per edit."""
-        return frame([EditRow(**r) for r in self.rows], EditRow)
+        return frame([typed_row(EditRow, r) for r in self.rows], EditRow)
 
     def table(self) -> pd.DataFrame:
         """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule."""

@@ -37,7 +37,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import predominance, relative_change
 from tlcap.models.adapter import HookList, Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result, frame, typed_row
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import activation_heatmap
 from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars
@@ -107,7 +107,7 @@ class SynapseResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`SynapseEditRow` per (fact, query, synapses, operation)."""
-        return frame([SynapseEditRow(**r) for r in self.rows], SynapseEditRow)
+        return frame([typed_row(SynapseEditRow, r) for r in self.rows], SynapseEditRow)
 
     def predominance_frame(self) -> pd.DataFrame:
         """One :class:`PredominanceRow` per fact."""
