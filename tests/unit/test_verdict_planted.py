@@ -38,15 +38,10 @@ def _run(variant: str) -> tuple[str, float, set, set]:
     torch.manual_seed(0)
     loc = cnl_locate(model, truth.task, locate, progress=False)
     er = erase_effect(model, truth.task, held_out, loc.neuron_set(), n_random=R, seed=0)
-    located = getattr(er, "located_scores", None)
-    if located is None or not len(located):  # an older EraseResult: per-item scores of the located set only
-        from tlcap.intervene.weights import erase_neurons
-        from tlcap.metrics.accuracy import task_accuracy
-        with erase_neurons(model, loc.neuron_set()):
-            located = task_accuracy(model, truth.task, held_out, progress=False).scores
-    rnd = getattr(er, "random_scores", None)
-    rnd = np.asarray(rnd, dtype=float) if rnd is not None and len(rnd) else None
-    eff = erase_effect_row(np.asarray(located, dtype=float), rnd, np.asarray(er.random_accuracies, dtype=float),
+    located = er.located_scores.double().numpy()
+    rnd = er.random_scores.double().numpy()  # [random set, item]
+    assert rnd.shape == (R, len(located))
+    eff = erase_effect_row(located, rnd, np.asarray(er.random_accuracies, dtype=float),
                            n_boot=1000, seed=0)
     rb = RowBuilder("gpt2-tiny", papers=("cnl",))
     rb.effect("CNL Table 3", variant, paper_claim("cnl.table3.located-vs-random"), eff.estimate, eff.p_value, eff.test,
