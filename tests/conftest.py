@@ -47,3 +47,13 @@ def smollm2():
 
     torch.manual_seed(0)
     return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    much faster on the shared 2-core CI box (no oversubscription); the old count is restored after the module."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

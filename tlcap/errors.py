@@ -192,7 +192,39 @@ class EmptyNeuronSetWarning(TlcapWarning):
     """A located neuron set is empty, so the interventions on it were not run (their effects are ``None``)."""
 
 
+class StageError(TlcapError, ValueError):
+    """A stage graph that cannot run (unknown dependency, cycle) or a stage that returned no results."""
+
+
+class SubjectWarning(TlcapWarning):
+    """A subject that occurs more than once in its prompt, or starts it (attention sink)."""
+
+
+class CNLWarning(TlcapWarning):
+    """A CNL result that holds but needs a caveat (e.g. a σ whose located set is empty)."""
+
+
+class DataWarning(TlcapWarning):
+    """A data problem tlcap worked around: skipped rows, fewer samples than requested."""
+
+
+class StaticExportWarning(TlcapWarning):
+    """A figure was written as HTML only (no working static exporter)."""
+
+
+class MechanismAssertionError(AssertionError):
+    """A mechanistic claim that the model does not bear out (:mod:`tlcap.testing`; the message gives the numbers).
+
+    An ``AssertionError``, not a :class:`TlcapError`: pytest reports it as a failed test, not a misuse."""
+
+
 __all__ = [
+    "MechanismAssertionError",
+    "StaticExportWarning",
+    "DataWarning",
+    "CNLWarning",
+    "SubjectWarning",
+    "StageError",
     "TlcapError", "UnknownModelError", "HubUnavailableError", "TargetTokenizationError", "PromptTooLongError",
     "EmptyDatasetError", "MissingFileError", "ShapeMismatchError", "SubjectNotFoundError", "DatasetUnavailableError",
     "InvalidConfigError", "UnknownNameError",

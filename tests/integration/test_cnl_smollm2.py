@@ -13,17 +13,10 @@ text we scored (600 distinct test texts), so its base accuracy is the share of s
 from __future__ import annotations
 
 import pytest
-import torch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]  # one_thread: tests/conftest.py
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def test_erasing_emotion_neurons_beats_random(smollm2):

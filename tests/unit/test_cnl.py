@@ -25,13 +25,7 @@ from tlcap.metrics.sets import NeuronSet
 KW = dict(max_answer_tokens=2, steps=4, progress=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: much faster on the shared 2-core CI box (no oversubscription)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 def _samples(k: int = 4) -> list[Sample]:

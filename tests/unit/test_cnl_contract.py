@@ -18,12 +18,7 @@ from tlcap.results import load_result
 KW = dict(max_answer_tokens=1, steps=2, progress=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 def _toy(answer: str = " yes", k: int = 4) -> list[Sample]:

@@ -16,13 +16,7 @@ from tests.cli_helpers import run_cli
 from tlcap.data.tasks import Sample
 from tlcap.metrics.sets import NeuronSet
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 def _toy(answer: str, offset: int = 0, k: int = 4) -> list[Sample]:

@@ -19,12 +19,7 @@ TOY = [Sample(f"Is {w} a colour? Answer:", " yes" if i % 2 == 0 else " no", " ye
        for i, w in enumerate(["red", "table", "blue", "chair", "green", "lamp"])]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 def _set(m, share: float = 0.05, seed: int = 0) -> NeuronSet:

@@ -35,12 +35,7 @@ WORDS = ["red", "table", "blue", "chair", "green", "lamp", "old", "river"]
 PREFIX = "Decide whether the word names a colour.\nWord:"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 @pytest.fixture(params=["gpt2", "llama"])

@@ -30,12 +30,7 @@ FAMILIES = ["gpt2", "llama", "neox", "gptj", "qwen2", "gemma2"]
 FACTS = [("The capital of France is", " Paris"), ("Hi", " there you go"), ("One two three four five six", " seven")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

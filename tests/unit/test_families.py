@@ -35,13 +35,7 @@ LAYOUT = {  # family: (parallel blocks, post-norms, patchable attention, n_kv_he
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: faster on the shared 2-core CI box (no oversubscription)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

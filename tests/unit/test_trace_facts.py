@@ -30,12 +30,7 @@ FACTS = [("The capital of France is", "France", None), ("The Eiffel Tower is loc
          ("Paris is the capital of", "Paris", None), ("Rome is the capital of", "Rome", " Italy")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
 
 
 def _peaked(name: str):

@@ -20,15 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tlcap.errors import TlcapWarning
+from tlcap.errors import DataWarning
 
 Kind = Literal["number", "choice", "code"]
 IssueKind = Literal["bad_row", "unknown_label"]
 MAX_ISSUES_KEPT = 20
-
-
-class DataWarning(TlcapWarning):
-    """A data problem tlcap worked around: skipped rows, fewer samples than requested."""
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,9 @@ from __future__ import annotations
 import warnings
 
 from tlcap.config import check_int, check_str
-from tlcap.errors import InvalidConfigError, SubjectNotFoundError, TlcapWarning
+from tlcap.errors import InvalidConfigError, SubjectNotFoundError, SubjectWarning
 from tlcap.models.adapter import Model
 from tlcap.models.tokens import SubjectSpan
-
-
-class SubjectWarning(TlcapWarning):
-    """A subject that occurs more than once in its prompt, or starts it (attention sink)."""
 
 
 def count_occurrences(prompt: str, subject: str, start: int = 0) -> int:

@@ -40,17 +40,13 @@ from typing import Any
 
 from tlcap.atomic import is_storage_error
 from tlcap.config import Config
-from tlcap.errors import TlcapError, UnknownNameError
+from tlcap.errors import StageError, UnknownNameError
 from tlcap.provenance import model_identity, tlcap_version
 from tlcap.reproduce.memory import PeakMemory
 from tlcap.reproduce.stage_store import STAGE_FILE, load_stage, read_record, save_stage, stage_lock
 from tlcap.results import Result
 
 Outputs = dict[str, Result]
-
-
-class StageError(TlcapError, ValueError):
-    """A stage graph that cannot run (unknown dependency, cycle) or a stage that returned no results."""
 
 
 def _jsonable(obj: Any) -> Any:

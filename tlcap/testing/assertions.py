@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tlcap.errors import InvalidConfigError
+from tlcap.errors import InvalidConfigError, MechanismAssertionError
 from tlcap.locate.circuits.circuit import Circuit
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit
 from tlcap.metrics.permutation import located_vs_random
@@ -30,10 +30,6 @@ from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.introspect import active_hooks, named_weights
-
-
-class MechanismAssertionError(AssertionError):
-    """A mechanistic claim that the model does not bear out (the message gives the numbers)."""
 
 
 def _fmt(neurons: Sequence[tuple[int, int]], limit: int = 8) -> str:

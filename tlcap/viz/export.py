@@ -28,15 +28,11 @@ import plotly
 import plotly.graph_objects as go
 
 from tlcap.atomic import storage_error, write_text_atomic
-from tlcap.errors import TlcapWarning
+from tlcap.errors import StaticExportWarning
 from tlcap.viz.export_bounds import run_bounded
 
 CHROME_NAMES = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "chrome")
 _WARNED: set[str] = set()
-
-
-class StaticExportWarning(TlcapWarning):
-    """A figure was written as HTML only (no working static exporter)."""
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

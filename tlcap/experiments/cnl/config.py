@@ -21,13 +21,9 @@ from typing import Any
 
 from tlcap.attribution.config import IGConfig
 from tlcap.config import C, Config, check_bool, check_choice, check_float, check_int, check_sequence
-from tlcap.errors import InvalidConfigError, TlcapWarning
+from tlcap.errors import CNLWarning, InvalidConfigError
 
 SPREADS = ("std", "var")
-
-
-class CNLWarning(TlcapWarning):
-    """A CNL result that holds but needs a caveat (e.g. a σ whose located set is empty)."""
 
 
 ENHANCE_MODES = ("located", "random", "wo_located", "except_frozen")

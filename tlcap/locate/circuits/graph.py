@@ -63,7 +63,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from tlcap.errors import TlcapError, UnknownNodeError
+from tlcap.errors import TlcapError, UnknownNodeError, UnsupportedModelError
 from tlcap.models import Model
 from tlcap.results import Result, frame
 from tlcap.runtime.sites import get_site
@@ -72,10 +72,6 @@ from tlcap.viz.circuit import node_kind, node_parameter_figure
 # Parameter-group owners named as graph nodes (tlcap.models.params calls them embed/unembed).
 _GROUP_ALIAS = {"embed": "input", "unembed": "logits"}
 BOUNDARY_NODES = ("input", "logits")
-
-
-class UnsupportedModelError(TlcapError, NotImplementedError):
-    """A model whose computation graph the circuit code cannot build (no per-head inputs, a post-norm that is not an RMSNorm)."""
 
 
 def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
