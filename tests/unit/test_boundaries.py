@@ -21,7 +21,7 @@ RULES = {
     "hook names": re.compile(r"\bhook_(?!names?\b|fn\b)[a-z]\w*|\bblocks\.[\d{]|\bunembed\.\w|\bln_final\b"),
     # the tokenizer, backend flags and objects, the backend's config
     "backend": re.compile(
-        r"tokenizer\s*\(|\.tokenizer\b|\bset_use_\w+|\boriginal_model\b|\.backend\b|\.hf_model\b|\bmodel\.cfg\b|\bhook_dict\b"
+        r"tokenizer\s*\(|\.tokenizer\b|\bset_use_\w+|\boriginal_model\b|\.backend\b|\.hf_model\b|\.is_bridge\b|\bmodel\.cfg\b|\bhook_dict\b"
     ),
 }
 

@@ -167,7 +167,7 @@ def word_attributions_facts(
                                 asked=cfg)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
-    if not model.is_bridge:  # TL 3.9: no rows after padded prefixes, each word on its own
+    if not model.continues_rows:  # TL 3.9: no rows after padded prefixes, each word on its own
         return [words_one_fact(model, p, t, eos_baselines(model, len(p) + len(t) - 1, cfg.site, baseline_token_id)[:, layers],
                                names, layers, cfg) for p, t in tokens]
     units, parts = [], []

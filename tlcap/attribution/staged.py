@@ -33,7 +33,7 @@ from tlcap.models.staged_rows import Staging
 
 def staged_applies(model: Model, hook_names: Sequence[str]) -> bool:
     """Whether the rows of these hooks can run staged (a TransformerBridge that packs rows)."""
-    return model.is_bridge and model.staged_rows_apply([(n, _set_rows(None, None)) for n in hook_names])
+    return model.continues_rows and model.staged_rows_apply([(n, _set_rows(None, None)) for n in hook_names])
 
 
 def _candidates(counts: list[int], per_layer: list[int]) -> list[int]:

@@ -102,6 +102,12 @@ class RowsMixin:
         return _position_major_names(self.n_layers)
 
     @property
+    def continues_rows(self) -> bool:
+        """Whether rows can continue after cached prefixes (:meth:`continue_rows`, staged and packed rows): the
+        fast paths of IG, AMIG and causal tracing; the TL 4.x bridge can, TL 3.9's ``HookedTransformer`` cannot."""
+        return bool(self.is_bridge)
+
+    @property
     def attention_windows(self) -> list[int | None]:
         """Each layer's sliding attention window (``None``: full causal attention)."""
         return attention_windows(self.hf_model.config, self.n_layers)

@@ -120,7 +120,7 @@ def trace_batched(
         if t not in todo:
             scores[:, t, :] = setup.corrupted_prob
     bar = tqdm(total=len(todo) * len(cells), desc="causal trace", disable=not progress, unit="cell")
-    late = late_expand and model.is_bridge
+    late = late_expand and model.continues_rows
     chunks = [(c0, min(c0 + k_max, len(cells))) for c0 in range(0, len(cells), k_max)]
     if late:  # cells that first touch the same layers share batches (and the layers below them)
         cells.sort(key=lambda c: min(setup.site_layers(kinds[c[0]], layers[c[1]])))

@@ -40,7 +40,7 @@ def _shared(setups: Sequence[TraceSetup]) -> bool:
     c0 = setups[0].config
     same = all((s.kinds, s.layers, s.window, s.samples) == (setups[0].kinds, setups[0].layers, setups[0].window,
                                                              setups[0].samples) for s in setups)
-    return same and c0.prefix_reuse and c0.late_expand and c0.skip_pre_subject and setups[0].model.is_bridge
+    return same and c0.prefix_reuse and c0.late_expand and c0.skip_pre_subject and setups[0].model.continues_rows
 
 
 @torch.no_grad()
