@@ -111,7 +111,8 @@ def test_results_meet_the_contract_and_round_trip(tiny_gpt2, toy_task, tmp_path)
     ns = _neurons(m)
     er = erase_effect(m, toy_task, _toy(), ns, n_random=0)
     assert er.summary()["random_accuracy"] is None and er.summary()["random_delta"] is None
-    assert er.provenance.config == {"n_random": 0, "seed": 0, "include_input": False}
+    assert er.provenance.config == {"n_random": 0, "seed": 0, "include_input": False, "batched": True,
+                                    "ppl_texts": 0, "ppl_n_random": 20, "ppl_max_tokens": 128}
     enh = enhance_effect(m, toy_task, _toy(), _toy(), ns, epochs=1, lr=1e-3, modes=("located",), progress=False)
     assert enh.rows == (EnhanceRow("located", 1, enh.rows[0].accuracy),)
     again = load_result(enh.save(tmp_path / "enh"))

@@ -72,7 +72,7 @@ def test_assert_causal_message_names_the_numbers(tlcap_planted_fact):
 def test_assert_causal_reports_random_sets_that_do_as_well(tlcap_tiny_gpt2):
     # On a random model a random neuron is as good as any: the comparison with random sets must fail.
     ns = NeuronSet.from_list([(1, 3)], (2, 256))
-    with pytest.raises(MechanismAssertionError, match=r"of 20 matched random sets dropped it as much \(random drops: "
+    with pytest.raises(MechanismAssertionError, match=r"of 200 matched random sets dropped it as much \(random drops: "
                                                       r"mean .*; p = .* > 0.05\)"):
         assert_causal(tlcap_tiny_gpt2, "The capital of France is", " Paris", ns, min_drop=-1.0)
 
