@@ -21,7 +21,7 @@ import typer
 
 from tlcap.atomic import is_storage_error, storage_error
 from tlcap.cli import app
-from tlcap.cli._common import Interrupted, dtype_option, load, seed_everything, writable_folder
+from tlcap.cli._common import Interrupted, device_option, dtype_option, load, seed_everything, writable_folder
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.models import load_model
@@ -54,10 +54,11 @@ def reproduce_cmd(
     reprobe: bool = typer.Option(False, "--reprobe", help="Re-run the calibration probe (it is cached per machine)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="Replay a probe saved on another machine (a file of "
                                             "--save-calibration) instead of probing; with --dry-run the model is loaded "
-                                            "on the meta device (shapes and tokenizer, no weights) unless --device is given."),
+                                            "on the meta device (shapes and tokenizer, no weights) unless a --device "
+                                            "other than auto is given."),
     save_calibration: Path | None = typer.Option(None, "--save-calibration", help="Write this machine's probe into FILE "
                                                  "(other models' probes in it are kept)."),
-    device: str | None = typer.Option(None, "--device", help="torch device (default: the model's)."),
+    device: str = device_option(),
     dtype: str = dtype_option(),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars inside stages."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Stages computed at once, each in its own process with "
@@ -85,7 +86,7 @@ def reproduce_cmd(
         if cache_dir is not None:
             writable_folder(cache_dir, "--cache-dir")
     seed_everything(seed)
-    if dry_run and calibration is not None and device is None:
+    if dry_run and calibration is not None and device.strip().lower() == "auto":
         m = load_shapes(model, dtype)
     else:
         m = load(model, device=device, dtype=dtype)
