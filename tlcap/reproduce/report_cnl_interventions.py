@@ -52,15 +52,6 @@ def _f(row: object, name: str) -> Any:
     return row[name] if isinstance(row, dict) else getattr(row, name)
 
 
-def _first(obj: object, *names: str) -> Any:
-    """The first of ``names`` that ``obj`` has and that is not empty (``None`` otherwise)."""
-    for n in names:
-        v = getattr(obj, n, None)
-        if v is not None and (not hasattr(v, "__len__") or len(v)):
-            return v
-    return None
-
-
 def _scores(res: Result | None) -> np.ndarray | None:
     return np.asarray(res.scores, dtype=float) if isinstance(res, TaskAccuracy) and res.scores else None
 
@@ -139,8 +130,7 @@ def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         for s in SIGMAS:
             er, loc = out.get(f"sigma{s:g}"), _scores(out.get(f"sigma{s:g}_located"))
             if isinstance(er, EraseResult) and loc is None:
-                loc = _first(er, "located_scores")
-                loc = None if loc is None else np.asarray(loc, dtype=float)
+                loc = er.located_scores.double().numpy() if er.located_scores.numel() else None
             if not isinstance(er, EraseResult) or loc is None:
                 rb.missing(item, f"{ds} · σ={s:g} located − random",
                            "not computed: no neuron above mean + σ·std at this σ (empty located set)", claim=claim)
@@ -148,8 +138,7 @@ def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
             tag = f"{ds} · σ={s:g} ({er.n_neurons} neurons)"
             le = bootstrap_ci(loc, n_boot=n_boot, seed=seed)
             located_curve.append(le)
-            rnd_items = _first(er, "random_scores")
-            rnd_items = None if rnd_items is None else np.asarray(rnd_items, dtype=float)
+            rnd_items = er.random_scores.double().numpy() if er.random_scores.numel() else None
             rnd_acc = rnd_items.mean(1) if rnd_items is not None else np.asarray(er.random_accuracies, dtype=float)
             rb.value(item, f"{tag} located erased", le,
                      rb.paper_value("cnl", "Table 3", "accuracy", sigma=f"{s:g}", method="located", dataset=label),
