@@ -27,8 +27,8 @@ def _warning_classes() -> dict[str, type]:
 def test_every_tlcap_warning_is_a_tlcap_warning() -> None:
     classes = _warning_classes()
     # The known ones must be found (guards against the walk silently finding nothing).
-    assert {"tlcap.locate.subjects.SubjectWarning", "tlcap.data.sample.DataWarning",
-            "tlcap.experiments.cnl.config.CNLWarning", "tlcap.viz.export.StaticExportWarning"} <= set(classes)
+    assert {"tlcap.errors.SubjectWarning", "tlcap.errors.DataWarning",
+            "tlcap.errors.CNLWarning", "tlcap.errors.StaticExportWarning"} <= set(classes)
     stray = sorted(name for name, cls in classes.items() if not issubclass(cls, TlcapWarning))
     assert stray == []
 
