@@ -24,6 +24,7 @@ from tlcap.explore import (
     inspect_neuron,
     logit_lens,
 )
+from tlcap.method_registry import localize, methods
 from tlcap.metrics import NeuronSet, target_prob, token_probs
 from tlcap.models import Model, load_model
 from tlcap.results import Result, load_result
@@ -34,5 +35,5 @@ __all__ = [
     "IGConfig", "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
     "token_probs", "Model", "load_model", "Result", "load_result", "__version__", "ActivationIndex",
     "DirectLogitAttribution", "LogitLens", "NeuronCard", "activation_index", "direct_logit_attribution",
-    "explore_neurons", "inspect_neuron", "logit_lens",
+    "explore_neurons", "inspect_neuron", "logit_lens", "localize", "methods",
 ]

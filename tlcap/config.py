@@ -259,15 +259,97 @@ class Config:
     def resolve(cls: type[C], config: C | None = None, **overrides: Any) -> C:
         """The config a function runs with: ``config`` (default: ``cls()``) with ``overrides``.
 
-        The one way family functions take their settings::
+        An override names a field of this config (``threshold=0.3``), a field of a nested config
+        (a field whose value is a :class:`Config`) dotted (``ig__steps`` or, through ``**{...}``,
+        ``"ig.steps"``), or flat when exactly one nested config owns the name (``steps=10`` goes
+        to ``ig``). The one way family functions take their settings::
 
             def integrated_gradients(model, prompt, target, *, config=None, progress=True, **overrides):
                 cfg = IGConfig.resolve(config, **overrides)
+
+        Args:
+            config: The base config (default: ``cls()``).
+            **overrides: Fields to change (flat, dotted or ``__``-separated).
+
+        Returns:
+            The validated config.
+
+        Raises:
+            InvalidConfigError: ``config`` of another type, or an invalid value.
+            UnknownNameError: an override no field owns, or a flat name two nested configs own.
+
+        Example:
+            >>> from tlcap.experiments.knowledge_neurons import KNConfig
+            >>> cfg = KNConfig.resolve(threshold=0.3, steps=5, **{"ig.rule": "left"})
+            >>> cfg.threshold, cfg.ig.steps, cfg.ig.rule
+            (0.3, 5, 'left')
         """
         if config is not None and not isinstance(config, cls):
             raise InvalidConfigError(f"config must be a {cls.__name__}, got a {type(config).__name__}")
         base = config if config is not None else cls()
-        return base.replace(**overrides) if overrides else base
+        return base.with_overrides(overrides) if overrides else base
+
+    def nested(self) -> dict[str, Config]:
+        """The fields whose values are configs (``{"ig": IGConfig(...)}`` for a ``KNConfig``).
+
+        Returns:
+            Field name → nested config.
+        """
+        return {f.name: v for f in dataclasses.fields(self) if isinstance(v := getattr(self, f.name), Config)}
+
+    def with_overrides(self: C, overrides: dict[str, Any]) -> C:
+        """A copy with ``overrides`` routed as :meth:`resolve` describes, validated again.
+
+        Args:
+            overrides: Field (flat, dotted or ``__``-separated) → value.
+
+        Returns:
+            The new config.
+
+        Raises:
+            UnknownNameError: an override no field owns, or a flat name two nested configs own.
+        """
+        own: dict[str, Any] = {}
+        inner: dict[str, dict[str, Any]] = {}
+        nested = self.nested()
+        for key, value in overrides.items():
+            head, sep, rest = key.replace("__", ".").partition(".")
+            if sep:
+                if head not in nested:
+                    raise UnknownNameError.of(f"{type(self).__name__} nested config", head, list(nested), option=None)
+                inner.setdefault(head, {})[rest] = value
+            elif key in self.field_names():
+                own[key] = value
+            else:
+                owners = [n for n, c in nested.items() if c.owns(key)]
+                if len(owners) > 1:
+                    raise UnknownNameError(f"{type(self).__name__}: {key!r} is a field of {' and '.join(owners)}; "
+                                           f"write {owners[0]}.{key}")
+                if not owners:
+                    names = [*self.field_names(), *(f"{n}.{f}" for n, c in nested.items() for f in c.field_names())]
+                    raise UnknownNameError.of(f"{type(self).__name__} field", key, names, option=None)
+                inner.setdefault(owners[0], {})[key] = value
+        for name, sub in inner.items():
+            base = own.get(name, nested[name])
+            own[name] = base.with_overrides(sub) if isinstance(base, Config) else base
+        return self.replace(**own) if own else self
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """Whether ``name`` is a field of this config or, flat, of one of its nested configs' defaults.
+
+        Args:
+            name: A field name.
+
+        Returns:
+            True when :meth:`resolve` can route ``name``.
+        """
+        if name in cls.field_names():
+            return True
+        try:
+            return any(c.owns(name) for c in cls().nested().values())
+        except Exception:  # noqa: BLE001 - a config without defaults has no nested defaults to ask
+            return False
 
 
 def _from_json(hint: Any, value: Any) -> Any:

@@ -82,14 +82,6 @@ class KNConfig(Config):
         check_int("n_random", self.n_random, min=0)
         check_int("seed", self.seed, min=0)
 
-    @classmethod
-    def resolve(cls, config: KNConfig | None = None, **overrides: Any) -> KNConfig:
-        """``config`` (default ``KNConfig()``) with overrides; :class:`IGConfig` fields go to ``ig``."""
-        ig_fields = set(IGConfig.field_names())
-        ig_over = {k: overrides.pop(k) for k in list(overrides) if k in ig_fields}
-        cfg = super().resolve(config, **overrides)
-        return cfg.replace(ig=cfg.ig.replace(**ig_over)) if ig_over else cfg
-
 
 def check_fact(prompt: str, target: str, paraphrases: Sequence[str] = ()) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """Check the inputs of :func:`locate_knowledge_neurons` before any model is loaded.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
-from tlcap.config import C, Config, check_bool, check_choice, check_float, check_int, check_sequence
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import CNLWarning, InvalidConfigError
 
 SPREADS = ("std", "var")
@@ -74,15 +74,6 @@ class CNLConfig(Config):
         check_int("max_answer_tokens", self.max_answer_tokens, min=1)
         check_int("convergence_points", self.convergence_points, min=1)
         check_int("seed", self.seed, min=0)
-
-    @classmethod
-    def resolve(cls: type[C], config: C | None = None, **overrides: Any) -> C:
-        """``config`` (default ``CNLConfig()``) with ``overrides``; :class:`IGConfig` fields
-        (``steps``, ``method``, ``layers``...) go to ``config.ig``."""
-        ig_names = set(IGConfig.field_names())
-        ig_over = {k: overrides.pop(k) for k in list(overrides) if k in ig_names}
-        cfg = super().resolve(config, **overrides)  # type: ignore[misc]
-        return cfg.replace(ig=cfg.ig.replace(**ig_over)) if ig_over else cfg  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

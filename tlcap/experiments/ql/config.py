@@ -71,14 +71,6 @@ class QLConfig(Config):
         check_float("static_threshold", self.static_threshold, ge=0, le=1)
         check_choice("split", self.split, SPLITS)
 
-    @classmethod
-    def build(cls, config: QLConfig | None = None, **overrides: Any) -> QLConfig:
-        """:meth:`Config.resolve`, also taking :class:`IGConfig` fields (``steps=10``) as overrides."""
-        ig_fields = set(IGConfig.field_names())
-        ig = {k: overrides.pop(k) for k in list(overrides) if k in ig_fields}
-        cfg = cls.resolve(config, **overrides)
-        return cfg.replace(attribution=cfg.attribution.replace(**ig)) if ig else cfg
-
 
 def _check_names(name: str, value: Any, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
     return check_sequence(name, list(value), min_len=1, unique=True,

@@ -178,7 +178,7 @@ def consistency_analysis(
         >>> cons = consistency_analysis({"ig": locs}, split="otsu")
         >>> cons.summary()["k2_ratio"]
     """
-    cfg = QLConfig.build(config, **overrides)
+    cfg = QLConfig.resolve(config, **overrides)
     few = sorted({(fk.fact["relation"], fk.fact["subject"]) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
     if few:
         warnings.warn(f"{len(few)} fact(s) have fewer than {MIN_QUERIES} queries (CS1 ≡ CS2 for them), e.g. "

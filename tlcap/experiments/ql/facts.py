@@ -208,7 +208,7 @@ def localize_facts(
     """
     if "threshold" in overrides:
         overrides["kn_threshold"] = overrides.pop("threshold")
-    cfg = QLConfig.build(config, **overrides)
+    cfg = QLConfig.resolve(config, **overrides)
     check_choice("method", method, METHODS)
     check_int("fact_batch", fact_batch, min=1, cli=None)
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
