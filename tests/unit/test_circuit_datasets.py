@@ -14,7 +14,6 @@ from tlcap.locate.circuits import (
     CircuitItem,
     EdgeGraph,
     edge_attribution,
-    edge_hooks_enabled,
     load_circuit_dataset,
     make_items_task,
 )
@@ -234,7 +233,7 @@ def _reference_means(model, items, positional):
     """Each node's output averaged over the real positions of every item run alone (independent of the engine)."""
     sites = _upstream_sites(model)
     per_item = []
-    with edge_hooks_enabled(model):
+    with model.edge_hooks():
         for it in items:
             toks = make_items_task(model, [it]).clean
             _, cache = model.run_with_cache(toks, [n for n, _ in sites])
@@ -284,6 +283,6 @@ def test_every_ablation_is_exact_on_a_dataset(request, name):
                         m = src.mean[sl, :n]  # [k, pos|1, d]
                         val = m[0] if hook.endswith("mlp_out") or hook.endswith("resid_pre") else m.transpose(0, 1)
                     hooks.append((hook, H.set_to(val)))
-                with edge_hooks_enabled(model):
+                with model.edge_hooks():
                     ablated = model.logits(task.clean, hooks=hooks)
             torch.testing.assert_close(lg[1, :n], ablated[0], atol=1e-5, rtol=1e-5)

@@ -28,7 +28,6 @@ from tlcap.locate.circuits import (
     EdgeScores,
     KnowledgeCircuit,
     edge_attribution,
-    edge_hooks_enabled,
     evaluate_circuit,
     evaluate_masks,
     knowledge_circuit,
@@ -92,7 +91,7 @@ def test_graph_shapes_and_params(arch_model):
     assert sum(g.node_params) == model.parameter_count()
     # the bridge's k/v reader inputs have n_kv_heads entries (GQA readers per kv group)
     toks = model.to_tokens(PROMPT)
-    with edge_hooks_enabled(model):
+    with model.edge_hooks():
         _, cache = model.run_with_cache(toks, ["blocks.0.hook_k_input", "blocks.0.hook_q_input"])
     assert cache["blocks.0.hook_k_input"].shape[2] == K
     assert cache["blocks.0.hook_q_input"].shape[2] == Hh
@@ -116,7 +115,7 @@ def test_full_circuit_reproduces_model_and_empty_equals_ablated(arch_model, corr
         hooks = [("blocks.0.hook_resid_pre", H.set_to(0.0))]
         for l in range(model.n_layers):
             hooks += [(f"blocks.{l}.attn.hook_result", H.set_to(0.0)), (f"blocks.{l}.hook_mlp_out", H.set_to(0.0))]
-        with edge_hooks_enabled(model):
+        with model.edge_hooks():
             ablated = model.logits(task.clean, hooks=hooks)
     torch.testing.assert_close(r["logits"][1], ablated[0], atol=1e-5, rtol=1e-5)
     # the flags are restored after every run
@@ -134,7 +133,7 @@ def _post_norm_head_share_patch(model, task, head):
     names = ["blocks.0.attn.hook_result"]
     share = {}
     for key, toks in (("clean", task.clean), ("corrupt", task.corrupt)):
-        with edge_hooks_enabled(model):
+        with model.edge_hooks():
             _, c = model.run_with_cache(toks, names)
         r = c["blocks.0.attn.hook_result"].double()
         rms = (r.sum(2).pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
@@ -148,7 +147,7 @@ def test_removing_all_out_edges_equals_patching_the_node(arch_model):
     model = arch_model
     task = make_task(model, PROMPT, TARGET, CORRUPT)
     g = EdgeGraph.from_model(model)
-    with edge_hooks_enabled(model):
+    with model.edge_hooks():
         _, cache = model.run_with_cache(task.corrupt, ["blocks.0.attn.hook_result", "blocks.0.hook_mlp_out"])
     mask = g.valid_mask()
     m1, m2 = mask.clone(), mask.clone()
@@ -170,7 +169,7 @@ def test_removing_all_out_edges_equals_patching_the_node(arch_model):
         head1 = ("blocks.0.attn.o.hook_in", patch_z)
     else:
         head1 = ("blocks.0.attn.hook_result", H.patch(cache["blocks.0.attn.hook_result"], head=1))
-    with edge_hooks_enabled(model):
+    with model.edge_hooks():
         p1 = model.logits(task.clean, hooks=[head1])
         p2 = model.logits(task.clean, hooks=[("blocks.0.hook_mlp_out", H.patch(cache["blocks.0.hook_mlp_out"]))])
     torch.testing.assert_close(r["logits"][0], p1[0], atol=1e-5, rtol=1e-5)

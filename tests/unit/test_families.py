@@ -19,11 +19,13 @@ from tlcap.attribution import integrated_gradients, reference_ig
 from tlcap.attribution.dataset import score_dataset, score_in_memory
 from tlcap.data.tasks import Sample
 from tlcap.errors import UnknownModelError, UnsupportedModelError
-from tlcap.experiments.ql import attention_patterns, synapse_experiment, synapse_hooks, synapse_mask
+from tlcap.experiments.ql import synapse_experiment
 from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome import RomeConfig, rome_edit
+from tlcap.intervene.synapses import scale_synapses
 from tlcap.locate.causal_trace import causal_trace, trace_reference
 from tlcap.locate.circuits import EdgeGraph
+from tlcap.locate.synapses import attention_patterns, synapse_mask
 from tlcap.models import FAMILIES, load_model, make_tiny
 
 PROMPT, TARGET, SUBJECT = "The capital of France is", " Paris", "France"
@@ -98,7 +100,7 @@ def test_synapse_edits_run_or_are_refused(fam):
     assert A.shape == (m.n_layers, m.n_heads, toks.shape[1], toks.shape[1])
     torch.testing.assert_close(A.sum(-1), torch.ones_like(A.sum(-1)), atol=1e-5, rtol=0)  # softmax rows
     mask, _, _ = synapse_mask(A, alpha=0.05, skip_first=False)
-    moved = (m.logits(toks, hooks=synapse_hooks(mask, 0.0)) - m.logits(toks)).abs().max()
+    moved = (m.logits(toks, hooks=scale_synapses(mask, 0.0)) - m.logits(toks)).abs().max()
     if LAYOUT[name][2]:
         assert moved > 1e-4
     else:  # GPT-J on TL 4.x: hook_pattern fires after the HF module ran; the edit changes nothing ...

@@ -167,7 +167,8 @@ def test_sig_amig_completeness_and_normalisation(tiny_llama):
 # ------------------------------------------------------------------ synapses and pattern hooks
 @pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama"])
 def test_pattern_hook_changes_output_and_head_suppression_equals_zeroed_columns(fixture, request):
-    from tlcap.experiments.ql import attention_patterns, synapse_hooks, synapse_mask
+    from tlcap.intervene.synapses import scale_synapses
+    from tlcap.locate.synapses import attention_patterns, synapse_mask
 
     model = request.getfixturevalue(fixture)
     prompt = "The capital of France is"
@@ -183,7 +184,7 @@ def test_pattern_hook_changes_output_and_head_suppression_equals_zeroed_columns(
     head_mask[1, 2] = mask[1, 2]
     cols = mask[1, 2].nonzero().flatten()
     assert len(cols) > 0
-    out = model.logits(toks, hooks=synapse_hooks(head_mask, 0.0))
+    out = model.logits(toks, hooks=scale_synapses(head_mask, 0.0))
 
     def zero_cols(act, hook):
         o = act.clone()
@@ -200,7 +201,7 @@ def test_pattern_hook_changes_output_and_head_suppression_equals_zeroed_columns(
         seen["p"] = act.detach().clone()
         return None
 
-    model.logits(toks, hooks=synapse_hooks(head_mask, 2.0) + [("blocks.1.attn.hook_pattern", grab)])
+    model.logits(toks, hooks=scale_synapses(head_mask, 2.0) + [("blocks.1.attn.hook_pattern", grab)])
     p2 = seen["p"][0]
     assert torch.allclose(p2[2][:, cols], 2 * A[1, 2][:, cols], atol=1e-6)
     other = [h for h in range(Hh) if h != 2]
@@ -211,7 +212,7 @@ def test_pattern_hook_changes_output_and_head_suppression_equals_zeroed_columns(
 
 
 def test_knowledge_synapses_mask_for(tiny_gpt2):
-    from tlcap.experiments.ql import locate_synapses
+    from tlcap.locate.synapses import locate_synapses
 
     ks = locate_synapses(tiny_gpt2, "The capital of France is", alpha=0.05, skip_first=False)
     C = ks.mask.shape[-1]
@@ -264,7 +265,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
 
 
 def test_update_neurons_formula(tiny_llama):
-    from tlcap.experiments.ql import update_neurons
+    from tlcap.intervene.update import update_neurons
 
     m = tiny_llama
     neurons = NeuronSet.from_list([(0, 3), (1, 5)], (m.n_layers, m.d_mlp))

@@ -43,6 +43,5 @@ def scale_synapses(mask: Bool[Tensor, "layer head key"], factor: float) -> HookL
     return out
 
 
-synapse_hooks = scale_synapses  # the name tlcap.experiments.ql exported
 
-__all__ = ["scale_synapses", "synapse_hooks"]
+__all__ = ["scale_synapses"]

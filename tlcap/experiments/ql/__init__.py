@@ -41,16 +41,6 @@ from tlcap.experiments.ql.modification import (
     wikitext_sample,
 )
 from tlcap.experiments.ql.synapses import PredominanceRow, SynapseEditRow, SynapseResult, synapse_experiment
-from tlcap.intervene.synapses import scale_synapses, synapse_hooks
-from tlcap.intervene.update import update_neurons
-from tlcap.locate.synapses import (
-    KnowledgeSynapses,
-    attention_patterns,
-    locate_synapses,
-    most_attended_token,
-    synapse_mask,
-)
-from tlcap.metrics.perplexity import perplexity
 
 __all__ = [
     "EXCLUDED", "KN_THRESHOLD", "STATIC_THRESHOLD",
@@ -60,6 +50,4 @@ __all__ = [
     "EditRow", "ModificationResult", "modification_experiment", "cas_experiment", "wikitext_sample",
     "MappingResult", "MappingRow", "query_kn_mapping",
     "PredominanceRow", "SynapseEditRow", "SynapseResult", "synapse_experiment",
-    "KnowledgeSynapses", "attention_patterns", "locate_synapses", "most_attended_token", "synapse_mask",
-    "scale_synapses", "synapse_hooks", "update_neurons", "perplexity",
 ]

@@ -40,7 +40,7 @@ from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
 from tlcap.locate.circuits.dataset import CircuitDataset, load_circuit_dataset
 from tlcap.locate.circuits.eap import EdgeScores, edge_attribution
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuit, evaluate_circuits, evaluate_masks
-from tlcap.locate.circuits.graph import EdgeGraph, NodeRow, UnsupportedModelError, edge_hooks_enabled
+from tlcap.locate.circuits.graph import EdgeGraph, NodeRow, UnsupportedModelError
 from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit, knowledge_circuit
 from tlcap.locate.circuits.nodes import NodeScoreRow, NodeScores, node_attribution
 from tlcap.locate.circuits.passes import PassOutput, run_pass
@@ -52,6 +52,6 @@ __all__ = [
     "AblatedRun", "AblationSource", "Circuit", "CircuitEvaluation", "CircuitTask", "CorruptedAblation", "EAPConfig",
     "EdgeGraph", "EdgeRow", "EdgeScores", "KnowledgeCircuit", "NodeRow", "PassOutput", "SizeSweep", "SweepRow",
     "UnsupportedModelError", "ZeroAblation", "ablation_source", "check_circuit_inputs", "edge_attribution",
-    "edge_hooks_enabled", "evaluate_circuit", "evaluate_circuits", "evaluate_masks", "knowledge_circuit", "make_task",
+    "evaluate_circuit", "evaluate_circuits", "evaluate_masks", "knowledge_circuit", "make_task",
     "prune_dead", "run_pass", "select_edges", "size_sweep", "NodeScoreRow", "NodeScores", "node_attribution",
 ]

@@ -52,7 +52,6 @@ other heads' shares and the RMS as they are in the run, where patching ``r_h`` w
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -72,18 +71,6 @@ from tlcap.viz.circuit import node_kind, node_parameter_figure
 # Parameter-group owners named as graph nodes (tlcap.models.params calls them embed/unembed).
 _GROUP_ALIAS = {"embed": "input", "unembed": "logits"}
 BOUNDARY_NODES = ("input", "logits")
-
-
-def edge_hooks_enabled(model: Model) -> contextlib.AbstractContextManager[Model]:
-    """Turn on the per-head / split-input hook points, restoring the flags on exit.
-
-    The same as :meth:`tlcap.models.Model.edge_hooks` (kept for existing callers).
-
-    Example:
-        >>> with edge_hooks_enabled(model):
-        ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
-    """
-    return model.edge_hooks()
 
 
 @dataclass(frozen=True)
