@@ -131,7 +131,7 @@ def test_cli_errors(tmp_path, cmd, extra, message):
 
 
 def test_cli_compare(tmp_path):
-    from tests.unit.test_cnl_eval_compare import REL, _fid
+    from tests.reliability_rows import REL, _fid
 
     _fid().save(tmp_path / "fid" / "result")
     REL.save(tmp_path / "rel" / "result")

@@ -4,28 +4,14 @@ the paper's row beside ours, and missing inputs as NaN with a note."""
 from __future__ import annotations
 
 import math
-from dataclasses import astuple
 
 import pytest
 
-from tests.unit.test_cnl_eval_reliability import _kc_rows, _kn_rows, _rome_rows
-from tlcap.experiments.cnl_eval import CompareResult, FidelityResult, FidelityRow, ReliabilityResult, compare
+from tests.reliability_rows import REL, _fid, _kc_rows, _kn_rows, _rome_rows
+from tlcap.experiments.cnl_eval import CompareResult, ReliabilityResult, compare
 from tlcap.experiments.cnl_eval.common import ParamCounts
 from tlcap.results import load_result
 
-
-def _fid():
-    rows = []
-    vals = {"kn": (0.4, 0.2, 0.01), "trace": (1.0, 0.6, 0.1), "kc": (0.1, 0.3, 0.02)}
-    for f in range(2):
-        for m, (o, o2, share) in vals.items():
-            rows.append(astuple(FidelityRow(f, str(f), "P36", "s", " t", m, o if f == 0 else o2, 0.1, 0.05, 5.0, 4, 6,
-                                            share * (f + 1))))
-    return FidelityResult(rows=tuple(rows), rewrite_rows=(), methods=("kn", "trace", "kc"), n_facts=2, model_name="hand")
-
-
-REL = ReliabilityResult(kn_rows=_kn_rows(), rome_rows=_rome_rows(), kc_rows=_kc_rows(), parts=("kn", "rome", "kc"),
-                        n_facts=4, n_layers=3, model_name="hand", config={"n_random": 5})
 COUNTS = ParamCounts(block_total=1000, per_neuron=3, per_mlp=(100, 100))
 ERASE = {"located_accuracy": 0.2, "random_accuracies": [0.5, 0.45, 0.6, 0.4, 0.55]}
 

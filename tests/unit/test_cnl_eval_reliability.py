@@ -4,19 +4,20 @@ hand-made rows, and the tiny-model run against the methods' own APIs (identities
 from __future__ import annotations
 
 import importlib
-from dataclasses import astuple, replace
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from tests.reliability_rows import RND, _kc_rows, _kn_rows, _rome_rows
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import CheckpointMismatchError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers, traced_layers_facts
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
-from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.experiments.cnl_eval.reliability_result import ReliabilityResult
 from tlcap.intervene.activations import scale_neurons
 from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import evaluate_circuit
@@ -31,43 +32,6 @@ FACTS = [
 ]
 IG = IGConfig(steps=2)
 ROME = RomeConfig(steps=2, cov_tokens=256, cov_seq_len=64, prefixes=("",))
-
-# ---------------------------------------------------------------- hand-made rows
-# 3 facts; located (base, doubled, zeroed) and 5 random draws per fact.
-LOC = [(0.2, 0.3, 0.1), (0.2, 0.1, 0.1), (0.2, 0.4, 0.3)]
-RND = np.array([  # [draw][fact] doubled prob; zeroed prob = 0.25 everywhere (rises in every fact)
-    [0.1, 0.1, 0.1], [0.3, 0.1, 0.1], [0.3, 0.3, 0.1], [0.1, 0.1, 0.1], [0.25, 0.25, 0.25],
-])
-
-
-def _kn_rows():
-    rows = []
-    for f, (b, up, down) in enumerate(LOC):
-        rows.append(KNRow(f, str(f), "located", -1, 4, 0.01, b, up, down))
-        for d in range(RND.shape[0]):
-            rows.append(KNRow(f, str(f), "random", d, 4, 0.01, b, float(RND[d, f]), 0.25))
-    return tuple(astuple(r) for r in rows)
-
-
-def _rome_rows():
-    # fact 0 traced to layer 1, fact 1 to layer 2; efficacy / paraphrase per layer
-    eff = {0: [1, 0, 1], 1: [0, 1, 1]}
-    par = {0: [0.5, 1.0, 0.0], 1: [0.0, 0.5, 1.0]}
-    traced = {0: 1, 1: 2}
-    return tuple(astuple(RomeRow(f, str(f), l, traced[f], l == traced[f], True, bool(eff[f][l]), par[f][l], 1.0,
-                                 0.1, 0.5, 0.2)) for f in (0, 1) for l in range(3))
-
-
-def _kc_rows():
-    hits = [True, False, True, False]
-    shares = [0.02, 0.03, 0.04, 0.05]
-    rows = [KCRow(f, str(f), "located", -1, 10, 5, shares[f], 1 if hits[f] else 3, hits[f], True, 1.0) for f in range(4)]
-    for f in range(4):
-        for d in range(5):
-            hit = (f + d) % 5 == 0  # draw d hits fact f iff f + d ≡ 0 (mod 5)
-            rows.append(KCRow(f, str(f), "random", d, 10, 6, 0.03, 1 if hit else 7, hit, hit, 2.0))
-    return tuple(astuple(r) for r in rows)
-
 
 @pytest.fixture(scope="module")
 def hand():
