@@ -4,7 +4,7 @@ hand-made rows, and the tiny-model run against the methods' own APIs (identities
 from __future__ import annotations
 
 import importlib
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from tlcap.errors import CheckpointMismatchError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers, traced_layers_facts
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
-from tlcap.experiments.cnl_eval.reliability_result import ReliabilityResult
+from tlcap.experiments.cnl_eval.reliability_result import KNRow, ReliabilityResult
 from tlcap.intervene.activations import scale_neurons
 from tlcap.intervene.rome import RomeConfig, rome_sweep
 from tlcap.locate.circuits import evaluate_circuit
@@ -46,6 +46,7 @@ def test_kn_shares_by_hand(hand):
     # random doubled vs base 0.2: rises at 0.3, 0.3, 0.3, 0.25×3 → 6 of 15 rows
     assert d["random_rise"].value == pytest.approx(6 / 15)
     assert d["random_fall"].value == pytest.approx(9 / 15)  # 0.1 in 3 + 2 + 1 + 3 rows
+    assert d["test"] is None  # 5 draws: too few for a rank test (>= 20)
     z = hand.kn_shares("zero")
     assert z["located_fall"].value == pytest.approx(2 / 3) and z["located_rise"].value == pytest.approx(1 / 3)
     assert z["random_rise"].value == 1.0 and z["random_fall"].value == 0.0
@@ -54,6 +55,20 @@ def test_kn_shares_by_hand(hand):
     assert ipp.value == pytest.approx(np.mean([0.3, 0.1, 0.4]) - max(RND.mean(1)))
     # zero: lower is better → min over draws of the random mean (0.25) − located mean
     assert hand.kn_ipp("zero").value == pytest.approx(0.25 - np.mean([0.1, 0.1, 0.3]))
+
+
+def test_kn_rise_test_is_two_sided_against_the_draws():
+    # The paper's claim is "similar to random" (sign 0): a difference either way refutes it, so the
+    # rank test is two-sided. 3 facts, located doubled rises in all 3; 20 draws: 19 rise in none, 1 in all.
+    rows = []
+    for f in range(3):
+        rows.append(astuple(KNRow(f, str(f), "located", -1, 4, 0.01, 0.2, 0.3, 0.1)))
+        for d in range(20):
+            rows.append(astuple(KNRow(f, str(f), "random", d, 4, 0.01, 0.2, 0.3 if d == 0 else 0.1, 0.25)))
+    res = ReliabilityResult(kn_rows=tuple(rows), parts=("kn",), n_facts=3, n_layers=3, model_name="hand")
+    test = res.kn_shares("double")["test"]
+    # observed 1.0; null: one draw at 1.0, 19 at 0.0 → p_greater = (1 + 1) / 21, p_less = (1 + 20) / 21
+    assert test.alternative == "two-sided" and test.p_value == pytest.approx(2 * 2 / 21)
 
 
 def test_rome_by_hand(hand):

@@ -114,7 +114,8 @@ class ReliabilityResult(Result):
             out[f"{ev}_located_minus_random"] = paired_difference_ci(loc_ev.astype(float), rnd_ev.mean(0)) if d else None
             want = "rise" if op == "double" else "fall"
             if ev == want and d:
-                out["test"] = _test(float(loc_ev.mean()), [float(x) for x in rnd_ev.mean(1)], "greater",
+                # two-sided: the paper's claim is "similar to random" (sign 0), refuted by a difference either way
+                out["test"] = _test(float(loc_ev.mean()), [float(x) for x in rnd_ev.mean(1)], "two-sided",
                                     f"share of facts whose P(target) {'rises' if ev == 'rise' else 'falls'} ({op})")
         return out
 
