@@ -33,7 +33,9 @@ def test_consistency_smollm2(ql_setup):
     s = ql.consistency_analysis({"ig": locs}).summary()
     assert s["n_facts"] == 2
     for f in s["facts"]:
-        assert 0.0 <= f["cs1"] <= f["cs2"] <= 1.0
+        assert f["cs1"] == pytest.approx(f["intersection"] / f["union"] if f["union"] else 0.0)  # CS1 = |∩| / |∪|
+        if f["n_queries"] >= 3:  # K_I iff CS2 > the static threshold (QL Table 4: 0.1)
+            assert f["group"] == ("K_I" if f["cs2"] > 0.1 else "K_II") and f["cs2"] >= f["cs1"]
         assert f["group"] in (("K_I", "K_II") if f["n_queries"] >= 3 else ("excluded",))  # P103: 2 queries
     assert s["k1_ratio"] + s["k2_ratio"] == pytest.approx(1.0)
 

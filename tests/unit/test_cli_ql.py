@@ -34,7 +34,9 @@ def test_ql_consistency_contract(runner, tmp_path):
     assert abs(s["k1_ratio"] + s["k2_ratio"] - 1.0) < 1e-9
     for f in s["facts"]:
         assert {"relation", "subject", "object", "cs1", "cs2", "group"} <= set(f)
-        assert 0.0 <= f["cs1"] <= f["cs2"] <= 1.0
+        assert f["cs1"] == pytest.approx(f["intersection"] / f["union"] if f["union"] else 0.0)  # CS1 = |∩| / |∪|
+        if f["n_queries"] >= 3:  # K_I iff CS2 > the static threshold (QL Table 4: 0.1)
+            assert f["group"] == ("K_I" if f["cs2"] > 0.1 else "K_II") and f["cs2"] >= f["cs1"]
 
 
 @pytest.mark.parametrize("cmd", ["modify", "mapping", "synapses", "cas"])

@@ -195,7 +195,9 @@ def test_accuracy_kinds_and_erase_restores(tiny_gpt2):
         for s in emo]
     assert list(acc.scores) == manual
     code = task_accuracy(tiny_gpt2, "mbpp", load_task("mbpp", split="test", n=2), code_tokens=8)
-    assert 0.0 <= code.accuracy <= 1.0
+    # 8 tokens of a random model pass no MBPP test: the harness must score every program 0 (a harness that
+    # scored a crash or an empty program as a pass would give 1.0)
+    assert list(code.scores) == [0.0, 0.0] and code.accuracy == 0.0
     num = task_accuracy(tiny_gpt2, "svamp", load_task("svamp", split="test", n=2), max_new_tokens=3)
     assert num.accuracy in (0.0, 0.5, 1.0)
     everything = NeuronSet.from_mask(torch.ones(tiny_gpt2.n_layers, tiny_gpt2.d_mlp, dtype=torch.bool))

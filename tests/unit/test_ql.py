@@ -46,11 +46,17 @@ def test_cs1_cs2_hand_computed():
         cs2([a])
 
 
-def test_cs2_at_least_cs1_random():
+def test_cs1_cs2_equal_mask_arithmetic_on_random_sets():
+    # An independent computation on boolean masks: CS1 = |AND| / |OR|, CS2 = |count >= 2| / |OR|.
     g = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        sets = [NeuronSet.from_mask(torch.rand(SHAPE, generator=g) > 0.7) for _ in range(3)]
-        assert 0.0 <= cs1(sets) <= cs2(sets) <= 1.0
+    for k in (2, 3, 5):
+        for _ in range(10):
+            masks = [torch.rand(SHAPE, generator=g) > 0.7 for _ in range(k)]
+            stack = torch.stack(masks)
+            union = int(stack.any(0).sum())
+            sets = [NeuronSet.from_mask(m) for m in masks]
+            assert cs1(sets) == pytest.approx(int(stack.all(0).sum()) / union)
+            assert cs2(sets) == pytest.approx(int((stack.sum(0) >= 2).sum()) / union)
 
 
 # ------------------------------------------------------------------ Otsu, t-test
