@@ -43,7 +43,7 @@ import typer
 
 from tlcap.atomic import is_storage_error, storage_error, write_text_atomic
 from tlcap.cli import note_interrupt
-from tlcap.cli._options import batch_rows_option, batch_rows_value, device_option, dtype_option, max_memory_option  # noqa: E402,F401
+from tlcap.cli._options import batch_rows_option, batch_rows_value, device_option, dtype_option, max_memory_option, model_option  # noqa: E402,F401,E501
 from tlcap.errors import InvalidConfigError, OutputExistsError, OutputPathError
 from tlcap.models import Model, load_model
 from tlcap.results import Result

@@ -10,6 +10,22 @@ from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import parse_memory
 
+MODEL_HELP = ("Model: a registry name (smollm2-135m, gpt2, gpt2-tiny, gpt2-small-random, llama-7b-shape, ...), "
+              "a hub id or a local folder.")
+
+
+def model_option(default: Any = ..., help: str = MODEL_HELP) -> Any:
+    """The ``--model`` / ``-m`` option every model-loading command takes (``...``: required).
+
+    Args:
+        default: The default model, or ``...`` (required) or ``None`` (optional, the command decides).
+        help: The help text (default: :data:`MODEL_HELP`).
+
+    Returns:
+        The typer option.
+    """
+    return typer.Option(default, "--model", "-m", help=help)
+
 
 def device_option() -> Any:
     """The ``--device`` option every command that loads a model takes."""

@@ -16,6 +16,7 @@ from tlcap.cli._common import (
     dtype_option,
     load,
     max_memory_option,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -101,7 +102,7 @@ def _granularity_outputs(
 
 @app.command("circuit")
 def circuit(
-    model: str = typer.Option(..., help="Model name (smollm2-135m, gpt2-tiny, gpt2-small-random, ...) or path."),
+    model: str = model_option(),
     device: str = device_option(),
     dtype: str = dtype_option(),
     prompt: str | None = typer.Option(None, help="The query, e.g. 'The capital of France is' (one fact)."),

@@ -37,6 +37,7 @@ from tlcap.cli._common import (
     dtype_option,
     load,
     max_memory_option,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -70,7 +71,7 @@ cnl_app = typer.Typer(help="CNL: commonality neurons of a capability dataset (lo
                       no_args_is_help=True)
 app.add_typer(cnl_app, name="cnl")
 
-_MODEL = typer.Option("smollm2-135m", help="Model name (tlcap.load_model) or local folder.")
+_MODEL = model_option("smollm2-135m")
 _DATA_DIR = typer.Option(None, help="Folder holding the dataset folders (default: $TLCAP_DATA, else the data bundled with "
                                     "tlcap, downloading the full Emotion/IMDB files if asked for more); 'hf:' for HF datasets.")
 _STRICT = typer.Option(False, "--strict", help="Refuse data files with malformed rows or unknown labels (default: skip "

@@ -30,6 +30,7 @@ from tlcap.cli._common import (
     device_option,
     dtype_option,
     load,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -128,7 +129,7 @@ def _check_draw(n: int, n_rewrites: int, known_top_k: int, max_scan: int, max_mi
 
 @cnl_app.command("fidelity")
 def fidelity_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    model: str = model_option("smollm2-135m"),
     device: str = device_option(),
     dtype: str = dtype_option(),
     n: int = _N_FACTS,
@@ -177,7 +178,7 @@ def fidelity_cmd(
 
 @cnl_app.command("reliability")
 def reliability_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    model: str = model_option("smollm2-135m"),
     device: str = device_option(),
     dtype: str = dtype_option(),
     n: int = _N_FACTS,
@@ -269,7 +270,7 @@ def reliability_merge_cmd(
 
 @cnl_app.command("decouple")
 def decouple_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name (tlcap.load_model)."),
+    model: str = model_option("smollm2-135m"),
     device: str = device_option(),
     dtype: str = dtype_option(),
     n: int = typer.Option(200, help="Comparative pairs."),
@@ -347,7 +348,7 @@ def compare_cmd(
                                                       "stage's location/) of `tlcap cnl locate`: CNL overlap."),
     cnl_erase: Path | None = typer.Option(None, help="summary.json (or --out, or a saved result such as a reproduce "
                                                      "stage's sigma3/) of `tlcap cnl erase --n-random 5`: CNL IPP."),
-    model: str | None = typer.Option(None, help="Model whose parameter counts give the CNL neuron share."),
+    model: str | None = model_option(None, help="Model whose parameter counts give the CNL neuron share."),
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
 ) -> None:

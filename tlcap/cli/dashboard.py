@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load, overwrite_option
+from tlcap.cli._common import device_option, dtype_option, load, model_option, overwrite_option
 from tlcap.config import check_choice, check_int
 from tlcap.errors import MissingFileError, OutputExistsError, OutputPathError
 from tlcap.explore.explorer import explore_neurons, neuron_view
@@ -55,7 +55,7 @@ def check_page(out: Path, overwrite: bool) -> Path:
 def dashboard(
     result_dir: Path = typer.Argument(..., help="A saved neuron result: a command's --out folder or a result folder."),
     out: Path = typer.Option(..., "--out", help="The page to write (.html; self-contained: no server, no network)."),
-    model: str | None = typer.Option(None, help="Model for the cards (default: the one recorded in the result's provenance)."),
+    model: str | None = model_option(None, help="Model for the cards (default: the one recorded in the result's provenance)."),
     prompt: str | None = typer.Option(None, help="Prompt shown on every card (default: the result's own prompt, if any)."),
     top: int = typer.Option(20, help="Also card the TOP highest-scoring neurons (0: the located neurons only)."),
     activations: str = typer.Option("cached", help="Corpus snippets on the cards: cached (use the model's cached "

@@ -5,14 +5,14 @@ from __future__ import annotations
 import typer
 
 from tlcap.cli import app
-from tlcap.cli._common import device_option, dtype_option, load
+from tlcap.cli._common import device_option, dtype_option, load, model_option
 from tlcap.config import check_int
 from tlcap.explore.activation_index import activation_index, index_path
 
 
 @app.command("index")
 def index(
-    model: str = typer.Option(..., help="Model to index (e.g. smollm2-135m)."),
+    model: str = model_option(),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Index only the first N tokens of the corpus "
                                                                      "(default: the whole WikiText-2 test split)."),
     k: int = typer.Option(16, help="Top activating contexts kept per neuron."),

@@ -15,6 +15,7 @@ from tlcap.cli._common import (
     dtype_option,
     load,
     max_memory_option,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -29,7 +30,7 @@ def _pct(x: float | None) -> str:
 
 @app.command("kn")
 def kn(
-    model: str = typer.Option(..., help="Model name (smollm2-135m, gpt2, gpt2-small-random, ...) or path."),
+    model: str = model_option(),
     device: str = device_option(),
     dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="The query, e.g. 'The capital of France is'."),

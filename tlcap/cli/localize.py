@@ -18,6 +18,7 @@ from tlcap.cli._common import (
     device_option,
     dtype_option,
     load,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -68,7 +69,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 @app.command("localize")
 def localize(
     method: str = typer.Argument(..., help="A registered method (tlcap methods lists them)."),
-    model: str = typer.Option(..., help="Model name (smollm2-135m, gpt2, gpt2-small-random, ...) or path."),
+    model: str = model_option(),
     out: Path = typer.Option(..., help="Output folder (summary.json, figure, result/); must not hold a finished run."),
     prompt: str | None = typer.Option(None, help="The prompt (kn, ig, sig, amig, trace, eap, eap-ig)."),
     target: str | None = typer.Option(None, help="The answer with its leading space, e.g. ' Paris'."),

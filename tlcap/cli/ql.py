@@ -28,6 +28,7 @@ from tlcap.cli._common import (
     device_option,
     dtype_option,
     load,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -44,7 +45,7 @@ ql_app = typer.Typer(help="Query Localization (QL paper): consistency, modificat
                      no_args_is_help=True)
 app.add_typer(ql_app, name="ql")
 
-_MODEL = typer.Option("smollm2-135m", "--model", "-m", help="Model name (tlcap.load_model) or local folder.")
+_MODEL = model_option("smollm2-135m")
 _DATA = typer.Option(None, "--data-dir", "-d",
                      help="Folder holding pararel/ (default: $TLCAP_DATA, else the ParaRel copy bundled with tlcap).")
 _RELS = typer.Option("P36,P103", "--relations", "-r", help="Comma-separated ParaRel relations, e.g. P36,P103.")

@@ -21,7 +21,7 @@ import typer
 
 from tlcap.atomic import is_storage_error, storage_error
 from tlcap.cli import app
-from tlcap.cli._common import Interrupted, device_option, dtype_option, load, seed_everything, writable_folder
+from tlcap.cli._common import Interrupted, device_option, dtype_option, load, model_option, seed_everything, writable_folder
 from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.models import load_model
@@ -40,7 +40,7 @@ def load_shapes(model: str, dtype: str | None) -> Any:
 @app.command("reproduce")
 def reproduce_cmd(
     paper: str = typer.Argument(..., help="cnl | ql | all"),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model name (tlcap.load_model)."),
+    model: str = model_option("smollm2-135m"),
     scale: str = typer.Option("smoke", "--scale", help="smoke (minutes) | cpu (≤ 2 h on 2 cores) | full (papers' sizes)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (report.md, report.html, figures/, cache/)."),
     only: str | None = typer.Option(None, "--only", help="Comma-separated stages or prefixes (e.g. 'ql.*'); "

@@ -17,6 +17,7 @@ from tlcap.cli._common import (
     dtype_option,
     load,
     max_memory_option,
+    model_option,
     overwrite_option,
     seed_everything,
     staged_output,
@@ -78,7 +79,7 @@ def parse_tokens(spec: str) -> str | tuple[int, ...]:
 
 @app.command("trace")
 def trace_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name (see tlcap.models.REGISTRY) or path."),
+    model: str = model_option("smollm2-135m"),
     device: str = device_option(),
     dtype: str = dtype_option(),
     prompt: str | None = typer.Option(None, help="The fact's prompt, e.g. 'The capital of France is'."),
@@ -151,7 +152,7 @@ def trace_cmd(
 
 @app.command("edit")
 def edit_cmd(
-    model: str = typer.Option("smollm2-135m", help="Model name or path."),
+    model: str = model_option("smollm2-135m"),
     device: str = device_option(),
     dtype: str = dtype_option(),
     prompt: str = typer.Option(..., help="Prompt containing the subject, e.g. 'The Eiffel Tower is located in'."),
