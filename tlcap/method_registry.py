@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,57 +268,7 @@ def localize(model: Any, data: Any, method: str = "kn", *, config: Config | None
     return get_method(method).run(model, data, config=config, progress=progress, **overrides)
 
 
-# ---------------------------------------------------------------- runners of the built-in methods
-
-def run_kn(model: Any, *, config: Any, progress: bool, prompt: str, target: str,
-           paraphrases: Sequence[str] = ()) -> Any:
-    from tlcap.experiments.knowledge_neurons import locate_knowledge_neurons
-    return locate_knowledge_neurons(model, prompt, target, list(paraphrases), config=config, progress=progress)
-
-
-def _attribution(kind: str) -> Callable[..., Any]:
-    def run(model: Any, *, config: Any, progress: bool, prompt: str, target: str) -> Any:
-        from tlcap.attribution.methods import localize as attribute
-        return attribute(model, prompt, target, kind, config=config, progress=progress)
-    return run
-
-
-run_ig, run_sig, run_amig = _attribution("ig"), _attribution("sig"), _attribution("amig")
-
-
-def run_trace(model: Any, *, config: Any, progress: bool, prompt: str, subject: str, target: str | None = None) -> Any:
-    from tlcap.locate.causal_trace import causal_trace
-    return causal_trace(model, prompt, subject, target, config=config, progress=progress)
-
-
-def run_circuit(model: Any, *, config: Any, progress: bool, prompt: str, target: str,
-                corrupt_prompt: str | None = None, corrupt_target: str | None = None) -> Any:
-    from tlcap.locate.circuits import knowledge_circuit
-    return knowledge_circuit(model, prompt, target, corrupt_prompt, corrupt_target=corrupt_target, config=config)
-
-
-def run_eap(model: Any, *, config: Any, progress: bool, **data: Any) -> Any:
-    if config.steps != 1:
-        raise InvalidConfigError(f"eap scores edges with one gradient (steps=1); steps={config.steps} is method 'eap-ig'")
-    return run_circuit(model, config=config, progress=progress, **data)
-
-
-def run_eap_ig(model: Any, *, config: Any, progress: bool, **data: Any) -> Any:
-    if config.steps < 2:
-        raise InvalidConfigError(f"eap-ig integrates over >= 2 steps (steps=1 is method 'eap'), got steps={config.steps}")
-    return run_circuit(model, config=config, progress=progress, **data)
-
-
-def run_cnl(model: Any, *, config: Any, progress: bool, task: str, samples: Sequence[Any] | None = None,
-            n: int = 50) -> Any:
-    from tlcap.data.tasks import load_task
-    from tlcap.experiments.cnl import cnl_locate
-    if samples is None:
-        samples = load_task(task, split="train", n=int(n), seed=config.seed)
-    return cnl_locate(model, task, samples, config=config, progress=progress)
-
-
-_HERE = __name__
+_HERE = "tlcap.method_runners"  # the built-in methods' runners (imported when one runs)
 for _m in (
     Method("kn", "knowledge neurons of a fact: IG, threshold, paraphrase refinement, suppress/enhance vs random sets",
            "Dai et al. 2022, Knowledge Neurons in Pretrained Transformers", "KnowledgeNeurons",
