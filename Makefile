@@ -19,10 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c "from tlcap.models import smollm2_float32_dir as f; print('offline model cached at', f())"
 	touch $(STAMP)
 
-# The main suite (TransformerLens 4.x; the tl39-marked tests are deselected in pyproject.toml),
-# then the tl39 tests in .venv39 with TransformerLens 3.9 (built on first use by run_tl39.sh).
-test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider
+# `make test`: the fast gate first (`make unit`: the unit tier without the `heavy` modules, < 4 min,
+# so a broken commit fails in minutes), then the rest of the main suite (the `heavy` unit modules and
+# the integration tier on SmolLM2 with the notebooks), every `>>>` example in tlcap as a doctest
+# (namespace: conftest.py), and the tl39-marked tests in .venv39 with TransformerLens 3.9
+# (built on first use by run_tl39.sh). The tl39 / cuda / slow tests are deselected in pyproject.toml.
+MARKS = not tl39 and not cuda and not slow
+test: unit
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests -q -p no:cacheprovider -m "(heavy or integration) and $(MARKS)"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tlcap -q -p no:cacheprovider --doctest-modules
 	HF_HUB_OFFLINE=1 bash tests/run_tl39.sh -m tl39 tests/unit -q
 
 # The slow tier: tests marked `slow` (long SmolLM2 measurements kept out of `make test`; none
@@ -47,8 +52,9 @@ test-latest:
 	grep -iE '^(torch|transformers|transformer-lens|plotly|kaleido|numpy|pandas|safetensors|tokenizers)==' $(VENV_LATEST)/versions.txt
 	HF_HUB_OFFLINE=1 $(VENV_LATEST)/bin/python -m pytest tests/unit -q -p no:cacheprovider
 
+# The fast gate: the unit tier on tiny random models without the `heavy` modules.
 unit: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/unit -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/unit -q -p no:cacheprovider -m "not heavy and $(MARKS)"
 
 integration: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/integration -q -m integration

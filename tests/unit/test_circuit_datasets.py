@@ -26,6 +26,8 @@ from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import SAFETY, eap_item_bytes
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 # prompts of 5 and 6 tokens, a two-token target: batches mix row lengths (right padding)
 ITEMS = (
     CircuitItem("The capital of France is", " Paris", "The capital of Italy is"),

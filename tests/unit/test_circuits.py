@@ -40,6 +40,8 @@ from tlcap.models import make_gpt2, make_llama, make_tiny
 from tlcap.results import load_result
 from tlcap.runtime import hooks as H
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 PROMPT, TARGET, CORRUPT = "The capital of France is", " Paris", "The capital of Italy is"
 
 

@@ -25,7 +25,7 @@ from tlcap.metrics.sets import NeuronSet
 KW = dict(max_answer_tokens=2, steps=4, progress=False)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # one torch thread; after the fast gate
 
 
 def _samples(k: int = 4) -> list[Sample]:

@@ -30,7 +30,7 @@ FAMILIES = ["gpt2", "llama", "neox", "gptj", "qwen2", "gemma2"]
 FACTS = [("The capital of France is", " Paris"), ("Hi", " there you go"), ("One two three four five six", " seven")]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # one torch thread; after the fast gate
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

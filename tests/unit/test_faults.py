@@ -38,6 +38,8 @@ from tlcap.attribution.checkpoint import load_checkpoint
 from tlcap.reproduce.stage_store import read_record
 from tlcap.results import load_result
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 SEED = int(os.environ.get("FAULT_SEED", "28"))
 MARKERS = (".tmp-", ".saving-", ".staging-", ".old-", ".tlcap-probe-")  # and the suffix ".part"
 # what differs between two identical runs: timings, and the report's stage table (computed vs cached)

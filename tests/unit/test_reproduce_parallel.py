@@ -16,6 +16,8 @@ from tlcap.reproduce.run import reproduce
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import STAGE_FILE, Stage, StageError
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 TINY_QL = ScaleConfig(name="smoke", ql_n_facts=2, ql_sig_facts=1, ql_amig_facts=1, ql_max_queries=3, n_boot=200)
 
 

@@ -10,6 +10,8 @@ from tlcap.reproduce.run import papers_of, reproduce
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.results import load_result
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 TINY = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=("emotion",), cnl_locate_n=4,
                    cnl_eval_n=2, enhance_eval_n=2, cross_eval_n=2, ql_n_facts=2, ql_sig_facts=1, ql_max_queries=3, n_boot=200,
                    cnl_eval_facts=1, cnl_eval_pairs=2, cnl_eval_known_top_k=None)

@@ -30,7 +30,7 @@ FACTS = [("The capital of France is", "France", None), ("The Eiffel Tower is loc
          ("Paris is the capital of", "Paris", None), ("Rome is the capital of", "Rome", " Italy")]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # one torch thread; after the fast gate
 
 
 def _peaked(name: str):

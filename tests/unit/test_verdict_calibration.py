@@ -24,6 +24,8 @@ from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
 from tlcap.reproduce.verdict import AGREES, DISAGREES
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 N_ROWS = 500
 BOOT = 300
 # three binomial standard errors above 5 % for 500 draws

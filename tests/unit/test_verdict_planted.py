@@ -24,6 +24,8 @@ from tlcap.reproduce.report_cnl_interventions import erase_effect_row
 from tlcap.reproduce.verdict import AGREES, UNDECIDED
 from tlcap.testing.planted import planted_capability_model
 
+pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
+
 R = 200
 
 
