@@ -125,6 +125,15 @@ def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int,
     return _Plan(data, qcfg, methods, data.check_relations(data_dir))
 
 
+_SHARED = ("data_dir", "relations", "n_facts", "known_top_k", "max_queries", "method", "steps", "kn_threshold",
+           "static_threshold", "split", "seed", "max_scan", "selection", "amig_tau", "amig_words")
+
+
+def _plan_of(options: dict[str, Any], many: bool = False) -> _Plan:
+    """:func:`_plan` of a command's shared options (its ``locals()`` before anything else is bound)."""
+    return _plan(**{k: options[k] for k in _SHARED if k in options}, many=many)
+
+
 def _scan(m: Model, data_dir: Path | None, plan: _Plan, keep: Path | None) -> ParaRelSample:
     """The ParaRel scan (the known-fact filter runs the model), kept in ``keep`` (the run's checkpoint folder) so a
     retry of a failed or interrupted run does not scan again."""
@@ -180,9 +189,7 @@ def consistency(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
                 out: Path = _OUT["consistency"],
                 seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """KN-consistency CS1/CS2 per fact, K_I/K_II split, Welch's t-test (QL Table 1, Fig. 3)."""
-    plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan, many=True, selection=selection, amig_tau=amig_tau,
-                 amig_words=amig_words)
+    plan = _plan_of(locals(), many=True)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
@@ -230,8 +237,7 @@ def modify(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
            rule: str = _RULE, update_size: float = _SIZE, all_queries: bool = _ALLQ,
            out: Path = _OUT["modify"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Erasure / update of N_i vs N_g: Rel, Gen, Loc, ΔPPL per K_I / K_II (QL Table 2)."""
-    plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan)
+    plan = _plan_of(locals())
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=_names(sets), lambda1=lambda1, lambda2=lambda2,
                                 edit_queries=edit_queries or None, update_rule=rule, update_size=update_size,
@@ -252,8 +258,7 @@ def cas(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
         rule: str = _RULE, update_size: float = _SIZE, all_queries: bool = _ALLQ,
         out: Path = _OUT["cas"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Consistency-Aware KN modification vs N_i and N_g (QL Table 3)."""
-    plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan)
+    plan = _plan_of(locals())
     check_int("edit_queries", edit_queries, min=0)
     cfg = ql.ModificationConfig(operations=_names(operations), sets=("local", "global", "cas"), beta1=beta1, beta2=beta2,
                                 cas_threshold=cas_threshold, edit_queries=edit_queries or None, update_rule=rule,
@@ -269,8 +274,7 @@ def mapping(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
             factor: float = typer.Option(2.0, help="Enhancement factor of the KN activations (>= 0)."),
             out: Path = _OUT["mapping"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Query-KN mapping: enhance / suppress N_i vs union / intersection / refine of neighbors (QL Fig. 4)."""
-    plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan)
+    plan = _plan_of(locals())
     cfg = ql.MappingConfig(factor=factor)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
@@ -293,8 +297,7 @@ def synapses(model: str = _MODEL, device: str = _DEVICE, dtype: str = _DTYPE,
              keep_first: bool = typer.Option(False, help="Keep position 0 (the attention sink) as a synapse candidate."),
              out: Path = _OUT["synapses"], seed: int = _SEED, overwrite: bool = overwrite_option()) -> None:
     """Dynamic KN selection: predominance (Fig. 5), knowledge synapses (Fig. 6), KN heatmaps (Figs. 1/7/10)."""
-    plan = _plan(data_dir, relations, n_facts, known_top_k, max_queries, method, steps, kn_threshold,
-                 static_threshold, split, seed, max_scan)
+    plan = _plan_of(locals())
     cfg = ql.SynapseConfig(alpha=alpha, factor=factor, skip_first=not keep_first, seed=seed)
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
