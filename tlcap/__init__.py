@@ -3,12 +3,17 @@
 One TransformerLens hook runtime under every method: knowledge neurons (integrated gradients),
 causal tracing and ROME, knowledge circuits, CNL, and the Query Localization analyses.
 
-Example:
+Example (``model`` is any loaded model: ``tlcap.load_model("smollm2-135m")`` for SmolLM2, or the tiny
+random GPT-2 of :func:`tlcap.models.make_gpt2` as here; on SmolLM2 the located neurons concentrate in
+the upper MLP layers):
     >>> import tlcap
-    >>> model = tlcap.load_model("smollm2-135m")
-    >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris")
-    >>> neurons = attr.select(threshold=0.2)
-    >>> attr.heatmap(highlight=neurons).show()
+    >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris", steps=2)
+    >>> tuple(attr.scores.shape)                  # (layers, MLP neurons)
+    (2, 256)
+    >>> neurons = attr.select(threshold=0.2)      # score > 0.2 · max
+    >>> len(neurons), neurons.neurons[:2]
+    (34, ((0, 55), (0, 79)))
+    >>> fig = attr.heatmap(highlight=neurons)     # a plotly Figure: fig.show() in a notebook
 """
 
 from tlcap.attribution import IGConfig, NeuronAttribution, integrated_gradients

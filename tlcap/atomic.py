@@ -16,8 +16,18 @@ is written through these helpers:
   message names the file and what to do.
 
 Example:
-    >>> write_text_atomic(folder / "facts.json", json.dumps(facts))
-    >>> write_bytes_atomic(folder / "tensors.safetensors", safetensors.torch.save(tensors))
+    >>> import tempfile
+    >>> import safetensors.torch
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> facts = [{"prompt": "The capital of France is", "target": " Paris"}]
+    >>> write_text_atomic(folder / "facts.json", json.dumps(facts)).name
+    'facts.json'
+    >>> tensors = {"scores": torch.zeros(2, 3)}
+    >>> path = write_bytes_atomic(folder / "tensors.safetensors", safetensors.torch.save(tensors))
+    >>> sorted(p.name for p in folder.iterdir())      # no temporary file left behind
+    ['facts.json', 'tensors.safetensors']
+    >>> json.loads((folder / "facts.json").read_text()) == facts
+    True
 """
 
 from __future__ import annotations

@@ -22,7 +22,12 @@ Example:
     ...         check_int("steps", self.steps, min=1)
     ...         check_choice("rule", self.rule, ("midpoint", "left", "linspace", "trapezoid"))
     >>> cfg = IGConfig.resolve(None, steps=5)          # defaults + keyword overrides
-    >>> cfg.replace(steps=0)                           # InvalidConfigError: steps (--steps) must be >= 1, got 0
+    >>> cfg
+    IGConfig(steps=5, rule='midpoint')
+    >>> cfg.replace(steps=0)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: steps (--steps) must be >= 1, got 0
     >>> IGConfig.from_dict(cfg.to_dict()) == cfg
     True
 """

@@ -3,11 +3,19 @@
 Every saved result carries a :class:`Provenance` in ``result.json`` (and the CLI's
 ``summary.json``), so a number can be traced back to the exact model and settings that gave it.
 
-Example:
+Example (for SmolLM2 loaded from its GGUF, ``model_identity`` reads like
+``'gguf:SmolLM2-135M-Instruct.Q4_1.gguf sha256=5f6e... size=...'``):
+    >>> from tlcap.attribution import IGConfig
+    >>> cfg = IGConfig(steps=2)
     >>> prov = Provenance.collect(model, config=cfg, seed=0)
     >>> prov.model_identity
-    'gguf:SmolLM2-135M-Instruct.Q4_1.gguf sha256=5f6e... size=94M'
+    'random init, seed 0 (gpt2-tiny-random-seed0)'
+    >>> prov.seed, prov.config["steps"], sorted(prov.versions)[:2]
+    (0, 2, ['numpy', 'python'])
+    >>> res = tlcap.integrated_gradients(model, "The capital of France is", " Paris", config=cfg)
     >>> res = res.with_provenance(prov)
+    >>> res.provenance.model_name
+    'gpt2-tiny-random-seed0'
 """
 
 from __future__ import annotations

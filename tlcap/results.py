@@ -22,9 +22,19 @@ Never pickle. Non-tensor fields must be JSON-serialisable (tuples become lists a
 tuples where the field's annotation says ``tuple``; nested results are saved inline).
 
 Example:
-    >>> res.save("runs/paris/result")            # result.json + tensors.safetensors
-    >>> again = tlcap.load_result("runs/paris/result")
-    >>> again.summary(), again.to_frame(), again.figure(), again.provenance
+    >>> import tempfile
+    >>> res = tlcap.integrated_gradients(model, "The capital of France is", " Paris", steps=2)
+    >>> path = res.save(os.path.join(tempfile.mkdtemp(), "result"))
+    >>> sorted(os.listdir(path))
+    ['result.json', 'tensors.safetensors']
+    >>> again = tlcap.load_result(path)
+    >>> type(again).__name__, torch.equal(again.scores, res.scores)
+    ('NeuronAttribution', True)
+    >>> again.summary()["n_located"], list(again.to_frame().columns)
+    (34, ['layer', 'neuron', 'score', 'activation'])
+    >>> fig = again.figure()
+    >>> again.provenance.model_name
+    'gpt2-tiny-random-seed0'
 """
 
 from __future__ import annotations
@@ -126,6 +136,10 @@ def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
         ...     layer: int
         ...     neuron: int
         >>> frame([NeuronRow(3, 10)], NeuronRow)
+           layer  neuron
+        0      3      10
+        >>> list(frame([], NeuronRow).columns)
+        ['layer', 'neuron']
     """
     cols = [f.name for f in dataclasses.fields(row_type)]
     return pd.DataFrame([dataclasses.astuple(r) for r in rows], columns=cols)

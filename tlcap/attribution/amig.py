@@ -234,8 +234,11 @@ def amig(
         InvalidConfigError: unknown ``words``, or a setting ``words="all"`` does not support.
 
     Example:
+        >>> from tlcap.locate.selection import absolute_select
         >>> attr = amig(model, "The capital of France is", " Paris", steps=10)
         >>> kns = absolute_select(attr.scores, 0.01)          # eq. 19
+        >>> attr.method, attr.meta["words"], len(kns)
+        ('amig', 'all', 2)
     """
     return amig_facts(model, [(prompt, target)], config=config, words=words, baseline_token_id=baseline_token_id,
                       normalize=normalize, progress=progress, **overrides)[0]
@@ -269,7 +272,10 @@ def amig_facts(
         One :class:`NeuronAttribution` per fact, in order.
 
     Example:
-        >>> attrs = amig_facts(model, [("The capital of France is", " Paris"), ("Rome is the capital of", " Italy")])
+        >>> attrs = amig_facts(model, [("The capital of France is", " Paris"), ("Rome is the capital of", " Italy")],
+        ...                    steps=2)
+        >>> [(a.method, a.target) for a in attrs]
+        [('amig', ' Paris'), ('amig', ' Italy')]
     """
     cfg = IGConfig.resolve(config, **overrides)
     check_choice("words", words, WORDS, cli="--amig-words")

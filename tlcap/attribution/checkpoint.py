@@ -10,8 +10,14 @@ count samples twice on resume). A file that cannot be read or does not match its
 says so). Checkpoints of format 2 (no checksum) are still resumed.
 
 Example:
-    >>> save_checkpoint(folder, {"sums": sums}, {"n_seen": 25})
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> sums = torch.arange(6.0).reshape(2, 3)
+    >>> save_checkpoint(folder, {"sums": sums}, {"n_seen": 25}).name
+    'checkpoint.safetensors'
     >>> tensors, state = load_checkpoint(folder)
+    >>> torch.equal(tensors["sums"], sums), state
+    (True, {'n_seen': 25})
 """
 
 from __future__ import annotations

@@ -9,9 +9,16 @@ keyword overrides of its fields (``Config.resolve``), so an invalid value fails 
 before any forward pass.
 
 Example:
+    >>> from tlcap.attribution import integrated_gradients
     >>> cfg = IGConfig(steps=10, rule="left")
     >>> attr = integrated_gradients(model, "The capital of France is", " Paris", config=cfg)
-    >>> attr = integrated_gradients(model, "The capital of France is", " Paris", steps=10)  # same
+    >>> again = integrated_gradients(model, "The capital of France is", " Paris", steps=10, rule="left")  # same
+    >>> torch.equal(attr.scores, again.scores), attr.summary()["steps"], attr.summary()["rule"]
+    (True, 10, 'left')
+    >>> IGConfig(steps=0)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: steps (--steps) must be >= 1, got 0
 """
 
 from __future__ import annotations

@@ -27,10 +27,20 @@ Design:
 - **Cost**: ``method="ig"`` (exact per-layer IG, S = 20) costs ~(S+1)·n_layers rows per answer
   token. ``method="joint"`` and ``method="grad_x_act"`` are cheaper estimators, labelled as such.
 
-Example:
-    >>> samples = load_task("emotion", split="train", n=200)
-    >>> ds = score_dataset(model, samples, checkpoint_dir="runs/emo_ckpt", checkpoint_every=25, steps=20)
+Example (the paper's run: ``n=200`` samples, ``steps=20``):
+    >>> import tempfile
+    >>> from tlcap.data.tasks import load_task
+    >>> samples = load_task("emotion", split="train", n=4)
+    >>> ck = tempfile.mkdtemp()
+    >>> ds = score_dataset(model, samples, checkpoint_dir=ck, checkpoint_every=2, steps=2, progress=False)
+    >>> ds.n_samples, ds.n_skipped, tuple(ds.scores.shape)
+    (4, 0, (2, 256))
     >>> neurons = ds.select(sigma=3)
+    >>> len(neurons)
+    12
+    >>> parts = [score_dataset(model, samples, steps=2, shard=(i, 2), progress=False) for i in range(2)]
+    >>> torch.equal(merge_scores(parts).sums, ds.sums)     # shards add up bit for bit
+    True
 """
 
 from __future__ import annotations
@@ -167,8 +177,15 @@ def score_dataset(
         CheckpointError: a damaged checkpoint (or one of other samples/settings) when resuming.
 
     Example:
-        >>> ds = score_dataset(model, load_task("imdb", split="train", n=50), method="joint", checkpoint_dir="ck")
-        >>> ds.select(sigma=3).ratio()
+        >>> import tempfile
+        >>> from tlcap.data.tasks import load_task
+        >>> ck = tempfile.mkdtemp()
+        >>> ds = score_dataset(model, load_task("emotion", split="train", n=8), method="joint", checkpoint_dir=ck,
+        ...                    progress=False)
+        >>> ds.method, ds.n_samples
+        ('joint', 8)
+        >>> ds.select(sigma=3).ratio()             # share of all MLP neurons located
+        0.017578125
     """
     cfg = IGConfig.resolve(config, **overrides)
     check_int("max_answer_tokens", max_answer_tokens, min=1)

@@ -5,8 +5,17 @@ chunk sums exactly (integer fixed point) and refuses parts that share samples, s
 ever counted twice.
 
 Example:
+    >>> from tlcap.attribution.dataset import score_dataset
+    >>> from tlcap.data.tasks import load_task
+    >>> samples = load_task("emotion", split="train", n=4)
+    >>> part0, part1 = (score_dataset(model, samples, steps=2, shard=(i, 2), progress=False) for i in range(2))
     >>> merged = merge_scores([part0, part1], names=["runs/s0", "runs/s1"])
-    >>> merged.select(sigma=3)
+    >>> merged.n_samples, len(merged.select(sigma=3))
+    (4, 12)
+    >>> merge_scores([part0, part0], names=["runs/s0", "runs/s0-again"])
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.OverlappingShardsError: runs/s0 and runs/s0-again share 2 samples (the same part given twice?); ...
 """
 
 from __future__ import annotations

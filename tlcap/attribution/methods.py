@@ -16,8 +16,11 @@ return a :class:`NeuronAttribution`; select knowledge neurons with each method's
 :func:`localize_prompts` attributes many prompts with their rows in shared batches.
 
 Example:
-    >>> attr = localize(model, "The capital of France is", " Paris", method="amig", steps=10)
+    >>> from tlcap.locate.selection import method_select
+    >>> attr = localize(model, "The capital of France is", " Paris", method="amig", steps=2)
     >>> kns = method_select(attr.scores, "amig")          # eq. 19: normalised score > τ
+    >>> attr.method, len(kns)
+    ('amig', 2)
 """
 
 from __future__ import annotations
@@ -104,7 +107,10 @@ def localize_prompts(
         One :class:`NeuronAttribution` per pair, in order.
 
     Example:
-        >>> attrs = localize_prompts(model, [(q, " Paris") for q in queries], method="amig", steps=10)
+        >>> queries = ["The capital of France is", "France's capital city is"]
+        >>> attrs = localize_prompts(model, [(q, " Paris") for q in queries], method="amig", steps=2)
+        >>> [(a.prompt, a.method) for a in attrs]
+        [('The capital of France is', 'amig'), ("France's capital city is", 'amig')]
     """
     check_choice("method", method, METHODS)
     cfg = IGConfig.resolve(config, **overrides)

@@ -46,7 +46,11 @@ def reference_ig(
         ``[n_layers, d_mlp]`` scores averaged over target tokens (zeros for unscored layers).
 
     Example:
+        >>> from tlcap.attribution import integrated_gradients
         >>> slow = reference_ig(model, "The capital of France is", " Paris", steps=6, rule="left")
+        >>> fast = integrated_gradients(model, "The capital of France is", " Paris", steps=6, rule="left")
+        >>> tuple(slow.shape), torch.allclose(slow, fast.scores, rtol=1e-4, atol=1e-9)
+        ((2, 256), True)
     """
     p_ids = model.encode(prompt)
     t_ids = model.target_ids(prompt, target)

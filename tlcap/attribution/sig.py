@@ -91,7 +91,9 @@ def sig(
         A :class:`NeuronAttribution` with ``method="sig"``.
 
     Example:
-        >>> attr = sig(model, "The capital of France is", " Paris", steps=10)
+        >>> attr = sig(model, "The capital of France is", " Paris", steps=2)
+        >>> attr.method, tuple(attr.scores.shape)
+        ('sig', (2, 256))
     """
     return sig_facts(model, [(prompt, target)], config=config, mask_id=mask_id, normalize=normalize, progress=progress,
                      **overrides)[0]

@@ -9,9 +9,13 @@ a plain forward pass (no declaration) predicts one next token, at the last posit
 literal Dai et al. intervention (last position only) is ``pos="last"``.
 
 Example:
+    >>> from tlcap.metrics import target_prob
+    >>> neurons = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))   # e.g. attr.select()
     >>> p = target_prob(model, "The city of", " New York", hooks=suppress(model, neurons))
     >>> with model.hooks(suppress(model, neurons)):       # the same positions
-    ...     p = target_prob(model, "The city of", " New York")
+    ...     p_with = target_prob(model, "The city of", " New York")
+    >>> p_with == p, p == target_prob(model, "The city of", " New York")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -66,7 +70,10 @@ def scale_neurons(
         One ``(hook name, fn)`` per layer the set touches.
 
     Example:
+        >>> neurons = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
         >>> hooks = scale_neurons(model, neurons, 0.5)      # halve them where the target is predicted
+        >>> [name for name, fn in hooks]                     # one hook per layer with a neuron
+        ['blocks.0.mlp.hook_post', 'blocks.1.mlp.hook_post']
     """
     s = get_site(site)
     return [(s.hook_name(l), scale_at(factor, pos, idx)) for l, idx in neurons.by_layer().items()]
@@ -86,7 +93,12 @@ def suppress(model: Model, neurons: NeuronSet, pos: Positions = "target", site: 
         The hook list.
 
     Example:
+        >>> from tlcap.metrics import target_prob
+        >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris", steps=2)
+        >>> neurons = attr.select(threshold=0.5)
         >>> p = target_prob(model, "The capital of France is", " Paris", hooks=suppress(model, neurons))
+        >>> round(p / target_prob(model, "The capital of France is", " Paris"), 2)   # share of P(Paris) kept
+        0.91
     """
     return scale_neurons(model, neurons, 0.0, pos, site)
 

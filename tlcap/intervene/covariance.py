@@ -11,8 +11,10 @@ ROME uses 100,000 Wikipedia tokens; the default here is 8,192 WikiText-2 tokens 
 seconds on SmolLM2), made well-conditioned by a relative ridge when inverted
 (:func:`solve_key`). Pass ``n_tokens=100_000`` for ROME's setting.
 
-Example:
-    >>> C = key_covariance(model, [6], n_tokens=8192)[6]     # [d_mlp, d_mlp]
+Example (``cache=False`` here: nothing is written to the disk cache):
+    >>> C = key_covariance(model, [1], n_tokens=512, cache=False)[1]     # [d_mlp, d_mlp]
+    >>> tuple(C.shape), C.dtype, torch.allclose(C, C.T)
+    ((256, 256), torch.float32, True)
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def key_covariance(
         EmptyDatasetError: the text sample is shorter than one window.
 
     Example:
-        >>> C = key_covariance(model, [6], n_tokens=8192)[6]
+        >>> covs = key_covariance(model, [0, 1], n_tokens=512, seq_len=128, cache=False)
+        >>> sorted(covs), tuple(covs[0].shape)
+        ([0, 1], (256, 256))
     """
     layers = sorted({int(l) for l in layers})
     out: dict[int, Tensor] = {}

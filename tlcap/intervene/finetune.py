@@ -22,9 +22,25 @@ snapshotted first: the returned :class:`~tlcap.intervene.weights.WeightEdit` res
 model exactly with ``.undo()``.
 
 Example:
-    >>> edit = masked_finetune(model, train, neurons, epochs=5, on_epoch=lambda e: print(e))
+    >>> from tlcap.data.tasks import load_task
+    >>> from tlcap.metrics.accuracy import task_accuracy
+    >>> train = load_task("emotion", split="train", n=4)
+    >>> test = load_task("emotion", split="test", n=4)
+    >>> neurons = NeuronSet(((0, 1), (1, 2)), shape=(model.n_layers, model.d_mlp))
+    >>> w_out = model.mlp_out_weight(1).neuron_view().clone()
+    >>> edit = masked_finetune(model, train, neurons, epochs=2, on_epoch=lambda e: print("epoch", e), progress=False)
+    epoch 1
+    epoch 2
+    >>> edit.meta
+    {'steps': 8, 'skipped': 0}
     >>> acc = task_accuracy(model, "emotion", test)
+    >>> acc.task, len(acc.scores)
+    ('emotion', 4)
+    >>> torch.equal(model.mlp_out_weight(1).neuron_view()[2], w_out[2])     # neuron (1, 2) learned
+    False
     >>> edit.undo()
+    >>> torch.equal(model.mlp_out_weight(1).neuron_view(), w_out)            # restored exactly
+    True
 """
 
 from __future__ import annotations

@@ -14,9 +14,20 @@ the neurons of set ``row_set[r]`` by ``factor`` and leaves every other neuron un
   positions (a cached prefix before them).
 
 Example:
+    >>> located = NeuronSet(((0, 5), (1, 9)), shape=(model.n_layers, model.d_mlp))
+    >>> randoms = [located.random_like(seed=s) for s in range(2)]
+    >>> items = torch.cat([model.to_tokens("The capital of France is"), model.to_tokens("The capital of Italy is")])
     >>> plan = SetFactors.of(model, [located, *randoms], factor=0.0)
+    >>> n_items = len(items)
     >>> rows = torch.arange(len(plan)).repeat_interleave(n_items)       # set-major rows
+    >>> rows.tolist()
+    [0, 0, 1, 1, 2, 2]
+    >>> tokens = items.repeat(len(plan), 1)                             # row r: item r % n_items
     >>> logits = model.logits(tokens, hooks=plan.hooks(model, rows))
+    >>> from tlcap.intervene.weights import erase_neurons
+    >>> with erase_neurons(model, located):                             # the same model as rows 0-1
+    ...     torch.allclose(logits[:2], model.logits(items), atol=1e-5)
+    True
 """
 
 from __future__ import annotations

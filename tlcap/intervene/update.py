@@ -22,9 +22,17 @@ the new object. Two rules for the coefficients ``c``:
   then push ``o'`` everywhere (perplexity ×10³–10⁸); ``ρ`` ties the write to the KNs' own scale.
 
 Example:
-    >>> acts = model.last_position_activations(model.to_tokens(q), mlp_post_names)[0][0]
+    >>> from tlcap.metrics import target_prob
+    >>> q = "The capital of France is"
+    >>> kns = tlcap.integrated_gradients(model, q, " Paris", steps=2).select(threshold=0.5)
+    >>> old_id, new_id = model.target_ids(q, " Paris")[0], model.target_ids(q, " Rome")[0]
+    >>> mlp_post_names = [model.hook_name("mlp_post", l) for l in range(model.n_layers)]
+    >>> acts = model.last_position_activations(model.to_tokens(q), mlp_post_names)[0][0]   # [n_layers, d_mlp]
+    >>> p_old = target_prob(model, q, " Rome")
     >>> with update_neurons(model, kns, old_id, new_id, rule="activation", activations=acts):
     ...     p_new = target_prob(model, q, " Rome")
+    >>> p_new > p_old, target_prob(model, q, " Rome") == p_old       # weights restored after the block
+    (True, True)
 """
 
 from __future__ import annotations
@@ -129,8 +137,14 @@ def update_neurons(
         The applied :class:`~tlcap.intervene.weights.WeightEdit` (restores the weights bit for bit).
 
     Example:
-        >>> with update_neurons(model, kns, model.target_ids(q, " Paris")[0], model.target_ids(q, " Rome")[0]):
-        ...     ...
+        >>> from tlcap.metrics import target_prob
+        >>> q = "The capital of France is"
+        >>> kns = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
+        >>> with update_neurons(model, kns, model.target_ids(q, " Paris")[0], model.target_ids(q, " Rome")[0]) as edit:
+        ...     edit.active, target_prob(model, q, " Rome") > target_prob(model, q, " Paris")
+        (True, True)
+        >>> edit.active
+        False
     """
     E = model.W_E.detach()
     delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()

@@ -20,9 +20,15 @@ class WeightEdit:
     """A reversible set of in-place parameter edits.
 
     Example:
+        >>> from tlcap.metrics import target_prob
+        >>> neurons = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
+        >>> w = model.mlp_out_weight(1).neuron_view().clone()
         >>> with erase_neurons(model, neurons):
-        ...     acc = accuracy(model, data)
-        >>> # weights restored exactly here
+        ...     p = target_prob(model, "The capital of France is", " Paris")
+        ...     model.mlp_out_weight(1).neuron_view()[192].abs().sum().item()
+        0.0
+        >>> torch.equal(model.mlp_out_weight(1).neuron_view(), w)      # weights restored exactly here
+        True
     """
 
     def __init__(self) -> None:
@@ -96,8 +102,14 @@ def erase_neurons(
         The edit; ``undo()`` or leaving ``with`` restores the weights exactly.
 
     Example:
+        >>> from tlcap.data.tasks import load_task
+        >>> from tlcap.metrics.accuracy import task_accuracy
+        >>> test = load_task("emotion", split="test", n=4)
+        >>> located = NeuronSet(((0, 1), (1, 2)), shape=(model.n_layers, model.d_mlp))
         >>> with erase_neurons(model, located):
-        ...     acc = task_accuracy(model, "imdb", test)
+        ...     acc = task_accuracy(model, "emotion", test)
+        >>> acc.metric, len(acc.scores)
+        ('label by likelihood', 4)
     """
     ns = neurons if isinstance(neurons, NeuronSet) else NeuronSet.from_list(neurons, (model.n_layers, model.d_mlp))
     edit = edit if edit is not None else WeightEdit()

@@ -12,11 +12,18 @@ on. The most-attended token of eq. 4 is the column argmax of the layer/head-mean
 sums of a softmax pattern are all 1, so eq. 4's ``argmax_r Σ_c`` is read as a column argmax, like
 eq. 6). Scaling synapses is :func:`tlcap.intervene.synapses.scale_synapses`.
 
-Example:
-    >>> ks = locate_synapses(model, "The capital of France is", alpha=0.3)
-    >>> len(ks), ks.to_frame().head()
+Example (the paper's α = 0.3 finds no column of the tiny random model's flat attention: α = 0.1 here):
+    >>> ks = locate_synapses(model, "The capital of France is", alpha=0.1)
+    >>> len(ks)
+    16
+    >>> ks.to_frame().head(3)
+       layer  head  column     token      mass
+    0      0     0       1   capital  1.276677
+    1      0     0       2        of  0.789578
+    2      0     1       1   capital  1.265082
+    >>> from tlcap.metrics import target_prob
     >>> with model.hooks(ks.hooks(0.0)):                  # suppress them
-    ...     ...
+    ...     p = target_prob(model, "The capital of France is", " Paris")
 """
 
 from __future__ import annotations
@@ -246,7 +253,10 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
 
     Example:
         >>> ks = locate_synapses(model, "The capital of France is")
-        >>> ks.summary()["n_synapses"]
+        >>> ks.summary()["n_synapses"], ks.summary()["tau"]     # τ = 0.3 · 5 tokens; flat random attention
+        (0, 1.5)
+        >>> locate_synapses(model, "The capital of France is", alpha=0.1).summary()["per_token"]
+        [0, 8, 8, 0, 0]
     """
     A = attention_patterns(model, prompt)
     mask, col, tau = synapse_mask(A, alpha, skip_first)

@@ -197,8 +197,11 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         points are made to fire by :mod:`tlcap.models.split_inputs`.
 
         Example:
+            >>> toks = model.to_tokens("The capital of France is")
             >>> with model.edge_hooks():
             ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
+            >>> {name: tuple(t.shape) for name, t in cache.items()}     # [batch, pos, head, d_model]
+            {'blocks.0.hook_q_input': (1, 5, 4, 64)}
         """
         b = self.backend
         if self.emulated_split_inputs:  # GPT-J on TL 4.x: the flags are not available, rebuild the points

@@ -57,7 +57,8 @@ class GenerationMixin:
 
         Example:
             >>> ids = model.generate("Question: 2 + 2 =", 8, stop_ids=[model.special_token_id("eos")])
-            >>> model.decode(ids)
+            >>> len(ids), model.decode(ids)    # a random tiny model repeats itself; SmolLM2 answers " 4"
+            (8, ' = = = = = = = =')
         """
         if isinstance(prompt, str):
             ids = self.encode(prompt)

@@ -7,11 +7,17 @@ TransformerLens' ``x @ W`` orientation (``W_Q`` is ``[d_model, d_head]``, ``W_O`
 views here write through to the model's parameters (HF ``Linear`` weights are ``[out, in]`` and
 are transposed; ``Conv1D`` weights are already ``[in, out]``).
 
-Example:
-    >>> hw = hand_weights(model)
+Example (on a model of its own: the writes change its weights):
+    >>> from tlcap.models import make_gpt2
+    >>> planted = make_gpt2("tiny", seed=0)
+    >>> hw = hand_weights(planted)
     >>> head = hw.head(0, 1)
+    >>> tuple(head.W_K.shape), tuple(head.W_O.shape)      # [d_model, d_head], [d_head, d_model]
+    ((64, 16), (16, 64))
     >>> head.W_K[5, 0] = 1.0          # head 1 of layer 0 keys on residual dimension 5
-    >>> hw.mlp(2).W_out[17, 9] = 0.5  # neuron 17 of layer 2 writes dimension 9
+    >>> hw.mlp(1).W_out[17, 9] = 0.5  # neuron 17 of layer 1 writes dimension 9
+    >>> hand_weights(planted).head(0, 1).W_K[5, 0].item(), planted.mlp_out_weight(1).neuron_view()[17, 9].item()
+    (1.0, 0.5)
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ backend's modules are visited here so that nothing outside :mod:`tlcap.models` t
 
 Example:
     >>> active_hooks(model)                  # [] when every method cleaned up after itself
-    >>> weights = named_weights(model)       # {"transformer.h.0...c_fc.weight": tensor, ...}
+    []
+    >>> weights = named_weights(model)       # {"transformer.h.0.attn.o.bias": tensor, ...}
+    >>> len(weights), sorted(weights)[0]
+    (28, 'transformer.h.0.attn.o.bias')
 """
 
 from __future__ import annotations

@@ -244,8 +244,14 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
             for ``n_devices``).
         HubUnavailableError: A hub model is asked for without network or local copy.
 
-    Example:
-        >>> model = load_model("/models/Llama-2-70b-hf", device="cuda", dtype="bfloat16", n_devices=4)
+    Example (``load_model("smollm2-135m")`` loads SmolLM2-135M from its offline GGUF the same way;
+    ``load_model("/models/Llama-2-70b-hf", device="cuda", dtype="bfloat16", n_devices=4)`` splits a
+    70B model over 4 GPUs):
+        >>> m = load_model("gpt2-tiny", device="cpu", dtype="float32", seed=1)
+        >>> m.name, m.n_layers, m.d_mlp, m.device
+        ('gpt2-tiny-random-seed1', 2, 256, device(type='cpu'))
+        >>> load_model(m) is m                 # a Model is returned as is
+        True
     """
     if isinstance(model, Model):
         return model

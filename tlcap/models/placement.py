@@ -23,9 +23,10 @@ What every method needs from a split model, and where it is:
   uses and ``undo()`` restores it. Fine-tuning needs the weights in the module and refuses
   offloaded layers.
 
-Example:
-    >>> model = load_model("/models/Llama-2-70b-hf", device="cuda", dtype="bfloat16", n_devices=4)
-    >>> model.layer_devices[:2], model.layer_devices[-1]      # [cuda:0, cuda:0], cuda:3
+Example (``load_model("/models/Llama-2-70b-hf", device="cuda", dtype="bfloat16", n_devices=4)`` gives
+``layer_devices`` ``[cuda:0, cuda:0, ..., cuda:3]``; a model on one device has every layer there):
+    >>> model.layer_devices, input_device(model)
+    ([device(type='cpu'), device(type='cpu')], device(type='cpu'))
 """
 
 from __future__ import annotations

@@ -59,7 +59,10 @@ class RecordingMixin:
             TlcapError: a name did not fire (misspelt, or after ``stop_after``).
 
         Example:
-            >>> acts = model.record(toks, [model.hook_name("mlp_post", l) for l in (2, 3)])
+            >>> toks = model.to_tokens("The capital of France is")
+            >>> acts = model.record(toks, [model.hook_name("mlp_post", l) for l in (0, 1)])
+            >>> {name: tuple(a.shape) for name, a in acts.items()}    # [batch, pos, d_mlp]
+            {'blocks.0.mlp.hook_post': (1, 5, 256), 'blocks.1.mlp.hook_post': (1, 5, 256)}
         """
         wanted = list(dict.fromkeys(names))
         if not wanted:

@@ -72,7 +72,10 @@ def make_shape(name: str, seed: int = 0, device: torch.device | str | None = Non
         A :class:`Model` named ``<name>-random-seed<seed>``.
 
     Example:
-        >>> m = load_model("llama-7b-shape", device="cuda", dtype="bfloat16")
+        >>> from tlcap.models import load_model     # "llama-7b-shape" with device="cuda" for a 7B timing run
+        >>> m = load_model("smollm2-135m-shape", dtype="bfloat16", n_layers=1)
+        >>> m.name, m.n_layers, m.d_mlp, m.n_heads, m.n_kv_heads, next(m.backend.parameters()).dtype
+        ('smollm2-135m-shape-random-seed0', 1, 1536, 9, 3, torch.bfloat16)
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -8,9 +8,16 @@ root mean square; Gemma's RMSNorm multiplies by ``1 + w``). Which norm a model h
 unembedding and logit soft-capping live, is known here only.
 
 Example:
+    >>> toks = model.to_tokens("The capital of France is")
+    >>> name = model.hook_name("resid_post", model.n_layers - 1)
+    >>> resid = model.record(toks, [name])[name][0]       # [pos, d_model]
     >>> logits = resid_logits(model, resid)              # == the model's logits for the last layer's resid_post
+    >>> torch.allclose(logits, model.logits(toks)[0], atol=1e-4)
+    True
     >>> frozen = frozen_final_norm(model, resid)         # σ of each position of this run
-    >>> frozen.apply(write) @ model.W_U                  # a write's direct effect on every logit
+    >>> write = torch.randn(model.d_model)
+    >>> tuple((frozen.apply(write) @ model.W_U).shape)   # a write's direct effect on every logit
+    (50257,)
 """
 
 from __future__ import annotations

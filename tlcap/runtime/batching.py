@@ -20,9 +20,23 @@ independent) takes ``batch_rows="auto"`` and calls :func:`run_auto_batched`:
 The rerun starts from scratch, so the result is exactly the result of a fixed batch of the
 final size (no partial sums from the failed size are kept).
 
-Example:
-    >>> rows = auto_batch_rows(row_bytes=2_000_000, total_rows=630, device="cuda")
-    >>> res = run_auto_batched(lambda b: integrated_gradients(m, p, t, batch_rows=b), rows, device="cuda")
+Example (``device="cuda"`` on a GPU; on a CPU the start size is capped at :data:`CPU_MAX_ROWS`):
+    >>> from tlcap import integrated_gradients
+    >>> rows = auto_batch_rows(row_bytes=2_000_000, total_rows=630, max_memory="1GiB", device="cpu")
+    >>> rows
+    256
+    >>> p, t = "The capital of France is", " Paris"
+    >>> res = run_auto_batched(lambda b: integrated_gradients(model, p, t, steps=2, batch_rows=b), rows, device="cpu")
+    >>> type(res).__name__
+    'NeuronAttribution'
+    >>> def fits_4(b):                    # a computation that runs out of memory above 4 rows
+    ...     if b > 4:
+    ...         raise RuntimeError("CUDA out of memory")
+    ...     return b
+    >>> run_auto_batched(fits_4, 16, on_retry=lambda rows, msg: print("retry at", rows))
+    retry at 8
+    retry at 4
+    4
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ and ``torch.dtype`` values are accepted). The model runs in that dtype; attribut
 completeness and dataset sums accumulate in float32 or wider whatever it is.
 
 Example:
-    >>> resolve_device(None)        # device(type='cuda') on a GPU machine, else cpu
+    >>> resolve_device(None) == default_device()   # device(type='cuda') on a GPU machine, else cpu
+    True
+    >>> resolve_device("cpu")
+    device(type='cpu')
     >>> resolve_dtype("bf16")
     torch.bfloat16
 """

@@ -263,8 +263,11 @@ def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None) -> HookFn:
     :class:`tlcap.intervene.set_rows.SetFactors`), so one pass scores many sets. Packed rows hand it ``[rows, 1, d]``.
 
     Example:
+        >>> toks = model.to_tokens("The capital of France is")
         >>> f = torch.ones(8, model.d_mlp); f[3, [5, 9]] = 0     # row 3 erases neurons 5 and 9
-        >>> model.logits(toks.expand(8, -1), hooks=[(model.hook_name("mlp_post", 2), scale_rows(f))])
+        >>> out = model.logits(toks.expand(8, -1), hooks=[(model.hook_name("mlp_post", 1), scale_rows(f))])
+        >>> tuple(out.shape), torch.equal(out[0], out[1]), torch.equal(out[0], out[3])
+        ((8, 5, 50257), True, False)
     """
 
     def hook(act: Float[Tensor, " batch *dims"], hook: Any = None) -> Float[Tensor, " batch *dims"]:

@@ -16,8 +16,17 @@ position spec ``pos``:
 - an int, a list of ints or a slice: those positions.
 
 Example:
-    >>> with predicting(prediction_positions(n_prompt=6, n_target=2)):   # positions 5 and 6
-    ...     logits = model.logits(tokens, hooks=suppress(model, neurons))  # suppressed at 5 and 6
+    >>> from tlcap.intervene.activations import suppress
+    >>> from tlcap.metrics import NeuronSet
+    >>> tokens = model.to_tokens("The capital of France is Paris.")     # 5 prompt tokens + " Paris", "."
+    >>> neurons = NeuronSet(((1, 5), (1, 9)), shape=(model.n_layers, model.d_mlp))
+    >>> prediction_positions(n_prompt=5, n_target=2)                    # positions 4 and 5
+    slice(4, 6, None)
+    >>> with predicting(prediction_positions(n_prompt=5, n_target=2)):
+    ...     logits = model.logits(tokens, hooks=suppress(model, neurons))  # suppressed at 4 and 5
+    >>> changed = (logits - model.logits(tokens)).abs().amax(-1)[0] > 0
+    >>> changed.nonzero().flatten().tolist()            # layer 1 is the last: no later position reads them
+    [4, 5]
 """
 
 from __future__ import annotations

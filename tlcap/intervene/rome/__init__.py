@@ -30,11 +30,22 @@ Modules: :mod:`.config` (``RomeConfig``), :mod:`.value` (keys and the value opti
 :mod:`.edit` (:func:`rome_edit`), :mod:`.evaluate` (:func:`evaluate_rome`, :func:`rome_sweep`),
 :mod:`.results` (``RomeEditResult``, ``RomeSweep``).
 
-Example:
-    >>> with rome_edit(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=6):
-    ...     print(target_prob(model, "The Eiffel Tower is located in", " Rome"))
-    >>> res = evaluate_rome(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=6)
-    >>> res.efficacy, res.specificity
+Example (on SmolLM2-135M the paper's setting is a middle layer, e.g. ``layer=6``, with the
+default 20 steps; the tiny random model here has 2 layers, and ``cov=`` skips the disk cache):
+    >>> from tlcap.intervene.covariance import key_covariance
+    >>> from tlcap.metrics import target_prob
+    >>> cov = key_covariance(model, [0], n_tokens=512, cache=False)[0]
+    >>> p = target_prob(model, "The Eiffel Tower is located in", " Rome")
+    >>> with rome_edit(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=0,
+    ...                cov=cov, steps=10, bos=True):
+    ...     print(target_prob(model, "The Eiffel Tower is located in", " Rome") > p)
+    True
+    >>> target_prob(model, "The Eiffel Tower is located in", " Rome") == p      # restored
+    True
+    >>> res = evaluate_rome(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=0,
+    ...                     cov=cov, steps=10, bos=True)
+    >>> type(res.efficacy).__name__, round(res.specificity, 2)
+    ('bool', 0.89)
 """
 
 from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD, DEFAULT_PREFIXES, RomeConfig

@@ -98,8 +98,13 @@ def rome_edit(
         SubjectNotFoundError: the subject is not in the prompt.
 
     Example:
-        >>> with rome_edit(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=6):
-        ...     print(target_prob(model, "The Eiffel Tower is located in", " Rome"))
+        >>> from tlcap.metrics import target_prob
+        >>> cov = key_covariance(model, [0], n_tokens=512, cache=False)[0]     # default: cached on disk
+        >>> p = target_prob(model, "The Eiffel Tower is located in", " Rome")
+        >>> with rome_edit(model, "The Eiffel Tower is located in", "The Eiffel Tower", " Rome", layer=0,
+        ...                cov=cov, steps=10, bos=True) as edit:
+        ...     print(target_prob(model, "The Eiffel Tower is located in", " Rome") > p, len(edit.losses))
+        True 10
     """
     cfg = RomeConfig.resolve(config, **overrides)
     check_layer(model, layer)

@@ -147,8 +147,13 @@ def evaluate_rome(
         A :class:`RomeEditResult` with provenance.
 
     Example:
-        >>> res = evaluate_rome(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", 4)
-        >>> res.efficacy, res.paraphrase, res.specificity
+        >>> cov = key_covariance(model, [0], n_tokens=512, cache=False)[0]
+        >>> res = evaluate_rome(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", 0,
+        ...                     cov=cov, steps=10, bos=True)
+        >>> res.efficacy, res.paraphrase, round(res.specificity, 2)    # too weak an edit to flip a random model
+        (False, 0.0, 0.89)
+        >>> len(res.paraphrases), len(res.neighbourhood)
+        (2, 9)
     """
     t0 = time.perf_counter()
     cfg = RomeConfig.resolve(config, **overrides)
@@ -217,8 +222,12 @@ def rome_sweep(
         A :class:`RomeSweep` with provenance.
 
     Example:
-        >>> sweep = rome_sweep(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome")
-        >>> sweep.summary()["efficacy_rate"], sweep.figure().show()
+        >>> covs = key_covariance(model, [0, 1], n_tokens=512, cache=False)     # default: the disk cache
+        >>> sweep = rome_sweep(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome",
+        ...                    covs=covs, steps=10, bos=True)
+        >>> sweep.summary()["layers"], sweep.summary()["efficacy_rate"]
+        ([0, 1], 0.0)
+        >>> fig = sweep.figure()
     """
     t0 = time.perf_counter()
     cfg = RomeConfig.resolve(config, **overrides)

@@ -38,10 +38,14 @@ Modules: :mod:`.config` (``TraceConfig``), :mod:`.setup` (clean/corrupted runs, 
 the cells of several facts in one batch), :mod:`.results`
 (``CausalTrace``), :mod:`.dataset` (token classes, ``DatasetTrace``, :func:`trace_dataset`).
 
-Example:
-    >>> tr = causal_trace(model, "The capital of France is", "France", " Paris")
-    >>> tr.clean_prob, tr.corrupted_prob, tr.top_layers(k=3)
-    >>> tr.figure().show()
+Example (on SmolLM2, ``tr.top_layers`` names the layers whose restored state brings " Paris" back;
+the tiny random model here has 2 layers and no knowledge, so only shapes are shown):
+    >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", samples=5)
+    >>> tr.tokens, tr.subject_range, tr.kinds
+    (('The', ' capital', ' of', ' France', ' is'), (3, 4), ('resid', 'mlp', 'attn'))
+    >>> tuple(tr.scores.shape), tr.top_layers(k=3)        # [kind, token, layer]
+    ((3, 5, 2), [0, 1])
+    >>> fig = tr.figure()                                   # fig.show() in a notebook
 """
 
 from tlcap.data.knowns import load_known_facts  # re-exported: it moved to tlcap.data

@@ -8,9 +8,16 @@ plus keyword overrides of its fields (:meth:`tlcap.config.Config.resolve`), so a
 fails at construction, before any model load or forward pass.
 
 Example:
+    >>> from tlcap.locate.causal_trace import causal_trace
     >>> cfg = TraceConfig(samples=5, kinds=("mlp",))
     >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", config=cfg)
-    >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", samples=5, kinds=("mlp",))  # same
+    >>> same = causal_trace(model, "The capital of France is", "France", " Paris", samples=5, kinds=("mlp",))
+    >>> torch.equal(tr.scores, same.scores), tr.kinds
+    (True, ('mlp',))
+    >>> TraceConfig(samples=0)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: samples (--samples) must be >= 1, got 0
 """
 
 from __future__ import annotations

@@ -187,8 +187,11 @@ def trace_dataset(
         EmptyDatasetError: no facts.
 
     Example:
-        >>> ds = trace_dataset(model, load_known_facts(n=20), samples=5)
-        >>> ds.figure().show()
+        >>> from tlcap.data import load_known_facts
+        >>> ds = trace_dataset(model, load_known_facts(n=4), samples=3, bos=True)
+        >>> ds.summary()["n_facts"], ds.summary()["classes"]
+        (4, ['first subject', 'middle subject', 'last subject', 'first subsequent', 'further', 'last'])
+        >>> fig = ds.figure()                                   # fig.show() in a notebook
     """
     t0 = time.perf_counter()
     cfg = TraceConfig.resolve(config, **overrides)

@@ -217,8 +217,9 @@ def causal_trace(
 
     Example:
         >>> tr = causal_trace(model, "The capital of France is", "France", " Paris", samples=10)
-        >>> tr.clean_prob, tr.corrupted_prob, tr.top_layers(3)
-        >>> tr.figure().show()
+        >>> round(tr.clean_prob, 7), tr.top_layers(3)           # a random model: P(Paris) is tiny
+        (2.13e-05, [0, 1])
+        >>> fig = tr.figure()                                   # fig.show() in a notebook
     """
     t0 = time.perf_counter()
     setup = prepare_trace(model, prompt, subject, target, config=config, occurrence=occurrence, warn=warn,
@@ -250,6 +251,9 @@ def trace_reference(
 
     Example:
         >>> ref = trace_reference(model, "The capital of France is", "France", samples=3)
+        >>> fast = causal_trace(model, "The capital of France is", "France", samples=3)
+        >>> ref.target, torch.allclose(ref.scores, fast.scores, rtol=1e-4, atol=1e-9)   # target: the top token
+        (' is', True)
     """
     t0 = time.perf_counter()
     setup = prepare_trace(model, prompt, subject, target, config=config, **overrides)

@@ -193,7 +193,8 @@ def causal_trace_facts(
     Example:
         >>> trs = causal_trace_facts(model, [("The capital of France is", "France", " Paris"),
         ...                                  ("The capital of Italy is", "Italy", " Rome")], samples=5)
-        >>> [tr.top_layers(3) for tr in trs]
+        >>> [(tr.subject, tr.top_layers(3)) for tr in trs]
+        [('France', [0, 1]), ('Italy', [0, 1])]
     """
     cfg = TraceConfig.resolve(config, **overrides)
     out: list[CausalTrace] = []

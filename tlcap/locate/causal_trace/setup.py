@@ -279,7 +279,12 @@ def prepare_trace(
 
     Example:
         >>> setup = prepare_trace(model, "The capital of France is", "France", " Paris", samples=3)
-        >>> setup.clean_prob, setup.corrupted_prob, setup.restored_prob([("resid", 3, 0)])
+        >>> setup.restored_prob([("resid", 3, 0)]) == setup.corrupted_prob     # (kind, token, layer) cells
+        False
+        >>> setup.restored_prob() == setup.corrupted_prob                        # no cell: the corrupted run
+        True
+        >>> abs(setup.restored_prob([("resid", 4, 1)]) - setup.clean_prob) < 1e-9   # last token, last layer
+        True
     """
     cfg = TraceConfig.resolve(config, **overrides)
     layers = cfg.check_layers(model.n_layers, model.name)

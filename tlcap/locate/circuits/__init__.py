@@ -22,8 +22,14 @@ Example:
     >>> from tlcap.locate.circuits import edge_attribution, evaluate_circuit
     >>> scores = edge_attribution(model, "The capital of France is", " Paris",
     ...                           corrupt_prompt="The capital of Italy is", steps=5)
-    >>> circuit = scores.select(top_n=300)
-    >>> evaluate_circuit(model, circuit).circuit_target_rank
+    >>> scores.n_edges                         # the tiny 2-layer graph; SmolLM2's has ~10^5 edges
+    110
+    >>> circuit = scores.select(top_n=20)      # top_n=300 on SmolLM2
+    >>> circuit.summary()["n_selected"], circuit.summary()["n_edges"]   # edges left once dead ends are pruned
+    (20, 19)
+    >>> ev = evaluate_circuit(model, circuit)    # " Paris" under the circuit alone (SmolLM2: near the top)
+    >>> type(ev.circuit_target_rank).__name__, ev.hit_at_10
+    ('int', False)
 """
 
 from tlcap.locate.circuits.ablation import (

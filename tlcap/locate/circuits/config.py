@@ -10,10 +10,16 @@ pass. :func:`check_circuit_inputs` checks the strings of a task (prompt, target,
 prompt and answer) against the config the same way.
 
 Example:
+    >>> from tlcap.locate.circuits import edge_attribution
     >>> cfg = EAPConfig(steps=5, top_n=300)
     >>> scores = edge_attribution(model, "The capital of France is", " Paris",
     ...                           "The capital of Italy is", config=cfg)
-    >>> EAPConfig(top_n=0)      # InvalidConfigError: top_n (--top-n) must be >= 1, got 0
+    >>> scores.method, scores.steps
+    ('eap-ig', 5)
+    >>> EAPConfig(top_n=0)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: top_n (--top-n) must be >= 1, got 0
 """
 
 from __future__ import annotations

@@ -54,8 +54,13 @@ class CircuitDataset:
         dropped: Items of the source dropped for want of a same-length corrupted partner.
 
     Example:
-        >>> ds = load_circuit_dataset("pararel", relation="P36", n=50, model=model)
+        >>> from tlcap.locate.circuits import edge_attribution
+        >>> ds = load_circuit_dataset("pararel", relation="P36", n=8, model=model)
+        >>> ds.name, len(ds.items), ds.items[0].prompt, ds.items[0].corrupt_prompt
+        ('pararel:P36', 8, 'The capital of Cook County is', 'The capital of South Australia is')
         >>> scores = edge_attribution(model, ds, steps=5, batch_size=8)
+        >>> scores.n_items, scores.dataset
+        (8, 'pararel:P36')
     """
 
     items: tuple[CircuitItem, ...]
@@ -180,7 +185,9 @@ def load_circuit_dataset(
         EmptyDatasetError: no item left (e.g. no same-length corrupted partners).
 
     Example:
-        >>> ds = load_circuit_dataset("pararel", relation="P36", n=100, model=model)
+        >>> ds = load_circuit_dataset("pararel", relation="P36", n=8, model=model)
+        >>> len(ds.items), ds.dropped      # items without a same-length corrupted partner are dropped
+        (8, 3)
     """
     src = str(source)
     if src == "pararel":

@@ -143,9 +143,12 @@ def dataset_circuit(
         The :class:`DatasetCircuit`, with provenance.
 
     Example:
-        >>> ds = load_circuit_dataset("pararel", relation="P36", n=100, model=model)
-        >>> res = dataset_circuit(model, ds, steps=5, top_n=300)
-        >>> res.summary()["cpr"], res.figure()
+        >>> from tlcap.locate.circuits import load_circuit_dataset
+        >>> ds = load_circuit_dataset("pararel", relation="P36", n=8, model=model)
+        >>> res = dataset_circuit(model, ds, steps=5, top_n=20)      # n=100, top_n=300 on SmolLM2
+        >>> round(res.summary()["cpr"], 3)
+        0.929
+        >>> fig = res.figure()
     """
     cfg = check_dataset_config(dataset, EAPConfig.resolve(config, **overrides))
     if cfg.threshold is not None:

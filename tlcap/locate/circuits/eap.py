@@ -247,7 +247,8 @@ def edge_attribution(
     Example:
         >>> sc = edge_attribution(model, "The capital of France is", " Paris",
         ...                       corrupt_prompt="The capital of Italy is", steps=5)
-        >>> sc.top_edges(5)
+        >>> [(up, reader) for up, reader, score in sc.top_edges(3)]
+        [('input', 'a1.h0<v>'), ('a1.h0', 'logits'), ('m1', 'logits')]
     """
     graph = EdgeGraph.from_model(model)
     if isinstance(prompt, CircuitDataset):

@@ -203,8 +203,11 @@ def evaluate_circuit(model: Model, circuit: Circuit, task: CircuitTask | None = 
         The :class:`CircuitEvaluation`, with provenance.
 
     Example:
-        >>> ev = evaluate_circuit(model, scores.select(top_n=300))
-        >>> ev.circuit_target_rank, ev.hit_at_10
+        >>> from tlcap.locate.circuits import edge_attribution
+        >>> scores = edge_attribution(model, "The capital of France is", " Paris", "The capital of Italy is")
+        >>> ev = evaluate_circuit(model, scores.select(top_n=20))
+        >>> ev.hit_at_10                 # is " Paris" in the circuit's top 10? (not on a random model)
+        False
     """
     return evaluate_circuits(model, [circuit], task)[0]
 

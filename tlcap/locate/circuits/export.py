@@ -7,8 +7,17 @@ with the same ``reader`` and ``score``. :func:`read_circuit_json` and :func:`rea
 read them back as ``(upstream, reader, score)`` edges.
 
 Example:
-    >>> export_circuit(circuit, "runs/p36/circuit.dot"); export_circuit(circuit, "runs/p36/circuit.json")
-    >>> # dot -Tsvg runs/p36/circuit.dot > circuit.svg
+    >>> import os, tempfile
+    >>> from tlcap.locate.circuits import edge_attribution
+    >>> sc = edge_attribution(model, "The capital of France is", " Paris", "The capital of Italy is")
+    >>> circuit = sc.select(top_n=20)
+    >>> folder = tempfile.mkdtemp()
+    >>> dot = export_circuit(circuit, os.path.join(folder, "circuit.dot"))
+    >>> js = export_circuit(circuit, os.path.join(folder, "circuit.json"))
+    >>> # dot -Tsvg circuit.dot > circuit.svg
+    >>> edges = read_circuit_json(js)
+    >>> len(edges), edges[0][:2], sorted(read_circuit_dot(dot)) == sorted(edges)
+    (20, ('a1.h0', 'logits'), True)
 """
 
 from __future__ import annotations

@@ -56,7 +56,10 @@ def edge_attribution_items(
     Example:
         >>> per = edge_attribution_items(model, [("The capital of France is", " Paris"),
         ...                                      ("France's capital city is", " Paris")], steps=5)
-        >>> [s.select(top_n=300) for s in per]
+        >>> [s.prompt for s in per]
+        ['The capital of France is', "France's capital city is"]
+        >>> [s.select(top_n=20).summary()["n_edges"] for s in per]     # 20 selected, dead ends pruned
+        [13, 18]
     """
     check_int("items_per_pass", items_per_pass, min=1, cli=None)
     base = EAPConfig.resolve(config, **overrides)

@@ -157,8 +157,10 @@ def knowledge_circuit(
 
     Example:
         >>> res = knowledge_circuit(model, "The capital of France is", " Paris",
-        ...                         "The capital of Italy is", steps=5, top_n=300)
-        >>> res.summary()["circuit_target_rank"], res.figure()
+        ...                         "The capital of Italy is", steps=5, top_n=20)    # top_n=300 on SmolLM2
+        >>> type(res.summary()["circuit_target_rank"]).__name__
+        'int'
+        >>> fig = res.figure()
     """
     cfg = check_circuit_inputs(prompt, target, corrupt_prompt, corrupt_target, EAPConfig.resolve(config, **overrides))
     say = log or (lambda _: None)

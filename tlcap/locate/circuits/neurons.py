@@ -148,8 +148,13 @@ def neuron_attribution(
         The :class:`NeuronScores`, with provenance.
 
     Example:
+        >>> from tlcap.locate.circuits import load_circuit_dataset
+        >>> dataset = load_circuit_dataset("pararel", relation="P36", n=8, model=model)
         >>> ns = neuron_attribution(model, dataset, steps=5)
-        >>> neuron_overlap(ns, kn_set)
+        >>> kn_set = NeuronSet(((0, 5), (1, 9)), shape=(model.n_layers, model.d_mlp))   # e.g. knowledge neurons
+        >>> ov = neuron_overlap(ns, kn_set)
+        >>> ov["k"], ov["overlap"], ov["chance_overlap"]
+        (2, 0, 0.0078125)
     """
     cfg = check_dataset_config(dataset, EAPConfig.resolve(config, **overrides))
     if cfg.batch_size == "auto":  # most items in the budget, rerun at half on out-of-memory: same scores

@@ -52,8 +52,15 @@ class NodeScores(Result):
         model_name, dataset, n_items, ablation, metric, method, steps: The edge scores' run.
 
     Example:
+        >>> from tlcap.locate.circuits import edge_attribution, load_circuit_dataset
+        >>> dataset = load_circuit_dataset("pararel", relation="P36", n=8, model=model)
         >>> ns = node_attribution(edge_attribution(model, dataset, steps=5))
-        >>> ns.top(5), ns.to_frame()
+        >>> [name for name, score in ns.top(3)]
+        ['input', 'm0', 'a1.h1']
+        >>> ns.to_frame().head(2)
+            node   kind  layer     score  rank
+        0  input  input     -1  0.010804     1
+        1     m0    MLP      0  0.004656     2
     """
 
     scores: Float[Tensor, " n_up"]
@@ -109,8 +116,10 @@ def node_attribution(scores: EdgeScores) -> NodeScores:
         The :class:`NodeScores`, with the edge scores' provenance.
 
     Example:
+        >>> from tlcap.locate.circuits import edge_attribution
         >>> sc = edge_attribution(model, "The capital of France is", " Paris", "The capital of Italy is")
         >>> node_attribution(sc).top(3)
+        [('input', -0.0181...), ('a1.h0', -0.0170...), ('m1', -0.0106...)]
     """
     s = node_scores(scores.scores)  # the definition faithfulness_curve(selection="node") ranks by
     return NodeScores(scores=s, graph=scores.graph, model_name=scores.model_name, dataset=scores.dataset,

@@ -119,8 +119,15 @@ def size_sweep(
         TlcapWarning: a size above the graph's number of edges (it keeps every edge).
 
     Example:
-        >>> sweep = size_sweep(model, scores, [10, 30, 100, 300])
-        >>> sweep.to_frame(), sweep.figure()
+        >>> from tlcap.locate.circuits import edge_attribution
+        >>> scores = edge_attribution(model, "The capital of France is", " Paris", "The capital of Italy is")
+        >>> sweep = size_sweep(model, scores, [10, 30, 100])
+        >>> sweep.to_frame()[["top_n", "n_edges", "n_nodes"]]
+           top_n  n_edges  n_nodes
+        0     10        6        5
+        1     30       27       11
+        2    100      100       12
+        >>> fig = sweep.figure()
     """
     total = scores.n_edges
     if sizes is None:

@@ -217,6 +217,8 @@ def make_items_task(model: Model, items: Sequence[CircuitItem], metric: str = "n
 
     Example:
         >>> task = make_items_task(model, [CircuitItem("The capital of France is", " Paris")])
+        >>> task.clean.shape, task.corrupt is None               # no corrupted prompt: zero ablation
+        (torch.Size([1, 5]), True)
     """
     metric = metric.replace("-", "_")
     if metric not in METRICS:
@@ -278,7 +280,8 @@ def make_task(
 
     Example:
         >>> task = make_task(model, "The capital of France is", " Paris", "The capital of Italy is")
-        >>> task.clean.shape, task.corrupt.shape
+        >>> task.clean.shape, task.corrupt.shape            # [items, pos]: same token length
+        (torch.Size([1, 5]), torch.Size([1, 5]))
     """
     return make_items_task(model, [CircuitItem(prompt, target, corrupt_prompt, corrupt_target)], metric)
 
