@@ -47,7 +47,6 @@ import os
 import pkgutil
 import shutil
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -68,6 +67,7 @@ from tlcap.errors import (
     UnknownNameError,
 )
 from tlcap.provenance import Provenance, tlcap_version
+from tlcap.rows import _nan_for_null, _tuplify
 from tlcap.viz.html import esc, summary_html
 
 R = TypeVar("R", bound="Result")
@@ -103,48 +103,6 @@ def _from_json(value: Any) -> Any:
     return value
 
 
-def _nan_for_null(value: Any, annotation: str) -> Any:
-    """NaN is saved as JSON null: turn it back into NaN where the field holds floats."""
-    if value is None and annotation == "float":
-        return float("nan")
-    if isinstance(value, list) and annotation.replace(" ", "") in ("tuple[float,...]", "list[float]"):
-        return [float("nan") if v is None else v for v in value]
-    return value
-
-
-def _tuplify(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_tuplify(v) for v in value)
-    return value
-
-
-def typed_row(row_type: type, values: dict[str, Any]) -> Any:
-    """``row_type(**values)`` with the NaNs a saved result holds as ``None`` (JSON null) restored in float fields."""
-    ann = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
-    return row_type(**{k: _nan_for_null(v, ann.get(k, "")) for k, v in values.items()})
-
-
-def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
-    """A DataFrame from typed rows (frozen dataclasses); the columns are ``row_type``'s fields.
-
-    An empty ``rows`` still gives the columns, so code reading the frame never meets a
-    column-less table.
-
-    Example:
-        >>> @dataclass(frozen=True)
-        ... class NeuronRow:
-        ...     layer: int
-        ...     neuron: int
-        >>> frame([NeuronRow(3, 10)], NeuronRow)
-           layer  neuron
-        0      3      10
-        >>> list(frame([], NeuronRow).columns)
-        ['layer', 'neuron']
-    """
-    cols = [f.name for f in dataclasses.fields(row_type)]
-    return pd.DataFrame([dataclasses.astuple(r) for r in rows], columns=cols)
-
-
 @dataclass(frozen=True)
 class Result:
     """Base of frozen result dataclasses: ``save``/``load``, provenance, and the contract.
@@ -163,15 +121,27 @@ class Result:
 
     # ------------------------------------------------------------------ contract
     def summary(self) -> dict[str, Any]:
-        """JSON-ready headline numbers (the CLI's ``summary.json``, without the provenance)."""
+        """JSON-ready headline numbers (the CLI's ``summary.json``, without the provenance).
+
+        Returns:
+            A JSON-ready dict.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement summary()")
 
     def to_frame(self) -> pd.DataFrame:
-        """The result as a table of typed rows."""
+        """The result as a table of typed rows.
+
+        Returns:
+            A DataFrame, one row per typed row of the result.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement to_frame()")
 
     def figure(self) -> Any:
-        """The result's main plotly figure."""
+        """The result's main plotly figure.
+
+        Returns:
+            A plotly ``Figure``.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement figure()")
 
     def _repr_html_(self) -> str:
@@ -182,7 +152,14 @@ class Result:
             return f"<pre>{esc(repr(self))}</pre>"
 
     def with_provenance(self: R, provenance: Provenance | None) -> R:
-        """A copy carrying ``provenance``."""
+        """A copy carrying ``provenance``.
+
+        Args:
+            provenance: The provenance to attach (``None``: none).
+
+        Returns:
+            A copy of the result.
+        """
         return dataclasses.replace(self, provenance=provenance)
 
     # ------------------------------------------------------------------ fields
@@ -226,7 +203,11 @@ class Result:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of the non-tensor fields."""
+        """JSON-ready dict of the non-tensor fields.
+
+        Returns:
+            Field name → JSON-ready value (tensors left out; :meth:`save` writes them).
+        """
         return self._json_fields()
 
     # ------------------------------------------------------------------ files
@@ -237,6 +218,12 @@ class Result:
         into place, so ``path`` never holds a half-written result. A previous result at ``path``
         is replaced. If ``path`` is a folder holding other files too, the two files are replaced
         one by one instead (tensors first, ``result.json`` — which holds their checksum — last).
+
+        Args:
+            path: The folder to write (created; an existing result there is replaced whole).
+
+        Returns:
+            ``path`` as a ``Path``.
         """
         path = Path(path)
         if path.exists() and not path.is_dir():
@@ -296,7 +283,14 @@ class Result:
 
     @classmethod
     def load(cls: type[R], path: str | Path) -> R:
-        """Load a result saved by :meth:`save` (type-checked against ``cls``)."""
+        """Load a result saved by :meth:`save` (type-checked against ``cls``).
+
+        Args:
+            path: A folder written by :meth:`save`.
+
+        Returns:
+            The result, of type ``cls``.
+        """
         obj = load_result(path)
         if not isinstance(obj, cls):
             raise ResultTypeError(
@@ -339,6 +333,12 @@ def _result_type(name: str, module: str | None) -> type[Result]:
 
 def load_result(path: str | Path) -> Result:
     """Load any saved result, whatever its type, in any process.
+
+    Args:
+        path: A folder written by :meth:`Result.save` (a command's ``--out/result``).
+
+    Returns:
+        The result, as the type it was saved from.
 
     Raises:
         MissingFileError: no ``result.json`` at ``path``.
@@ -390,4 +390,4 @@ def load_result(path: str | Path) -> Result:
     return obj
 
 
-__all__ = ["Result", "load_result", "frame", "typed_row", "Provenance"]
+__all__ = ["Result", "load_result", "Provenance"]

@@ -19,7 +19,7 @@ import tlcap.errors
 
 ROOT = Path(tlcap.__file__).parent
 LOW = {"models", "runtime", "data"}
-VALUES = {"errors", "config", "results", "provenance", "atomic", "viz"}  # leaf modules any tier may use
+VALUES = {"errors", "config", "results", "rows", "provenance", "atomic", "viz"}  # leaf modules any tier may use
 MID = {"attribution", "locate", "intervene", "metrics"}
 ABOVE_MID = {"experiments", "reproduce", "cli", "testing", "explore"}
 SIBLINGS = {

@@ -204,7 +204,7 @@ def test_save_is_atomic_and_replaces(saved_attr, tmp_path):
 def test_frame_of_typed_rows_keeps_columns_when_empty():
     from dataclasses import dataclass
 
-    from tlcap.results import frame
+    from tlcap.rows import frame
 
     @dataclass(frozen=True)
     class Row:

@@ -60,7 +60,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.attribution.batched import fact_tokens
-from tlcap.attribution.checkpoint import load_checkpoint, save_checkpoint
+from tlcap.attribution.checkpoint import load_checkpoint, parse_shard, save_checkpoint
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset_scores import (
     SKIP_KINDS,
@@ -89,26 +89,6 @@ from tlcap.errors import (
 from tlcap.models.adapter import Model
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
-
-
-def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
-    """``"i/n"`` → ``(i, n)`` with 0 ≤ i < n.
-
-    Raises:
-        InvalidConfigError: not of the form ``i/n``, or ``i`` out of range.
-    """
-    if shard is None:
-        return None
-    if isinstance(shard, str):
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise InvalidConfigError(f"--shard must look like i/n (e.g. 0/4), got {shard!r}") from None
-    else:
-        i, n = shard
-    if not (n >= 1 and 0 <= i < n):
-        raise InvalidConfigError(f"shard (--shard) {i}/{n} is invalid: need 0 <= i < n")
-    return (int(i), int(n))
 
 
 def _fingerprint(samples: Sequence[Sample], settings: dict) -> str:
@@ -401,7 +381,7 @@ def score_in_memory(
 
 
 __all__ = [
-    "DatasetScores", "ScoreRow", "score_dataset", "merge_scores", "check_disjoint", "score_in_memory", "parse_shard",
+    "DatasetScores", "ScoreRow", "score_dataset", "merge_scores", "check_disjoint", "score_in_memory",
     "check_sigma", "sample_id", "all_skipped", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed",
     "SKIP_KINDS",
     "SPREADS",

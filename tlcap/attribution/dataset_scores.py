@@ -37,7 +37,8 @@ from tlcap.data.sample import Sample
 from tlcap.errors import CheckpointMismatchError, EmptyDatasetError, OverlappingShardsError
 from tlcap.locate.selection import sigma_mask
 from tlcap.metrics.sets import NeuronSet
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.heatmaps import neuron_heatmap
 
 SKIP_KINDS = ("too_long", "empty_answer")

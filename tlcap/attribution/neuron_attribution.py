@@ -13,7 +13,8 @@ from torch import Tensor
 from tlcap.config import check_float, check_int
 from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.heatmaps import neuron_heatmap
 from tlcap.viz.html import attribution_html
 
@@ -92,7 +93,11 @@ class NeuronAttribution(Result):
         return float(p.log().mean().exp())
 
     def completeness(self) -> pd.DataFrame:
-        """Per layer: Σ Attr vs P(w̄) − P(baseline), averaged over target tokens (:class:`CompletenessRow`)."""
+        """Per layer: Σ Attr vs P(w̄) − P(baseline), averaged over target tokens (:class:`CompletenessRow`).
+
+        Returns:
+            One row per layer: ``layer``, ``sum_attr``, ``delta_prob`` (P(w̄) − P(baseline)) and the relative error.
+        """
         delta = (self.prob_full - self.prob_baseline).mean(0)
         sums = self.layer_sums.mean(0)
         rows = [CompletenessRow(l, float(sums[l]), float(delta[l]), float((sums[l] - delta[l]).abs())) for l in self.layers]
@@ -116,6 +121,13 @@ class NeuronAttribution(Result):
     def select(self, threshold: float | None = 0.2, top_k: int | None = None) -> NeuronSet:
         """Located neurons: ``Attr > threshold · max`` (Dai: 0.2), or the ``top_k`` best.
 
+        Args:
+            threshold: ``t`` of ``Attr > t · max``, in ``(0, 1]`` (ignored with ``top_k``).
+            top_k: Keep the ``top_k`` highest-scoring neurons instead.
+
+        Returns:
+            The located :class:`~tlcap.metrics.NeuronSet`.
+
         Raises:
             InvalidConfigError: ``threshold`` outside (0, 1) (at 1 no neuron is kept) or ``top_k < 1``.
         """
@@ -128,6 +140,9 @@ class NeuronAttribution(Result):
 
         ``n_located`` counts the neurons above 0.2 · max (Dai's threshold); ``top_neurons``
         lists the :data:`SUMMARY_TOP` highest scores as ``[layer, neuron, score]``.
+
+        Returns:
+            A JSON-ready dict (the CLI's ``summary.json``).
         """
         top = self.to_frame(top=SUMMARY_TOP)
         return {
@@ -149,7 +164,14 @@ class NeuronAttribution(Result):
         }
 
     def to_frame(self, top: int | None = None) -> pd.DataFrame:
-        """One :class:`NeuronScoreRow` per neuron (or the ``top`` best), sorted by score."""
+        """One :class:`NeuronScoreRow` per neuron (or the ``top`` best), sorted by score.
+
+        Args:
+            top: Keep only the ``top`` highest-scoring neurons (``None``: all).
+
+        Returns:
+            A DataFrame with the fields of :class:`NeuronScoreRow` as columns.
+        """
         flat = self.scores.flatten()
         order = flat.argsort(descending=True)
         if top is not None:
@@ -164,11 +186,22 @@ class NeuronAttribution(Result):
         return attribution_html(self.summary())
 
     def figure(self) -> go.Figure:
-        """The layer × neuron heatmap, neurons above 0.2 · max ringed."""
+        """The layer × neuron heatmap, neurons above 0.2 · max ringed.
+
+        Returns:
+            A plotly ``Figure``.
+        """
         return self.heatmap(highlight=self.select())
 
     def heatmap(self, **kwargs: Any) -> go.Figure:
-        """Layer × neuron heatmap (see :func:`tlcap.viz.neuron_heatmap`)."""
+        """Layer × neuron heatmap (see :func:`tlcap.viz.neuron_heatmap`).
+
+        Args:
+            **kwargs: Options of :func:`tlcap.viz.neuron_heatmap` (``highlight``, ``title``, ...).
+
+        Returns:
+            A plotly ``Figure``.
+        """
         kwargs.setdefault("title", f"IG attribution: {self.prompt!r} → {self.target!r}")
         return neuron_heatmap(self.scores, **kwargs)
 

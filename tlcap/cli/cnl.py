@@ -22,8 +22,9 @@ from pathlib import Path
 
 import typer
 
+from tlcap.attribution.checkpoint import parse_shard
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.dataset import merge_scores, parse_shard
+from tlcap.attribution.dataset import merge_scores
 from tlcap.cli import app
 from tlcap.cli._checks import layers_fit
 from tlcap.cli._checks import spec as model_shapes

@@ -36,7 +36,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.boundary import fix_prompt_boundary
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.heatmaps import activation_heatmap, activations_for, neuron_heatmap, neuron_labels
 
 

@@ -46,7 +46,8 @@ from tlcap.errors import ResultTypeError
 from tlcap.models.adapter import Model
 from tlcap.models.paths import cache_dir, model_fingerprint
 from tlcap.provenance import Provenance, model_identity
-from tlcap.results import Result, frame, load_result
+from tlcap.results import Result, load_result
+from tlcap.rows import frame
 from tlcap.viz.html import summary_html
 
 BEFORE, AFTER = 12, 3  # snippet window: tokens before and after the activating one

@@ -41,7 +41,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.unembedding import unit_final_norm
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.card import card_figure, neuron_card_html
 
 Scored = tuple[tuple[str, float], ...]

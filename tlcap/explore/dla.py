@@ -34,7 +34,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.unembedding import frozen_final_norm
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.html import summary_html, table_html
 from tlcap.viz.lens import dla_figure
 

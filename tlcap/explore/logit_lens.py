@@ -28,7 +28,8 @@ from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
 from tlcap.models.unembedding import resid_logits
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.html import summary_html, table_html
 from tlcap.viz.lens import lens_figure
 

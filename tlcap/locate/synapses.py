@@ -40,7 +40,8 @@ from torch import Tensor
 
 from tlcap.intervene.synapses import scale_synapses
 from tlcap.models.adapter import HookList, Model
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.runtime.sites import get_site
 from tlcap.viz.ql import synapse_count_heatmap
 

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 from tlcap.data.tasks import Sample, Task, encode_sample, get_task
 from tlcap.errors import EmptyDatasetError, PromptTooLongError
 from tlcap.models.adapter import HookList, Model
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl import accuracy_figure
 
 CODE_TOKENS = 64

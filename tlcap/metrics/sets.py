@@ -13,7 +13,8 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from tlcap.errors import ShapeMismatchError
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.heatmaps import located_heatmap
 from tlcap.viz.html import neuron_set_html
 

@@ -27,13 +27,13 @@ from tlcap.errors import TlcapError
 from tlcap.models import hf_compat
 from tlcap.models.architecture import ArchitectureMixin
 from tlcap.models.cache import PrefixCache, fresh_cache, full_cache
+from tlcap.models.edge_hooks import EdgeHooksMixin
 from tlcap.models.generate import GenerationMixin
 from tlcap.models.packed_rows import continue_packed, packable
 from tlcap.models.params import ParamsMixin
-from tlcap.models.placement import has_offloaded, input_device, resident_while_running
+from tlcap.models.placement import input_device
 from tlcap.models.recording import RecordingMixin
 from tlcap.models.rows import PaddedPrefix, RowsMixin
-from tlcap.models.split_inputs import emulated_edge_hooks
 from tlcap.models.token_types import SubjectSpan, TokenBatch, Tokens
 from tlcap.models.tokens import TokensMixin
 from tlcap.models.weights import _HF_MLP_LAYOUT, WeightSlice, WeightsMixin
@@ -44,7 +44,6 @@ from tlcap.runtime.sites import get_site
 # Sites where last_logits keeps only the last position, in order of preference.
 _CUT_SITES: tuple[str, ...] = ("unembed_in", "final_out")
 # Backend flags that switch on the per-head / split-input hook points edge patching reads.
-_EDGE_FLAGS: tuple[str, ...] = ("use_split_qkv_input", "use_attn_result", "use_hook_mlp_in")
 
 
 def transformer_bridge_class() -> Any:
@@ -72,7 +71,8 @@ def _rows(tokens: Tokens) -> Tokens:
     return tokens[None] if isinstance(tokens, Tensor) and tokens.ndim == 1 else tokens
 
 
-class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin, RowsMixin, ArchitectureMixin):
+class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMixin, RowsMixin, ArchitectureMixin,
+            EdgeHooksMixin):
     """A hookable language model with the shape facts and weight handles methods need.
 
     Wraps a TransformerLens 4.x ``TransformerBridge`` or a TL 3.9 ``HookedTransformer``
@@ -156,7 +156,11 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         return self.n_layers * self.d_mlp
 
     def eval(self) -> Model:
-        """Put the backend in inference mode (no dropout); returns the model."""
+        """Put the backend in inference mode (no dropout); returns the model.
+
+        Returns:
+            This model.
+        """
         self.backend.train(False)
         return self
 
@@ -168,7 +172,15 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
 
     # ------------------------------------------------------------------ hooks
     def hook_name(self, site: str, layer: int | None = None) -> str:
-        """TransformerLens hook name of a named site at ``layer`` (see :mod:`tlcap.runtime.sites`)."""
+        """TransformerLens hook name of a named site at ``layer`` (see :mod:`tlcap.runtime.sites`).
+
+        Args:
+            site: A site name of :mod:`tlcap.runtime.sites` (``"mlp_post"``, ``"resid_post"``, ...).
+            layer: The layer (``None`` for sites outside the blocks, e.g. ``"embed"``).
+
+        Returns:
+            The hook point's name, e.g. ``"blocks.3.mlp.hook_post"``.
+        """
         return get_site(site).hook_name(layer)
 
     @contextlib.contextmanager
@@ -180,56 +192,16 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         block's hooks stay active for every call in its body. TransformerLens's ``hooks()``
         context does the bookkeeping (per handle on the bridge, per context level on TL 3.9).
         Hooks are TransformerLens-style functions ``fn(activation, hook) -> activation | None``.
+
+        Args:
+            fwd: ``(hook name, fn)`` forward hooks.
+            bwd: ``(hook name, fn)`` backward hooks.
+
+        Yields:
+            This model, with the hooks applied.
         """
         with self.backend.hooks(fwd_hooks=list(fwd), bwd_hooks=list(bwd)):
             yield self
-
-    @contextlib.contextmanager
-    def edge_hooks(self, split_inputs: bool = True) -> Iterator[Model]:
-        """Switch on the per-head and split-input hook points for the body of a ``with`` block.
-
-        Turns on the backend's ``use_split_qkv_input`` (per-head pre-norm q/k/v inputs: the
-        ``q_input``/``k_input``/``v_input`` sites; not with ``split_inputs=False``),
-        ``use_attn_result`` (per-head outputs: ``head_result``) and ``use_hook_mlp_in``
-        (``mlp_input``), and off ``use_attn_in`` (which excludes split inputs). The previous
-        flags are restored on exit, also when the body raises. Where TransformerLens wraps the
-        attention generically (GPT-J on TL 4.x, :attr:`emulated_split_inputs`) the same hook
-        points are made to fire by :mod:`tlcap.models.split_inputs`.
-
-        Example:
-            >>> toks = model.to_tokens("The capital of France is")
-            >>> with model.edge_hooks():
-            ...     logits, cache = model.run_with_cache(toks, [model.hook_name("q_input", 0)])
-            >>> {name: tuple(t.shape) for name, t in cache.items()}     # [batch, pos, head, d_model]
-            {'blocks.0.hook_q_input': (1, 5, 4, 64)}
-        """
-        b = self.backend
-        if self.emulated_split_inputs:  # GPT-J on TL 4.x: the flags are not available, rebuild the points
-            with emulated_edge_hooks(b, self.n_heads, split_inputs):
-                yield self
-            return
-        offloaded = self.hf_model is not None and getattr(self.hf_model, "hf_device_map", None) and has_offloaded(b)
-        saved = self.edge_hook_flags()
-        attn_in = bool(getattr(b.cfg, "use_attn_in", False))
-        try:
-            if attn_in:
-                b.set_use_attn_in(False)
-            b.set_use_split_qkv_input(bool(split_inputs))
-            b.set_use_attn_result(True)
-            b.set_use_hook_mlp_in(True)
-            # the per-head points read projection weights directly: offloaded blocks keep theirs while they run
-            with resident_while_running(list(b.blocks)) if offloaded else contextlib.nullcontext():
-                yield self
-        finally:
-            b.set_use_split_qkv_input(saved["use_split_qkv_input"])
-            b.set_use_attn_result(saved["use_attn_result"])
-            b.set_use_hook_mlp_in(saved["use_hook_mlp_in"])
-            if attn_in:
-                b.set_use_attn_in(True)
-
-    def edge_hook_flags(self) -> dict[str, bool]:
-        """The backend's current ``use_split_qkv_input`` / ``use_attn_result`` / ``use_hook_mlp_in`` flags."""
-        return {f: bool(getattr(self.backend.cfg, f, False)) for f in _EDGE_FLAGS}
 
     # ------------------------------------------------------------------ running
     def logits(
@@ -354,6 +326,14 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
                 extends in place, for incremental decoding; ``None`` runs from scratch. Use
                 :meth:`logits` with ``prefix=`` to reuse a cache without consuming it.
             attention_mask: 1 for real tokens, 0 for padding (needed for left padding only).
+
+        Args:
+            tokens: Token ids.
+            past: A key/value cache to continue from (``None``: none).
+            attention_mask: 1 for real tokens, 0 for padding (``None``: all real).
+
+        Returns:
+            The logits.
         """
         return self._forward(tokens, past, attention_mask)
 

@@ -238,6 +238,9 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
             rank's ``k``), ``device_map=`` takes an HF device map (``"auto"``, ``"balanced"`` or a
             dict; ``"disk"`` entries need ``offload_folder=``).
 
+    Returns:
+        The :class:`Model` (in eval mode).
+
     Raises:
         UnknownModelError: The name is not registered, not a directory, not on the hub.
         InvalidConfigError: An unknown ``dtype``, or a ``device`` that is not there (or too few GPUs

@@ -44,8 +44,9 @@ from tlcap.experiments.ql import (
 from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
-from tlcap.results import Result, frame
+from tlcap.results import Result
 from tlcap.results import load_result as _load
+from tlcap.rows import frame
 
 CODE = ("tlcap.experiments.ql", "tlcap.attribution", "tlcap.metrics.stats", "tlcap.intervene", "tlcap.data.pararel")
 METHODS = ("ig", "sig", "amig")

@@ -35,7 +35,8 @@ from tlcap.reproduce.not_reproduced import NotReproduced, not_reproduced
 from tlcap.reproduce.paper_values import PaperClaim, PaperValue
 from tlcap.reproduce.registry import paper_values
 from tlcap.reproduce.verdict import ALPHA, NOT_COMPARABLE, WORDS, verdict
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 
 TWO_SIDED = "two-sided"
 

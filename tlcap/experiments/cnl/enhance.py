@@ -42,7 +42,8 @@ from tlcap.metrics.set_scores import scored_items
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl import enhance_figure
 
 

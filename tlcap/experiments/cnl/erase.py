@@ -38,7 +38,8 @@ from tlcap.metrics.accuracy import TaskAccuracy, task_accuracy
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl import erase_figure, erase_sweep_figure
 
 NAN = float("nan")

@@ -40,7 +40,8 @@ from tlcap.locate.selection import sigma_mask
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl import convergence_figure, located_sets_figure
 from tlcap.viz.heatmaps import neuron_heatmap
 

@@ -34,7 +34,8 @@ from tlcap.experiments.cnl_eval.reliability_result import ReliabilityResult
 from tlcap.experiments.cnl_eval.results import PAPER, FidelityResult, nan_row
 from tlcap.metrics.estimate import Estimate, StatisticsError
 from tlcap.metrics.localization import ipp_ci
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl_eval import paper_panels
 
 PERFORMANCE: dict[str, str] = {

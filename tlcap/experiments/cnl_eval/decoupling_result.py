@@ -13,7 +13,8 @@ from tlcap.experiments.cnl_eval.results import PAPER, est_dict
 from tlcap.metrics.bootstrap import bootstrap_ci, paired_difference_ci
 from tlcap.metrics.coincidence import CoincidenceRates, coincidence_rates
 from tlcap.metrics.localization import iou, overlap
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl_eval import paper_bars
 
 CI_NOTE = "percentile bootstrap over pairs, 95 %, 5000 resamples, seed 0 (C^{t,t}: none, an intersection over all pairs)"

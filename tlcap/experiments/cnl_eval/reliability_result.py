@@ -23,7 +23,8 @@ from tlcap.metrics.estimate import Estimate, TooFewSamplesError
 from tlcap.metrics.localization import ipp_ci
 from tlcap.metrics.permutation import MIN_NULL_DRAWS, RandomControlTest, located_vs_random
 from tlcap.metrics.shares import share_ci
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl_eval import layer_curves, paper_bars, paper_panels
 
 OPS = {"double": "enhanced_prob", "zero": "suppressed_prob"}

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 
 from tlcap.metrics.bootstrap import bootstrap_ci, paired_difference_ci
 from tlcap.metrics.estimate import Estimate
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.cnl_eval import paper_bars
 
 METHOD_LABELS: dict[str, str] = {"kn": "KN", "trace": "ROME (tracing)", "kc": "KC", "cnl": "CNL"}

@@ -24,7 +24,8 @@ from tlcap.experiments.ql.config import EXCLUDED, STATIC_THRESHOLD, QLConfig
 from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.ql import cs2_violin, table1_frame
 
 

@@ -30,7 +30,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import consistency_aware_scores, cs1, cs2, refined_set
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.heatmaps import neuron_heatmap
 
 METHODS: tuple[str, ...] = ("ig", "sig", "amig")

@@ -28,7 +28,8 @@ from tlcap.metrics.perplexity import next_token_logits
 from tlcap.metrics.stats import relative_change
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.ql import enh_sup_bars, enh_sup_table
 
 SET_ORDER = ["self", "union", "intersection", "refine"]

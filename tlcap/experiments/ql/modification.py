@@ -48,7 +48,8 @@ from tlcap.metrics.perplexity import next_token_logits, perplexity
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame, typed_row
+from tlcap.results import Result
+from tlcap.rows import frame, typed_row
 from tlcap.runtime.sites import get_site
 from tlcap.viz.ql import modification_bars, modification_table
 

@@ -37,7 +37,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import predominance, relative_change
 from tlcap.models.adapter import HookList, Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame, typed_row
+from tlcap.results import Result
+from tlcap.rows import frame, typed_row
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import activation_heatmap
 from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars

@@ -8,7 +8,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.trace import edit_result_figure, edit_sweep_figure
 
 

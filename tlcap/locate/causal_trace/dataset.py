@@ -24,7 +24,8 @@ from tlcap.locate.causal_trace.setup import noise_level, prepare_trace
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.trace import average_effect_heatmap, average_effect_lines
 
 TOKEN_CLASSES: tuple[str, ...] = (

@@ -13,7 +13,8 @@ from torch import Tensor
 
 from tlcap.errors import InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace.config import KINDS
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.trace import trace_heatmap
 
 

@@ -29,7 +29,8 @@ from torch import Tensor
 from tlcap.config import check_float, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.graph import BOUNDARY_NODES, EdgeGraph
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.circuit import circuit_graph
 
 

@@ -47,7 +47,8 @@ from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.runtime.batching import run_auto_batched
 from tlcap.viz.circuit import edge_score_heatmap
 

@@ -53,7 +53,8 @@ from tlcap.locate.circuits.evaluate import task_for
 from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.models import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.runtime.batching import run_auto_batched
 from tlcap.viz.circuit import faithfulness_figure
 

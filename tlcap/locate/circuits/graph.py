@@ -64,7 +64,8 @@ from torch import Tensor
 
 from tlcap.errors import TlcapError, UnknownNodeError, UnsupportedModelError
 from tlcap.models import Model
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.runtime.sites import get_site
 from tlcap.viz.circuit import node_kind, node_parameter_figure
 

@@ -39,7 +39,8 @@ from tlcap.locate.circuits.task import CircuitTask
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.runtime.batching import run_auto_batched
 
 

@@ -26,7 +26,8 @@ from torch import Tensor
 from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.faithfulness import node_scores
 from tlcap.locate.circuits.graph import EdgeGraph
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.circuit import node_kind
 
 

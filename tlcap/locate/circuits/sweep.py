@@ -19,7 +19,8 @@ from tlcap.locate.circuits.evaluate import evaluate_masks, task_for
 from tlcap.locate.circuits.task import CircuitTask
 from tlcap.models import Model
 from tlcap.provenance import Provenance
-from tlcap.results import Result, frame
+from tlcap.results import Result
+from tlcap.rows import frame
 from tlcap.viz.circuit import size_sweep_figure
 
 
