@@ -18,8 +18,8 @@ the result is not negative). Main parts are unique within a draw.
 Example:
     >>> pairs = comparative_pairs(200, seed=0)
     >>> pairs[0].main, pairs[0].framing(1), pairs[0].framing(2)
-    ('17+25=?', ('Provide the correct answer for 17+25=?\\nAnswer:', ' 42'),
-     ('Write Python code for 17+25=?\\nCode:', ' print(17+25)'))
+    ('50-27=?', ('Provide the correct answer for 50-27=?\\nAnswer:', ' 23'),
+     ('Write Python code for 50-27=?\\nCode:', ' print(50-27)'))
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ def comparative_pairs(
 
     Example:
         >>> [p.main for p in comparative_pairs(3, seed=1)]
+        ['27+64=?', '4*50=?', '38+36=?']
     """
     check_pair_options(n, sources, ops, max_operand)
     if len(framings) != 2:

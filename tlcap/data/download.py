@@ -6,9 +6,16 @@ read (``emotion/train.txt``, ``imdb/imdb_reviews_2500.csv``). A download happens
 for, or when a loader needs more samples than the bundled subset holds; never in offline mode
 (``TLCAP_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``, which ``make test`` sets).
 
-Example:
-    >>> root = fetch_emotion()           # ~2 MB, once; later calls only check the checksums
-    >>> load_task("emotion", root, "train", n=5000)
+Example (doctests run offline, so the download is refused here; online, ``root`` is the data home
+holding ``emotion/``, and ``load_task("emotion", root, "train", n=5000)`` draws from the full files):
+
+    >>> import tempfile
+    >>> offline()
+    True
+    >>> root = fetch_emotion(tempfile.mkdtemp())     # ~2 MB, once; later calls only check the checksums
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.DatasetUnavailableError: emotion needs emotion/train.txt downloaded, but offline mode is on ...
 """
 
 from __future__ import annotations
@@ -87,7 +94,15 @@ def fetch(name: str, data_home_dir: str | Path | None = None, *, force: bool = F
             present with other content (it is never overwritten without ``force``).
 
     Example:
-        >>> root = fetch("imdb")   # ~/.cache/tlcap/data, or $TLCAP_DATA when set
+        >>> sorted(REMOTE)                           # the datasets with a download
+        ['emotion', 'imdb']
+        >>> fetch("gsm8k")
+        Traceback (most recent call last):
+        ...
+        tlcap.errors.TlcapError: no download for 'gsm8k': downloads exist for emotion, imdb; ...
+
+        ``root = fetch("imdb")`` downloads into ``~/.cache/tlcap/data`` (or ``$TLCAP_DATA`` when set)
+        and returns that folder; offline it raises :class:`~tlcap.errors.DatasetUnavailableError`.
     """
     if name not in REMOTE:
         raise TlcapError(

@@ -37,7 +37,7 @@ def load_known_facts(path: str | Path | None = None, n: int | None = None) -> li
 
     Example:
         >>> [f["attribute"] for f in load_known_facts(n=2)]
-        ['Antarctica', 'Italian']
+        ['Antarctica', 'Apple']
     """
     facts = json.loads(read_text(resolve_file(path, KNOWN_RELATIVE)))
     return facts[:n] if n is not None else facts

@@ -11,10 +11,19 @@ tested facts: :func:`scan_pararel` returns the facts with a per-relation report 
 the scan stopped), and warns when a requested relation yields no fact, when fewer facts than
 requested could be found, and when a relation has fewer than 3 queries per fact (then CS1 ≡ CS2).
 
-Example:
-    >>> sample = scan_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
-    >>> sample.facts[0].queries, sample.to_frame()          # the facts, the scan report
-    >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
+Example (``model`` is a tiny random GPT-2, which answers few facts: hence the wide top-5000; with a
+trained model such as SmolLM2-135M a small ``known_top_k`` such as 10 is the usual filter):
+
+    >>> sample = scan_pararel(None, ["P17", "P103"], n_facts=4, model=model, known_top_k=5000)
+    >>> sample.facts[0].queries                                   # a kept fact's neighbor queries
+    ("Santo Stefano d'Aveto is located in", "Santo Stefano d'Aveto, which is located in", ...)
+    >>> sample.to_frame()[["relation", "tested", "kept", "hit_rate"]]   # the scan report
+      relation  tested  kept  hit_rate
+    0      P17      32     2    0.0625
+    1     P103     160     2    0.0125
+    >>> facts = load_pararel(None, ["P17", "P103"], n_facts=4, model=model, known_top_k=5000)
+    >>> len(facts), facts[0].subject, facts[0].object
+    (4, "Santo Stefano d'Aveto", 'Italy')
 """
 
 from __future__ import annotations
@@ -307,8 +316,11 @@ def scan_pararel(
         InvalidConfigError: an invalid filter, or a filter that needs ``model`` without one.
 
     Example:
-        >>> sample = scan_pararel(None, ["P36", "P19"], n_facts=10, model=model, known_top_k=1)
+        >>> sample = scan_pararel(None, ["P17", "P103"], n_facts=4, model=model, known_top_k=5000)
         >>> sample.to_frame()[["relation", "tested", "kept", "hit_rate"]]
+          relation  tested  kept  hit_rate
+        0      P17      32     2    0.0625
+        1     P103     160     2    0.0125
     """
     if relations is not None:
         overrides["relations"] = tuple(relations)
@@ -361,8 +373,11 @@ def load_pararel(
         A list of :class:`Fact`.
 
     Example:
-        >>> facts = load_pararel(None, ["P36", "P103"], n_facts=4, model=model, known_top_k=10)
+        >>> facts = load_pararel(None, ["P17", "P103"], n_facts=4, model=model, known_top_k=5000)
+        >>> [f.relation for f in facts]                     # round-robin over the relations
+        ['P17', 'P103', 'P17', 'P103']
         >>> facts[0].queries, facts[0].target
+        (("Santo Stefano d'Aveto is located in", ...), ' Italy')
     """
     return list(scan_pararel(data_dir, relations, n_facts, model, config=config, progress=progress, **overrides).facts)
 

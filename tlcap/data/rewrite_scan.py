@@ -17,10 +17,20 @@ per (filters, seed), each relation's entry tied to a hash of its facts, and save
 chunk: a rerun — or a draw of another size — reads them instead of scanning again, and an
 interrupted scan continues where it stopped.
 
-Example:
-    >>> scan = RewriteScan(model, ["P36", "P178"], n_rewrites=5, known_top_k=1)
-    >>> scan.outcome("P36", 0)                     # () or the fact's 5 rewrites
+Example (``model`` is a tiny random GPT-2, hence 2 rewrites within its top-5000; rewrite_facts
+asks SmolLM2-135M for 5 rewrites it answers top-1):
+
+    >>> import tempfile
+    >>> scan = RewriteScan(model, ["P17", "P20"], n_rewrites=2, known_top_k=5000, single_token=True,
+    ...                    cache=tempfile.mkdtemp())
+    >>> scan.outcome("P17", 0)                     # () : fewer than 2 of the fact's queries pass
+    ()
+    >>> scan.outcome("P17", 35)                    # the fact's first 2 passing queries
+    ('Panagarh is located in', 'Panagarh, located in')
     >>> scan.to_frame()                            # facts scanned / kept per relation
+      relation  facts  known  from_cache  scanned_now  kept
+    0      P17    912     48           0           48     3
+    1      P20    817      0           0            0     0
 """
 
 from __future__ import annotations

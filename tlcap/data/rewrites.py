@@ -25,10 +25,17 @@ A user's own facts load from JSON (:func:`load_rewrites`)::
 ``uid`` and ``target_new`` are optional). Every rewrite must contain the subject (causal tracing
 noises it, ROME edits at its last token).
 
-Example:
-    >>> facts = rewrite_facts(model, n=50)           # ParaRel facts SmolLM2 answers, 5 rewrites each
+Example (``model`` is a tiny random GPT-2, which answers few facts: 2 rewrites each within its
+top-5000; the default, ``rewrite_facts(model, n=50)``, gives the facts SmolLM2-135M answers top-1
+on 5 rewrites each):
+
+    >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)
     >>> facts[0].rewrites, facts[0].target, facts[0].target_new
-    >>> save_rewrites(facts, "facts.json"); load_rewrites("facts.json") == facts
+    (('Panagarh is located in', 'Panagarh, located in'), ' India', ' Latvia')
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "facts.json")
+    >>> save_rewrites(facts, path); load_rewrites(path) == facts
+    PosixPath('.../facts.json')
     True
 """
 
@@ -194,7 +201,9 @@ def rewrite_facts(
         DataWarning: fewer facts than ``n`` (the message gives each relation's facts kept / tried).
 
     Example:
-        >>> facts = rewrite_facts(model, n=50, known_top_k=1)
+        >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+        >>> [(f.relation, f.subject, f.target) for f in facts]               # round-robin over relations
+        [('P17', 'Panagarh', ' India'), ('P20', 'Anthony Veiller', ' Hollywood')]
     """
     check_rewrite_options(n, n_rewrites, known_top_k, max_scan, max_misses, chunk)
     if model is None and (known_top_k is not None or single_token):

@@ -9,8 +9,11 @@ with ``strict=True``). The :class:`DataReport` of a load (requested vs used size
 kind) travels with the samples into every CNL result.
 
 Example:
+    >>> from tlcap.data.tasks import load_task
     >>> samples = load_task("emotion", split="train", n=50)
     >>> samples.report.used, samples.report.bad_rows, samples.report.summary()
+    (50, 0, {'task': 'emotion', 'split': 'train', 'requested': 50, 'available': 600, 'used': 50,
+             'skipped_bad_rows': 0, 'skipped_unknown_labels': 0, 'first_issues': []})
 """
 
 from __future__ import annotations

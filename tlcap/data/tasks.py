@@ -42,9 +42,16 @@ and line (:mod:`tlcap.data.task_formats`); ``strict=True`` (CLI ``--strict``) re
 
 Example:
     >>> samples = load_task("emotion", split="train", n=100)        # the bundled subset
-    >>> samples = load_task("emotion", "path/to/data", "train", n=5000)  # full files: data/emotion/
     >>> samples[0].prompt, samples[0].answer
-    >>> register_task("mytask", loader=my_loader, kind="choice", choices=(" yes", " no"))
+    ('Classify the emotion of the text as sadness, joy, love, anger, fear or surprise.\\nText: ...\\nEmotion:', ' joy')
+    >>> from tlcap.data.files import bundled_dir
+    >>> samples = load_task("emotion", bundled_dir(), "train", n=50)  # a data folder holding emotion/
+    >>> len(samples), samples.report.available
+    (50, 600)
+
+With the full files (:func:`tlcap.data.download.fetch_emotion`, or your own ``data/emotion/``),
+``load_task("emotion", "data", "train", n=5000)`` draws from all 16,000 training tweets. A task
+of your own is one :func:`register_task` call (example there).
 """
 
 from __future__ import annotations
@@ -131,10 +138,18 @@ def register_task(
         The registered :class:`Task`.
 
     Example:
+        >>> import json, tempfile
+        >>> root = Path(tempfile.mkdtemp()); (root / "yesno").mkdir()
+        >>> rows = [{"q": "Is the sky blue?", "a": "yes"}, {"q": "Is ice hot?", "a": "no"}]
+        >>> _ = (root / "yesno" / "test.json").write_text(json.dumps(rows))
         >>> def load_yesno(data_dir, split):
         ...     rows = json.loads((Path(data_dir) / "yesno" / f"{split}.json").read_text())
         ...     return [Sample(f"Q: {r['q']}\\nA:", " " + r["a"], " " + r["a"], str(i)) for i, r in enumerate(rows)]
-        >>> register_task("yesno", load_yesno, kind="choice", choices=(" yes", " no"))
+        >>> task = register_task("yesno", load_yesno, kind="choice", choices=(" yes", " no"), overwrite=True)
+        >>> task.name, task.kind, task.choices
+        ('yesno', 'choice', (' yes', ' no'))
+        >>> [s.prompt for s in load_task("yesno", root, "test")]
+        ['Q: Is the sky blue?\\nA:', 'Q: Is ice hot?\\nA:']
     """
     if name in TASKS and not overwrite:
         raise InvalidConfigError(f"task {name!r} is already registered; pass overwrite=True to replace it")

@@ -7,7 +7,12 @@ see ``tlcap/data/bundled/wikitext2/``); ``$TLCAP_DATA`` or ``path`` point to ano
 
 Example:
     >>> texts = load_wikitext(n_texts=200)            # first 200 paragraphs
-    >>> texts = load_wikitext("path/to/wiki.test.raw", min_chars=200)
+    >>> len(texts), texts[0][:60]
+    (200, 'Robert Boulter is an English film , television and theatre a')
+    >>> path = resolve_file(None, "wikitext2/wiki.test.raw")   # the bundled copy; any wiki.test.raw will do
+    >>> texts = load_wikitext(path, min_chars=200, n_texts=5)
+    >>> min(len(t) for t in texts) >= 200
+    True
 """
 
 from __future__ import annotations

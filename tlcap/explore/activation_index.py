@@ -19,9 +19,16 @@ plus running statistics (mean, standard deviation, share of tokens with activati
 - **Cost.** One forward pass per token (about 0.2 GFLOP per token for SmolLM2-135M): see
   ``benchmarks/bench_activation_index.py`` for the measured time and ``docs/explore.md``.
 
-Example:
-    >>> idx = activation_index(model, max_tokens=20_000)          # built once, then loaded from the cache
-    >>> idx.snippets(layer=3, neuron=17)                           # [(value, tokens, window activations, mark), ...]
+Example (2,000 tokens of WikiText-2; ``cache`` defaults to ``$TLCAP_CACHE``):
+
+    >>> import tempfile
+    >>> idx = activation_index(model, max_tokens=2_000, cache=tempfile.mkdtemp())  # built once, then loaded
+    >>> snips = idx.snippets(layer=1, neuron=17)     # [(value, tokens, window activations, mark), ...]
+    >>> len(snips), [type(x).__name__ for x in snips[0]]     # the neuron's k=16 top contexts
+    (16, ['float', 'list', 'list', 'int'])
+    >>> value, tokens, acts, mark = snips[0]
+    >>> round(value, 3), round(acts[mark], 3)        # the mark is the activating token of the window
+    (0.287, 0.287)
 """
 
 from __future__ import annotations

@@ -17,10 +17,17 @@
 A card is a result value: ``summary()``, ``to_frame()``, ``figure()``, ``to_dict()``,
 ``save``/``load_result``, and ``_repr_html_`` for Jupyter (the dashboard embeds the same HTML).
 
-Example:
-    >>> card = tlcap.inspect_neuron(model, 27, 1094, prompt="The capital of France is")
+Example (``model`` is a tiny random GPT-2, so the lists are arbitrary tokens; a SmolLM2-135M card is
+opened the same way, e.g. ``tlcap.inspect_neuron(model, 27, 1094, prompt=...)``):
+
+    >>> import tempfile
+    >>> from tlcap.explore.activation_index import activation_index
+    >>> idx = activation_index(model, max_tokens=2_000, cache=tempfile.mkdtemp(), progress=False)
+    >>> card = tlcap.inspect_neuron(model, 1, 17, prompt="The capital of France is", activations=idx)
     >>> card                                   # in Jupyter: the card
-    >>> card.out_top[:3], card.stats, card.zero_changes[:3]
+    NeuronCard(layer=1, neuron=17, out_top=(('ogram', 0.006...), ...)
+    >>> [tok for tok, _ in card.out_top[:3]], sorted(card.stats), card.zero_changes[0][0]
+    (['ogram', ' obst', ' beneficiaries'], ['frac_active', 'max', 'mean', 'std'], 'ogram')
 """
 
 from __future__ import annotations

@@ -13,9 +13,15 @@ minus the target logit with the set's writes removed from the final residual and
 value (the test checks this against the model's own final norm with its scale hook patched).
 
 Example:
+    >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris")
+    >>> neurons = attr.select(threshold=0.2)
     >>> dla = tlcap.direct_logit_attribution(model, "The capital of France is", " Paris", neurons)
-    >>> dla.direct_effect, dla.to_frame().head()    # sum over the set; one row per neuron
-    >>> dla.figure().show()
+    >>> round(dla.direct_effect, 4), dla.to_frame().head(3)    # sum over the set; one row per neuron
+    (0.2613,    layer  neuron  activation  direct_effect
+    0      0      55   -0.083152       0.006758
+    1      0      79    0.133410       0.009076
+    2      0     114   -0.082410       0.006498)
+    >>> fig = dla.figure()
 """
 
 from __future__ import annotations

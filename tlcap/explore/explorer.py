@@ -18,9 +18,13 @@ Cards are precomputed because a click in a static page cannot run the model; in 
 session any neuron's card is ``tlcap.inspect_neuron(model, layer, neuron)``.
 
 Example:
-    >>> ex = explore_neurons(model, attr, prompt="The capital of France is")
-    >>> ex                      # Jupyter: heatmap + card panel
-    >>> ex.save("paris.html")   # the same as a self-contained page
+    >>> import os, tempfile
+    >>> attr = tlcap.integrated_gradients(model, "The capital of France is", " Paris")
+    >>> ex = explore_neurons(model, attr, prompt="The capital of France is", activations=None)  # no corpus part
+    >>> len(ex.cards), ex.title  # Jupyter shows ``ex`` as heatmap + card panel
+    (34, "IG attribution: 'The capital of France is' → ' Paris'")
+    >>> ex.save(os.path.join(tempfile.mkdtemp(), "paris.html"))   # the same as a self-contained page
+    PosixPath('.../paris.html')
 """
 
 from __future__ import annotations

@@ -4,11 +4,16 @@ Each ``assert_*`` raises :class:`MechanismAssertionError` (an ``AssertionError``
 reports it as a test failure) whose message says what was measured, against what threshold,
 and how the random controls behaved; on success it returns the measured values.
 
-Example:
-    >>> check = assert_causal(model, "The capital of France is", " Paris", neurons, min_drop=0.5)
-    >>> check.drop, check.random_drops[:3], check.p_value
+Example (on a planted model, whose answer is carried by known neurons):
+
+    >>> from tlcap.testing.planted import planted_fact_model
+    >>> planted, truth = planted_fact_model(seed=0)
+    >>> check = assert_causal(planted, truth.prompt, truth.target, truth.neurons, min_drop=0.5)
+    >>> round(check.drop, 3), len(check.random_drops), round(check.p_value, 3)
+    (1.0, 200, 0.005)
+    >>> prompt, target = "The capital of France is", " Paris"
     >>> with assert_weights_unchanged(model):
-    ...     tlcap.integrated_gradients(model, prompt, target)
+    ...     attr = tlcap.integrated_gradients(model, prompt, target)
     >>> assert_hooks_clean(model)
 """
 

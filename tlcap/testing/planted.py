@@ -21,7 +21,7 @@ a fraction of a second once the tokenizer is cached. The global torch RNG is lef
 Example:
     >>> model, truth = planted_fact_model(seed=0)
     >>> truth.prompt, truth.target, truth.neurons.to_list(), truth.layer, truth.edges[0]
-    ('The capital of France is', ' Paris', [[2, 17], ...], 2, ('input', 'a0.h3<k>'))
+    ('The capital of France is', ' Paris', [[2, 11], [2, 34], [2, 182], [2, 233]], 2, ('input', 'a0.h2<k>'))
     >>> attr = tlcap.integrated_gradients(model, truth.prompt, truth.target)
     >>> attr.select(threshold=0.2) == truth.neurons
     True

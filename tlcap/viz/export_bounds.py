@@ -16,8 +16,15 @@ Past either bound, or when the worker fails, every process of its session is kil
 worker starts at the next export) and the figures not written yet stay HTML only; the caller
 warns once. ``TLCAP_FIGURES=html`` skips static export altogether.
 
-Example:
-    >>> done, why = run_bounded(job, n_figures=3)
+Example (a job lists ``{fig, path, format, scale}`` per figure, ``fig`` as plotly JSON;
+:func:`tlcap.viz.export.save_figures` builds it; an empty one shows the call and what comes back):
+
+    >>> bounds(3)                                # (seconds, bytes) for 3 figures, with the defaults above
+    (90.0, 4294967296)
+    >>> job = {"exporter": "kaleido", "chrome": None, "figures": []}
+    >>> done, why = run_bounded(job, n_figures=0)     # (paths written, why the rest were not, or None)
+    >>> done, why
+    (set(), None)
 """
 
 from __future__ import annotations
