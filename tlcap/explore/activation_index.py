@@ -110,12 +110,27 @@ class ActivationIndex(Result):
         return int(self.values.shape[-1])
 
     def snippet_tokens(self, position: int) -> tuple[int, int]:
-        """``[start, end)`` token range of the snippet around ``position`` (cut at its context's start)."""
+        """``[start, end)`` token range of the snippet around ``position`` (cut at its context's start).
+
+        Args:
+            position: A token position in the indexed corpus.
+
+        Returns:
+            ``(start, end)`` token positions of the snippet.
+        """
         ctx_start = position - position % self.context
         return max(ctx_start, position - BEFORE), min(ctx_start + self.context, position + AFTER + 1)
 
     def snippets(self, layer: int, neuron: int) -> list[tuple[float, list[int], list[float], int]]:
-        """``(activation, token ids, activations on them, index of the activating token)`` per top context."""
+        """``(activation, token ids, activations on them, index of the activating token)`` per top context.
+
+        Args:
+            layer: The neuron's layer.
+            neuron: Its index in the layer.
+
+        Returns:
+            One tuple per kept context, strongest first.
+        """
         out = []
         for v, p, win in zip(self.values[layer, neuron].tolist(), self.positions[layer, neuron].tolist(),
                              self.windows[layer, neuron]):
@@ -127,26 +142,46 @@ class ActivationIndex(Result):
         return out
 
     def stats(self, layer: int, neuron: int) -> dict[str, float]:
-        """Mean, std, share of tokens with activation > 0 and the maximum of one neuron."""
+        """Mean, std, share of tokens with activation > 0 and the maximum of one neuron.
+
+        Args:
+            layer: The neuron's layer.
+            neuron: Its index in the layer.
+
+        Returns:
+            ``{"mean", "std", "frac_active", "max"}``.
+        """
         return {"mean": float(self.mean[layer, neuron]), "std": float(self.std[layer, neuron]),
                 "frac_active": float(self.frac_active[layer, neuron]), "max": float(self.values[layer, neuron, 0])}
 
     def summary(self) -> dict[str, Any]:
-        """Corpus, size, settings and time of the pass."""
+        """Corpus, size, settings and time of the pass.
+
+        Returns:
+            A JSON-ready dict.
+        """
         return {"model": self.model_name, "corpus": self.corpus, "n_tokens": int(self.tokens.numel()),
                 "n_counted": self.n_counted, "context": self.context, "skip": self.skip, "k": self.k,
                 "n_layers": int(self.values.shape[0]), "d_mlp": int(self.values.shape[1]), "seconds": self.seconds,
                 "dtype": self.dtype}
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`IndexRow` per neuron."""
+        """One :class:`IndexRow` per neuron.
+
+        Returns:
+            A DataFrame with the fields of :class:`IndexRow` as columns.
+        """
         L, D = self.mean.shape
         rows = [IndexRow(l, j, float(self.mean[l, j]), float(self.std[l, j]), float(self.frac_active[l, j]),
                          float(self.values[l, j, 0])) for l in range(L) for j in range(D)]
         return frame(rows, IndexRow)
 
     def figure(self) -> go.Figure:
-        """Each neuron's maximum activation over the corpus (layer × neuron)."""
+        """Each neuron's maximum activation over the corpus (layer × neuron).
+
+        Returns:
+            A plotly ``Figure``.
+        """
         from_viz = self.values[..., 0]
         fig = go.Figure(go.Heatmap(z=from_viz.numpy(), colorscale="Viridis", colorbar=dict(title="max act"),
                                    hovertemplate="layer %{y}<br>neuron %{x}<br>max %{z:.3g}<extra></extra>"))

@@ -112,7 +112,11 @@ class NeuronCard(Result):
         return f"L{self.layer}/N{self.neuron}"
 
     def summary(self) -> dict[str, Any]:
-        """The card's lists, shortened, and its statistics."""
+        """The card's lists, shortened, and its statistics.
+
+        Returns:
+            A JSON-ready dict.
+        """
         out: dict[str, Any] = {
             "model": self.model_name, "layer": self.layer, "neuron": self.neuron,
             "promotes": [t for t, _ in self.out_top[:8]], "suppresses": [t for t, _ in self.out_bottom[:8]],
@@ -125,7 +129,11 @@ class NeuronCard(Result):
         return out
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`CardRow` per listed token, snippet and prompt position."""
+        """One :class:`CardRow` per listed token, snippet and prompt position.
+
+        Returns:
+            A DataFrame with the fields of :class:`CardRow` as columns.
+        """
         rows = [CardRow(sec, i, t, float(v)) for sec, items in (("promotes", self.out_top), ("suppresses", self.out_bottom),
                                                                  ("driven_by", self.in_top), ("gate_driven_by", self.gate_top))
                 for i, (t, v) in enumerate(items)]
@@ -136,12 +144,20 @@ class NeuronCard(Result):
         return frame(rows, CardRow)
 
     def figure(self) -> go.Figure:
-        """Logit weights (promoted / suppressed tokens) and, with a prompt, the activation per token."""
+        """Logit weights (promoted / suppressed tokens) and, with a prompt, the activation per token.
+
+        Returns:
+            A plotly ``Figure``.
+        """
         return card_figure(self.title, self.out_top, self.out_bottom, list(self.prompt_tokens),
                            self.prompt_acts.tolist(), self.snippet_values.tolist())
 
     def html(self) -> str:
-        """The card as a self-contained HTML fragment (what Jupyter and the dashboard show)."""
+        """The card as a self-contained HTML fragment (what Jupyter and the dashboard show).
+
+        Returns:
+            The HTML text.
+        """
         windows = [[v for v in row if v == v] for row in self.snippet_windows.tolist()]
         return neuron_card_html(self.title, self.model_name, self.out_top, self.out_bottom, self.in_top, self.gate_top,
                                 self.stats, self.corpus, self.corpus_tokens, list(self.snippet_tokens), windows,

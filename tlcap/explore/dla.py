@@ -86,7 +86,11 @@ class DirectLogitAttribution(Result):
     model_name: str = ""
 
     def summary(self) -> dict[str, Any]:
-        """The set's direct effect, the target logit, and the neurons with the largest contributions."""
+        """The set's direct effect, the target logit, and the neurons with the largest contributions.
+
+        Returns:
+            A JSON-ready dict.
+        """
         order = self.contributions.abs().argsort(descending=True)[:10].tolist()
         return {
             "prompt": self.prompt, "target": self.target, "position": self.position, "n_neurons": len(self.neurons),
@@ -96,12 +100,20 @@ class DirectLogitAttribution(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`DLARow` per neuron."""
+        """One :class:`DLARow` per neuron.
+
+        Returns:
+            A DataFrame with the fields of :class:`DLARow` as columns.
+        """
         rows = [DLARow(l, j, float(a), float(c)) for (l, j), a, c in zip(self.neurons, self.activations, self.contributions)]
         return frame(rows, DLARow)
 
     def figure(self) -> go.Figure:
-        """Per-neuron direct effects, largest first, with the set's total in the title."""
+        """Per-neuron direct effects, largest first, with the set's total in the title.
+
+        Returns:
+            A plotly ``Figure``.
+        """
         return dla_figure([f"L{l}/N{j}" for l, j in self.neurons], [float(c) for c in self.contributions],
                           self.direct_effect, f"Direct logit attribution to {self.target!r} ({self.prompt!r})")
 

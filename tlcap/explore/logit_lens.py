@@ -85,12 +85,24 @@ class LogitLens(Result):
         return ["embed"] + [str(i) for i in range(self.probs.shape[0] - 1)]
 
     def first_layer(self, top: int = 1, position: int = -1) -> int | None:
-        """The first layer (0-based; -1 = the embeddings) at which the target ranks within ``top`` at ``position``."""
+        """The first layer (0-based; -1 = the embeddings) at which the target ranks within ``top`` at ``position``.
+
+        Args:
+            top: The rank the target must reach (1: top-1).
+            position: The prompt position (-1: the last).
+
+        Returns:
+            The layer, or ``None`` when the target never ranks within ``top`` there.
+        """
         hit = (self.ranks[:, position] <= top).nonzero().flatten()
         return int(hit[0]) - 1 if len(hit) else None
 
     def summary(self) -> dict[str, Any]:
-        """The target, its final probability and rank, and where it first ranks 1st and within the top 10."""
+        """The target, its final probability and rank, and where it first ranks 1st and within the top 10.
+
+        Returns:
+            A JSON-ready dict.
+        """
         return {
             "prompt": self.prompt, "target": self.target, "target_id": self.target_id, "model": self.model_name,
             "final_prob": float(self.probs[-1, -1]), "final_rank": int(self.ranks[-1, -1]),
@@ -99,7 +111,11 @@ class LogitLens(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`LensRow` per (layer, position)."""
+        """One :class:`LensRow` per (layer, position).
+
+        Returns:
+            A DataFrame with the fields of :class:`LensRow` as columns.
+        """
         rows = [
             LensRow(lab, p, self.tokens[p], float(self.probs[i, p]), int(self.ranks[i, p]), float(self.logits[i, p]),
                     self.top_tokens[i][p], float(self.top_probs[i, p]))
@@ -108,7 +124,14 @@ class LogitLens(Result):
         return frame(rows, LensRow)
 
     def figure(self, metric: str = "prob") -> go.Figure:
-        """Layers × positions heatmap of the target's ``prob``, ``rank`` (log colour) or ``logit``; hover: top token."""
+        """Layers × positions heatmap of the target's ``prob``, ``rank`` (log colour) or ``logit``; hover: top token.
+
+        Args:
+            metric: ``"prob"``, ``"rank"`` or ``"logit"``.
+
+        Returns:
+            A plotly ``Figure``.
+        """
         if metric not in METRICS:
             raise InvalidConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         z = {"prob": self.probs, "rank": self.ranks.float().log10(), "logit": self.logits}[metric]
