@@ -20,8 +20,12 @@ frequent gold label: a model that answers one label for everything scores exactl
 (SmolLM2-135M on Emotion, see ``docs/cnl.md``).
 
 Example:
-    >>> acc = task_accuracy(model, "emotion", load_task("emotion", data_dir, "test", n=100))
-    >>> acc.accuracy
+    >>> from tlcap.data.tasks import load_task
+    >>> acc = task_accuracy(model, "emotion", load_task("emotion", split="test", n=8))
+    >>> acc.accuracy, acc.n_skipped                # the tiny random model: 1 of 8 right
+    (0.125, 0)
+    >>> acc.predictions[:3], acc.golds[:3]
+    (('love', 'love', 'love'), ('joy', 'anger', 'sadness'))
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ zero-width interval would claim certainty); ``n ≥ 2`` equal values give the ze
 Example:
     >>> print(bootstrap_ci([0.2, 0.5, 0.4, 0.9, 0.3], seed=0))
     0.460 [0.28, 0.68] (n=5)
+    >>> from tlcap.metrics.shares import share_ci
     >>> share_ci([True, True, False, True]).method
     'wilson'
 """
@@ -285,10 +286,13 @@ def bootstrap_ci(
         StatisticsError: NaN values (with ``nan_policy="raise"``), a bad shape, level or method.
 
     Example:
+        >>> per_fact_overlap = [0.2, 0.5, 0.4, 0.9, 0.3, 0.6]
         >>> est = bootstrap_ci(per_fact_overlap, seed=0)       # mean overlap over facts
         >>> print(est)
-        0.373 [0.31, 0.44] (n=50)
-        >>> bootstrap_ci(per_query_hit, groups=fact_ids)      # queries clustered by fact
+        0.483 [0.32, 0.67] (n=6)
+        >>> per_query_hit, fact_ids = [1, 1, 0, 1, 0, 0], ["a", "a", "b", "b", "c", "c"]
+        >>> print(bootstrap_ci(per_query_hit, groups=fact_ids))      # queries clustered by fact
+        0.500 [0.00, 1.00] (n=6, 3 groups)
     """
     check_options(level, n_boot)
     stat = as_statistic(statistic)
@@ -331,7 +335,9 @@ def paired_difference_ci(
         An :class:`Estimate` of the difference.
 
     Example:
-        >>> paired_difference_ci(rises_located, rises_random)   # share difference, 0/1 per fact
+        >>> rises_located, rises_random = [1, 1, 1, 0, 1, 1], [0, 1, 0, 0, 0, 1]
+        >>> print(paired_difference_ci(rises_located, rises_random))   # share difference, 0/1 per fact
+        0.500 [0.17, 0.83] (n=6)
     """
     check_options(level, n_boot)
     xa, xb = as_array(a, "a"), as_array(b, "b")

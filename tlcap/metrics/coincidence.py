@@ -197,8 +197,11 @@ def coincidence_rates(
         StatisticsError: Unaligned framings, or items that are not neurons of an ``(L, J)`` model.
 
     Example:
+        >>> kn_sets_answer = [{(0, 1), (1, 2)}, {(0, 3)}]      # per pair: KN's set for framing 1
+        >>> kn_sets_code = [{(0, 1)}, {(1, 3)}]                 # ... and for framing 2
         >>> r = coincidence_rates(kn_sets_answer, kn_sets_code, model.n_layers, model.d_mlp)
-        >>> r.c12_overlap, r.c11_overlap, r.c22_overlap
+        >>> r.c12_overlap, r.c11_overlap, r.c22_overlap        # ((1/2 + 1/1) / 2 + 0) / 2; no shared neuron
+        (0.375, 0.0, 0.0)
     """
     if len(sets_framing1) != len(sets_framing2):
         raise StatisticsError(

@@ -92,7 +92,13 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     """mean(a − b) of paired samples (e.g. the same query under two KN sets).
 
     Example:
+        >>> dprob_self = [0.9, 0.8, 0.7, 0.6, 0.85, 0.75]
+        >>> dprob_intersection = [0.3, 0.5, 0.2, 0.4, 0.35, 0.3]
+        >>> fact_ids = ["a", "a", "b", "b", "c", "c"]
         >>> est, p, test, p_floor = paired_effect(dprob_self, dprob_intersection, groups=fact_ids)
+        >>> print(est); round(p, 4), test, p_floor
+        0.425 [0.35, 0.48] (n=6, 3 groups)
+        (0.008, 'paired t-test on cluster means', 0.0)
     """
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed, groups=groups)

@@ -17,7 +17,8 @@ Every function takes sets of hashable items — MLP neurons ``(layer, index)``, 
 Example:
     >>> overlap({1, 2, 3}, {2, 3, 4, 5})           # (2/3 + 2/4) / 2
     0.5833333333333333
-    >>> mean_pairwise_overlap([{1, 2}, {2, 3}, {2}]).mean
+    >>> mean_pairwise_overlap([{1, 2}, {2, 3}, {2}]).mean      # the 3 pairs: 0.5, 0.75, 0.75
+    0.6666666666666666
 """
 
 from __future__ import annotations
@@ -146,8 +147,10 @@ def mean_pairwise_overlap(sets: Sequence[SetLike], measure: str = "overlap") -> 
         TooFewSamplesError: Fewer than 2 sets.
 
     Example:
-        >>> r = mean_pairwise_overlap([kn_set(p) for p in rewrites])
-        >>> r.mean, r.values
+        >>> rewrite_sets = [{(0, 1), (1, 2)}, {(0, 1)}, {(0, 1), (1, 5)}]   # one located set per rewrite
+        >>> r = mean_pairwise_overlap(rewrite_sets)
+        >>> r.mean, r.values                          # pairs (1,2), (1,3), (2,3)
+        (0.6666666666666666, (0.75, 0.5, 0.75))
     """
     if len(sets) < 2:
         raise TooFewSamplesError(f"a pairwise overlap needs at least 2 sets, got {len(sets)}")
@@ -236,7 +239,10 @@ def ipp_ci(
         An :class:`Estimate` whose value equals ``ipp(mean(located), means of the draws)``.
 
     Example:
+        >>> acc_located_per_sample = np.array([1, 1, 0, 1, 1, 0, 1, 1])
+        >>> acc_random_per_sample = np.array([[0, 1, 0, 1, 0, 0, 1, 0]] * 5)
         >>> print(ipp_ci(acc_located_per_sample, acc_random_per_sample))   # (n,), (5, n)
+        0.375 [0.12, 0.75] (n=8)
     """
     loc = as_array(located, "located")
     rnd = as_array(random_draws, "random_draws", ndim=(2,))

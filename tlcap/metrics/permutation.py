@@ -65,7 +65,13 @@ def require_draws(draws: Values, minimum: int, what: str = "random draws") -> np
         StatisticsError: A NaN among the draws, or not a 1-D sequence of numbers.
 
     Example:
-        >>> require_draws(null_effects, 20, "matched random sets")
+        >>> null_effects = [0.01 * k for k in range(25)]
+        >>> require_draws(null_effects, 20, "matched random sets").shape
+        (25,)
+        >>> require_draws(null_effects[:5], 20, "matched random sets")
+        Traceback (most recent call last):
+        ...
+        tlcap.errors.TooFewSamplesError: 5 matched random sets given, at least 20 needed; draw 15 more ...
     """
     arr = as_array(draws, what)
     if len(arr) < minimum:
@@ -228,8 +234,10 @@ def located_vs_random(
         TooFewSamplesError: Fewer than ``min_draws`` random sets.
 
     Example:
+        >>> acc_located, acc_random = 0.21, np.linspace(0.40, 0.50, 20)
         >>> t = located_vs_random(acc_located, acc_random, statistic="accuracy after erase")
-        >>> t.p_value
+        >>> t.p_value, t.n_as_extreme                # below all 20 draws: the two-sided floor 2/21
+        (0.09523809523809523, 0)
     """
     null = require_draws(null_values, min_draws, "matched random sets")
     p = permutation_p_value(observed, null, alternative)

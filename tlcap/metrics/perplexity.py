@@ -6,10 +6,18 @@ padding never reaches a real token (causal attention), so the value equals runni
 one (up to float rounding).
 
 Example:
+    >>> from tlcap.data.wikitext import load_wikitext
+    >>> from tlcap.intervene.weights import erase_neurons
+    >>> from tlcap.metrics.sets import NeuronSet
     >>> texts = load_wikitext(n_texts=5)
     >>> before = perplexity(model, texts)
+    >>> round(before)                               # a random model: about the vocabulary size
+    50966
+    >>> kns = NeuronSet.from_list([(0, 3), (1, 7)], shape=(model.n_layers, model.d_mlp))
     >>> with erase_neurons(model, kns):
     ...     rel = (perplexity(model, texts) - before) / before
+    >>> round(rel, 4)
+    -0.0001
 """
 
 from __future__ import annotations
@@ -70,7 +78,8 @@ def perplexity(model: Model, texts: Sequence[str], max_tokens: int = 128, hooks:
         The perplexity (``exp(0) = 1`` when no text has two tokens).
 
     Example:
-        >>> perplexity(model, ["The quick brown fox jumps over the lazy dog."])
+        >>> round(perplexity(model, ["The quick brown fox jumps over the lazy dog."]))
+        48353
     """
     nll, cnt = text_nll(model, texts, max_tokens, hooks)
     return math.exp(float(nll.sum()) / max(float(cnt.sum()), 1.0))

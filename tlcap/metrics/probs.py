@@ -52,7 +52,12 @@ def target_prob(model: Model, prompt: str, target: str, hooks: HookList = ()) ->
         ``exp(mean_t log P(y_t | prompt, y_<t))``.
 
     Example:
-        >>> target_prob(model, "The capital of France is", " Paris", hooks=suppress(model, neurons))
+        >>> from tlcap.intervene.activations import suppress
+        >>> neurons = tlcap.NeuronSet.from_list([(0, 55), (1, 23)], shape=(model.n_layers, model.d_mlp))
+        >>> round(target_prob(model, "The capital of France is", " Paris"), 8)
+        2.134e-05
+        >>> round(target_prob(model, "The capital of France is", " Paris", hooks=suppress(model, neurons)), 8)
+        2.11e-05
     """
     p = token_probs(model, prompt, target, hooks)
     return float(p.log().mean().exp())

@@ -16,9 +16,14 @@ Built-in statistics of ``scores`` ``x`` at threshold ``t``:
   threshold act on one column and the statistic on another, e.g. ΔProb of K_I minus K_II).
 
 Example:
+    >>> cs2_per_fact = [0.05, 0.12, 0.3, 0.45, 0.08, 0.22, 0.6, 0.15]
     >>> curve = threshold_curve(cs2_per_fact, np.linspace(0, 0.5, 11), "share_at_or_below", groups=None)
-    >>> curve.to_frame()      # threshold, value, low, high
-    >>> curve.figure()
+    >>> curve.to_frame().head(3)      # threshold, value, low, high
+       threshold  value  low   high
+    0       0.00  0.000  0.0  0.000
+    1       0.05  0.125  0.0  0.375
+    2       0.10  0.250  0.0  0.500
+    >>> fig = curve.figure()
 """
 
 from __future__ import annotations
@@ -128,7 +133,11 @@ class SensitivityCurve(Result):
         """A curve from one :class:`Estimate` per grid point (e.g. erase accuracy at each σ).
 
         Example:
-            >>> SensitivityCurve.from_estimates([3, 6, 12], [acc3, acc6, acc12], "sigma", "accuracy after erase")
+            >>> from tlcap.metrics.shares import share_ci
+            >>> acc3, acc6, acc12 = share_ci([1, 0, 0, 1, 0]), share_ci([0, 0, 0, 1, 0]), share_ci([0] * 5)
+            >>> c = SensitivityCurve.from_estimates([3, 6, 12], [acc3, acc6, acc12], "sigma", "accuracy after erase")
+            >>> c.x, c.value, c.method
+            ((3.0, 6.0, 12.0), (0.4, 0.2, 0.0), 'wilson')
         """
         if len(x) != len(estimates) or not estimates:
             raise StatisticsError(f"need one estimate per grid point, got {len(estimates)} for {len(x)} points")
@@ -197,8 +206,10 @@ def threshold_curve(
         A :class:`SensitivityCurve`.
 
     Example:
+        >>> cs2 = [0.05, 0.12, 0.3, 0.45, 0.08, 0.22, 0.6, 0.15]
         >>> c = threshold_curve(cs2, [0.1, 0.2, 0.3], "share_at_or_below")   # K_II share
         >>> c.value
+        (0.25, 0.5, 0.75)
     """
     check_options(level, n_boot)
     x = as_array(scores, "scores", ndim=(1, 2))

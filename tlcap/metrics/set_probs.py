@@ -11,9 +11,17 @@
   ``erase_neurons``: a perplexity control for many matched random sets at once.
 
 Example:
+    >>> from tlcap.data.wikitext import load_wikitext
+    >>> shape = (model.n_layers, model.d_mlp)
+    >>> located = NeuronSet.from_list([(0, 55), (1, 23)], shape=shape)
+    >>> randoms = [located.random_like(seed=k) for k in range(5)]
     >>> base, p = scaled_target_probs(model, "The capital of France is", " Paris", [located, *randoms], (2.0, 0.0))
-    >>> nll, count = erased_text_nll(model, load_wikitext(n_texts=16), [NeuronSet((), shape), located, *randoms])
+    >>> p.shape                           # [factors, sets]
+    torch.Size([2, 6])
+    >>> nll, count = erased_text_nll(model, load_wikitext(n_texts=2), [NeuronSet((), shape), located, *randoms])
     >>> ppl = (nll.sum(1) / count.sum()).exp()
+    >>> nll.shape, count.shape, ppl.shape   # [sets, texts], [texts], one perplexity per set
+    (torch.Size([7, 2]), torch.Size([2]), torch.Size([7]))
 """
 
 from __future__ import annotations
@@ -55,8 +63,12 @@ def scaled_target_probs(
         ``(P(target) of the unchanged model, [n_factors, n_sets] probabilities)``.
 
     Example:
+        >>> prompt, target = "The capital of France is", " Paris"
+        >>> located = NeuronSet.from_list([(0, 55), (1, 23)], shape=(model.n_layers, model.d_mlp))
+        >>> randoms = [located.random_like(seed=k) for k in range(5)]
         >>> base, p = scaled_target_probs(model, prompt, target, [located, *randoms])
         >>> (p[0] > base).float().mean()          # share of sets whose doubling raises P(target)
+        tensor(0.6667)
     """
     p_ids = model.encode(prompt)
     t_ids = model.target_ids(prompt, target)

@@ -21,9 +21,14 @@ kind computes, and no more:
 every item of that set, so the items pay only for their own tokens.
 
 Example:
-    >>> sets = [NeuronSet((), shape), located, *(located.random_like(seed=k) for k in range(200))]
+    >>> from tlcap.data.tasks import load_task
+    >>> shape = (model.n_layers, model.d_mlp)
+    >>> located = NeuronSet.from_list([(0, 55), (1, 23)], shape=shape)
+    >>> test = load_task("emotion", split="test", n=8)
+    >>> sets = [NeuronSet((), shape), located, *(located.random_like(seed=k) for k in range(5))]
     >>> sc = erased_scores(model, "emotion", test, sets)
     >>> sc.scores.mean(1)            # accuracy of the unedited model, located erased, each random set
+    tensor([0.1250, 0.2500, 0.1250, 0.1250, 0.1250, 0.1250, 0.1250], dtype=torch.float64)
 """
 
 from __future__ import annotations
@@ -328,8 +333,12 @@ def erased_scores(
         EmptyDatasetError: no samples, no sets, or no sample fits the context window.
 
     Example:
-        >>> sc = erased_scores(model, "emotion", load_task("emotion", split="test", n=200), [located, *randoms])
+        >>> from tlcap.data.tasks import load_task
+        >>> located = NeuronSet.from_list([(0, 55), (1, 23)], shape=(model.n_layers, model.d_mlp))
+        >>> randoms = [located.random_like(seed=k) for k in range(3)]
+        >>> sc = erased_scores(model, "emotion", load_task("emotion", split="test", n=8), [located, *randoms])
         >>> sc.accuracy          # [n_sets]
+        tensor([0.2500, 0.1250, 0.1250, 0.1250], dtype=torch.float64)
     """
     t = get_task(task) if isinstance(task, str) else task
     if not samples:

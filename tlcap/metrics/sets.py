@@ -35,7 +35,9 @@ class NeuronSet(Result):
 
     Example:
         >>> a = NeuronSet.from_list([(3, 10), (5, 7)], shape=(12, 3072))
-        >>> a.overlap(b), a.iou(b)
+        >>> b = NeuronSet.from_list([(3, 10), (4, 1), (5, 8)], shape=(12, 3072))
+        >>> a.overlap(b), a.iou(b)             # (1/2 + 1/3) / 2; 1 / 4
+        (0.41666666666666663, 0.25)
     """
 
     neurons: tuple[tuple[int, int], ...]

@@ -10,8 +10,9 @@ that decides whether a stage fits the card.
 Example:
     >>> meter = PeakMemory()
     >>> meter.reset()
-    >>> ...                                  # run a stage
-    >>> meter.peak_bytes(), meter.scope
+    >>> x = torch.ones(10_000_000)             # run a stage (here: 40 MB of floats)
+    >>> meter.peak_bytes() > x.numel() * 4, meter.scope      # "stage" on Linux
+    (True, 'stage')
 """
 
 from __future__ import annotations

@@ -10,8 +10,13 @@ For every table and figure of a paper (:data:`tlcap.reproduce.items.PAPER_ITEMS`
   not results.
 
 Example:
-    >>> nr = not_reproduced(("ql",), rows, figures, {"ql": "GPT-2"})
+    >>> from tlcap.reproduce.report import RowBuilder
+    >>> rows, figures = RowBuilder("gpt2-tiny", papers=("ql",), reference={"ql": "GPT-2"}).finalize(), []
+    >>> nr = not_reproduced(("ql",), rows, figures, {"ql": "GPT-2"})     # no rows: nothing reproduced
     >>> [n.item for n in nr][:3]
+    ['Fig. 1', 'Table 1', 'Fig. 3']
+    >>> nr[0].why
+    "no row of ours: not computed by tlcap reproduce (KN activation heatmaps of one fact's queries ...)"
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Example:
     >>> from tlcap.reproduce import paper_values
     >>> v = paper_values(paper="cnl", item="Table 1", model="LLaMA2-7B", quantity="overlap", dataset="GSM8K")[0]
     >>> v.value, v.unit, v.source
-    (96.42, '%', 'capability-localization-poster.md:93')
+    (96.42, '%', 'capability-localization-poster.md:93 = capability-localization.txt:110')
 """
 
 from __future__ import annotations

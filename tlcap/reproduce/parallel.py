@@ -17,8 +17,16 @@ Results are the sequential run's: each stage is computed by exactly one process 
 inputs and seeds (tested).
 
 Example:
+    >>> import tempfile
     >>> from functools import partial
-    >>> run = reproduce(model, "runs/repro", scale="cpu", jobs=2, load=partial(load_model, "smollm2-135m"))
+    >>> from tlcap.models import make_gpt2
+    >>> from tlcap.reproduce.run import reproduce
+    >>> run = reproduce(model, tempfile.mkdtemp(), papers=("ql",), scale="smoke", only=["ql.facts"], jobs=2,
+    ...                 load=partial(make_gpt2, "tiny", seed=0))       # the same model as ``model``
+    >>> run.computed
+    ['ql.facts']
+
+With SmolLM2: ``reproduce(model, "runs/repro", scale="cpu", jobs=2, load=partial(load_model, "smollm2-135m"))``.
 """
 
 from __future__ import annotations

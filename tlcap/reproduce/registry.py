@@ -33,7 +33,9 @@ def paper_values(*, paper: str | None = None, item: str | None = None, model: st
         **coords: Coordinate labels, e.g. ``dataset="GSM8K"``, ``threshold="static"``.
 
     Example:
-        >>> paper_values(paper="ql", item="Table 2", model="GPT-2", group="K_II", quantity="Gen")
+        >>> [(v.key, v.value) for v in paper_values(paper="ql", item="Table 2", model="GPT-2", group="K_II", quantity="Gen")]
+        [('ql.table-2.gpt-2.erasure.n-i.k-ii.gen', 0.09), ('ql.table-2.gpt-2.update.n-i.k-ii.gen', 0.11),
+         ('ql.table-2.gpt-2.erasure.n-g.k-ii.gen', 0.6), ('ql.table-2.gpt-2.update.n-g.k-ii.gen', 0.55)]
     """
     return select(PAPER_VALUES, paper=paper, item=item, model=model, quantity=quantity, **coords)
 

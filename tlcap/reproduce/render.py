@@ -6,7 +6,12 @@ a table with the paper's value, ours with its 95 % CI and n, the p-value of effe
 and its reason; then what was not reproduced and why; then predicted vs measured cost per stage.
 
 Example:
-    >>> write_report(report, figures, Path("runs/repro"))
+    >>> import tempfile
+    >>> from tlcap.reproduce.run import reproduce
+    >>> report = reproduce(model, tempfile.mkdtemp(), papers=("ql",), only=["ql.table2"]).report
+    >>> figures = []                          # (FigureRef, plotly figure) pairs; the run's own are in its out folder
+    >>> [p.name for p in write_report(report, figures, Path(tempfile.mkdtemp()))]
+    ['report.md', 'report.html', 'report_rows.csv', 'stages.csv']
 """
 
 from __future__ import annotations

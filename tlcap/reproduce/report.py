@@ -10,9 +10,14 @@ adjusts the p-values of the whole report at once and only then gives verdicts. :
 the saved result, rendered by :mod:`.render` as ``report.md`` and ``report.html``.
 
 Example:
+    >>> from tlcap.metrics.bootstrap import bootstrap_ci
+    >>> est = bootstrap_ci([0.9, 0.95, 0.97, 0.99], seed=0)       # our overlap, per pair
     >>> rb = RowBuilder("smollm2-135m", papers=("cnl",))
-    >>> rb.value("CNL Table 1", "GSM8K overlap", est, rb.paper_value("cnl", "Table 1", "overlap", dataset="GSM8K"))
+    >>> _ = rb.value("CNL Table 1", "GSM8K overlap", est, rb.paper_value("cnl", "Table 1", "overlap", dataset="GSM8K"))
     >>> rows = rb.finalize()
+    >>> rows[0].paper_text, rows[0].verdict, rows[0].reason
+    ('96.42 % (LLaMA2-7B) | 94.26 % (LLaMA2-13B); 95.66 % (GPT-J-6B)', 'agrees',
+     "the paper's 0.964 lies inside our 95 % CI [0.917, 0.98] (n=4)")
 """
 
 from __future__ import annotations

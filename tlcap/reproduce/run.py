@@ -9,9 +9,14 @@ resumes from its checkpoint), builds the report rows from the stages' outputs an
 measured cost per stage.
 
 Example:
-    >>> from tlcap.models import load_model
-    >>> run = reproduce(load_model("smollm2-135m"), "runs/repro", papers=("ql",), scale="smoke")
-    >>> run.report.summary()["verdicts"]
+    >>> import tempfile
+    >>> run = reproduce(model, tempfile.mkdtemp(), papers=("ql",), scale="smoke", only=["ql.table2"])
+    >>> run.computed                               # ql.table2 and the stages it needs
+    ['ql.facts', 'ql.localize.ig', 'ql.table2']
+    >>> run.report.summary()["verdicts"]           # a tiny random model: nothing to compare yet
+    {'agrees': 0, 'disagrees': 0, 'undecided': 1, 'not comparable': 46, 'descriptive': 2}
+
+With SmolLM2: ``reproduce(load_model("smollm2-135m"), "runs/repro", papers=("ql",), scale="smoke")``.
 """
 
 from __future__ import annotations
@@ -265,7 +270,16 @@ def reproduce(model: Any, out: str | Path, *, papers: Sequence[str] = PAPERS, sc
         A :class:`ReproduceRun`.
 
     Example:
-        >>> run = reproduce(model, "runs/repro", papers=("cnl", "ql"), scale="smoke", echo=print)
+        >>> import tempfile
+        >>> run = reproduce(model, tempfile.mkdtemp(), papers=("ql",), scale="smoke", only=["ql.facts"], echo=print)
+        calibration probe: cpu (1 threads), ...
+        stage                  status     predicted  peak mem  what
+        ql.facts               to run           0 s ... ParaRel facts with neighbor queries
+        ...
+        predicted vs measured:
+        ...
+        >>> [p.name for p in run.files]
+        ['report.md', 'report.html', 'report_rows.csv', 'stages.csv']
     """
     say = echo or (lambda _s: None)
     check_int("jobs", jobs, min=1, cli="--jobs")

@@ -15,9 +15,16 @@
   (Windows) there is no lock: a stage may be computed twice, with the same result.
 
 Example:
+    >>> import tempfile
+    >>> from tlcap.metrics.sets import NeuronSet
+    >>> cache, key = Path(tempfile.mkdtemp()), "demo-0123456789abcdef"
+    >>> outputs, meta = {"located": NeuronSet.from_list([(0, 1)], shape=(2, 256))}, {"stage": "demo"}
     >>> with stage_lock(cache, key, on_wait=lambda: print("waiting")):
     ...     if not (cache / key / STAGE_FILE).exists():
     ...         save_stage(cache, key, outputs, meta)
+    True
+    >>> load_stage(cache / key)
+    {'located': NeuronSet(neurons=((0, 1),), shape=(2, 256))}
 """
 
 from __future__ import annotations

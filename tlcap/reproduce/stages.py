@@ -20,9 +20,17 @@ checkpoint inside ``ctx.checkpoint`` (``CACHE/<name>-<key16>.partial/``, kept wh
 fails or is interrupted, removed when it succeeds), so an interrupted run resumes where it stopped.
 
 Example:
-    >>> runner = Runner(stages, cache_dir="runs/repro/cache", model=model)
+    >>> import tempfile
+    >>> from tlcap.reproduce.run import build_stages
+    >>> from tlcap.reproduce.scales import SCALES
+    >>> stages = build_stages(("ql",), SCALES["smoke"])
+    >>> runner = Runner(stages, cache_dir=tempfile.mkdtemp(), model=model)
     >>> records = runner.run(runner.plan(only=["ql.table2"]))
-    >>> runner.outputs("ql.table2")["modification"].summary()
+    >>> [(r.name, r.status) for r in records]
+    [('ql.facts', 'computed'), ('ql.localize.ig', 'computed'), ('ql.table2', 'computed')]
+    >>> summary = runner.outputs("ql.table2")["modification"].summary()
+    >>> summary["n_facts"], summary["skipped_reasons"]       # a random model answers no query top-1
+    (3, {'not answered top-1 before the edit': 18})
 """
 
 from __future__ import annotations
@@ -68,8 +76,9 @@ def data_hash(data: Any) -> str:
     """sha256 of a JSON rendering of ``data`` (dataclasses such as ``Sample``/``Fact``, lists, dicts).
 
     Example:
+        >>> from tlcap.data.tasks import load_task
         >>> data_hash(load_task("emotion", split="train", n=10))
-        '5d1c...'
+        'bc06a75afb3814bcad32cf48f16d040246099013dfc6deb2303cf1cdfc3d0dbf'
     """
     text = json.dumps(_jsonable(data), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
