@@ -11,6 +11,8 @@ from tlcap.data.tasks import Sample
 from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import CPU_MAX_ROWS, SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 
 def test_parse_memory():
     assert parse_memory("8GiB") == 8 * 2**30

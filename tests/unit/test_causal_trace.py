@@ -32,6 +32,8 @@ from tlcap.locate.causal_trace import (
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.results import load_result
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 PROMPT = "The capital of France is"
 SUBJECT = "capital of France"
 

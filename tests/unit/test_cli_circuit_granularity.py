@@ -13,6 +13,8 @@ from tlcap.locate.circuits.dataset_circuit import DatasetCircuit
 from tlcap.locate.circuits.export import read_circuit_json
 from tlcap.locate.circuits.knowledge_circuit import KnowledgeCircuit
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 ROWS = [
     {"prompt": "The capital of France is", "target": " Paris", "corrupt_prompt": "The capital of Italy is"},
     {"prompt": "London is the capital of", "target": " England", "corrupt_prompt": "Paris is the capital of"},

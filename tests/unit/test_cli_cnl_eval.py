@@ -12,6 +12,8 @@ from tests.cli_helpers import assert_cli_error, run_cli
 from tlcap.data.rewrites import RewriteFact, save_rewrites
 from tlcap.results import load_result
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 FACTS = [
     RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome"),
     RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),

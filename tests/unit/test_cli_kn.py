@@ -12,6 +12,8 @@ import pytest
 
 from tests.cli_helpers import assert_cli_error, run_cli
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 FACT = ["--model", "gpt2-tiny", "--prompt", "The capital of France is", "--target", " Paris"]
 
 

@@ -26,6 +26,8 @@ from tlcap.metrics.probs import target_prob
 from tlcap.models import TokenBatch
 from tlcap.results import load_result
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 FACTS = [
     RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome"),
     RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),

@@ -16,7 +16,7 @@ from tests.cli_helpers import run_cli
 from tlcap.data.tasks import Sample
 from tlcap.metrics.sets import NeuronSet
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # seconds per module: after the fast gate
 
 
 def _toy(answer: str, offset: int = 0, k: int = 4) -> list[Sample]:

@@ -30,7 +30,7 @@ EMOTION_LINES = [
 ]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # seconds per module: after the fast gate
 
 
 @pytest.fixture()

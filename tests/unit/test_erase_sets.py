@@ -35,7 +35,7 @@ WORDS = ["red", "table", "blue", "chair", "green", "lamp", "old", "river"]
 PREFIX = "Decide whether the word names a colour.\nWord:"
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # seconds per module: after the fast gate
 
 
 @pytest.fixture(params=["gpt2", "llama"])

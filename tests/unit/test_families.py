@@ -37,7 +37,7 @@ LAYOUT = {  # family: (parallel blocks, post-norms, patchable attention, n_kv_he
 }
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # seconds per module: after the fast gate
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

@@ -24,6 +24,8 @@ from tlcap.metrics import NeuronSet
 from tlcap.provenance import Provenance
 from tlcap.results import Result, load_result
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ("summary", "to_frame", "figure")
 

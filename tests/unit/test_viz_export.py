@@ -14,6 +14,8 @@ import pytest
 
 from tlcap.viz import export, export_bounds
 
+pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
+
 
 @pytest.fixture()
 def fig():

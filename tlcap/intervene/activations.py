@@ -72,8 +72,8 @@ def scale_neurons(
     Example:
         >>> neurons = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
         >>> hooks = scale_neurons(model, neurons, 0.5)      # halve them where the target is predicted
-        >>> [name for name, fn in hooks]                     # one hook per layer with a neuron
-        ['blocks.0.mlp.hook_post', 'blocks.1.mlp.hook_post']
+        >>> [name for name, fn in hooks] == [model.hook_name("mlp_post", l) for l in (0, 1)]  # one per layer
+        True
     """
     s = get_site(site)
     return [(s.hook_name(l), scale_at(factor, pos, idx)) for l, idx in neurons.by_layer().items()]
