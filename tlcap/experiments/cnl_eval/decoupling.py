@@ -15,7 +15,8 @@ can be read against what two unrelated prompts of the two framings share.
 Example:
     >>> import tempfile
     >>> from tlcap.data.comparative import comparative_pairs
-    >>> res = decoupling(model, comparative_pairs(2, seed=0), steps=2, checkpoint_dir=tempfile.mkdtemp(), progress=False)
+    >>> res = decoupling(model, comparative_pairs(2, seed=0), steps=2, checkpoint_dir=tempfile.mkdtemp(),
+    ...                  progress=False)
     >>> res.summary()["c12"]["overlap"]["text"]
     '0.164 [0.15, 0.17] (n=2)'
 """

@@ -124,7 +124,8 @@ class FactKNs(Result):
         Example:
             >>> from tlcap.data import load_pararel
             >>> from tlcap.experiments.ql import localize_facts
-            >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+            >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3,
+            ...                      progress=False)
             >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
             >>> fk = locs[0]
             >>> a, b = fk.take([0, 1]), fk.take([1, 2])
