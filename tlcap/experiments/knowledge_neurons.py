@@ -7,8 +7,13 @@ interventions, probability metrics. The worked example of the result contract: a
 
 Example:
     >>> res = locate_knowledge_neurons(model, "The capital of France is", " Paris",
-    ...                                ["France's capital city is"], n_random=5)
-    >>> res.summary()["suppress_located_rel_change"], res.figure().show()
+    ...                                ["France's capital city is"], steps=2, n_random=2, progress=False)
+    >>> round(res.summary()["suppress_located_rel_change"], 3)
+    -0.221
+    >>> fig = res.figure()
+
+On the tiny random model the numbers are arbitrary; on SmolLM2-135M suppressing the located neurons
+lowers P(" Paris") much more than suppressing random neurons of the same count.
 """
 
 from __future__ import annotations
@@ -253,8 +258,11 @@ def locate_knowledge_neurons(
         per-draw lists, with provenance attached.
 
     Example:
-        >>> res = locate_knowledge_neurons(model, "The capital of France is", " Paris", steps=10)
-        >>> res.neurons.to_list(), res.effects["suppress_located"]
+        >>> res = locate_knowledge_neurons(model, "The capital of France is", " Paris", steps=2, n_random=2,
+        ...                                progress=False)
+        >>> kns = res.neurons.to_list()
+        >>> len(kns), kns[:3], round(res.effects["suppress_located"], 3)   # (layer, neuron) pairs
+        (34, [[0, 55], [0, 79], [0, 114]], -0.229)
     """
     cfg = KNConfig.resolve(config, **overrides)
     prompt, paraphrases, notes = check_fact(prompt, target, paraphrases)
@@ -296,7 +304,10 @@ def locate_knowledge_neurons_facts(
 
     Example:
         >>> res = locate_knowledge_neurons_facts(model, [("The capital of France is", " Paris"),
-        ...                                              ("The capital of Italy is", " Rome", ["Italy's capital is"])])
+        ...                                              ("The capital of Italy is", " Rome", ["Italy's capital is"])],
+        ...                                      steps=2, n_random=2, progress=False)
+        >>> len(res), type(res[0]).__name__                         # one result per fact
+        (2, 'KnowledgeNeurons')
     """
     cfg = KNConfig.resolve(config, **overrides)
     checked = []

@@ -8,10 +8,19 @@ App. G). Figures are in :mod:`tlcap.viz.cnl`.
 
 Example:
     >>> from tlcap.data import load_task
-    >>> loc = cnl_locate(model, "imdb", load_task("imdb", split="train", n=200), sigma=3)
-    >>> loc.split_overlap, loc.neuron_ratio
-    >>> er = erase_effect(model, "imdb", load_task("imdb", split="test", n=200), loc.neuron_set())
-    >>> sweep = erase_sweep(model, "imdb", load_task("imdb", split="test", n=200), loc, (3, 6, 12))
+    >>> loc = cnl_locate(model, "emotion", load_task("emotion", split="train", n=4), sigma=3, steps=2, progress=False)
+    >>> round(loc.split_overlap, 3), round(loc.neuron_ratio, 4)
+    (0.24, 0.0234)
+    >>> test = load_task("emotion", split="test", n=4)
+    >>> er = erase_effect(model, "emotion", test, loc.neuron_set(), n_random=2)
+    >>> round(er.located_delta, 3), er.random_scores.shape
+    (0.0, torch.Size([2, 4]))
+    >>> sweep = erase_sweep(model, "emotion", test, loc, (3, 6), n_random=2)
+    >>> len(sweep.to_frame())                  # one row per sigma
+    2
+
+The tiny random model answers no test sample correctly, so every accuracy change above is 0; on
+SmolLM2-135M erasing the located neurons lowers accuracy far more than erasing random ones.
 """
 
 from tlcap.experiments.cnl.config import (

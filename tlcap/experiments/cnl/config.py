@@ -10,7 +10,12 @@
 Example:
     >>> cfg = CNLConfig(sigma=6, ig=IGConfig(method="joint"))
     >>> cfg = CNLConfig.resolve(None, sigma=6, method="joint", steps=10)   # IG fields reach cfg.ig
-    >>> CNLConfig(sigma=0)   # InvalidConfigError: sigma (--sigma) must be > 0, got 0
+    >>> cfg.sigma, cfg.ig.method, cfg.ig.steps
+    (6.0, 'joint', 10)
+    >>> CNLConfig(sigma=0)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: sigma (--sigma) must be > 0, got 0
 """
 
 from __future__ import annotations

@@ -87,8 +87,15 @@ def tuned(
         The :class:`WeightEdit` (for inspection; it is undone on exit).
 
     Example:
-        >>> with tuned(model, train, loc.neuron_set(), "wo_located", epochs=1):
-        ...     acc = task_accuracy(model, "imdb", test)
+        >>> from tlcap.data import load_task
+        >>> from tlcap.experiments.cnl import cnl_locate
+        >>> train = load_task("emotion", split="train", n=4)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> test = load_task("emotion", split="test", n=4)
+        >>> with tuned(model, train, loc.neuron_set(), "wo_located", epochs=1, progress=False):
+        ...     acc = task_accuracy(model, "emotion", test)
+        >>> type(acc).__name__
+        'TaskAccuracy'
     """
     ns, ft_mode = mode_neurons(neurons, mode, seed)
     edit = WeightEdit()
@@ -215,8 +222,19 @@ def enhance_effect(
         EmptyNeuronSetError: ``neurons`` is empty.
 
     Example:
-        >>> res = enhance_effect(model, "imdb", train, test, loc.neuron_set(), epochs=3, eval_epochs=(1, 3))
+        >>> from tlcap.data import load_task
+        >>> from tlcap.experiments.cnl import cnl_locate
+        >>> train = load_task("emotion", split="train", n=4)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> test = load_task("emotion", split="test", n=4)
+        >>> res = enhance_effect(model, "emotion", train, test, loc.neuron_set(), epochs=2, eval_epochs=(1, 2),
+        ...                      progress=False)
         >>> res.table()
+        epoch         1    2
+        mode
+        located     0.0  0.0
+        random      0.0  0.0
+        wo_located  0.0  0.0
     """
     cfg = EnhanceConfig.resolve(config, **overrides)
     if not len(neurons):

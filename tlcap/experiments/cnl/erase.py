@@ -206,8 +206,13 @@ def erase_effect(
         EmptyNeuronSetError: ``neurons`` is empty (erasing nothing could only report "no change").
 
     Example:
-        >>> er = erase_effect(model, "imdb", load_task("imdb", split="test", n=200), loc.neuron_set(), n_random=200)
-        >>> er.located_delta, er.random_delta, er.random_scores.shape      # (200, n_items)
+        >>> from tlcap.data import load_task
+        >>> from tlcap.experiments.cnl import cnl_locate
+        >>> train = load_task("emotion", split="train", n=4)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> er = erase_effect(model, "emotion", load_task("emotion", split="test", n=4), loc.neuron_set(), n_random=2)
+        >>> round(er.located_delta, 3), round(er.random_delta, 3), er.random_scores.shape      # (n_random, n_items)
+        (0.0, 0.0, torch.Size([2, 4]))
     """
     cfg = EraseConfig.resolve(config, **overrides)
     if not len(neurons):
@@ -330,8 +335,16 @@ def erase_sweep(
         An :class:`EraseSweep`; a σ with an empty set is recorded as such, with a warning.
 
     Example:
-        >>> sweep = erase_sweep(model, "imdb", test, CNLLocation.load("runs/imdb/result"), (3, 6, 12))
-        >>> sweep.to_frame()
+        >>> from tlcap.data import load_task
+        >>> from tlcap.experiments.cnl import cnl_locate
+        >>> train = load_task("emotion", split="train", n=4)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> test = load_task("emotion", split="test", n=4)
+        >>> sweep = erase_sweep(model, "emotion", test, loc, (3, 6), n_random=2)   # or CNLLocation.load(path)
+        >>> sweep.to_frame()[["sigma", "n_neurons", "located_delta", "random_delta", "empty"]]
+           sigma  n_neurons  located_delta  random_delta  empty
+        0    3.0         12            0.0           0.0  False
+        1    6.0          0            NaN           NaN   True
     """
     cfg = EraseConfig.resolve(config, **overrides)
     sigmas = check_sigmas(list(sigmas))

@@ -14,8 +14,11 @@ with a progress bar, checkpoints every few items and resumes. See ``docs/cnl_eva
 Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> from tlcap.experiments.cnl_eval import fidelity
-    >>> res = fidelity(model, rewrite_facts(model, n=50))
-    >>> print(res.estimate("kn")); res.figure().show()
+    >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+    >>> res = fidelity(model, facts, steps=2, trace_k=1, trace_samples=2, kc_top_n=20, kc_ig_steps=2, progress=False)
+    >>> print(res.estimate("kn"))
+    0.940 [0.93, 0.95] (n=2)
+    >>> fig = res.figure()
 """
 
 from tlcap.experiments.cnl_eval.compare import CompareResult, Table4Row, compare

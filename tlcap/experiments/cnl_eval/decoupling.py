@@ -13,8 +13,12 @@ and framing 2 of pair ``k+1`` (another main part), so "the framings of one probl
 can be read against what two unrelated prompts of the two framings share.
 
 Example:
-    >>> res = decoupling(model, comparative_pairs(200, seed=0), checkpoint_dir="ckpt")
+    >>> import tempfile
+    >>> from tlcap.data.comparative import comparative_pairs
+    >>> res = decoupling(model, comparative_pairs(2, seed=0), steps=2, checkpoint_dir=tempfile.mkdtemp(),
+    ...                  progress=False)
     >>> res.summary()["c12"]["overlap"]["text"]
+    '0.164 [0.15, 0.17] (n=2)'
 """
 
 from __future__ import annotations
@@ -112,8 +116,10 @@ def decoupling(
         CheckpointMismatchError: ``checkpoint_dir`` holds another run's checkpoint.
 
     Example:
-        >>> res = decoupling(model, comparative_pairs(20), top_k=20)
+        >>> from tlcap.data.comparative import comparative_pairs
+        >>> res = decoupling(model, comparative_pairs(2), top_k=20, steps=2, progress=False)
         >>> res.rates().c12_overlap
+        0.05
     """
     cfg = DecouplingConfig.resolve(config, **overrides)
     fact_batch = check_int("fact_batch", PAIR_WINDOW if fact_batch is None else fact_batch, min=1, cli=None)

@@ -13,8 +13,14 @@ layers and edges: uniform, ``E|A∩B| = |A||B| / U``), so "37 %" can be read aga
 sets would give (three of 30 layers overlap by 10 % by chance).
 
 Example:
-    >>> res = fidelity(model, rewrite_facts(model, n=50), checkpoint_dir="ckpt")
-    >>> print(res.estimate("kn")), res.figure().show()
+    >>> import tempfile
+    >>> from tlcap.data.rewrites import rewrite_facts
+    >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+    >>> res = fidelity(model, facts, steps=2, trace_k=1, trace_samples=2, kc_top_n=20, kc_ig_steps=2, progress=False,
+    ...                checkpoint_dir=tempfile.mkdtemp())   # resumable: a rerun skips the finished facts
+    >>> print(res.estimate("kn"))
+    0.940 [0.93, 0.95] (n=2)
+    >>> fig = res.figure()
 """
 
 from __future__ import annotations
@@ -219,8 +225,12 @@ def fidelity(
         CheckpointMismatchError: ``checkpoint_dir`` holds another run's checkpoint.
 
     Example:
-        >>> res = fidelity(model, facts, methods=("kn", "trace"), ig=IGConfig(steps=10))
+        >>> from tlcap.data.rewrites import rewrite_facts
+        >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+        >>> res = fidelity(model, facts, methods=("kn", "trace"), ig=IGConfig(steps=2), trace_k=1, trace_samples=2,
+        ...                progress=False)
         >>> res.summary()["kn"]["overlap"]["text"]
+        '0.940 [0.93, 0.95] (n=2)'
     """
     cfg = FidelityConfig.resolve(config, **overrides)
     check_int("fact_batch", fact_batch, min=1, cli=None)

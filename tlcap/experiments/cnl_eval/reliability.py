@@ -16,8 +16,12 @@ Over a fact dataset (the first rewrite of each fact is its prompt):
   as many edges. Paper: recall 12.3 %, circuits of 1.6–2.6 % of the parameters.
 
 Example:
-    >>> res = reliability(model, rewrite_facts(model, n=50), parts=("kn", "kc"))
+    >>> from tlcap.data.rewrites import rewrite_facts
+    >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+    >>> res = reliability(model, facts, parts=("kn", "kc"), ig=IGConfig(steps=2), n_random=2, n_random_circuits=2,
+    ...                   kc_top_n=20, kc_ig_steps=2, progress=False)
     >>> res.summary()["kn"]["double"]["located_rise"]["text"]
+    '1.000 [0.34, 1.00] (n=2)'
 """
 
 from __future__ import annotations
@@ -306,8 +310,14 @@ def reliability(
         A :class:`ReliabilityResult`.
 
     Example:
-        >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0)
-        >>> print(res.kn_test("double"))
+        >>> from tlcap.data.rewrites import rewrite_facts
+        >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+        >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0, ig=IGConfig(steps=2), n_random=2,
+        ...                   progress=False)
+        >>> shares = res.kn_shares("double")     # facts whose P(target) rises / falls: located vs random KNs
+        >>> sorted(shares)
+        ['fall_located_minus_random', 'located_fall', 'located_rise', 'random_fall', 'random_rise',
+         'rise_located_minus_random', 'test']
     """
     cfg = ReliabilityConfig.resolve(config, **overrides)
     check_int("fact_batch", fact_batch, min=1, cli=None)

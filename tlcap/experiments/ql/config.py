@@ -11,7 +11,12 @@ attribution fields are the ``IGConfig`` ones (``--steps``).
 
 Example:
     >>> cfg = QLConfig(attribution=IGConfig(steps=10), split="otsu")
-    >>> cfg.replace(kn_threshold=1.5)          # InvalidConfigError: kn_threshold (--kn-threshold) must be in (0, 1], got 1.5
+    >>> cfg.attribution.steps, cfg.split
+    (10, 'otsu')
+    >>> cfg.replace(kn_threshold=1.5)
+    Traceback (most recent call last):
+    ...
+    tlcap.errors.InvalidConfigError: kn_threshold (--kn-threshold) must be in (0, 1], got 1.5
 """
 
 from __future__ import annotations

@@ -1,8 +1,14 @@
 """KN-consistency (QL §2.1, Table 1, Fig. 3): CS1/CS2 per fact, K_I/K_II splits, Welch's t-test.
 
 Example:
-    >>> cons = consistency_analysis({"ig": localize_facts(model, facts, "ig")})
-    >>> cons.summary()["k2_ratio"], cons.table1(), cons.figure()
+    >>> from tlcap.data import load_pararel
+    >>> from tlcap.experiments.ql import localize_facts
+    >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+    >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+    >>> cons = consistency_analysis({"ig": locs})
+    >>> cons.summary()["k2_ratio"], cons.summary()["n_facts"]
+    (0.0, 2)
+    >>> table, fig = cons.table1(), cons.figure()
 """
 
 from __future__ import annotations
@@ -176,8 +182,13 @@ def consistency_analysis(
         InvalidConfigError: an invalid threshold or split.
 
     Example:
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
         >>> cons = consistency_analysis({"ig": locs}, split="otsu")
         >>> cons.summary()["k2_ratio"]
+        0.5
     """
     cfg = QLConfig.resolve(config, **overrides)
     few = sorted({(fk.fact["relation"], fk.fact["subject"]) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
@@ -234,8 +245,13 @@ def groups_for(
         ``(groups, consistency result)``: ``"K_I"``, ``"K_II"`` or ``"excluded"`` per fact.
 
     Example:
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
         >>> groups, cons = groups_for(locs, static_threshold=0.1)
-        >>> groups.count("excluded")              # facts with 2 queries
+        >>> groups, groups.count("excluded")              # "excluded": facts with 2 queries
+        (['K_I', 'K_I'], 0)
     """
     method = locs[0].method if locs else "ig"
     cons = consistency_analysis({method: locs}, config=config, **overrides)

@@ -1,8 +1,11 @@
 """Per-fact localization: every neighbor query attributed, and its knowledge-neuron set N_i.
 
 Example:
-    >>> locs = localize_facts(model, facts, "ig", steps=10)
-    >>> locs[0].sets(), locs[0].summary()["cs2"]
+    >>> from tlcap.data import load_pararel
+    >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+    >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+    >>> [len(s) for s in locs[0].sets()], round(locs[0].summary()["cs2"], 3)   # KN-set size per query, CS2
+    ([51, 70, 48], 0.466)
 """
 
 from __future__ import annotations
@@ -119,8 +122,15 @@ class FactKNs(Result):
             A :class:`FactKNs` whose scores, probabilities and ``fact["queries"]`` are those queries'.
 
         Example:
-            >>> a, b = fk.take([0, 2, 4]), fk.take([1, 3, 5])
-            >>> cs2(a.sets()), cs2(b.sets())
+            >>> from tlcap.data import load_pararel
+            >>> from tlcap.experiments.ql import localize_facts
+            >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3,
+            ...                      progress=False)
+            >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+            >>> fk = locs[0]
+            >>> a, b = fk.take([0, 1]), fk.take([1, 2])
+            >>> a.k, a.fact["queries"] == fk.queries[:2], round(cs2(a.sets()), 3), round(cs2(b.sets()), 3)
+            (2, True, 0.186, 0.18)
         """
         idx = [int(i) for i in queries]
         if len(set(idx)) != len(idx) or any(not 0 <= i < self.k for i in idx):
@@ -204,8 +214,11 @@ def localize_facts(
         InvalidConfigError: an invalid setting (before any forward pass).
 
     Example:
-        >>> locs = localize_facts(model, facts, "ig", steps=10)
-        >>> locs[0].sets()
+        >>> from tlcap.data import load_pararel
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+        >>> len(locs), locs[0].k, locs[0].sets()[0].shape
+        (2, 3, (2, 256))
     """
     if "threshold" in overrides:
         overrides["kn_threshold"] = overrides.pop("threshold")

@@ -5,8 +5,16 @@ N_j, j ≠ i); enhance multiplies their activations at the last position by ``fa
 sets them to 0; ``ΔProb = ±(P_a − P_b)/P_b`` ("+" for enhance, "−" for suppress).
 
 Example:
-    >>> qkm = query_kn_mapping(model, locs, groups)
-    >>> qkm.table(), qkm.figure()
+    >>> from tlcap.data import load_pararel
+    >>> from tlcap.experiments.ql import localize_facts
+    >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+    >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+    >>> from tlcap.experiments.ql import groups_for
+    >>> groups, _ = groups_for(locs, split="otsu")
+    >>> qkm = query_kn_mapping(model, locs, groups, progress=False)
+    >>> len(qkm.rows)
+    48
+    >>> table, fig = qkm.table(), qkm.figure()
 """
 
 from __future__ import annotations
@@ -117,7 +125,22 @@ def query_kn_mapping(
         A :class:`MappingResult` with provenance; rows of an empty set carry ``empty_set=True``.
 
     Example:
-        >>> query_kn_mapping(model, locs, groups).table()
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+        >>> from tlcap.experiments.ql import groups_for
+        >>> groups, _ = groups_for(locs, split="otsu")
+        >>> query_kn_mapping(model, locs, groups, progress=False).table()
+          group           set       Enh       Sup       Avg
+        0   K_I          self  0.446586  0.373834  0.410210
+        1   K_I         union  0.421685  0.352947  0.387316
+        2   K_I  intersection  0.279573  0.257881  0.268727
+        3   K_I        refine  0.279573  0.257881  0.268727
+        4  K_II          self  0.338432  0.308477  0.323455
+        5  K_II         union  0.230101  0.226606  0.228353
+        6  K_II  intersection  0.125030  0.135985  0.130508
+        7  K_II        refine  0.125030  0.135985  0.130508
     """
     cfg = MappingConfig.resolve(config, **overrides)
     rows: list[dict] = []

@@ -18,9 +18,23 @@ edited (``skipped``, one row per operation and query slot). The new object o' of
 with none is skipped with the reason. The Update rule is ``update_rule`` (default
 ``"activation"``, the literal eq. 2 is ``"paper"``; :mod:`tlcap.intervene.update`).
 
-Example:
-    >>> mod = modification_experiment(model, locs, groups, operations=("erasure",))
-    >>> mod.table()            # Table 2 layout
+Example (the tiny random model answers no query top-1, hence ``only_known=False``; on a trained
+model such as SmolLM2-135M keep the default):
+
+    >>> from tlcap.data import load_pararel
+    >>> from tlcap.experiments.ql import localize_facts
+    >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+    >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+    >>> from tlcap.experiments.ql import groups_for
+    >>> groups, _ = groups_for(locs, split="otsu")
+    >>> mod = modification_experiment(model, locs, groups, operations=("erasure",), edit_queries=1,
+    ...                               ppl_texts=wikitext_sample(2), only_known=False, progress=False)
+    >>> mod.table()[["operation", "set", "group", "Rel", "Gen", "n"]]            # Table 2 layout
+      operation     set group  Rel  Gen  n
+    0   erasure   local  K_II  1.0  1.0  1
+    1   erasure  global  K_II  1.0  1.0  1
+    2   erasure   local   K_I  1.0  1.0  1
+    3   erasure  global   K_I  1.0  1.0  1
 """
 
 from __future__ import annotations
@@ -252,8 +266,20 @@ def modification_experiment(
         edits left out and why.
 
     Example:
-        >>> mod = modification_experiment(model, locs, groups, sets=("local",), edit_queries=1)
-        >>> mod.table()
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+        >>> from tlcap.experiments.ql import groups_for
+        >>> groups, _ = groups_for(locs, split="otsu")
+        >>> mod = modification_experiment(model, locs, groups, sets=("local",), edit_queries=1,
+        ...                               ppl_texts=wikitext_sample(2), only_known=False, progress=False)
+        >>> mod.table()[["operation", "rule", "set", "group", "Avg", "mean |KN|"]]
+          operation        rule    set group  Avg  mean |KN|
+        0   erasure     erasure  local  K_II  1.0       51.0
+        1    update  activation  local  K_II  0.0       51.0
+        2   erasure     erasure  local   K_I  1.0       52.0
+        3    update  activation  local   K_I  0.0       52.0
     """
     cfg = ModificationConfig.resolve(config, **overrides)
     pool = list(ppl_texts) if ppl_texts is not None else load_wikitext()
@@ -383,8 +409,28 @@ def cas_experiment(
         A :class:`ModificationResult` titled after Table 3.
 
     Example:
-        >>> cas = cas_experiment(model, locs, groups, edit_queries=1)
-        >>> cas.table()
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+        >>> from tlcap.experiments.ql import groups_for
+        >>> groups, _ = groups_for(locs, split="otsu")
+        >>> cas = cas_experiment(model, locs, groups, edit_queries=1, ppl_texts=wikitext_sample(2), only_known=False,
+        ...                      progress=False)
+        >>> cas.table()[["operation", "set", "group", "Avg", "mean |KN|"]]
+           operation     set group  Avg  mean |KN|
+        0    erasure   local  K_II  1.0       51.0
+        1    erasure  global  K_II  1.0      103.0
+        2    erasure     cas  K_II  1.0       16.0
+        3     update   local  K_II  0.0       51.0
+        4     update  global  K_II  0.0      103.0
+        5     update     cas  K_II  0.0       16.0
+        6    erasure   local   K_I  1.0       52.0
+        7    erasure  global   K_I  1.0       71.0
+        8    erasure     cas   K_I  1.0       21.0
+        9     update   local   K_I  0.0       52.0
+        10    update  global   K_I  0.0       71.0
+        11    update     cas   K_I  0.0       21.0
     """
     if config is None and "sets" not in kwargs:
         kwargs["sets"] = ("local", "global", "cas")

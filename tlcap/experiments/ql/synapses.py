@@ -7,8 +7,16 @@ suppress (×0) them at the ``attn_pattern`` site and measure ΔValue (mean |acti
 the last position: gated-MLP activations can be negative) and ΔProb.
 
 Example:
-    >>> syn = synapse_experiment(model, locs, groups)
-    >>> syn.table(), syn.figure(), syn.predominance_figure(), syn.heatmap()
+    >>> from tlcap.data import load_pararel
+    >>> from tlcap.experiments.ql import localize_facts
+    >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+    >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+    >>> from tlcap.experiments.ql import groups_for
+    >>> groups, _ = groups_for(locs, split="otsu")
+    >>> syn = synapse_experiment(model, locs, groups, progress=False)
+    >>> len(syn.rows)
+    24
+    >>> table, figs = syn.table(), (syn.figure(), syn.predominance_figure(), syn.heatmap())
 """
 
 from __future__ import annotations
@@ -203,8 +211,23 @@ def synapse_experiment(
         A :class:`SynapseResult` with provenance.
 
     Example:
-        >>> syn = synapse_experiment(model, locs, groups, alpha=0.3)
+        >>> from tlcap.data import load_pararel
+        >>> from tlcap.experiments.ql import localize_facts
+        >>> facts = load_pararel(None, ["P17"], n_facts=2, model=model, known_top_k=5000, max_queries=3, progress=False)
+        >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
+        >>> from tlcap.experiments.ql import groups_for
+        >>> groups, _ = groups_for(locs, split="otsu")
+        >>> syn = synapse_experiment(model, locs, groups, alpha=0.3, progress=False)
         >>> syn.table()
+          group    synapses  Enh  Sup  Avg  metric
+        0   K_I        self  0.0  0.0  0.0  ΔValue
+        1   K_I  irrelevant  0.0  0.0  0.0  ΔValue
+        2  K_II        self  0.0  0.0  0.0  ΔValue
+        3  K_II  irrelevant  0.0  0.0  0.0  ΔValue
+        4   K_I        self  0.0  0.0  0.0   ΔProb
+        5   K_I  irrelevant  0.0  0.0  0.0   ΔProb
+        6  K_II        self  0.0  0.0  0.0   ΔProb
+        7  K_II  irrelevant  0.0  0.0  0.0   ΔProb
 
     Raises:
         UnsupportedModelError: the model's attention pattern cannot be edited (GPT-J on
