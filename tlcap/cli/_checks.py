@@ -9,7 +9,10 @@ same checks run after the load, before any work.
 
 Example:
     >>> s = spec("gpt2-tiny")
-    >>> layers_fit(s, [0, 5], "layers", "--layers")   # InvalidConfigError: ... out of range for gpt2-tiny ...
+    >>> layers_fit(s, [0, 5], "layers", "--layers")
+    Traceback (most recent call last):
+        ...
+    tlcap.errors.InvalidConfigError: layers (--layers) [5] out of range for gpt2-tiny (2 layers: 0..1)
 """
 
 from __future__ import annotations
