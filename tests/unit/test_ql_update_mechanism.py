@@ -95,7 +95,7 @@ def test_a_saved_edit_with_no_neighbor_query_loads_back_with_nan_gen(tmp_path):
     import dataclasses
     import math
 
-    from tlcap.experiments.ql.modification import EditRow, ModificationResult
+    from tlcap.experiments.ql.modification_result import EditRow, ModificationResult
     from tlcap.results import load_result
 
     row = EditRow(fact=0, relation="P36", subject="France", object="Paris", new_object=None, group="K_I", query=0,

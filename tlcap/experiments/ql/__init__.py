@@ -33,13 +33,8 @@ from tlcap.experiments.ql.config import (
 from tlcap.experiments.ql.consistency import ConsistencyResult, ConsistencyRow, consistency_analysis, groups_for
 from tlcap.experiments.ql.facts import FactKNs, QueryRow, localize_facts
 from tlcap.experiments.ql.mapping import MappingResult, MappingRow, query_kn_mapping
-from tlcap.experiments.ql.modification import (
-    EditRow,
-    ModificationResult,
-    cas_experiment,
-    modification_experiment,
-    wikitext_sample,
-)
+from tlcap.experiments.ql.modification import cas_experiment, modification_experiment, wikitext_sample
+from tlcap.experiments.ql.modification_result import EditRow, ModificationResult
 from tlcap.experiments.ql.synapses import PredominanceRow, SynapseEditRow, SynapseResult, synapse_experiment
 
 __all__ = [
