@@ -19,8 +19,10 @@ last position after a cached prefix, through ``Model.last_logits``, the path IG,
 AMIG take; forward and backward for ``"ig"``, forward only for ``"trace"``), on a random context of
 the run's length rounded up to a power of two. The choice is cached per model, device, dtype, kind
 and context bucket for the life of the process (:func:`plateau_rows`), so a dataset of thousands
-of samples probes once. On a CPU no probe runs: there the measured plateau is a fixed cap
-(:data:`tlcap.runtime.batching.CPU_MAX_ROWS`).
+of samples probes once. ``batch_rows="auto"`` does not probe on a CPU
+(:func:`tlcap.runtime.batching.auto_batch_rows` uses the fixed cap
+:data:`tlcap.runtime.batching.CPU_MAX_ROWS` there); :func:`plateau_rows` called directly probes on
+any device.
 
 Results do not depend on the batch (every caller is exact at any size); only speed and memory do.
 
