@@ -339,9 +339,8 @@ class Config:
             own[name] = base.with_overrides(sub) if isinstance(base, Config) else base
         return self.replace(**own) if own else self
 
-    @classmethod
-    def owns(cls, name: str) -> bool:
-        """Whether ``name`` is a field of this config or, flat, of one of its nested configs' defaults.
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` is a field of this config or, flat, of one of its nested configs.
 
         Args:
             name: A field name.
@@ -349,12 +348,7 @@ class Config:
         Returns:
             True when :meth:`resolve` can route ``name``.
         """
-        if name in cls.field_names():
-            return True
-        try:
-            return any(c.owns(name) for c in cls().nested().values())
-        except Exception:  # noqa: BLE001 - a config without defaults has no nested defaults to ask
-            return False
+        return name in self.field_names() or any(c.owns(name) for c in self.nested().values())
 
 
 def _from_json(hint: Any, value: Any) -> Any:

@@ -101,7 +101,5 @@ def localize(
         seed_everything(int(getattr(cfg, "seed", 0) or 0))
         m = load(model, device, dtype)
         res = entry.run(m, data, config=cfg)
-        figure = getattr(res, "figure", None)
-        write_outputs(stage.path, res, figures={f"{entry.name}_figure": figure()} if callable(figure) else {},
-                      extra={"method": entry.name})
+        write_outputs(stage.path, res, figures={f"{entry.name}_figure": res.figure()}, extra={"method": entry.name})
     typer.echo(f"wrote {stage.out} ({entry.name}: {type(res).__name__})")
