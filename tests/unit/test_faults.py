@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import torch
 
+import tlcap
 from tlcap.atomic import json_digest
 from tlcap.attribution.checkpoint import load_checkpoint
 from tlcap.reproduce.stage_store import read_record
@@ -369,6 +370,10 @@ def test_read_only_cache_is_one_clear_error_and_stays_valid(ctx, tmp_path):
     # a cache holding ql.facts only, read-only: computing ql.localize.ig fails with one message naming the cache, and
     # the cache is byte for byte as before; a read-only cache holding every stage asked for serves the run
     user = NOBODY if os.geteuid() == 0 else None  # root ignores file modes: run as nobody
+    if user is not None:  # nobody must be able to read the checkout, or every import fails with EACCES
+        closed = [str(p) for p in Path(tlcap.__file__).resolve().parents if not os.stat(p).st_mode & 0o001]
+        assert not closed, (f"the checkout is not readable by other users ({closed[0]} has no o+x), so the run as nobody "
+                            f"cannot import tlcap; clone into a folder with mode 755 (mktemp -d makes 700)")
     tmp_path = Path(tempfile.mkdtemp(prefix="tlcap-read-only-"))  # pytest's folders are 0700: nobody cannot enter
     os.chmod(tmp_path, 0o755)
     cache, out = tmp_path / "cache", tmp_path / "out"
