@@ -45,11 +45,13 @@ from typing import Any
 import torch
 
 import tlcap.runtime.batching as batching
+from tlcap.attribution.config import IGConfig
 from tlcap.models import Model
 from tlcap.reproduce.cost import save_calibrations
 from tlcap.reproduce.probe import calibrate
 from tlcap.reproduce.run import reproduce
 from tlcap.reproduce.scales import ScaleConfig
+from tlcap.rows import row_dict
 from tlcap.runtime.plateau import cached_plateaus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,12 +169,13 @@ def probe(model: Model, path: Path, store: dict[str, Any]) -> dict[str, Any]:
 def repro_check(model: Model, cal_path: Path, tiny: bool) -> dict[str, Any]:
     """Two cheap ``reproduce`` stages on ``model`` with the replayed probe: predicted vs measured per stage."""
     scale = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=8 if not tiny else 4,
-                        cnl_steps=20, cnl_max_answer_tokens=1, cnl_groups=4, ql_relations=("P36",), ql_n_facts=4,
-                        ql_max_queries=2, ql_known_top_k=None, ql_steps=20, ql_sig_facts=1, ql_amig_facts=1, n_boot=200)
+                        cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=1, cnl_groups=4, ql_relations=("P36",), ql_n_facts=4,
+                        ql_max_queries=2, ql_known_top_k=None, ql_ig=IGConfig(steps=20), ql_sig_facts=1, ql_amig_facts=1,
+                        n_boot=200)
     only = ["cnl.locate.emotion", "ql.localize.ig"]
     with tempfile.TemporaryDirectory() as tmp:
         run = reproduce(model, Path(tmp) / "repro", papers=("cnl", "ql"), scale=scale, only=only, calibration=cal_path)
-        stages = [dict(s) for s in run.report.stages]
+        stages = [row_dict(s) for s in run.report.stages]
     for s in stages:
         p, m = s.get("predicted_s"), s.get("measured_s")
         s["measured_over_predicted"] = m / p if p and m is not None else None

@@ -93,11 +93,11 @@ def main() -> None:
         cache = args.out / f"locs_{args.estimator}_{args.steps}" / f"{i:03d}"
         if (cache / "result.json").exists():
             fk = tlcap.load_result(cache)
-            if fk.fact.get("uuid") == f.to_dict().get("uuid") and fk.queries == list(f.queries):
+            if fk.fact.uuid == f.to_dict().get("uuid") and fk.queries == list(f.queries):
                 locs.append(fk)
                 continue
         ig = IGConfig(steps=args.steps, method=args.estimator, layer_chunks=args.layer_chunks, batch_rows=args.batch_rows)
-        fk = ql.localize_facts(model, [f], "ig", config=ql.QLConfig(attribution=ig), progress=False)[0]
+        fk = ql.localize_facts(model, [f], "ig", config=ql.QLConfig(ig=ig), progress=False)[0]
         fk.save(cache)
         locs.append(fk)
     groups, _ = ql.groups_for(locs)

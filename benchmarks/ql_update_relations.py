@@ -110,7 +110,7 @@ def main() -> None:
         cache = args.out / f"locs_{args.steps}_{args.rule}" / f"{f.relation}_{f.uuid or i}"
         if (cache / "result.json").exists():
             fk = tlcap.load_result(cache)
-            if fk.fact.get("uuid") == f.uuid and fk.queries == list(f.queries):
+            if fk.fact.uuid == f.uuid and fk.queries == list(f.queries):
                 locs.append(fk)
                 continue
         fk = ql.localize_facts(model, [f], "ig", steps=args.steps, rule=args.rule, progress=False)[0]

@@ -44,7 +44,7 @@ def check_report(out: Path, papers: tuple[str, ...]) -> Report:
     # figures: one inline plotly div per figure in the HTML, a file per figure on disk
     assert html.count("class=\"plotly-graph-div\"") == len(report.figures) > 0
     for f in report.figures:
-        assert list((out / "figures").glob(f"{f['stem']}.*")), f["stem"]
+        assert list((out / "figures").glob(f"{f.stem}.*")), f.stem
     assert "## Not reproduced" in md and "## Stages: predicted vs measured" in md
     if "cnl" in papers:
         # the CNL evaluation suite (tlcap.experiments.cnl_eval) gives numbers, and a row without one keeps its reason
@@ -52,9 +52,9 @@ def check_report(out: Path, papers: tuple[str, ...]) -> Report:
             mine = [r for r in rows if r.item == item]
             assert any(r.ours is not None for r in mine), item
             assert all(r.ours is not None or r.reason for r in mine), item
-    stages = {s["name"]: s for s in report.stages}
-    assert stages and all(s["status"] in ("computed", "cached", "pending", "blocked", "failed") for s in stages.values())
-    assert not [s for s in stages.values() if s["status"] == "failed"], [s for s in stages.values() if s["status"] == "failed"]
+    stages = {s.name: s for s in report.stages}
+    assert stages and all(s.status in ("computed", "cached", "pending", "blocked", "failed") for s in stages.values())
+    assert not [s for s in stages.values() if s.status == "failed"], [s for s in stages.values() if s.status == "failed"]
     csv = (out / "report_rows.csv").read_text(encoding="utf-8").splitlines()
     assert len(csv) == len(rows) + 1
     return report

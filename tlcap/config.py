@@ -37,12 +37,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import types
 import typing
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from tlcap.config_json import default_of, from_json, jsonable
 from tlcap.errors import InvalidConfigError, UnknownNameError
 
 C = TypeVar("C", bound="Config")
@@ -199,18 +199,6 @@ def check_sequence(
     return out
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Config):
-        return value.to_dict()
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else str(value)
-    return value
-
-
 @dataclass(frozen=True)
 class Config:
     """Base of method-family configs (frozen dataclasses validated in ``__post_init__``).
@@ -220,8 +208,29 @@ class Config:
     validate, so a config that exists is valid.
     """
 
+    shared_fields: ClassVar[tuple[str, ...]] = ()
+    """Settings of this config that its nested configs also have (``seed``, ``bos``): one value,
+    set here only. Construction copies it into each nested config that still has its own default
+    there; a nested config with another value is refused (:meth:`replace` and :meth:`resolve` keep
+    them in step)."""
+
     def __post_init__(self) -> None:
+        self._share()
         self.validate()
+
+    def _share(self) -> None:
+        """Copy each :attr:`shared_fields` field into the nested configs that have it (class docstring)."""
+        for name in type(self).shared_fields:
+            value = getattr(self, name)
+            for fname, sub in self.nested().items():
+                if name not in sub.field_names() or getattr(sub, name) == value:
+                    continue
+                own = getattr(sub, name)
+                if own != default_of(type(sub), name):
+                    raise InvalidConfigError(
+                        f"{name} is one setting of {type(self).__name__}: set {name}={own!r} there, not "
+                        f"{fname}.{name} (it has {name}={value!r})")
+                self._set(fname, dataclasses.replace(sub, **{name: value}))
 
     def validate(self) -> None:
         """Raise :class:`InvalidConfigError` for any invalid field (override; call ``check_*``).
@@ -239,7 +248,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of every field (tuples → lists, nested configs → dicts)."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
@@ -250,7 +259,7 @@ class Config:
         hints = typing.get_type_hints(cls)
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
-            kwargs[name] = _from_json(hints.get(name), value)
+            kwargs[name] = from_json(hints.get(name), value)
         return cls(**kwargs)
 
     def replace(self: C, **changes: Any) -> C:
@@ -258,6 +267,13 @@ class Config:
         unknown = sorted(set(changes) - set(self.field_names()))
         if unknown:
             raise UnknownNameError.of(f"{type(self).__name__} field", unknown[0], self.field_names(), option=None)
+        for name in type(self).shared_fields:  # a shared setting changes in the nested configs that follow it
+            if name not in changes:
+                continue
+            for fname, sub in self.nested().items():
+                base = changes.get(fname, sub)
+                if isinstance(base, Config) and name in base.field_names() and getattr(base, name) == getattr(self, name):
+                    changes[fname] = dataclasses.replace(base, **{name: changes[name]})
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -320,6 +336,9 @@ class Config:
         for key, value in overrides.items():
             head, sep, rest = key.replace("__", ".").partition(".")
             if sep:
+                if rest in type(self).shared_fields:
+                    raise UnknownNameError(f"{type(self).__name__}: {rest!r} is one setting here, shared by its nested "
+                                           f"configs; write {rest}= instead of {head}.{rest}")
                 if head not in nested:
                     raise UnknownNameError.of(f"{type(self).__name__} nested config", head, list(nested), option=None)
                 inner.setdefault(head, {})[rest] = value
@@ -351,34 +370,28 @@ class Config:
         return name in self.field_names() or any(c.owns(name) for c in self.nested().values())
 
 
-def _from_json(hint: Any, value: Any) -> Any:
-    """Undo :func:`_jsonable` for one field given its type hint (tuples, nested configs)."""
-    if hint is None or value is None:
-        return value
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for arm in typing.get_args(hint):
-            if arm is type(None):
-                continue
-            if isinstance(arm, type) and issubclass(arm, Config) and isinstance(value, dict):
-                return arm.from_dict(value)
-            if typing.get_origin(arm) is tuple and isinstance(value, list):
-                return _from_json(arm, value)
-            if arm is float:
-                return _from_json(arm, value)
-        return value
-    if hint is float and value in ("inf", "-inf"):
-        return float(value)
-    if isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, dict):
-        return hint.from_dict(value)
-    if origin is tuple and isinstance(value, list):
-        args = typing.get_args(hint)
-        inner = args[0] if len(args) == 2 and args[1] is Ellipsis else None
-        return tuple(_from_json(inner, v) for v in value)
-    return value
+def check_nested(config: Config, **types_: type) -> None:
+    """Check that each named field of ``config`` holds a config of the given type.
+
+    Args:
+        config: The config being validated.
+        **types_: Field name → the :class:`Config` subclass it must hold.
+
+    Raises:
+        InvalidConfigError: a field holding something else.
+
+    Example:
+        >>> from tlcap.experiments.knowledge_neurons import KNConfig
+        >>> from tlcap.attribution import IGConfig
+        >>> check_nested(KNConfig(), ig=IGConfig)
+    """
+    for name, cls in types_.items():
+        value = getattr(config, name)
+        if not isinstance(value, cls):
+            raise InvalidConfigError(f"{name} must be a {cls.__name__}, got a {type(value).__name__}")
 
 
 __all__ = [
     "Config", "check_int", "check_float", "check_choice", "check_str", "check_bool", "check_sequence", "cli_option",
-    "check_layers_below",
+    "check_layers_below", "check_nested",
 ]

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import pandas as pd
 import torch
 from safetensors import SafetensorError
@@ -87,8 +88,10 @@ def _to_json(value: Any) -> Any:
         return {str(k): _to_json(v) for k, v in value.items()}
     if isinstance(value, float) and value != value:
         return None
-    if hasattr(value, "item") and not isinstance(value, torch.Tensor):  # numpy scalar
+    if isinstance(value, np.generic):  # numpy scalar
         return value.item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a typed row
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
 
 

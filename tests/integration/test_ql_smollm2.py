@@ -66,7 +66,7 @@ def test_synapse_experiment_smollm2(smollm2, ql_setup):
     assert df[["dprob", "p_before", "p_after"]].notna().all().all()
     assert ((df.p_after >= 0) & (df.p_after <= 1)).all()
     assert torch.isfinite(torch.tensor(df.dvalue.to_numpy(dtype=float))).all()
-    assert all(0 < r["predominance"] <= 1 for r in res.predominance)
+    assert all(0 < r.predominance <= 1 for r in res.predominance)
     # suppressing the query's own synapses changes its answer probability
     own = df[(df.synapses == "self") & (df.op == "sup") & (df.n_synapses > 0)]
     assert len(own) and (own.p_after != own.p_before).any()

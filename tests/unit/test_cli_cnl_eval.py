@@ -28,13 +28,13 @@ def facts_file(tmp_path_factory):
 
 def test_cli_fidelity(tmp_path, facts_file):
     out = tmp_path / "fid"
-    run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-k", "1",
+    run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-top-k", "1",
                    "--trace-samples", "1", "--bos", "--out", str(out)])
     assert run.code == 0, run.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     res = load_result(out / "result")
     assert s["n_facts"] == 2 and s["methods"] == ["kn", "trace"]
-    assert res.config["bos"] is True  # --bos reaches the trace's settings (its effect: test_cnl_eval_fidelity)
+    assert res.config["trace"]["bos"] is True  # --bos reaches the trace's settings (its effect: test_cnl_eval_fidelity)
     assert s["kn"]["overlap"]["value"] == pytest.approx(res.estimate("kn").value)
     assert s["kn"]["overlap"]["paper"] == 0.373
     assert set(s["tables"]) == {"fidelity.csv", "fidelity_rewrites.csv"} and (out / "fidelity.html").exists()
@@ -81,7 +81,7 @@ def test_cli_decouple_rule_reaches_the_ig_config(tmp_path):
     run = run_cli(["cnl", "decouple", *TINY, "--n", "1", "--sources", "template", "--rule", "gauss_legendre",
                    "--out", str(out)])
     assert run.code == 0, run.stderr[-3000:]
-    ig = json.loads((out / "summary.json").read_text())["provenance"]["config"]["ig"]
+    ig = json.loads((out / "summary.json").read_text())["provenance"]["config"]["kn"]["ig"]
     assert (ig["rule"], ig["steps"]) == ("gauss_legendre", 2)
 
 
@@ -100,7 +100,7 @@ def test_cli_reliability_merge(tmp_path, facts_file):
     # other facts are refused with a one-line error
     for part in ("kn", "kc"):
         run = run_cli(["cnl", "reliability", *TINY, "--facts", facts_file, "--parts", part, "--n-random", "2",
-                       "--n-random-circuits", "2", "--kc-top-n", "5", "--kc-ig-steps", "1", "--out", str(tmp_path / part)])
+                       "--n-random-circuits", "2", "--kc-top-n", "5", "--kc-steps", "1", "--out", str(tmp_path / part)])
         assert run.code == 0, run.stderr[-3000:]
     out = tmp_path / "both"
     run = run_cli(["cnl", "reliability-merge", str(tmp_path / "kn"), str(tmp_path / "kc"), "--out", str(out)])

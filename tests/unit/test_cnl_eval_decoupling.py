@@ -10,6 +10,7 @@ from tlcap.data.comparative import comparative_pairs, load_pairs, make_pair, pro
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval import DecouplingResult, decoupling
 from tlcap.experiments.cnl_eval.common import kn_neurons, neuron_ids
+from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.results import load_result
 
 IG = IGConfig(steps=2)
@@ -75,7 +76,7 @@ def test_decoupling_sets_come_from_kn(tiny_llama, tmp_path):
     pairs = [make_pair(2, "+", 3, uid="0"), make_pair(4, "*", 5, uid="1")]
     res = decoupling(tiny_llama, pairs, top_k=4, ig=IG, progress=False)
     prompt, target = pairs[1].framing(2)
-    ns, p = kn_neurons(tiny_llama, prompt, target, IG, top_k=4)
+    ns, p = kn_neurons(tiny_llama, prompt, target, KNConfig(ig=IG, top_k=4))
     assert res.sets2[1] == neuron_ids(ns) and res.probs2[1] == pytest.approx(p)
     assert all(len(s) == 4 for s in res.sets1 + res.sets2)
 

@@ -13,9 +13,10 @@ from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact, load_rewrites, rewrite_facts, save_rewrites
 from tlcap.errors import CheckpointMismatchError, DataFormatError, EmptyDatasetError, MissingFileError
 from tlcap.experiments.cnl_eval import FidelityResult, fidelity
-from tlcap.experiments.cnl_eval.common import edge_ids, knowledge_circuit, neuron_ids, neurons_from_ids
+from tlcap.experiments.cnl_eval.common import edge_ids, neuron_ids, neurons_from_ids
 from tlcap.experiments.cnl_eval.fidelity import chance_overlap
 from tlcap.locate.causal_trace import causal_trace
+from tlcap.locate.circuits import edge_attribution
 from tlcap.locate.selection import top_k_select
 from tlcap.results import load_result
 
@@ -25,7 +26,7 @@ FACTS = [
     RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),
 ]
 IG = IGConfig(steps=2)
-OPTS = dict(ig=IG, top_k=6, trace_k=1, trace_samples=1, trace_window=1, kc_top_n=12, kc_ig_steps=1, progress=False)
+OPTS = dict(ig=IG, kn__top_k=6, trace__top_k=1, trace__samples=1, trace__window=1, kc__top_n=12, kc__steps=1, progress=False)
 
 
 def _hand_overlap(sets):
@@ -85,7 +86,7 @@ def test_fidelity_sets_come_from_the_methods(fid, tiny_llama):
     assert list(fid.sets["kn"][0][1]) == list(neuron_ids(top_k_select(attr.scores, 6)))
     tr = causal_trace(tiny_llama, prompt, fact.subject, fact.target, kinds=("mlp",), samples=1, window=1, seed=0)
     assert list(fid.sets["trace"][0][1]) == tr.top_layers(1, kind="mlp", token="last_subject")
-    circ = knowledge_circuit(tiny_llama, prompt, fact.target, top_n=12, ig_steps=1)
+    circ = edge_attribution(tiny_llama, prompt, fact.target, None, steps=1).select(top_n=12)  # zero ablation, pruned
     assert list(fid.sets["kc"][0][1]) == list(edge_ids(circ))
 
 
@@ -113,7 +114,7 @@ def test_fidelity_checkpoint_resume(tiny_llama, tmp_path):
     assert seen == [1]  # the first fact came from the checkpoint
     assert res.to_frame().equals(full.to_frame())
     with pytest.raises(CheckpointMismatchError):
-        fidelity(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, top_k=5))
+        fidelity(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, kn__top_k=5))
 
 
 def test_fidelity_errors(tiny_llama):
@@ -153,7 +154,7 @@ def test_fidelity_bos_reaches_the_trace(tiny_llama):
     # probability are those of the trace with bos=True, and the probability differs from bos=False
     fact = FACTS[1]
     res = fidelity(tiny_llama, [fact], **dict(OPTS, methods=("trace",), bos=True))
-    assert res.config["bos"] is True
+    assert res.config["trace"]["bos"] is True
     rows = res.rewrite_frame()
     opts = dict(kinds=("mlp",), samples=1, window=1, seed=0)
     for r, prompt in enumerate(fact.rewrites):

@@ -14,7 +14,7 @@ from tests.reliability_rows import RND, _kc_rows, _kn_rows, _rome_rows
 from tlcap.attribution import IGConfig, integrated_gradients
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import CheckpointMismatchError, InvalidConfigError
-from tlcap.experiments.cnl_eval.common import knowledge_circuit, traced_layers, traced_layers_facts
+from tlcap.experiments.cnl_eval.common import cnl_circuit, cnl_trace, knowledge_circuit, traced_layers, traced_layers_facts
 from tlcap.experiments.cnl_eval.reliability import ReliabilityConfig, draw_seed, neighbourhood, reliability
 from tlcap.experiments.cnl_eval.reliability_merge import merge_reliability
 from tlcap.experiments.cnl_eval.reliability_result import KNRow, ReliabilityResult
@@ -113,7 +113,7 @@ def test_neighbourhood_falls_back():
 
 # ---------------------------------------------------------------- tiny-model runs
 def test_kn_reliability_matches_direct_interventions(tiny_llama):
-    res = reliability(tiny_llama, FACTS[:1], parts=("kn",), ig=IG, top_k=5, n_random=2, enhance_factor=1.0,
+    res = reliability(tiny_llama, FACTS[:1], parts=("kn",), ig=IG, kn__top_k=5, n_random=2, enhance_factor=1.0,
                       progress=False)
     rows = res.kn_records()
     assert [r.set for r in rows] == ["located", "random", "random"]
@@ -132,17 +132,17 @@ def test_kn_reliability_matches_direct_interventions(tiny_llama):
 
 def test_rome_reliability_every_layer_and_restores(tiny_llama):
     before = {n: p.detach().clone() for n, p in tiny_llama.backend.named_parameters()}
-    res = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False)
+    res = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False)
     rows = res.rome_records()
     assert [(r.fact, r.layer) for r in rows] == [(f, l) for f in (0, 1) for l in range(tiny_llama.n_layers)]
-    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
-                              window=1, seed=0)
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
+                              cnl_trace().replace(samples=1, window=1))
     assert {r.traced_layer for r in rows if r.fact == 0} == {top[0]}
     assert sum(r.located for r in rows if r.fact == 0) == 1
     for n, p in tiny_llama.backend.named_parameters():
         assert torch.equal(p, before[n]), n
     assert res.rome_figure().layout.title.text.startswith("ROME edits at every layer (")
-    sub = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False,
+    sub = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False,
                       rome_layers=(0,), rome_add_traced=False)
     hidden = sum(1 for f in (0, 1) if next(r.traced_layer for r in rows if r.fact == f) != 0)
     title = sub.rome_figure().layout.title.text  # a layer subset says so, and counts the facts traced elsewhere
@@ -151,10 +151,10 @@ def test_rome_reliability_every_layer_and_restores(tiny_llama):
 
 
 def test_kc_reliability_matches_evaluate_circuit(tiny_llama):
-    res = reliability(tiny_llama, FACTS[:1], parts=("kc",), kc_top_n=12, kc_ig_steps=1, n_random_circuits=3,
+    res = reliability(tiny_llama, FACTS[:1], parts=("kc",), kc__top_n=12, kc__steps=1, n_random_circuits=3,
                       progress=False)
     rows = res.kc_records()
-    circ = knowledge_circuit(tiny_llama, FACTS[0].rewrites[0], FACTS[0].target, top_n=12, ig_steps=1)
+    circ = knowledge_circuit(tiny_llama, FACTS[0].rewrites[0], FACTS[0].target, cnl_circuit().replace(top_n=12, steps=1))
     ev = evaluate_circuit(tiny_llama, circ)
     assert rows[0].rank == ev.circuit_target_rank and rows[0].n_edges == circ.n_edges
     assert [r.set for r in rows] == ["located"] + ["random"] * 3
@@ -169,15 +169,15 @@ def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
     seen = []
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["bos"])
+        seen.append(args[2].bos)
         return traced_layers_facts(*args, **kwargs)
 
     monkeypatch.setattr(rel_mod, "traced_layers_facts", spy)
-    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace_samples=1,
-                      trace_window=1, bos=True, rome_add_traced=False, progress=False)
+    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace__samples=1,
+                      trace__window=1, bos=True, rome_add_traced=False, progress=False)
     assert seen == [True] and res.config["bos"] is True
-    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
-                              window=1, seed=0, bos=True)
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
+                              cnl_trace().replace(samples=1, window=1, bos=True))
     assert [r.traced_layer for r in res.rome_records()] == [top[0]]
 
 
@@ -185,10 +185,10 @@ def test_rome_subset_adds_the_traced_layer(tiny_llama):
     # --rome-layers lists a layer that is not the fact's traced one: the traced layer is edited too
     # (its row equals rome_sweep's at that layer), the per-layer table keeps the listed layer only,
     # and the fact enters the traced-vs-other comparison; rome_add_traced=False edits the list only
-    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target, k=3, samples=1,
-                              window=1, seed=0, bos=False)
+    top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
+                              cnl_trace().replace(samples=1, window=1, bos=False))
     other = next(l for l in range(tiny_llama.n_layers) if l != top[0])
-    kw = dict(parts=("rome",), rome=ROME, rome_layers=(other,), trace_samples=1, trace_window=1, progress=False)
+    kw = dict(parts=("rome",), rome=ROME, rome_layers=(other,), trace__samples=1, trace__window=1, progress=False)
     res = reliability(tiny_llama, FACTS[:1], **kw)
     assert sorted(r.layer for r in res.rome_records()) == sorted([other, top[0]])
     assert res.rome_layers() == [other] and len(res.rome_by_layer()["efficacy"]) == 1
@@ -208,8 +208,8 @@ def test_rome_subset_adds_the_traced_layer(tiny_llama):
 def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
     # KN + KC + ROME on fact 0 in one run, ROME on fact 1 in another: merged, the rows equal one
     # run over both facts; overlapping ranges and other settings are refused
-    kw = dict(rome=ROME, ig=IG, n_random=2, n_random_circuits=2, kc_top_n=5, kc_ig_steps=1, trace_samples=1,
-              trace_window=1, progress=False)
+    kw = dict(rome=ROME, ig=IG, n_random=2, n_random_circuits=2, kc__top_n=5, kc__steps=1, trace__samples=1,
+              trace__window=1, progress=False)
     whole = reliability(tiny_llama, FACTS, **kw)
     a = reliability(tiny_llama, FACTS, rome_facts=1, **kw)
     b = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **kw)
@@ -224,8 +224,8 @@ def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
         merge_reliability([a, whole])
     exact = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **{**kw, "ig": IG.replace(batch_rows=3)})
     assert merge_reliability([a, exact]).rome_rows == whole.rome_rows  # a batch size changes no number
-    other = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **{**kw, "trace_samples": 2})
-    with pytest.raises(InvalidConfigError, match="different settings.*trace_samples"):
+    other = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **{**kw, "trace__samples": 2})
+    with pytest.raises(InvalidConfigError, match="different settings.*trace.samples"):
         merge_reliability([a, other])
     with pytest.raises(InvalidConfigError, match="rome_from"):
         ReliabilityConfig(rome_from=3, rome_facts=2)
@@ -234,7 +234,7 @@ def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
 def test_rome_layer_shards_merge_into_the_every_layer_run(tiny_llama):
     # ROME at layer 0 (+ each fact's traced layer) in one run, at the other layers in another: merged,
     # every (fact, layer) edit is there once and the per-layer table equals one run at every layer
-    kw = dict(parts=("rome",), rome=ROME, trace_samples=1, trace_window=1, progress=False)
+    kw = dict(parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False)
     whole = reliability(tiny_llama, FACTS, **kw)
     rest = tuple(range(1, tiny_llama.n_layers))
     a = reliability(tiny_llama, FACTS, rome_layers=(0,), **kw)
@@ -265,8 +265,8 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
         return real(tokens, *args, **kwargs)
 
     monkeypatch.setattr(tiny_llama, "record", spy)
-    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(1,), trace_samples=1,
-                      trace_window=1, bos=True, rome_add_traced=False, progress=False)
+    res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(1,), trace__samples=1,
+                      trace__window=1, bos=True, rome_add_traced=False, progress=False)
     monkeypatch.undo()
     assert firsts and set(firsts) == {bos_id}
     assert res.config["rome"]["bos"] is True
@@ -282,7 +282,7 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
 
 def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
     # interrupted at the second fact, the rerun computes only that fact and equals an uninterrupted run
-    opts = dict(parts=("kn", "kc"), ig=IG, top_k=4, n_random=2, kc_top_n=12, kc_ig_steps=1, n_random_circuits=2,
+    opts = dict(parts=("kn", "kc"), ig=IG, kn__top_k=4, n_random=2, kc__top_n=12, kc__steps=1, n_random_circuits=2,
                 progress=False)
     full = reliability(tiny_llama, FACTS, **opts)
 
@@ -297,4 +297,4 @@ def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
     assert seen == [1]  # fact 0 came from the checkpoint saved on the interrupt (not by checkpoint_every)
     assert res.kn_rows == full.kn_rows and res.kc_rows == full.kc_rows
     with pytest.raises(CheckpointMismatchError):
-        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, top_k=3))
+        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, kn__top_k=3))

@@ -207,3 +207,25 @@ def test_register_refuses_a_taken_name_and_a_bad_entry():
         register(dataclasses.replace(get_method("kn")))
     with pytest.raises(InvalidConfigError, match="one lower-case word"):
         register(Method("Bad Name", "x", "x", "x", "x", ("prompt",), runner="m:f"))
+
+
+def test_experiment_configs_nest_the_method_configs_and_share_one_seed():
+    from tlcap.errors import InvalidConfigError
+    from tlcap.experiments.cnl_eval import FidelityConfig, ReliabilityConfig
+    from tlcap.locate.causal_trace import TraceConfig
+
+    cfg = FidelityConfig.resolve(seed=3, samples=2, top_n=40, **{"kn.steps": 4, "kc.steps": 2, "trace.top_k": 1})
+    assert (cfg.trace.samples, cfg.kc.top_n, cfg.kn.ig.steps, cfg.kc.steps, cfg.trace.top_k) == (2, 40, 4, 2, 1)
+    assert cfg.kn.seed == cfg.trace.seed == cfg.kc.seed == 3  # one seed, followed by every nested config
+    moved = cfg.replace(seed=5)
+    assert moved.kn.seed == moved.trace.seed == moved.kc.seed == 5 and moved.trace.samples == 2
+    assert FidelityConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(UnknownNameError, match="kn and kc; write kn.steps"):  # KN's IG steps or EAP-IG's
+        FidelityConfig.resolve(steps=4)
+    with pytest.raises(UnknownNameError, match="'seed' is one setting here.*write seed="):
+        FidelityConfig.resolve(**{"trace.seed": 1})
+    with pytest.raises(InvalidConfigError, match=r"seed is one setting of FidelityConfig: set seed=2 there, not trace.seed"):
+        FidelityConfig(trace=TraceConfig(seed=2))
+    rel = ReliabilityConfig.resolve(bos=True, n_random=7)
+    assert rel.trace.bos and rel.rome.bos and rel.kn.n_random == 7
+    assert not ReliabilityConfig().rome.bos

@@ -239,8 +239,8 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     locs = ql.localize_facts(m, facts, "ig", steps=3, progress=False)
     cons = ql.consistency_analysis({"ig": locs})
     for r in cons.rows:
-        sets = locs[[l.fact["subject"] for l in locs].index(r["subject"])].sets()
-        assert r["cs2"] == pytest.approx(cs2(sets)) and r["cs1"] == pytest.approx(cs1(sets))
+        sets = locs[[l.fact.subject for l in locs].index(r.subject)].sets()
+        assert r.cs2 == pytest.approx(cs2(sets)) and r.cs1 == pytest.approx(cs1(sets))
     s = cons.summary()
     for k in ("n_facts", "k1_ratio", "k2_ratio", "mean_cs2_k1", "mean_cs2_k2", "threshold", "welch_t", "welch_p", "facts"):
         assert k in s
@@ -264,7 +264,7 @@ def test_ql_pipeline_tiny(tiny_gpt2, tmp_path):
     mp = ql.query_kn_mapping(m, locs, groups, progress=False)
     assert set(mp.to_frame()["set"]) == {"self", "union", "intersection", "refine"}
     sy = ql.synapse_experiment(m, locs, groups, alpha=0.05, progress=False)
-    assert [r["fact"] for r in sy.predominance] == [0, 2] and all(0 < r["predominance"] <= 1 for r in sy.predominance)
+    assert [r.fact for r in sy.predominance] == [0, 2] and all(0 < r.predominance <= 1 for r in sy.predominance)
     assert sy.heatmap_values is not None and sy.heatmap_values.shape[0] == len(sy.heatmap_rows)
     for fig in (cons.violin(), mod.figure(), mp.figure(), sy.figure(), sy.predominance_figure(), sy.heatmap()):
         assert len(fig.data) > 0

@@ -61,7 +61,7 @@ def test_update_activation_rule_writes_the_kns_own_scale_at_query(tiny_llama):
 def _fk(m, relation, subject, obj, queries, seed=0):
     g = torch.Generator().manual_seed(seed)
     scores = torch.rand(len(queries), m.n_layers, m.d_mlp, generator=g)
-    return FactKNs(scores, tuple(0.0 for _ in queries), Fact(relation, subject, obj, tuple(queries)).to_dict())
+    return FactKNs(scores, tuple(0.0 for _ in queries), Fact(relation, subject, obj, tuple(queries)))
 
 
 def _ranked_word(m, query, rank):
@@ -192,7 +192,7 @@ def test_irrelevant_synapses_come_from_a_random_fact_of_another_relation(tiny_gp
     res = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
     df = res.to_frame()
     ir = df[df.synapses == "irrelevant"]
-    rel_of = {q: fk.fact["relation"] for fk in locs for q in fk.queries}
+    rel_of = {q: fk.fact.relation for fk in locs for q in fk.queries}
     assert all(rel_of[s] != r for s, r in zip(ir.source, ir.relation))
     assert len(set(ir[ir.relation == "P36"].source)) > 1  # drawn, not always the next fact's query
     again = synapse_experiment(m, locs, ["K_I"] * 4, alpha=0.05, heatmap_max_cols=2, progress=False)
@@ -210,7 +210,7 @@ def test_irrelevant_synapses_of_a_one_relation_run_warn(tiny_gpt2):
     with pytest.warns(DataWarning, match="every fact shares relation P36"):
         res = synapse_experiment(m, locs, ["K_I"] * 2, alpha=0.05, heatmap_max_cols=2, progress=False)
     ir = res.to_frame().query("synapses == 'irrelevant'")
-    own = {q: fk.fact["subject"] for fk in locs for q in fk.queries}
+    own = {q: fk.fact.subject for fk in locs for q in fk.queries}
     assert all(own[s] != subj for s, subj in zip(ir.source, ir.subject))  # another fact, same relation
 
 
@@ -221,7 +221,7 @@ def _fk_sets(relation, subject, obj, kn_sets, shape=(2, 8)):
         for layer, j in s:
             scores[q, layer, j] = 1.0
     qs = tuple(f"q{q} {subject}" for q in range(len(kn_sets)))
-    return FactKNs(scores, tuple(0.5 for _ in kn_sets), Fact(relation, subject, obj, qs).to_dict())
+    return FactKNs(scores, tuple(0.5 for _ in kn_sets), Fact(relation, subject, obj, qs))
 
 
 def test_facts_with_fewer_than_three_queries_are_reported_apart():

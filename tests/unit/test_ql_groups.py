@@ -30,7 +30,7 @@ def _planted(m, relation, subject, obj, queries, kn_sets):
     for q, s in enumerate(kn_sets):
         for layer, j in s:
             scores[q, layer, j] = 1.0
-    return FactKNs(scores, tuple(0.5 for _ in queries), Fact(relation, subject, obj, tuple(queries)).to_dict())
+    return FactKNs(scores, tuple(0.5 for _ in queries), Fact(relation, subject, obj, tuple(queries)))
 
 
 def _top_word(m, query):
@@ -79,7 +79,7 @@ def test_two_query_facts_are_excluded_by_groups_and_every_analysis(tiny_gpt2):
     mp = query_kn_mapping(m, locs, groups, progress=False).to_frame()
     assert set(mp.fact) == {0, 2} and len(mp) == 2 * 3 * 4 * 2  # 2 facts × 3 queries × 4 sets × enh/sup
     sy = synapse_experiment(m, locs, groups, alpha=0.05, progress=False)
-    assert set(sy.to_frame().fact) == {0, 2} and [r["fact"] for r in sy.predominance] == [0, 2]
+    assert set(sy.to_frame().fact) == {0, 2} and [r.fact for r in sy.predominance] == [0, 2]
 
 
 def test_k2_fact_is_edited_on_the_first_query_the_model_answers(tiny_gpt2):

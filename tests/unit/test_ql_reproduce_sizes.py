@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tlcap.attribution.config import IGConfig
 from tlcap.errors import InvalidConfigError
 from tlcap.experiments.ql import FactKNs
 from tlcap.reproduce.run import build_stages
@@ -33,7 +34,7 @@ def test_cpu_scale_draws_facts_with_up_to_six_known_queries_and_keeps_sig_amig_a
 
 def test_ig_attributes_every_query_and_sig_its_first_ones(tiny_llama, tmp_path):
     scale = ScaleConfig(ql_relations=("P36", "P37"), ql_n_facts=2, ql_max_queries=4, ql_sig_facts=1, ql_amig_facts=1,
-                        ql_sig_amig_queries=3, ql_analysis_queries=3, ql_steps=1)
+                        ql_sig_amig_queries=3, ql_analysis_queries=3, ql_ig=IGConfig(steps=1))
     runner = Runner(build_stages(("ql",), scale), tmp_path, tiny_llama)
     runner.run(runner.plan(["ql.localize.ig", "ql.localize.sig", "ql.fig4"]))
 
@@ -42,7 +43,7 @@ def test_ig_attributes_every_query_and_sig_its_first_ones(tiny_llama, tmp_path):
         return [out[k] for k in sorted(out)]  # type: ignore[misc]
 
     ig, sig = locs("ig"), locs("sig")
-    assert [fk.k for fk in ig] == [4, 4] and [fk.fact["relation"] for fk in ig] == ["P36", "P37"]
+    assert [fk.k for fk in ig] == [4, 4] and [fk.fact.relation for fk in ig] == ["P36", "P37"]
     assert len(sig) == 1 and sig[0].k == 3 and sig[0].queries == ig[0].queries[:3]
     # the analyses see the first 3 queries: query 3 is held out, the neighbor sets are over queries 0-2
     mp = runner.outputs("ql.fig4")["mapping"].to_frame()

@@ -22,7 +22,7 @@ SCORES = torch.tensor([[[0.5, 0.02, 0.005, 0.0], [0.12, 0.011, -0.3, 0.009]],
 
 def _fk(method: str, **kw) -> FactKNs:
     f = Fact("P36", "France", "Paris", ("q0", "q1"))
-    return FactKNs(SCORES, (0.9, 0.8), f.to_dict(), method, **kw)
+    return FactKNs(SCORES, (0.9, 0.8), f, method, **kw)
 
 
 def test_each_method_selects_with_its_own_rule():

@@ -77,7 +77,7 @@ def test_rel_of_an_update_is_whether_the_gap_to_the_top_closed(tiny_gpt2):
     scores = torch.zeros(len(qs), m.n_layers, m.d_mlp)
     for j in acts[-1].abs().topk(6).indices.tolist():
         scores[:, -1, j] = 1.0
-    fk = FactKNs(scores, (0.5,) * 3, Fact("P36", "France", "is", tuple(qs)).to_dict())  # o = the model's answer " is"
+    fk = FactKNs(scores, (0.5,) * 3, Fact("P36", "France", "is", tuple(qs)))  # o = the model's answer " is"
     kw = dict(operations=("update",), sets=("local",), ppl_texts=["A short text about the weather today."],
               n_ppl_texts=1, edit_queries=1, new_objects={"P36": ["Paris"]}, progress=False)
     rows = {size: modification_experiment(m, [fk], ["K_I"], update_size=size, **kw).to_frame().iloc[0]
@@ -92,7 +92,6 @@ def test_rel_of_an_update_is_whether_the_gap_to_the_top_closed(tiny_gpt2):
 
 def test_a_saved_edit_with_no_neighbor_query_loads_back_with_nan_gen(tmp_path):
     """NaN is saved as JSON null; the edit rows of a loaded result must still build their frame (gen NaN, not None)."""
-    import dataclasses
     import math
 
     from tlcap.experiments.ql.modification_result import EditRow, ModificationResult
@@ -102,7 +101,7 @@ def test_a_saved_edit_with_no_neighbor_query_loads_back_with_nan_gen(tmp_path):
                   operation="erasure", set="N_i", n_neurons=3, rel=1.0, gen=math.nan, loc=1.0, avg=1.0, ppl_before=10.0,
                   ppl_after=11.0, dppl=0.1, p_before=0.5, p_after=0.1, p_new_before=math.nan, p_new_after=math.nan,
                   rule="erasure")
-    res = ModificationResult((dataclasses.asdict(row),), 1.0, 1.0, 10.0, ("K_I",), "ig", "QL Table 2")
+    res = ModificationResult((row,), 1.0, 1.0, 10.0, ("K_I",), "ig", "QL Table 2")
     back = load_result(res.save(tmp_path / "m"))
     f = back.to_frame()
     assert math.isnan(f.gen[0]) and f.rel[0] == 1.0 and f.new_object[0] is None

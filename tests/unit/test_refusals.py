@@ -51,9 +51,9 @@ def test_model_shapes_come_from_the_config_without_weights(monkeypatch):
     (["edit", "--model", "gpt2-tiny", *FACT, "--target-new", " Rome", "--layer", "2"],
      "layer (--layer) 2 out of range for gpt2-tiny (2 layers: 0..1)"),
     # accepted and meaningless before: every layer located for every rewrite, an overlap of 1 by construction
-    (["cnl", "fidelity", "--model", "gpt2-tiny", "--methods", "trace", "--trace-k", "2"],
-     "trace_k (--trace-k) must be below the 2 layers of gpt2-tiny, got 2: with every layer located for every rewrite "
-     "the overlap is 1 by construction; use a smaller --trace-k (the paper: 3)"),
+    (["cnl", "fidelity", "--model", "gpt2-tiny", "--methods", "trace", "--trace-top-k", "2"],
+     "trace.top_k (--trace-top-k) must be below the 2 layers of gpt2-tiny, got 2: with every layer located for every "
+     "rewrite the overlap is 1 by construction; use a smaller --trace-top-k (the paper: 3)"),
 ])
 def test_model_dependent_ranges_are_refused_before_the_load_and_the_draw(tmp_path, no_model_load, args, message):
     out = tmp_path / "run"
@@ -65,8 +65,8 @@ def test_trace_k_is_refused_by_the_api_too(tiny_llama):
     from tlcap.experiments.cnl_eval import fidelity
 
     fact = RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome")
-    with pytest.raises(InvalidConfigError, match=r"trace_k \(--trace-k\) must be below the 2 layers"):
-        fidelity(tiny_llama, [fact], methods=("trace",), trace_k=2, progress=False)
+    with pytest.raises(InvalidConfigError, match=r"trace.top_k \(--trace-top-k\) must be below the 2 layers"):
+        fidelity(tiny_llama, [fact], methods=("trace",), trace__top_k=2, progress=False)
 
 
 def test_reproduce_refuses_a_bad_n_boot_out_and_only_before_the_model(tmp_path, no_model_load):

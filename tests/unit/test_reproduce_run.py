@@ -30,14 +30,14 @@ def test_report_structure_and_every_table_has_rows(runs):
     out, first, _, _ = runs
     report = check_report(out, ("cnl", "ql"))
     assert first.computed  # the first run computed its stages
-    statuses = {s["name"]: s["status"] for s in report.stages}
+    statuses = {s.name: s.status for s in report.stages}
     assert statuses["cnl.locate.emotion"] == "cached"  # the saved report is the second run's
     # stage costs: every computed stage has a prediction and a measurement (cnl.compare only composes
     # results computed by other stages: its model is 0 s)
     for s in first.report.stages:
-        if s["status"] == "computed":
-            assert s["predicted_s"] is not None and s["measured_s"] > 0, s
-            assert s["predicted_s"] > 0 or (s["name"] == "cnl.compare" and s["predicted_s"] == 0), s
+        if s.status == "computed":
+            assert s.predicted_s is not None and s.measured_s > 0, s
+            assert s.predicted_s > 0 or (s.name == "cnl.compare" and s.predicted_s == 0), s
 
 
 def test_table4_composes_the_suite_and_the_locate_results(runs):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from tlcap.config import Config
+from tlcap.data.pararel import Fact
 from tlcap.reproduce.ql_stages import FactSet
 from tlcap.reproduce.stages import Runner, Stage, StageError, data_hash
 
@@ -19,8 +20,8 @@ class Cfg(Config):
 CALLS: list[str] = []
 
 
-def _fact(i: int) -> dict:
-    return {"relation": "P36", "subject": f"s{i}", "object": f"o{i}", "queries": [f"q{i}"], "uuid": ""}
+def _fact(i: int) -> Fact:
+    return Fact("P36", f"s{i}", f"o{i}", (f"q{i}",))
 
 
 def _leaf(ctx):
@@ -52,7 +53,7 @@ def test_rerun_loads_every_stage_from_the_cache(tmp_path):
     recs = r2.run(r2.plan())
     assert [r.status for r in recs] == ["cached", "cached"]
     assert CALLS == ["a", "b"] and r2.executed == []
-    assert [f["subject"] for f in r2.outputs("b")["facts"].facts] == ["s1", "s2"]
+    assert [f.subject for f in r2.outputs("b")["facts"].facts] == ["s1", "s2"]
 
 
 def test_changed_config_model_or_data_invalidates_the_stage_and_its_dependents(tmp_path):

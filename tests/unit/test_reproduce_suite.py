@@ -70,8 +70,8 @@ def test_compare_uses_gsm8k_when_it_is_located_and_erased():
 def test_scale_checks_rules_and_the_random_set_minimum():
     from tlcap.errors import InvalidConfigError
 
-    with pytest.raises(InvalidConfigError, match="cnl_rule"):
-        ScaleConfig(cnl_rule="simpson")
+    with pytest.raises(InvalidConfigError, match="rule"):
+        ScaleConfig(cnl_ig=IGConfig(rule="simpson"))
     ScaleConfig(n_random=5)  # smoke: the fewest draws an IPP takes
     with pytest.raises(InvalidConfigError, match="n_random"):
         ScaleConfig(name="cpu", n_random=5)  # every other scale: >= 20 matched random sets
@@ -89,8 +89,8 @@ def test_sig_and_amig_attribute_the_scale_s_first_facts():
 
 
 def test_locate_passes_the_scale_rule(tiny_llama, tmp_path):
-    scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=4, cnl_steps=1,
-                        cnl_rule="gauss_legendre")
+    scale = ScaleConfig(cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=4,
+                        cnl_ig=IGConfig(steps=1, rule="gauss_legendre"))
     runner = Runner(build_stages(("cnl",), scale), tmp_path, tiny_llama)
     runner.run(runner.plan(["cnl.locate.emotion"]))
     group = runner.outputs("cnl.locate.emotion")["group_A0"]

@@ -88,7 +88,7 @@ def test_fidelity_locates_a_window_of_facts_as_one_fact_at_a_time():
     model = _peaked("gpt2")
     facts = [RewriteFact("France", " Paris", ("The capital of France is", "France's capital city is"), "P1", "a"),
              RewriteFact("Italy", " Rome", ("The capital of Italy is", "Italy's capital city is"), "P1", "b")]
-    kw = dict(methods=("kn", "trace", "kc"), ig=IGConfig(steps=2), trace_samples=2, trace_k=1, kc_top_n=20, kc_ig_steps=2,
+    kw = dict(methods=("kn", "trace", "kc"), ig=IGConfig(steps=2), trace__samples=2, trace__top_k=1, kc__top_n=20, kc__steps=2,
               progress=False)
     together = fidelity(model, facts, fact_batch=2, **kw)
     alone = fidelity(model, facts, fact_batch=1, **kw)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tlcap.attribution.quadrature import RULES
+from tlcap.attribution.quadrature import RULES, n_points
 from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
 from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import parse_memory
@@ -111,6 +111,17 @@ class IGConfig(Config):
         check_bool("prefix_reuse", self.prefix_reuse, cli=None)
         check_bool("late_expand", self.late_expand, cli=None)
         check_int("layer_chunks", self.layer_chunks, min=1, cli=None)
+
+    @property
+    def points(self) -> int:
+        """Quadrature points per layer and answer token (:func:`~tlcap.attribution.quadrature.n_points`;
+        ``steps="auto"``: ``max_steps``, the most it may use).
+
+        Example:
+            >>> IGConfig(steps=20, rule="cnl").points
+            21
+        """
+        return n_points(self.max_steps if self.steps == "auto" else int(self.steps), self.rule)
 
 
 __all__ = ["IGConfig", "RULES", "ESTIMATORS", "NEURON_SITES"]

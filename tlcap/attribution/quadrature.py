@@ -33,6 +33,23 @@ from tlcap.config import check_choice, check_int
 RULES: tuple[str, ...] = ("midpoint", "left", "right", "linspace", "trapezoid", "cnl", "gauss_legendre")
 
 
+def n_points(steps: int, rule: str = "midpoint") -> int:
+    """How many points :func:`quadrature` returns, without building them.
+
+    Args:
+        steps: The rule's size m, ``>= 1``.
+        rule: One of :data:`RULES`.
+
+    Returns:
+        m (m + 1 for ``cnl``).
+
+    Example:
+        >>> n_points(20, "cnl"), n_points(4, "gauss_legendre")
+        (21, 4)
+    """
+    return int(steps) + (1 if rule == "cnl" else 0)
+
+
 def quadrature(steps: int, rule: str = "midpoint") -> tuple[Float[Tensor, " n"], Float[Tensor, " n"]]:
     """Points α and weights for ∫₀¹ f(α) dα (float64).
 
@@ -78,4 +95,4 @@ def quadrature(steps: int, rule: str = "midpoint") -> tuple[Float[Tensor, " n"],
     return torch.linspace(0, 1, steps, dtype=torch.float64), w
 
 
-__all__ = ["RULES", "quadrature"]
+__all__ = ["n_points", "RULES", "quadrature"]

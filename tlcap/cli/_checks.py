@@ -37,11 +37,11 @@ def layers_fit(s: ModelSpec | None, layers: int | Sequence[int] | None, name: st
 
 
 def trace_k_fits(s: ModelSpec | None, k: int) -> None:
-    """``--trace-k`` must leave layers out: with ``k >= n_layers`` every rewrite locates every layer."""
+    """``--trace-top-k`` must leave layers out: with ``k >= n_layers`` every rewrite locates every layer."""
     if s is not None and k >= s.n_layers:
         raise InvalidConfigError(
-            f"trace_k (--trace-k) must be below the {s.n_layers} layers of {s.name}, got {k}: with every layer located "
-            "for every rewrite the overlap is 1 by construction; use a smaller --trace-k (the paper: 3)")
+            f"trace.top_k (--trace-top-k) must be below the {s.n_layers} layers of {s.name}, got {k}: with every layer "
+            "located for every rewrite the overlap is 1 by construction; use a smaller --trace-top-k (the paper: 3)")
 
 
 def neuron_pairs(neurons: Any, where: str) -> list[tuple[int, int]]:

@@ -56,7 +56,6 @@ from tlcap.experiments.cnl_eval import (
     reliability,
 )
 from tlcap.experiments.cnl_eval.common import param_counts
-from tlcap.intervene.rome import RomeConfig
 from tlcap.provenance import model_identity
 from tlcap.results import load_result
 
@@ -143,11 +142,12 @@ def fidelity_cmd(
     rule: str = _RULE,
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
-    trace_k: int = typer.Option(3, help="Causal tracing: located MLP layers at the last subject token (paper: 3)."),
-    trace_samples: int = typer.Option(10, help="Causal tracing: noise draws per cell (ROME: 10)."),
+    trace_top_k: int = typer.Option(3, help="Causal tracing (trace.top_k): located MLP layers at the last subject "
+                                            "token (paper: 3)."),
+    trace_samples: int = typer.Option(10, help="Causal tracing (trace.samples): noise draws per cell (ROME: 10)."),
     bos: bool = _BOS,
-    kc_top_n: int = typer.Option(300, help="Knowledge circuit: edges kept (fixed top-n)."),
-    kc_ig_steps: int = typer.Option(5, help="Knowledge circuit: EAP-IG steps (1 = plain EAP)."),
+    kc_top_n: int = typer.Option(300, help="Knowledge circuit (kc.top_n): edges kept (fixed top-n)."),
+    kc_steps: int = typer.Option(5, help="Knowledge circuit (kc.steps): EAP-IG steps (1 = plain EAP)."),
     seed: int = typer.Option(0, help="Seed of the fact draw and the trace noise."),
     checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
@@ -156,12 +156,13 @@ def fidelity_cmd(
     """Fidelity: do rewrites of a fact get the same KN neurons / traced layers / circuit edges?"""
     _check_draw(n, n_rewrites, known_top_k, max_scan, max_misses)
     check_int("checkpoint_every", checkpoint_every, min=1)
-    cfg = FidelityConfig(methods=_list(methods, "--methods"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold,
-                         top_k=top_k, trace_k=trace_k, trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n,
-                         kc_ig_steps=kc_ig_steps, seed=seed)
+    cfg = FidelityConfig.resolve(methods=_list(methods, "--methods"), seed=seed, **{
+        "kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k,
+        "trace.top_k": trace_top_k, "trace.samples": trace_samples, "trace.bos": bos, "kc.top_n": kc_top_n,
+        "kc.steps": kc_steps})
     if "trace" in cfg.methods:
         check_device_dtype(device, dtype)
-        trace_k_fits(spec(model), cfg.trace_k)  # before the model load and the draw
+        trace_k_fits(spec(model), cfg.trace.top_k)  # before the model load and the draw
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
@@ -192,7 +193,7 @@ def reliability_cmd(
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     enhance_factor: float = typer.Option(2.0, help="KN: factor of the 'double' intervention."),
-    n_random: int = typer.Option(20, help="KN: random neuron sets per fact (same count per layer)."),
+    n_random: int = typer.Option(20, help="KN (kn.n_random): random neuron sets per fact (same count per layer)."),
     rome_layers: str | None = typer.Option(None, help="ROME: layers to edit, e.g. '0,4,8' (default: every layer)."),
     rome_add_traced: bool = typer.Option(True, "--rome-add-traced/--no-rome-add-traced",
                                          help="ROME with --rome-layers: also edit each fact's traced layer."),
@@ -200,10 +201,10 @@ def reliability_cmd(
     rome_from: int = typer.Option(0, help="ROME: edit only facts from this position on (run ROME in several "
                                           "processes over one --facts file; join with `tlcap cnl reliability-merge`)."),
     rome_steps: int = typer.Option(20, help="ROME: Adam steps for the value vector."),
-    trace_samples: int = typer.Option(10, help="Causal tracing (the marked layer): noise draws per cell."),
+    trace_samples: int = typer.Option(10, help="Causal tracing (trace.samples; the marked layer): noise draws per cell."),
     bos: bool = _BOS,
-    kc_top_n: int = typer.Option(300, help="KC: edges kept."),
-    kc_ig_steps: int = typer.Option(5, help="KC: EAP-IG steps."),
+    kc_top_n: int = typer.Option(300, help="KC (kc.top_n): edges kept."),
+    kc_steps: int = typer.Option(5, help="KC (kc.steps): EAP-IG steps."),
     n_random_circuits: int = typer.Option(20, help="KC: random circuits of as many edges per fact."),
     seed: int = typer.Option(0, help="Seed of the fact draw, random sets and trace noise."),
     checkpoint_every: int = _EVERY,
@@ -213,12 +214,12 @@ def reliability_cmd(
     """Reliability: KN double/zero vs random sets, ROME at every layer, KC recall of the circuit alone."""
     _check_draw(n, 5, known_top_k, max_scan, max_misses)
     check_int("checkpoint_every", checkpoint_every, min=1)
-    cfg = ReliabilityConfig(parts=_list(parts, "--parts"), ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k,
-                            enhance_factor=enhance_factor, n_random=n_random, rome=RomeConfig(steps=rome_steps),
-                            rome_layers=_ints(rome_layers, "--rome-layers"), rome_add_traced=rome_add_traced,
-                            rome_facts=rome_facts, rome_from=rome_from,
-                            trace_samples=trace_samples, bos=bos, kc_top_n=kc_top_n, kc_ig_steps=kc_ig_steps,
-                            n_random_circuits=n_random_circuits, seed=seed)
+    cfg = ReliabilityConfig.resolve(
+        parts=_list(parts, "--parts"), enhance_factor=enhance_factor, rome_layers=_ints(rome_layers, "--rome-layers"),
+        rome_add_traced=rome_add_traced, rome_facts=rome_facts, rome_from=rome_from, n_random_circuits=n_random_circuits,
+        bos=bos, seed=seed, **{"kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k,
+                               "kn.n_random": n_random, "rome.steps": rome_steps, "trace.samples": trace_samples,
+                               "kc.top_n": kc_top_n, "kc.steps": kc_steps})
     if "rome" in cfg.parts:
         check_device_dtype(device, dtype)
         layers_fit(spec(model), cfg.rome_layers, "rome_layers", "--rome-layers")  # before the model load and the draw
@@ -291,7 +292,7 @@ def decouple_cmd(
     src, op = _list(sources, "--sources"), _list(ops, "--ops")
     check_pair_options(n, src, op, max_operand)
     check_int("checkpoint_every", checkpoint_every, min=1)
-    cfg = DecouplingConfig(ig=IGConfig(steps=steps, rule=rule), threshold=threshold, top_k=top_k)
+    cfg = DecouplingConfig.resolve(**{"kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k})
     data = load_pairs(pairs)[:n] if pairs is not None else comparative_pairs(n, seed=seed, sources=src, ops=op,
                                                                             max_operand=max_operand)
     with staged_output(out, overwrite=overwrite) as stage:

@@ -117,7 +117,7 @@ def _plan(data_dir: Path | None, relations: str, n_facts: int, known_top_k: int,
     rels = tuple(r.strip() for r in relations.split(",") if r.strip())
     data = ParaRelConfig(relations=rels or None, n_facts=n_facts, known_top_k=known_top_k or None,
                          max_queries=max_queries or None, max_scan=max_scan, seed=seed)
-    qcfg = ql.QLConfig(attribution=IGConfig(steps=steps), kn_threshold=kn_threshold, selection=selection,
+    qcfg = ql.QLConfig(ig=IGConfig(steps=steps), kn_threshold=kn_threshold, selection=selection,
                        amig_tau=amig_tau, amig_words=amig_words, static_threshold=static_threshold, split=split)
     methods = _methods(method, many)
     if not rels:
@@ -175,7 +175,7 @@ def _locs_and_groups(m: Model, facts: list[Fact], plan: _Plan) -> tuple[list[ql.
 
 def _extra(model: str, plan: _Plan, facts: list[Fact], sample: ParaRelSample) -> dict[str, Any]:
     return {"pararel": sample.summary(), "model": model, "relations": list(plan.relations),
-            "steps": plan.config.attribution.steps,
+            "steps": plan.config.ig.steps,
             "kn_threshold": plan.config.kn_threshold, "data": plan.data.to_dict(), "config": plan.config.to_dict(),
             "n_queries": sum(len(f.queries) for f in facts)}
 

@@ -26,11 +26,12 @@ fixed-point sums add exactly, the located set and the split-half overlap are tho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import DatasetScores, score_dataset
-from tlcap.config import Config, check_int, check_sequence
+from tlcap.config import Config, check_int, check_nested, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
 from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import DatasetUnavailableError
@@ -55,15 +56,14 @@ class LocateConfig(Config):
     split: str = "train"
     n: int | None = 200
     seed: int = 0
-    steps: int = 20
-    rule: str = "midpoint"
+    ig: IGConfig = field(default_factory=IGConfig)
     max_answer_tokens: int = 8
     groups: int = 20
     sigma: float = 3.0
     data_dir: str | None = None
 
     def validate(self) -> None:
-        check_int("steps", self.steps, min=1)
+        check_nested(self, ig=IGConfig)
         check_int("max_answer_tokens", self.max_answer_tokens, min=1)
         check_int("groups", self.groups, min=2)
 
@@ -113,7 +113,7 @@ def _locate(ctx: StageContext) -> dict[str, Result]:
     cfg: LocateConfig = ctx.config
     parts: dict[str, DatasetScores] = {}
     for name, chunk in _groups(cfg, ctx.inputs()):
-        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, steps=cfg.steps, rule=cfg.rule,
+        parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, config=cfg.ig,
                                     max_answer_tokens=cfg.max_answer_tokens,
                                     checkpoint_dir=ctx.checkpoint / name, checkpoint_every=5, progress=ctx.progress,
                                     desc=f"CNL {cfg.dataset} group {name}")
@@ -128,7 +128,7 @@ def _locate_work(ctx: StageContext) -> Workload:
     rows, toks, longest, evals = 0.0, 0.0, 0, 0
     for s in ctx.inputs():
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
-        rows += len(t) * (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
+        rows += len(t) * (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
         evals += len(t)  # one IG evaluation per answer token (its clean run is part of it)
@@ -271,7 +271,7 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
     """Every CNL stage at ``scale`` (see the module table)."""
     stages: list[Stage] = []
     for ds in scale.cnl_datasets:
-        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, steps=scale.cnl_steps, rule=scale.cnl_rule,
+        cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, ig=scale.cnl_ig,
                            max_answer_tokens=scale.cnl_max_answer_tokens, groups=scale.cnl_groups, sigma=scale.cnl_sigma,
                            data_dir=data_dir)
         stages.append(Stage(f"cnl.locate.{ds}", _locate, cfg, code=CODE, data=_train_data, workload=_locate_work,

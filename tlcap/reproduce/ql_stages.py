@@ -25,13 +25,14 @@ consistency test); facts with fewer than 3 queries are ``"excluded"`` there and 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from tlcap.config import Config, check_choice, check_int
+from tlcap.attribution.config import IGConfig
+from tlcap.config import Config, check_choice, check_int, check_nested
 from tlcap.data.pararel import KNOWN_POLICIES, Fact, causal_patterns, iter_facts, list_relations, load_pararel
 from tlcap.experiments.ql import (
     FactKNs,
@@ -46,7 +47,7 @@ from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.results import Result
 from tlcap.results import load_result as _load
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame
 
 CODE = ("tlcap.experiments.ql", "tlcap.attribution", "tlcap.metrics.stats", "tlcap.intervene", "tlcap.data.pararel")
 METHODS = ("ig", "sig", "amig")
@@ -62,20 +63,22 @@ class FactRow:
 
 
 @dataclass(frozen=True)
-class FactSet(Result):
-    """The ParaRel facts a QL reproduction runs on (``Fact.to_dict()`` each)."""
+class FactSet(RowFields, Result):
+    """The ParaRel facts a QL reproduction runs on."""
 
-    facts: tuple[dict, ...] = ()
+    _row_types: ClassVar[dict[str, type]] = {"facts": Fact}
+
+    facts: tuple[Fact, ...] = ()
 
     def to_facts(self) -> list[Fact]:
-        return [Fact(f["relation"], f["subject"], f["object"], tuple(f["queries"]), f.get("uuid", "")) for f in self.facts]
+        return list(self.facts)
 
     def summary(self) -> dict[str, Any]:
-        rels = sorted({f["relation"] for f in self.facts}, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0)
-        return {"n_facts": len(self.facts), "n_queries": sum(len(f["queries"]) for f in self.facts), "relations": rels}
+        rels = sorted({f.relation for f in self.facts}, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0)
+        return {"n_facts": len(self.facts), "n_queries": sum(len(f.queries) for f in self.facts), "relations": rels}
 
     def to_frame(self) -> pd.DataFrame:
-        return frame([FactRow(f["relation"], f["subject"], f["object"], len(f["queries"])) for f in self.facts], FactRow)
+        return frame([FactRow(f.relation, f.subject, f.object, len(f.queries)) for f in self.facts], FactRow)
 
     def figure(self) -> go.Figure:
         df = self.to_frame()
@@ -112,15 +115,14 @@ class LocalizeConfig(Config):
     of each of the first ``n_facts`` facts (``None``: all)."""
 
     method: str = "ig"
-    steps: int = 20
-    rule: str = "midpoint"
+    ig: IGConfig = field(default_factory=IGConfig)
     threshold: float = 0.2
     n_facts: int | None = None
     max_queries: int | None = None
 
     def validate(self) -> None:
         check_choice("method", self.method, METHODS)
-        check_int("steps", self.steps, min=1)
+        check_nested(self, ig=IGConfig)
         if self.max_queries is not None:
             check_int("max_queries", self.max_queries, min=2)
 
@@ -161,7 +163,7 @@ def _facts(ctx: StageContext) -> dict[str, Result]:
     facts = load_pararel(cfg.data_dir, _relations(cfg), cfg.n_facts, ctx.model, known_top_k=cfg.known_top_k,
                          max_queries=cfg.max_queries, seed=cfg.seed, known_policy=cfg.known_policy,
                          min_queries=cfg.min_queries)
-    return {"facts": FactSet(tuple(f.to_dict() for f in facts))}
+    return {"facts": FactSet(tuple(facts))}
 
 
 def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
@@ -224,7 +226,7 @@ def _localize(ctx: StageContext) -> dict[str, Result]:
             todo.append(i)
     for s in range(0, len(todo), LOCALIZE_WINDOW):  # the queries of a window of facts share batches
         window = todo[s:s + LOCALIZE_WINDOW]
-        fks = localize_facts(ctx.model, [facts[i] for i in window], cfg.method, steps=cfg.steps, rule=cfg.rule,
+        fks = localize_facts(ctx.model, [facts[i] for i in window], cfg.method, ig=cfg.ig,
                              kn_threshold=cfg.threshold, progress=False, fact_batch=LOCALIZE_WINDOW)
         for i, fk in zip(window, fks):
             fk.save(ctx.checkpoint / f"fact_{i:04d}")
@@ -246,7 +248,7 @@ def _localize_work(ctx: StageContext) -> Workload:
     for f in facts:
         for q in f.queries:
             n = n_tokens(m, q)
-            per = (cfg.steps + (2 if cfg.rule == "cnl" else 1)) * m.n_layers
+            per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
             # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
             rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
             toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
@@ -320,7 +322,7 @@ def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None)
     stages = [Stage("ql.facts", _facts, fcfg, code=("tlcap.data.pararel",), data=_facts_data, workload=_facts_work,
                     items=("QL Table 1",), description="ParaRel facts with neighbor queries")]
     for m in METHODS:
-        lcfg = LocalizeConfig(method=m, steps=scale.ql_steps, rule=scale.ql_rule,
+        lcfg = LocalizeConfig(method=m, ig=scale.ql_ig,
                               n_facts={"sig": scale.ql_sig_facts, "amig": scale.ql_amig_facts}.get(m),
                               max_queries=None if m == "ig" else scale.ql_sig_amig_queries)
         stages.append(Stage(f"ql.localize.{m}", _localize, lcfg, deps=("ql.facts",), code=CODE, workload=_localize_work,

@@ -122,7 +122,7 @@ def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "fi
     out = [f"# tlcap reproduce: {' + '.join(p.upper() for p in report.papers)} on {report.model} (scale {report.scale})", "",
            intro(report), ""]
     rows = report.report_rows()
-    figs = [FigureRef(**f) for f in report.figures]
+    figs = list(report.figures)
     for item in report.items() + [f.item for f in figs if f.item not in report.items()]:
         if any(f.item == item for f in figs) and item not in report.items():
             out += [f"## {item}", ""]
@@ -138,7 +138,7 @@ def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "fi
                 out += [f"![{f.title}]({figures_dir}/{link})" if png else f"[{f.title}]({figures_dir}/{link})", ""]
     out += power_markdown(report)
     out += ["## Not reproduced", ""]
-    out += [f"- **{n['paper'].upper()} {n['item']}**: {n['why']}" for n in report.not_reproduced] or \
+    out += [f"- **{n.paper.upper()} {n.item}**: {n.why}" for n in report.not_reproduced] or \
         ["Every table, figure and printed value of the papers above has a number of ours in this report."]
     out += [""]
     out += stage_markdown(report)
@@ -187,11 +187,11 @@ def stage_markdown(report: Report) -> list[str]:
            "| stage | status | predicted time | measured time | predicted peak | measured peak | note |",
            "|---|---|---|---|---|---|---|"]
     for st in report.stages:
-        pred = st['predicted_s'] if st['predicted_s'] is not None else math.nan
-        out.append(f"| {st['name']} | {st['status']} | {fmt_seconds(pred)}"
-                   f" | {fmt_seconds(st['measured_s'] if st['measured_s'] is not None else math.nan)}"
-                   f" | {fmt_bytes(st['predicted_bytes'] or 0)} | {fmt_bytes(st['measured_bytes'] or 0)} | "
-                   f"{_md_cell(st['note'])} |")
+        pred = st.predicted_s if st.predicted_s is not None else math.nan
+        out.append(f"| {st.name} | {st.status} | {fmt_seconds(pred)}"
+                   f" | {fmt_seconds(st.measured_s if st.measured_s is not None else math.nan)}"
+                   f" | {fmt_bytes(st.predicted_bytes or 0)} | {fmt_bytes(st.measured_bytes or 0)} | "
+                   f"{_md_cell(st.note)} |")
     return out + [""]
 
 
@@ -223,15 +223,15 @@ def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) ->
                 parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False))
                 first = False
     parts.append("<h2>Not reproduced</h2><ul>")
-    parts += [f"<li><b>{esc(n['paper'].upper())} {esc(n['item'])}</b>: {esc(n['why'])}</li>" for n in report.not_reproduced] \
+    parts += [f"<li><b>{esc(n.paper.upper())} {esc(n.item)}</b>: {esc(n.why)}</li>" for n in report.not_reproduced] \
         or ["<li>Every table, figure and printed value of the papers above has a number of ours in this report.</li>"]
     parts.append("</ul><h2>Stages: predicted vs measured</h2><table><tr>" + "".join(
         f"<th>{c}</th>" for c in ("stage", "status", "predicted time", "measured time", "predicted peak", "measured peak",
                                   "note")) + "</tr>")
     for st in report.stages:
-        vals = [st["name"], st["status"], fmt_seconds(st["predicted_s"] if st["predicted_s"] is not None else math.nan),
-                fmt_seconds(st["measured_s"] if st["measured_s"] is not None else math.nan),
-                fmt_bytes(st["predicted_bytes"] or 0), fmt_bytes(st["measured_bytes"] or 0), st["note"]]
+        vals = [st.name, st.status, fmt_seconds(st.predicted_s if st.predicted_s is not None else math.nan),
+                fmt_seconds(st.measured_s if st.measured_s is not None else math.nan),
+                fmt_bytes(st.predicted_bytes or 0), fmt_bytes(st.measured_bytes or 0), st.note]
         parts.append("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in vals) + "</tr>")
     parts.append("</table></body></html>")
     return "\n".join(parts)

@@ -22,11 +22,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -41,7 +40,7 @@ from tlcap.reproduce.paper_values import PaperClaim, PaperValue
 from tlcap.reproduce.registry import paper_values
 from tlcap.reproduce.verdict import ALPHA, NOT_COMPARABLE, WORDS, verdict
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame, row_dict
 
 TWO_SIDED = "two-sided"
 
@@ -299,7 +298,7 @@ class StageRow:
 
 
 @dataclass(frozen=True)
-class Report(Result):
+class Report(RowFields, Result):
     """The reproduction report (rows, figures, what was not reproduced, the stages' costs).
 
     Attributes:
@@ -319,11 +318,14 @@ class Report(Result):
     papers: tuple[str, ...] = ()
     model: str = ""
     scale: str = ""
+    _row_types: ClassVar[dict[str, type]] = {"rows": ReportRow, "figures": FigureRef, "not_reproduced": NotReproduced,
+                                             "stages": StageRow}
+
     reference: dict = field(default_factory=dict)
-    rows: tuple[dict, ...] = ()
-    figures: tuple[dict, ...] = ()
-    not_reproduced: tuple[dict, ...] = ()
-    stages: tuple[dict, ...] = ()
+    rows: tuple[ReportRow, ...] = ()
+    figures: tuple[FigureRef, ...] = ()
+    not_reproduced: tuple[NotReproduced, ...] = ()
+    stages: tuple[StageRow, ...] = ()
     calibration: dict = field(default_factory=dict)
     alpha: float = ALPHA
     alpha_adjusted: float = math.nan
@@ -334,29 +336,28 @@ class Report(Result):
         rows = rb.finalize(alpha)
         figs = [f for f, _ in rb.figures]
         nr = not_reproduced(papers, rows, figs, rb.reference, rb.skipped)
-        return cls(tuple(papers), model, scale, dict(rb.reference), tuple(dataclasses.asdict(r) for r in rows),
-                   tuple(dataclasses.asdict(f) for f in figs), tuple(dataclasses.asdict(n) for n in nr),
-                   tuple(dataclasses.asdict(s) for s in stages), dict(calibration), alpha, rb.alpha_adjusted)
+        return cls(tuple(papers), model, scale, dict(rb.reference), tuple(rows), tuple(figs), tuple(nr), tuple(stages),
+                   dict(calibration), alpha, rb.alpha_adjusted)
 
     def report_rows(self) -> list[ReportRow]:
-        return [ReportRow(**r) for r in self.rows]
+        return list(self.rows)
 
     def items(self) -> list[str]:
         """The report's items (tables, figures) in order of first appearance."""
-        return list(dict.fromkeys(r["item"] for r in self.rows))
+        return list(dict.fromkeys(r.item for r in self.rows))
 
     def verdict_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for r in self.rows:
-            out.setdefault(r["item"], dict.fromkeys(WORDS, 0))[r["verdict"]] += 1
+            out.setdefault(r.item, dict.fromkeys(WORDS, 0))[r.verdict] += 1
         return out
 
     def claim_counts(self) -> dict[str, int]:
         """Verdicts of the effect rows only (the papers' claims): agrees / disagrees / undecided / not comparable."""
         out = dict.fromkeys(WORDS, 0)
         for r in self.rows:
-            if r["kind"] == "effect":
-                out[r["verdict"]] += 1
+            if r.kind == "effect":
+                out[r.verdict] += 1
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -368,15 +369,15 @@ class Report(Result):
         return {"papers": list(self.papers), "model": self.model, "scale": self.scale, "reference": dict(self.reference),
                 "n_rows": len(self.rows), "verdicts": total, "claims": self.claim_counts(), "verdicts_by_item": counts,
                 "alpha": self.alpha, "alpha_adjusted": self.alpha_adjusted,
-                "n_tests": sum(r["p_value"] is not None for r in self.rows),
-                "not_reproduced": [f"{n['paper'].upper()} {n['item']}: {n['why']}" for n in self.not_reproduced],
-                "stages": list(self.stages), "calibration": dict(self.calibration)}
+                "n_tests": sum(r.p_value is not None for r in self.rows),
+                "not_reproduced": [f"{n.paper.upper()} {n.item}: {n.why}" for n in self.not_reproduced],
+                "stages": [row_dict(s) for s in self.stages], "calibration": dict(self.calibration)}
 
     def to_frame(self) -> pd.DataFrame:
         return frame(self.report_rows(), ReportRow)
 
     def stage_frame(self) -> pd.DataFrame:
-        return frame([StageRow(**s) for s in self.stages], StageRow)
+        return frame(self.stages, StageRow)
 
     def figure(self) -> go.Figure:
         """Verdicts per item (stacked bars)."""

@@ -128,7 +128,7 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
             continue
         cons = consistency_analysis({m: ls}, static_threshold=STATIC)
         keep = _enough(ls)
-        x = np.array([r["cs2"] if isinstance(r, dict) else r.cs2 for r in cons.rows], dtype=float)[sorted(keep)]
+        x = np.array([r.cs2 for r in cons.rows], dtype=float)[sorted(keep)]
         few = len(ls) - len(keep)
         for split, tl in SPLITS:
             t = cons.threshold(m, split)

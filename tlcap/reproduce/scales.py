@@ -14,12 +14,12 @@ else, so the table in ``docs/reproduce.md`` is the whole story.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tlcap.attribution.quadrature import RULES
-from tlcap.config import Config, check_choice, check_float, check_int, check_sequence
+from tlcap.attribution.config import IGConfig
+from tlcap.config import Config, check_choice, check_float, check_int, check_nested, check_sequence
 from tlcap.data.pararel import KNOWN_POLICIES
 from tlcap.errors import UnknownNameError
 from tlcap.metrics.permutation import MIN_NULL_DRAWS
@@ -36,8 +36,8 @@ class ScaleConfig(Config):
         name: ``smoke``, ``cpu`` or ``full``.
         cnl_datasets: Datasets located (paper's Meta_Math → SVAMP, Code25K → MBPP).
         cnl_locate_n: Samples located per dataset (train split), ``None`` = the whole split.
-        cnl_steps: IG steps S (CNL: 20).
-        cnl_rule: Their quadrature rule (``docs/kn.md``; the paper's sum: ``cnl``).
+        cnl_ig: CNL scoring's attribution settings: ``steps`` S (CNL: 20) and the quadrature ``rule``
+            (``docs/kn.md``; the paper's sum: ``cnl``).
         cnl_max_answer_tokens: Answer tokens scored per sample.
         cnl_groups: Scoring groups per dataset (clusters of the bootstrap; half of them per split half).
         cnl_sigma: σ of the located set used by Tables 1, 2, Figs. 4–6 (the paper's default reading: 3).
@@ -49,11 +49,11 @@ class ScaleConfig(Config):
         cnl_eval_pairs: Comparative pairs of the decoupling experiment.
         cnl_eval_known_top_k: Keep rewrites the model answers within its top-k (``None`` = no filter).
         cnl_eval_rewrites: Rewrites per fact (the paper: 5).
-        cnl_eval_steps: KN IG steps of the evaluation suite (fidelity, reliability, decoupling; KN: 20).
-        cnl_eval_rule: Their quadrature rule (``docs/kn.md``).
+        cnl_eval_ig: KN attribution of the evaluation suite (fidelity, reliability, decoupling): ``steps``
+            (KN: 20) and ``rule`` (``docs/kn.md``).
         cnl_eval_trace_samples: Noise draws of causal tracing (ROME: 10).
         cnl_eval_kc_top_n: Edges of a knowledge circuit.
-        cnl_eval_kc_ig_steps: EAP-IG steps of a knowledge circuit (1 = plain EAP).
+        cnl_eval_kc_steps: EAP-IG steps of a knowledge circuit (1 = plain EAP).
         cnl_eval_rome_layers: Layers ROME edits in reliability / Fig. 2 (``None`` = every layer; at least two:
             Fig. 2 compares the traced layer with the others).
         cnl_eval_rome_facts: Facts ROME edits (the first ones; ``None`` = all).
@@ -76,8 +76,7 @@ class ScaleConfig(Config):
             patterns) or ``"any"`` (the known ones among all patterns are kept, up to ``ql_max_queries``);
             :class:`~tlcap.data.pararel.ParaRelConfig`.
         ql_min_queries: Fewest queries a fact keeps after the known filter (3: no fact with CS1 ≡ CS2).
-        ql_steps: IG steps (QL: m = 20; per word for SIG).
-        ql_rule: Their quadrature rule (``docs/kn.md``).
+        ql_ig: QL attribution settings: ``steps`` (QL: m = 20; per word for SIG) and ``rule`` (``docs/kn.md``).
         ql_sig_facts: Facts attributed with SIG (its cost is one IG per prompt token), the first ones.
         ql_amig_facts: Facts attributed with AMIG (eq. 18: one IG per word of the query, on its
             prefix, so about n(n+1)/2 IG rows for n words), the first ones.
@@ -94,8 +93,7 @@ class ScaleConfig(Config):
     name: str = "smoke"
     cnl_datasets: tuple[str, ...] = CNL_DATASETS
     cnl_locate_n: int | None = 4
-    cnl_steps: int = 2
-    cnl_rule: str = "midpoint"
+    cnl_ig: IGConfig = field(default_factory=lambda: IGConfig(steps=2))
     cnl_max_answer_tokens: int = 1
     cnl_groups: int = 4
     cnl_sigma: float = 3.0
@@ -106,11 +104,10 @@ class ScaleConfig(Config):
     cnl_eval_pairs: int = 2
     cnl_eval_known_top_k: int | None = None
     cnl_eval_rewrites: int = 2
-    cnl_eval_steps: int = 1
-    cnl_eval_rule: str = "midpoint"
+    cnl_eval_ig: IGConfig = field(default_factory=lambda: IGConfig(steps=1))
     cnl_eval_trace_samples: int = 1
     cnl_eval_kc_top_n: int = 50
-    cnl_eval_kc_ig_steps: int = 1
+    cnl_eval_kc_steps: int = 1
     cnl_eval_rome_layers: tuple[int, ...] | None = (0, 1)
     cnl_eval_rome_facts: int | None = 1
     cnl_eval_rome_steps: int = 2
@@ -128,8 +125,7 @@ class ScaleConfig(Config):
     ql_known_top_k: int | None = None
     ql_known_policy: str = "all"
     ql_min_queries: int = 3
-    ql_steps: int = 2
-    ql_rule: str = "midpoint"
+    ql_ig: IGConfig = field(default_factory=lambda: IGConfig(steps=2))
     ql_sig_facts: int | None = 1
     ql_amig_facts: int | None = 1
     ql_sig_amig_queries: int | None = None
@@ -153,19 +149,18 @@ class ScaleConfig(Config):
                                                  item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
         self._set("cnl_eval_datasets", check_sequence("cnl_eval_datasets", self.cnl_eval_datasets, cli=None,
                                                       item=lambda n, x: check_choice(n, x, CNL_DATASETS, cli=None)))
-        for f in ("cnl_steps", "cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "cnl_eval_n_code",
+        check_nested(self, cnl_ig=IGConfig, cnl_eval_ig=IGConfig, ql_ig=IGConfig)
+        for f in ("cnl_max_answer_tokens", "cnl_eval_facts", "cnl_eval_pairs", "cnl_eval_n", "cnl_eval_n_code",
                   "enhance_train_n",
-                  "cnl_eval_steps", "cnl_eval_trace_samples", "cnl_eval_kc_top_n", "cnl_eval_kc_ig_steps", "cnl_eval_rome_steps",
+                  "cnl_eval_trace_samples", "cnl_eval_kc_top_n", "cnl_eval_kc_steps", "cnl_eval_rome_steps",
                   "enhance_eval_n", "cross_eval_n",
-                  "cross_n_random", "ql_steps", "n_boot"):
+                  "cross_n_random", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
         check_int("n_random", self.n_random, min=5 if self.name == "smoke" else 20, cli=None)
         check_int("cnl_ppl_texts", self.cnl_ppl_texts, min=0, cli=None)
         check_int("cnl_ppl_n_random", self.cnl_ppl_n_random, min=0, cli=None)
         check_int("cnl_eval_rewrites", self.cnl_eval_rewrites, min=2, cli=None)
-        for f in ("cnl_rule", "cnl_eval_rule", "ql_rule"):
-            check_choice(f, getattr(self, f), RULES, cli=None)
         if self.cnl_eval_rome_layers is not None:
             self._set("cnl_eval_rome_layers", check_sequence("cnl_eval_rome_layers", self.cnl_eval_rome_layers, min_len=2,
                                                              cli=None, item=lambda n, x: check_int(n, x, min=0, cli=None)))
@@ -200,29 +195,31 @@ SCALES: dict[str, ScaleConfig] = {
     "smoke": ScaleConfig(),
     # cpu: every reduction from the paper's settings is listed in docs/reproduce.md ("cpu: what was reduced")
     "cpu": ScaleConfig(
-        name="cpu", cnl_locate_n=200, cnl_steps=4, cnl_rule="gauss_legendre", cnl_max_answer_tokens=1, cnl_groups=20,
-        cnl_eval_n=64, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
+        name="cpu", cnl_locate_n=200, cnl_ig=IGConfig(steps=4, rule="gauss_legendre"), cnl_max_answer_tokens=1, cnl_groups=20,
+        cnl_eval_n=128, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
         cnl_ppl_n_random=50,
-        cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_steps=4, cnl_eval_rule="gauss_legendre",
-        cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_ig_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
+        cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_ig=IGConfig(steps=4, rule="gauss_legendre"),
+        cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
         cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
         enhance_train_n=50, enhance_eval_n=200, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
         ql_relations=QL_CPU_RELATIONS, ql_n_facts=140, ql_max_queries=6, ql_known_top_k=10, ql_known_policy="any",
-        ql_min_queries=3, ql_steps=4, ql_rule="gauss_legendre", ql_sig_facts=10, ql_amig_facts=10, ql_sig_amig_queries=3,
+        ql_min_queries=3, ql_ig=IGConfig(steps=4, rule="gauss_legendre"), ql_sig_facts=10, ql_amig_facts=10,
+        ql_sig_amig_queries=3,
         ql_edit_queries=1, ql_analysis_queries=3,
         n_boot=5000,
     ),
     "full": ScaleConfig(
         name="full", cnl_eval_known_top_k=1,
-        cnl_locate_n=None, cnl_steps=20, cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000, cnl_eval_n_code=1000,
+        cnl_locate_n=None, cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
+        cnl_eval_n_code=1000,
         cnl_ppl_texts=64, cnl_ppl_n_random=200,
         cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,
-        n_random=200, cnl_eval_rewrites=5, cnl_eval_steps=20, cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300,
-        cnl_eval_kc_ig_steps=5,
+        n_random=200, cnl_eval_rewrites=5, cnl_eval_ig=IGConfig(steps=20), cnl_eval_trace_samples=10, cnl_eval_kc_top_n=300,
+        cnl_eval_kc_steps=5,
         cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,
         enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
-        ql_max_queries=None, ql_known_top_k=10, ql_steps=20, ql_sig_facts=None, ql_amig_facts=None,
+        ql_max_queries=None, ql_known_top_k=10, ql_ig=IGConfig(steps=20), ql_sig_facts=None, ql_amig_facts=None,
         ql_edit_queries=None, n_boot=5000,
     ),
 }
@@ -250,6 +247,11 @@ def sizes_frame() -> pd.DataFrame:
     rows = []
     for f in ScaleConfig.field_names():
         if f == "name":
+            continue
+        if isinstance(getattr(SCALES["smoke"], f), Config):  # a nested config: the fields some scale sets
+            sub = [g for g in type(getattr(SCALES["smoke"], f)).field_names()
+                   if len({repr(getattr(getattr(SCALES[s], f), g)) for s in SCALE_NAMES}) > 1 or g in ("steps", "rule")]
+            rows += [{"knob": f"{f}.{g}", **{s: _fmt(getattr(getattr(SCALES[s], f), g)) for s in SCALE_NAMES}} for g in sub]
             continue
         rows.append({"knob": f, **{s: _fmt(getattr(SCALES[s], f)) for s in SCALE_NAMES}})
     return pd.DataFrame(rows, columns=["knob", *SCALE_NAMES])

@@ -55,7 +55,7 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
     """One :func:`tlcap.integrated_gradients` call (every layer, teacher-forced over the target's tokens)."""
     shape = ModelShape.of(model)
     p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
-    points = ig.steps + 1 if ig.rule == "cnl" else ig.steps
+    points = ig.points
     rows = t * (points + 1) * shape.n_layers
     return ig_rows(shape, rows, ctx=p + t, evals=t) + forward(shape, p + t, (p + t) / 2, p + t, 1)
 

@@ -20,20 +20,22 @@ workloads (:mod:`tlcap.reproduce.suite_cost`) follow the calls each experiment m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from tlcap.atomic import json_digest
-from tlcap.attribution.config import IGConfig
 from tlcap.config import Config, check_choice, check_int
 from tlcap.data.comparative import comparative_pairs
 from tlcap.data.rewrites import load_rewrites, rewrite_facts, save_rewrites
 from tlcap.errors import TlcapError
 from tlcap.experiments.cnl import CNLLocation, EraseResult
 from tlcap.experiments.cnl_eval import FidelityResult, ReliabilityResult, compare, decoupling, fidelity, reliability
-from tlcap.experiments.cnl_eval.common import param_counts
+from tlcap.experiments.cnl_eval.common import cnl_circuit, cnl_trace, param_counts
 from tlcap.experiments.cnl_eval.reliability import neighbourhood
+from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.intervene.rome.config import RomeConfig
+from tlcap.locate.causal_trace import TraceConfig
+from tlcap.locate.circuits import EAPConfig
 from tlcap.reproduce.cost import ModelShape, Workload, n_tokens, set_rows
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError, code_hash
@@ -51,43 +53,41 @@ ITEMS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class SuiteConfig(Config):
-    """A ``tlcap.experiments.cnl_eval`` stage: its data and settings (from the scale's ``cnl_eval_*`` knobs).
+    """A ``tlcap.experiments.cnl_eval`` stage: its data and the method configs it runs (from the scale's
+    ``cnl_eval_*`` knobs).
 
     Attributes:
         experiment: ``fidelity``, ``reliability``, ``decoupling`` or ``compare``.
         n: Facts (fidelity, reliability) or comparative pairs (decoupling).
-        seed: Seed of the facts / pairs and of every random draw.
+        seed: Seed of the facts / pairs and of every random draw (the nested configs' ``seed`` follow it).
         known_top_k: Keep rewrites the model answers within its top-k (``None``: no filter).
         n_rewrites: Rewrites per fact.
-        steps: KN IG steps.
-        rule: KN quadrature rule.
-        trace_samples: Noise draws of causal tracing.
-        kc_top_n: Edges of a knowledge circuit.
-        kc_ig_steps: EAP-IG steps.
-        n_random: Matched random neuron sets (reliability) per fact.
+        kn: KN attribution and selection; ``kn.n_random`` matched random neuron sets per fact (reliability).
+        trace: Causal tracing (:func:`~tlcap.experiments.cnl_eval.common.cnl_trace` with the scale's samples).
+        kc: Knowledge circuits (:func:`~tlcap.experiments.cnl_eval.common.cnl_circuit` with the scale's
+            top-n and EAP-IG steps).
+        rome: ROME hyper-parameters (the scale's value-optimisation steps).
         n_random_circuits: Random circuits per fact.
         rome_layers: Layers ROME edits (``None``: every layer).
         rome_facts: Facts ROME edits (the first ones; ``None``: all).
-        rome_steps: ROME value-optimisation steps.
         dataset: ``compare``: the dataset of CNL's row (its locate and erase stages).
         sigma: ``compare``: the σ of CNL's erase row.
     """
+
+    shared_fields: ClassVar[tuple[str, ...]] = ("seed",)
 
     experiment: str = "fidelity"
     n: int = 50
     seed: int = 0
     known_top_k: int | None = 1
     n_rewrites: int = 5
-    steps: int = 20
-    rule: str = "midpoint"
-    trace_samples: int = 10
-    kc_top_n: int = 300
-    kc_ig_steps: int = 5
-    n_random: int = 20
+    kn: KNConfig = field(default_factory=KNConfig)
+    trace: TraceConfig = field(default_factory=cnl_trace)
+    kc: EAPConfig = field(default_factory=cnl_circuit)
+    rome: RomeConfig = field(default_factory=RomeConfig)
     n_random_circuits: int = 20
     rome_layers: tuple[int, ...] | None = None
     rome_facts: int | None = None
-    rome_steps: int = 20
     dataset: str = ""
     sigma: float = 3.0
 
@@ -95,24 +95,14 @@ class SuiteConfig(Config):
         check_choice("experiment", self.experiment, EXPERIMENTS)
         check_int("n", self.n, min=1)
 
-    @property
-    def ig(self) -> IGConfig:
-        return IGConfig(steps=self.steps, rule=self.rule)
-
-    @property
-    def rome(self) -> RomeConfig:
-        return RomeConfig(steps=self.rome_steps)
-
     def overrides(self) -> dict[str, Any]:
         """The experiment's config fields (``fidelity(..., **overrides)``)."""
         if self.experiment == "fidelity":
-            return {"ig": self.ig, "trace_samples": self.trace_samples, "kc_top_n": self.kc_top_n,
-                    "kc_ig_steps": self.kc_ig_steps, "seed": self.seed}
+            return {"kn": self.kn, "trace": self.trace, "kc": self.kc, "seed": self.seed}
         if self.experiment == "reliability":
-            return {"ig": self.ig, "trace_samples": self.trace_samples, "kc_top_n": self.kc_top_n,
-                    "kc_ig_steps": self.kc_ig_steps, "n_random": self.n_random, "n_random_circuits": self.n_random_circuits,
+            return {"kn": self.kn, "trace": self.trace, "kc": self.kc, "n_random_circuits": self.n_random_circuits,
                     "rome_layers": self.rome_layers, "rome_facts": self.rome_facts, "rome": self.rome, "seed": self.seed}
-        return {"ig": self.ig}
+        return {"kn": self.kn}
 
 
 def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteConfig:
@@ -120,10 +110,11 @@ def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteCon
     return SuiteConfig(
         experiment=experiment, n=scale.cnl_eval_pairs if experiment == "decoupling" else scale.cnl_eval_facts, seed=seed,
         known_top_k=scale.cnl_eval_known_top_k, n_rewrites=scale.cnl_eval_rewrites,
-        steps=scale.cnl_eval_steps, rule=scale.cnl_eval_rule,
-        trace_samples=scale.cnl_eval_trace_samples, kc_top_n=scale.cnl_eval_kc_top_n, kc_ig_steps=scale.cnl_eval_kc_ig_steps,
-        n_random=scale.n_random, n_random_circuits=scale.n_random, rome_layers=scale.cnl_eval_rome_layers,
-        rome_facts=scale.cnl_eval_rome_facts, rome_steps=scale.cnl_eval_rome_steps,
+        kn=KNConfig(ig=scale.cnl_eval_ig, n_random=scale.n_random),
+        trace=cnl_trace().replace(samples=scale.cnl_eval_trace_samples),
+        kc=cnl_circuit().replace(top_n=scale.cnl_eval_kc_top_n, steps=scale.cnl_eval_kc_steps),
+        rome=RomeConfig(steps=scale.cnl_eval_rome_steps), n_random_circuits=scale.n_random,
+        rome_layers=scale.cnl_eval_rome_layers, rome_facts=scale.cnl_eval_rome_facts,
         dataset=compare_dataset(scale) if experiment == "compare" else "", sigma=scale.cnl_sigma,
     )
 
@@ -170,7 +161,7 @@ def _fidelity(ctx: StageContext) -> dict[str, Result]:
     cfg: SuiteConfig = ctx.config
     kw = cfg.overrides()
     if ctx.model.n_layers <= 3:  # a tiny test model: the paper's top-3 would locate every layer (refused)
-        kw["trace_k"] = max(1, ctx.model.n_layers - 1)
+        kw["trace"] = cfg.trace.replace(top_k=max(1, ctx.model.n_layers - 1))
     return {"fidelity": fidelity(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress,
                                  **kw)}
 
@@ -210,8 +201,8 @@ def _fidelity_work(ctx: StageContext) -> Workload:
     m, w = ctx.model, Workload()
     for f in ctx.inputs():
         for p in f.rewrites:
-            w = w + kn_work(m, p, f.target, cfg.ig) + trace_work(m, p, f.subject, cfg.trace_samples, "last_subject") \
-                + kc_work(m, p, f.target, cfg.kc_ig_steps)
+            w = w + kn_work(m, p, f.target, cfg.kn.ig) + trace_work(m, p, f.subject, cfg.trace.samples, "last_subject") \
+                + kc_work(m, p, f.target, cfg.kc.steps)
     return w
 
 
@@ -229,12 +220,12 @@ def _reliability_work(ctx: StageContext) -> Workload:
         p = f.rewrites[0]
         T = n_tokens(m, p + f.target)
         q = T - n_tokens(m, p) or 1  # the predicting positions each (set, factor) row runs
-        rows = 1 + 2 * (1 + cfg.n_random)  # the base, the located and every random set, doubled and zeroed (batched)
-        w = w + kn_work(m, p, f.target, cfg.ig) + set_rows(shape, T - q + rows * q, rows * q, T)
-        w = w + kc_work(m, p, f.target, cfg.kc_ig_steps, 1 + cfg.n_random_circuits)
+        rows = 1 + 2 * (1 + cfg.kn.n_random)  # the base, the located and every random set, doubled and zeroed (batched)
+        w = w + kn_work(m, p, f.target, cfg.kn.ig) + set_rows(shape, T - q + rows * q, rows * q, T)
+        w = w + kc_work(m, p, f.target, cfg.kc.steps, 1 + cfg.n_random_circuits)
         if f.target_new is not None and (cfg.rome_facts is None or i < cfg.rome_facts):
             nb = neighbourhood(facts, i, 10, cfg.seed) or []
-            w = w + trace_work(m, p, f.subject, cfg.trace_samples, "last_subject") + \
+            w = w + trace_work(m, p, f.subject, cfg.trace.samples, "last_subject") + \
                 rome_work(m, p, f.target_new, n_edit, rome, 1 + len(f.rewrites) - 1 + len(nb),
                           layers if edited == 0 else [])
             edited += 1
@@ -247,7 +238,7 @@ def _decoupling_work(ctx: StageContext) -> Workload:
     for pair in ctx.inputs():
         for t in (1, 2):
             prompt, target = pair.framing(t)
-            w = w + kn_work(ctx.model, prompt, target, cfg.ig)
+            w = w + kn_work(ctx.model, prompt, target, cfg.kn.ig)
     return w
 
 

@@ -34,7 +34,6 @@ from tlcap.data.sample import DataReport, Sample
 from tlcap.data.tasks import get_task
 from tlcap.errors import EmptyNeuronSetError, InvalidConfigError
 from tlcap.experiments.cnl.config import ENHANCE_MODES, EnhanceConfig
-from tlcap.experiments.cnl.rows import RowFields
 from tlcap.intervene.finetune import masked_finetune, trained_fraction
 from tlcap.intervene.weights import WeightEdit, erase_neurons
 from tlcap.metrics.accuracy import task_accuracy
@@ -43,7 +42,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame
 from tlcap.viz.cnl import enhance_figure
 
 

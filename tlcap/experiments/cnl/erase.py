@@ -33,13 +33,12 @@ from tlcap.errors import EmptyNeuronSetError
 from tlcap.experiments.cnl.config import CNLWarning, EraseConfig, check_sigmas
 from tlcap.experiments.cnl.erase_sets import ErasedSets, erase_sets
 from tlcap.experiments.cnl.locate import CNLLocation
-from tlcap.experiments.cnl.rows import RowFields
 from tlcap.metrics.accuracy import TaskAccuracy, task_accuracy
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame
 from tlcap.viz.cnl import erase_figure, erase_sweep_figure
 
 NAN = float("nan")

@@ -35,13 +35,12 @@ from tlcap.attribution.dataset import DatasetScores, all_skipped, check_sigma, m
 from tlcap.data.sample import DataReport, Sample
 from tlcap.errors import CheckpointMismatchError, EmptyDatasetError, MissingFileError
 from tlcap.experiments.cnl.config import CNLConfig
-from tlcap.experiments.cnl.rows import RowFields
 from tlcap.locate.selection import sigma_mask
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame
 from tlcap.viz.cnl import convergence_figure, located_sets_figure
 from tlcap.viz.heatmaps import neuron_heatmap
 

@@ -31,10 +31,11 @@ from typing import Any
 import torch
 
 from tlcap.atomic import json_digest, storage_error, write_text_atomic
-from tlcap.attribution import IGConfig, integrated_gradients, integrated_gradients_facts
+from tlcap.attribution import integrated_gradients, integrated_gradients_facts
 from tlcap.errors import CheckpointError, CheckpointMismatchError
-from tlcap.locate.causal_trace import causal_trace, causal_trace_facts
-from tlcap.locate.circuits import Circuit, edge_attribution
+from tlcap.experiments.knowledge_neurons import KNConfig
+from tlcap.locate.causal_trace import TraceConfig, causal_trace, causal_trace_facts
+from tlcap.locate.circuits import Circuit, EAPConfig, EdgeScores, edge_attribution
 from tlcap.locate.circuits.items import edge_attribution_items
 from tlcap.locate.selection import threshold_select, top_k_select
 from tlcap.metrics.sets import NeuronSet
@@ -44,72 +45,89 @@ CHECKPOINT_VERSION = 2  # 2: sha256 of the fingerprint and items; 1: none (still
 
 
 # ---------------------------------------------------------------------------- locators
-def kn_neurons(model: Model, prompt: str, target: str, ig: IGConfig, threshold: float = 0.2,
-               top_k: int | None = None) -> tuple[NeuronSet, float]:
+def _select(scores: torch.Tensor, kn: KNConfig) -> NeuronSet:
+    return top_k_select(scores, kn.top_k) if kn.top_k is not None else threshold_select(scores, kn.threshold)
+
+
+def kn_neurons(model: Model, prompt: str, target: str, kn: KNConfig) -> tuple[NeuronSet, float]:
     """KN located set of one prompt and the clean target probability.
 
     Args:
         model: The model.
         prompt: The prompt.
         target: The answer (multi-token answers: teacher forcing, IG averaged over tokens).
-        ig: Attribution settings.
-        threshold: Keep ``Attr > threshold · max`` (Dai: 0.2).
-        top_k: Keep the ``top_k`` best instead.
+        kn: Attribution (``kn.ig``) and selection (``Attr > kn.threshold · max``, Dai's 0.2, or the
+            ``kn.top_k`` best) settings.
 
     Returns:
         ``(neurons, P(target))``.
     """
-    attr = integrated_gradients(model, prompt, target, config=ig)
-    ns = top_k_select(attr.scores, top_k) if top_k is not None else threshold_select(attr.scores, threshold)
-    return ns, attr.target_prob
+    attr = integrated_gradients(model, prompt, target, config=kn.ig)
+    return _select(attr.scores, kn), attr.target_prob
 
 
-def traced_layers(model: Model, prompt: str, subject: str, target: str, *, k: int = 3, samples: int = 10,
-                  window: int = 10, noise_factor: float = 3.0, seed: int = 0,
-                  bos: bool = False) -> tuple[list[int], float, float]:
-    """The ``k`` MLP layers with the largest indirect effect at the last subject token.
+def traced_layers(model: Model, prompt: str, subject: str, target: str,
+                  trace: TraceConfig) -> tuple[list[int], float, float]:
+    """The ``trace.top_k`` MLP layers with the largest indirect effect at the last subject token.
 
-    Only that token's row is traced (``tokens="last_subject"``): the same cells, and so the same
-    layers, as a full trace's row, at the cost of one row.
+    With ``trace.tokens="last_subject"`` (the experiments' default) only that token's row is traced:
+    the same cells, and so the same layers, as a full trace's row, at the cost of one row. With
+    ``trace.bos`` the model's BOS token is prepended, so a subject that starts the prompt is not the
+    attention sink at position 0.
 
-    With ``bos`` the model's BOS token is prepended (:class:`~tlcap.locate.causal_trace.TraceConfig`),
-    so a subject that starts the prompt is not the attention sink at position 0.
+    Args:
+        model: The model.
+        prompt: The prompt.
+        subject: The subject in it.
+        target: The answer.
+        trace: Causal-tracing settings (its ``kinds`` include ``mlp``).
 
     Returns:
         ``(layers in decreasing effect, clean probability, corrupted probability)``.
     """
-    tr = causal_trace(model, prompt, subject, target, kinds=("mlp",), samples=samples, window=window,
-                      noise_factor=noise_factor, seed=seed, bos=bos, tokens="last_subject")
-    return tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob
+    tr = causal_trace(model, prompt, subject, target, config=trace)
+    return tr.top_layers(trace.top_k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob
 
 
-def knowledge_circuit(model: Model, prompt: str, target: str, *, top_n: int = 300, ig_steps: int = 5) -> Circuit:
-    """The top-``top_n`` circuit of one prompt (EAP-IG with ``ig_steps``, zero ablation, pruned)."""
-    scores = edge_attribution(model, prompt, target, None, steps=ig_steps)
-    return scores.select(top_n=top_n)
+def knowledge_circuit(model: Model, prompt: str, target: str, kc: EAPConfig) -> Circuit:
+    """The circuit of one prompt: EAP-IG with ``kc.steps`` (zero ablation), then ``kc``'s selection
+    (top-n or threshold; dead nodes pruned when ``kc.prune``)."""
+    scores = edge_attribution(model, prompt, target, None, config=kc)
+    return _circuit(scores, kc)
 
 
-def kn_neurons_facts(model: Model, facts: Sequence[tuple[str, str]], ig: IGConfig, threshold: float = 0.2,
-                     top_k: int | None = None) -> list[tuple[NeuronSet, float]]:
+def _circuit(scores: EdgeScores, kc: EAPConfig) -> Circuit:
+    rule, value = kc.selection
+    return scores.select(top_n=int(value), prune=kc.prune) if rule == "top_n" else \
+        scores.select(threshold=value, prune=kc.prune)
+
+
+def kn_neurons_facts(model: Model, facts: Sequence[tuple[str, str]], kn: KNConfig) -> list[tuple[NeuronSet, float]]:
     """:func:`kn_neurons` of every ``(prompt, target)``, the IG rows of all prompts in shared batches."""
-    attrs = integrated_gradients_facts(model, facts, config=ig)
-    return [(top_k_select(a.scores, top_k) if top_k is not None else threshold_select(a.scores, threshold), a.target_prob)
-            for a in attrs]
+    return [(_select(a.scores, kn), a.target_prob) for a in integrated_gradients_facts(model, facts, config=kn.ig)]
 
 
-def traced_layers_facts(model: Model, facts: Sequence[tuple[str, str, str]], *, k: int = 3, samples: int = 10,
-                        window: int = 10, noise_factor: float = 3.0, seed: int = 0,
-                        bos: bool = False) -> list[tuple[list[int], float, float]]:
+def traced_layers_facts(model: Model, facts: Sequence[tuple[str, str, str]],
+                        trace: TraceConfig) -> list[tuple[list[int], float, float]]:
     """:func:`traced_layers` of every ``(prompt, subject, target)``, the cells of several facts in one batch."""
-    trs = causal_trace_facts(model, facts, kinds=("mlp",), samples=samples, window=window, noise_factor=noise_factor,
-                             seed=seed, bos=bos, tokens="last_subject")
-    return [(tr.top_layers(k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob) for tr in trs]
+    trs = causal_trace_facts(model, facts, config=trace)
+    return [(tr.top_layers(trace.top_k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob)
+            for tr in trs]
 
 
-def knowledge_circuits(model: Model, facts: Sequence[tuple[str, str]], *, top_n: int = 300,
-                       ig_steps: int = 5) -> list[Circuit]:
+def knowledge_circuits(model: Model, facts: Sequence[tuple[str, str]], kc: EAPConfig) -> list[Circuit]:
     """:func:`knowledge_circuit` of every ``(prompt, target)``, the prompts sharing the scoring passes."""
-    return [sc.select(top_n=top_n) for sc in edge_attribution_items(model, facts, steps=ig_steps)]
+    return [_circuit(sc, kc) for sc in edge_attribution_items(model, facts, config=kc)]
+
+
+def cnl_trace() -> TraceConfig:
+    """The causal trace the CNL experiments locate layers with: MLP cells of the last subject token, top 3."""
+    return TraceConfig(kinds=("mlp",), tokens="last_subject", top_k=3)
+
+
+def cnl_circuit() -> EAPConfig:
+    """The knowledge circuit the CNL experiments locate: EAP-IG with 5 steps, the top 300 edges."""
+    return EAPConfig(steps=5, top_n=300)
 
 
 def neuron_ids(ns: NeuronSet) -> tuple[int, ...]:
@@ -265,6 +283,6 @@ OnItem = Callable[[int], None]
 """Called with the item's position before each item is computed (tests simulate interrupts)."""
 
 
-__all__ = ["ItemCheckpoint", "ParamCounts", "Stopwatch", "edge_ids", "fingerprint", "kn_neurons", "kn_neurons_facts",
-           "knowledge_circuit", "knowledge_circuits", "neuron_ids", "neurons_from_ids", "param_counts", "traced_layers",
-           "traced_layers_facts"]
+__all__ = ["ItemCheckpoint", "ParamCounts", "Stopwatch", "cnl_circuit", "cnl_trace", "edge_ids", "fingerprint",
+           "kn_neurons", "kn_neurons_facts", "knowledge_circuit", "knowledge_circuits", "neuron_ids", "neurons_from_ids",
+           "param_counts", "traced_layers", "traced_layers_facts"]

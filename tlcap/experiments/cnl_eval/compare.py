@@ -18,7 +18,7 @@ Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> from tlcap.experiments.cnl_eval import fidelity, reliability
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-    >>> fid_result = fidelity(model, facts, steps=2, trace_k=1, trace_samples=2, kc_top_n=20, kc_ig_steps=2,
+    >>> fid_result = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
     ...                       progress=False)
     >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, progress=False)
     >>> from tlcap.data import load_task
@@ -113,7 +113,7 @@ def _draws(res: ReliabilityResult | None, part: str) -> int:
         return 0
     rows = {"kn": res.kn_records, "kc": res.kc_records}.get(part)
     if rows is None:
-        return int(res.config.get("n_random", 0)) if res.rome_rows else 0
+        return res.n_random if res.rome_rows else 0
     return len({r.draw for r in rows() if r.set == "random"})
 
 
@@ -211,7 +211,7 @@ def compare(
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> from tlcap.experiments.cnl_eval import fidelity, reliability
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-        >>> fid_result = fidelity(model, facts, steps=2, trace_k=1, trace_samples=2, kc_top_n=20, kc_ig_steps=2,
+        >>> fid_result = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
         ...                       progress=False)
         >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, progress=False)
         >>> out = tempfile.mkdtemp()

@@ -30,12 +30,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_float, check_int
+from tlcap.config import Config, check_int, check_nested
 from tlcap.data.comparative import ComparativePair
-from tlcap.errors import EmptyDatasetError, InvalidConfigError
+from tlcap.errors import EmptyDatasetError
 from tlcap.experiments.cnl_eval.common import ItemCheckpoint, OnItem, Stopwatch, fingerprint, kn_neurons_facts, neuron_ids
 from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult
+from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 
@@ -45,21 +45,15 @@ class DecouplingConfig(Config):
     """Settings of :func:`decoupling` (the options of ``tlcap cnl decouple``).
 
     Attributes:
-        ig: KN attribution settings.
-        threshold: KN selection ``Attr > threshold · max`` (Dai: 0.2).
-        top_k: KN: the top-k neurons instead (``None`` = threshold).
+        kn: KN attribution (``kn.ig``) and selection (``Attr > kn.threshold · max``, Dai's 0.2, or
+            the ``kn.top_k`` best) (:class:`~tlcap.experiments.knowledge_neurons.KNConfig`; flat
+            overrides such as ``steps=5`` or ``top_k=20`` reach it).
     """
 
-    ig: IGConfig = field(default_factory=IGConfig)
-    threshold: float = 0.2
-    top_k: int | None = None
+    kn: KNConfig = field(default_factory=KNConfig)
 
     def validate(self) -> None:
-        if not isinstance(self.ig, IGConfig):
-            raise InvalidConfigError(f"ig must be an IGConfig, got {type(self.ig).__name__}")
-        check_float("threshold", self.threshold, gt=0, le=1)
-        if self.top_k is not None:
-            check_int("top_k", self.top_k, min=1)
+        check_nested(self, kn=KNConfig)
 
 
 PAIR_WINDOW = 8
@@ -70,7 +64,7 @@ def _pair_items(model: Model, pairs: Sequence[ComparativePair], cfg: DecouplingC
     """Each pair's two located sets: the KN rows of every framing of every pair share batches."""
     sw, t0 = Stopwatch(), time.perf_counter()
     with sw("kn"):
-        found = kn_neurons_facts(model, [p.framing(t) for p in pairs for t in (1, 2)], cfg.ig, cfg.threshold, cfg.top_k)
+        found = kn_neurons_facts(model, [p.framing(t) for p in pairs for t in (1, 2)], cfg.kn)
     seconds = {k: v / len(pairs) for k, v in sw.seconds.items()}
     wall = (time.perf_counter() - t0) / len(pairs)
     return [{"sets": [list(neuron_ids(ns)) for ns, _ in found[2 * j:2 * j + 2]],

@@ -16,7 +16,7 @@ Example:
     >>> import tempfile
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-    >>> res = fidelity(model, facts, steps=2, trace_k=1, trace_samples=2, kc_top_n=20, kc_ig_steps=2, progress=False,
+    >>> res = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2, progress=False,
     ...                checkpoint_dir=tempfile.mkdtemp())   # resumable: a rerun skips the finished facts
     >>> print(res.estimate("kn"))
     0.940 [0.93, 0.95] (n=2)
@@ -29,18 +29,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, ClassVar
 
 from tqdm.auto import tqdm
 
-from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence
+from tlcap.config import Config, check_choice, check_int, check_nested, check_sequence
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import (
     ItemCheckpoint,
     OnItem,
     Stopwatch,
+    cnl_circuit,
+    cnl_trace,
     edge_ids,
     fingerprint,
     kn_neurons_facts,
@@ -50,7 +51,9 @@ from tlcap.experiments.cnl_eval.common import (
     traced_layers_facts,
 )
 from tlcap.experiments.cnl_eval.results import FidelityResult, FidelityRow, RewriteRow
-from tlcap.locate.circuits import EdgeGraph
+from tlcap.experiments.knowledge_neurons import KNConfig
+from tlcap.locate.causal_trace import TraceConfig
+from tlcap.locate.circuits import EAPConfig, EdgeGraph
 from tlcap.metrics.localization import mean_pairwise_overlap
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -60,53 +63,46 @@ METHODS: tuple[str, ...] = ("kn", "trace", "kc")
 
 @dataclass(frozen=True)
 class FidelityConfig(Config):
-    """Settings of :func:`fidelity` (the options of ``tlcap cnl fidelity``).
+    """Settings of :func:`fidelity` (the options of ``tlcap cnl fidelity``): the configs of the three
+    methods it compares, each under its own name.
+
+    An override names a field of one of them dotted (``kn.threshold``, ``trace.samples``,
+    ``kc.top_n``; ``trace__samples=`` as a keyword) or flat where only one has it
+    (``samples=2`` → ``trace.samples``, ``top_n=100`` → ``kc.top_n``); ``steps`` (KN's IG steps or
+    EAP-IG's) and ``threshold`` need the prefix.
 
     Attributes:
         methods: Which of ``kn``, ``trace``, ``kc`` to run.
-        ig: KN attribution settings (:class:`~tlcap.attribution.IGConfig`; steps, rule, ...).
-        threshold: KN selection ``Attr > threshold · max`` (Dai: 0.2), in ``(0, 1]``.
-        top_k: KN: keep the top-k neurons instead (``None`` = threshold).
-        trace_k: Located layers of causal tracing (the paper: top-3).
-        trace_samples: Noise draws per traced cell (ROME: 10).
-        trace_window: MLP restoration window (ROME: 10).
-        noise_factor: Noise ν = factor × std of the embeddings (ROME: 3).
-        bos: Causal tracing prepends the model's BOS token, so a subject that starts the rewrite
-            is not the attention sink at position 0 (KN and KC keep the model's default
-            tokenisation).
-        kc_top_n: Edges kept in a knowledge circuit (before pruning dead nodes).
-        kc_ig_steps: EAP-IG interpolation steps (1 = plain EAP).
-        seed: Seed of the trace noise.
+        kn: KN attribution (``kn.ig``: steps, rule, ...) and selection (``Attr > kn.threshold · max``,
+            Dai's 0.2, or the ``kn.top_k`` best) (:class:`~tlcap.experiments.knowledge_neurons.KNConfig`).
+        trace: Causal tracing (:class:`~tlcap.locate.causal_trace.TraceConfig`; default
+            :func:`~tlcap.experiments.cnl_eval.common.cnl_trace`: MLP cells of the last subject
+            token, ROME's 10 samples, window 10, ν = 3 × std); its ``top_k`` located layers (the paper:
+            3). ``trace.bos`` prepends the model's BOS token, so a subject that starts the rewrite is not
+            the attention sink at position 0 (KN and KC keep the model's default tokenisation).
+        kc: Knowledge circuits (:class:`~tlcap.locate.circuits.EAPConfig`; default
+            :func:`~tlcap.experiments.cnl_eval.common.cnl_circuit`: EAP-IG 5 steps, top 300 edges,
+            dead nodes pruned).
+        seed: Seed of the trace noise (one setting: the nested configs' ``seed`` follow it).
+
+    Example:
+        >>> cfg = FidelityConfig.resolve(None, samples=2, **{"kn.steps": 4, "kc.top_n": 50}, seed=1)
+        >>> cfg.trace.samples, cfg.kn.ig.steps, cfg.kc.top_n, cfg.trace.seed
+        (2, 4, 50, 1)
     """
 
+    shared_fields: ClassVar[tuple[str, ...]] = ("seed",)
+
     methods: tuple[str, ...] = METHODS
-    ig: IGConfig = field(default_factory=IGConfig)
-    threshold: float = 0.2
-    top_k: int | None = None
-    trace_k: int = 3
-    trace_samples: int = 10
-    trace_window: int = 10
-    noise_factor: float = 3.0
-    bos: bool = False
-    kc_top_n: int = 300
-    kc_ig_steps: int = 5
+    kn: KNConfig = field(default_factory=KNConfig)
+    trace: TraceConfig = field(default_factory=cnl_trace)
+    kc: EAPConfig = field(default_factory=cnl_circuit)
     seed: int = 0
 
     def validate(self) -> None:
         self._set("methods", check_sequence("methods", self.methods, min_len=1, unique=True,
                                            item=lambda n, x: check_choice(n, x, METHODS, cli="--methods")))
-        if not isinstance(self.ig, IGConfig):
-            raise InvalidConfigError(f"ig must be an IGConfig, got {type(self.ig).__name__}")
-        check_float("threshold", self.threshold, gt=0, le=1)
-        if self.top_k is not None:
-            check_int("top_k", self.top_k, min=1)
-        check_int("trace_k", self.trace_k, min=1)
-        check_int("trace_samples", self.trace_samples, min=1)
-        check_int("trace_window", self.trace_window, min=1)
-        check_float("noise_factor", self.noise_factor, gt=0)
-        check_bool("bos", self.bos)
-        check_int("kc_top_n", self.kc_top_n, min=1)
-        check_int("kc_ig_steps", self.kc_ig_steps, min=1)
+        check_nested(self, kn=KNConfig, trace=TraceConfig, kc=EAPConfig)
         check_int("seed", self.seed, min=0)
 
 
@@ -139,16 +135,13 @@ def _locate_window(model: Model, method: str, facts: Sequence[RewriteFact], cfg:
     with sw(method):
         if method == "kn":
             located = [(neuron_ids(ns), counts.neurons_share(len(ns)), p) for ns, p in
-                       kn_neurons_facts(model, [(p, f.target) for p, f in flat], cfg.ig, cfg.threshold, cfg.top_k)]
+                       kn_neurons_facts(model, [(p, f.target) for p, f in flat], cfg.kn)]
         elif method == "trace":
             located = [(tuple(layers), counts.layers_share(layers), p) for layers, p, _ in
-                       traced_layers_facts(model, [(p, f.subject, f.target) for p, f in flat], k=cfg.trace_k,
-                                           samples=cfg.trace_samples, window=cfg.trace_window,
-                                           noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)]
+                       traced_layers_facts(model, [(p, f.subject, f.target) for p, f in flat], cfg.trace)]
         else:
             located = [(edge_ids(c), c.param_fraction, float("nan")) for c in
-                       knowledge_circuits(model, [(p, f.target) for p, f in flat], top_n=cfg.kc_top_n,
-                                          ig_steps=cfg.kc_ig_steps)]
+                       knowledge_circuits(model, [(p, f.target) for p, f in flat], cfg.kc)]
     out, k = [], 0
     for f in facts:
         out.append(located[k:k + len(f.rewrites)])
@@ -215,7 +208,8 @@ def fidelity(
         fact_batch: Facts located at once: the rewrites of all of them share batches (KN rows, trace
             cells, circuit passes); exact, results do not depend on it. Per-method seconds are each
             window's time split evenly over its facts.
-        **overrides: :class:`FidelityConfig` fields (``methods=("kn",)``, ``kc_top_n=100``, ...).
+        **overrides: :class:`FidelityConfig` fields (``methods=("kn",)``, ``top_n=100``, ``trace__samples=3``,
+            ``**{"kn.steps": 5}``, ...; :class:`FidelityConfig` says how they are routed).
 
     Returns:
         A :class:`FidelityResult` (per-fact rows, per-rewrite sets, estimates with CIs).
@@ -227,7 +221,7 @@ def fidelity(
     Example:
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-        >>> res = fidelity(model, facts, methods=("kn", "trace"), ig=IGConfig(steps=2), trace_k=1, trace_samples=2,
+        >>> res = fidelity(model, facts, methods=("kn", "trace"), kn__steps=2, trace__top_k=1, samples=2,
         ...                progress=False)
         >>> res.summary()["kn"]["overlap"]["text"]
         '0.940 [0.93, 0.95] (n=2)'
@@ -236,9 +230,9 @@ def fidelity(
     check_int("fact_batch", fact_batch, min=1, cli=None)
     if not facts:
         raise EmptyDatasetError("fidelity needs at least one fact")
-    if "trace" in cfg.methods and cfg.trace_k >= model.n_layers:
-        raise InvalidConfigError(f"trace_k (--trace-k) must be below the {model.n_layers} layers of {model.name}, got "
-                                 f"{cfg.trace_k}: with every layer located the overlap is 1 by construction")
+    if "trace" in cfg.methods and cfg.trace.top_k >= model.n_layers:
+        raise InvalidConfigError(f"trace.top_k (--trace-top-k) must be below the {model.n_layers} layers of {model.name}, "
+                                 f"got {cfg.trace.top_k}: with every layer located the overlap is 1 by construction")
     ck = ItemCheckpoint(checkpoint_dir, fingerprint("fidelity", cfg.to_dict(), model.name, [f.to_dict() for f in facts]),
                         checkpoint_every, resume)
     counts = param_counts(model)

@@ -18,8 +18,8 @@ Over a fact dataset (the first rewrite of each fact is its prompt):
 Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-    >>> res = reliability(model, facts, parts=("kn", "kc"), ig=IGConfig(steps=2), n_random=2, n_random_circuits=2,
-    ...                   kc_top_n=20, kc_ig_steps=2, progress=False)
+    >>> res = reliability(model, facts, parts=("kn", "kc"), kn__steps=2, n_random=2, n_random_circuits=2,
+    ...                   top_n=20, kc__steps=2, progress=False)
     >>> res.summary()["kn"]["double"]["located_rise"]["text"]
     '1.000 [0.34, 1.00] (n=2)'
 """
@@ -29,14 +29,22 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field, replace
-from typing import Any
+from dataclasses import astuple, dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
-from tlcap.attribution import IGConfig
-from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_layers_below, check_sequence
+from tlcap.config import (
+    Config,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_layers_below,
+    check_nested,
+    check_sequence,
+)
 from tlcap.data.rewrites import RewriteFact
 from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.experiments.cnl_eval.common import (
@@ -44,6 +52,8 @@ from tlcap.experiments.cnl_eval.common import (
     OnItem,
     ParamCounts,
     Stopwatch,
+    cnl_circuit,
+    cnl_trace,
     fingerprint,
     kn_neurons_facts,
     knowledge_circuits,
@@ -51,10 +61,12 @@ from tlcap.experiments.cnl_eval.common import (
     traced_layers_facts,
 )
 from tlcap.experiments.cnl_eval.reliability_result import KCRow, KNRow, ReliabilityResult, RomeRow
+from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.intervene.activations import scale_neurons
 from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome import RomeConfig, rome_sweep
-from tlcap.locate.circuits import Circuit, evaluate_circuit, evaluate_masks, make_task
+from tlcap.locate.causal_trace import TraceConfig
+from tlcap.locate.circuits import Circuit, EAPConfig, evaluate_circuit, evaluate_masks, make_task
 from tlcap.metrics.probs import target_prob
 from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.sets import NeuronSet
@@ -64,19 +76,22 @@ from tlcap.provenance import Provenance
 PARTS: tuple[str, ...] = ("kn", "rome", "kc")
 
 
+def _reliability_kn() -> KNConfig:
+    return KNConfig(n_random=20)
+
+
 @dataclass(frozen=True)
 class ReliabilityConfig(Config):
-    """Settings of :func:`reliability` (the options of ``tlcap cnl reliability``).
+    """Settings of :func:`reliability` (the options of ``tlcap cnl reliability``): the configs of the
+    methods it validates, each under its own name (routing of overrides: :class:`FidelityConfig`).
 
     Attributes:
         parts: Which of ``kn``, ``rome``, ``kc`` to run.
-        ig: KN attribution settings.
-        threshold: KN selection ``Attr > threshold · max`` (Dai: 0.2).
-        top_k: KN: the top-k neurons instead (``None`` = threshold).
+        kn: KN attribution and selection (:class:`~tlcap.experiments.knowledge_neurons.KNConfig`);
+            ``kn.n_random`` matched random neuron sets per fact (>= 1; >= 20 for the p-value's
+            resolution; 200 at the ``cpu`` scale).
         enhance_factor: KN "increase" factor (the paper: double, 2.0).
         suppress_factor: KN "zero" factor (0.0).
-        n_random: Matched random neuron sets per fact (>= 20: the p-value's resolution; 200 at the
-            ``cpu`` scale).
         batched: Score the located and every random set, doubled and zeroed, in batched forward
             passes (:func:`tlcap.metrics.set_probs.scaled_target_probs`, one row per set and
             factor; the same probabilities as one run per set); ``False``: one run per set.
@@ -91,26 +106,24 @@ class ReliabilityConfig(Config):
             ``rome_from <= i < rome_facts``), so ROME's long part can run as several processes
             over one fact file and be joined with :func:`merge_reliability`.
         n_neighbours: Other facts' prompts used for ROME's specificity.
-        trace_samples: Noise draws of the causal trace that marks the located layer.
-        trace_window: MLP restoration window of that trace.
-        noise_factor: Its noise ν = factor × std of the embeddings.
-        bos: That trace and the ROME edit (its keys, value optimisation and evaluation prompts)
-            prepend the model's BOS token, so the subject is not the attention sink at position 0;
-            ``True`` sets ``rome.bos`` (``rome=RomeConfig(bos=True)`` alone puts the BOS in the
-            edit only). The KN and KC parts keep the model's default tokenisation.
-        kc_top_n: Edges kept in a knowledge circuit.
-        kc_ig_steps: EAP-IG steps.
+        trace: The causal trace that marks each fact's located layer (its top one;
+            :func:`~tlcap.experiments.cnl_eval.common.cnl_trace`).
+        kc: Knowledge circuits (:func:`~tlcap.experiments.cnl_eval.common.cnl_circuit`).
         n_random_circuits: Random circuits of as many edges per fact.
-        seed: Seed of the random sets, neighbourhoods and trace noise.
+        bos: The trace and the ROME edit (its keys, value optimisation and evaluation prompts)
+            prepend the model's BOS token, so the subject is not the attention sink at position 0
+            (one setting: ``trace.bos`` and ``rome.bos`` follow it). The KN and KC parts keep the
+            model's default tokenisation.
+        seed: Seed of the random sets, neighbourhoods and trace noise (one setting: the nested
+            configs' ``seed`` follow it).
     """
 
+    shared_fields: ClassVar[tuple[str, ...]] = ("seed", "bos")
+
     parts: tuple[str, ...] = PARTS
-    ig: IGConfig = field(default_factory=IGConfig)
-    threshold: float = 0.2
-    top_k: int | None = None
+    kn: KNConfig = field(default_factory=_reliability_kn)
     enhance_factor: float = 2.0
     suppress_factor: float = 0.0
-    n_random: int = 20
     batched: bool = True
     rome: RomeConfig = field(default_factory=RomeConfig)
     rome_layers: tuple[int, ...] | None = None
@@ -118,28 +131,19 @@ class ReliabilityConfig(Config):
     rome_facts: int | None = None
     rome_from: int = 0
     n_neighbours: int = 10
-    trace_samples: int = 10
-    trace_window: int = 10
-    noise_factor: float = 3.0
-    bos: bool = False
-    kc_top_n: int = 300
-    kc_ig_steps: int = 5
+    trace: TraceConfig = field(default_factory=cnl_trace)
+    kc: EAPConfig = field(default_factory=cnl_circuit)
     n_random_circuits: int = 20
+    bos: bool = False
     seed: int = 0
 
     def validate(self) -> None:
         self._set("parts", check_sequence("parts", self.parts, min_len=1, unique=True,
                                          item=lambda n, x: check_choice(n, x, PARTS, cli="--parts")))
-        if not isinstance(self.ig, IGConfig):
-            raise InvalidConfigError(f"ig must be an IGConfig, got {type(self.ig).__name__}")
-        if not isinstance(self.rome, RomeConfig):
-            raise InvalidConfigError(f"rome must be a RomeConfig, got {type(self.rome).__name__}")
-        check_float("threshold", self.threshold, gt=0, le=1)
-        if self.top_k is not None:
-            check_int("top_k", self.top_k, min=1)
+        check_nested(self, kn=KNConfig, rome=RomeConfig, trace=TraceConfig, kc=EAPConfig)
+        check_int("kn.n_random", self.kn.n_random, min=1, cli="--n-random")
         check_float("enhance_factor", self.enhance_factor, ge=0)
         check_float("suppress_factor", self.suppress_factor, ge=0)
-        check_int("n_random", self.n_random, min=1)
         check_bool("batched", self.batched)
         if self.rome_layers is not None:
             self._set("rome_layers", check_sequence("rome_layers", self.rome_layers, min_len=1, unique=True,
@@ -152,15 +156,8 @@ class ReliabilityConfig(Config):
             raise InvalidConfigError(f"rome_from (--rome-from) must be below rome_facts (--rome-facts), got "
                                      f"{self.rome_from} >= {self.rome_facts}")
         check_int("n_neighbours", self.n_neighbours, min=1)
-        check_int("trace_samples", self.trace_samples, min=1)
-        check_int("trace_window", self.trace_window, min=1)
-        check_float("noise_factor", self.noise_factor, gt=0)
-        check_bool("bos", self.bos)
-        if self.bos and not self.rome.bos:
-            self._set("rome", replace(self.rome, bos=True))
-        check_int("kc_top_n", self.kc_top_n, min=1)
-        check_int("kc_ig_steps", self.kc_ig_steps, min=1)
         check_int("n_random_circuits", self.n_random_circuits, min=1)
+        check_bool("bos", self.bos)
         check_int("seed", self.seed, min=0)
 
 
@@ -174,7 +171,7 @@ def _kn_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, co
     prompt = fact.rewrites[0]
     with sw("kn_interventions"):
         sets = [("located", -1, ns)] + [("random", d, ns.random_like(seed=draw_seed(cfg.seed, i, d)))
-                                        for d in range(cfg.n_random)]
+                                        for d in range(cfg.kn.n_random)]
         if cfg.batched:  # every (set, factor) pair as one row of a few forward passes
             base, p = scaled_target_probs(model, prompt, fact.target, [s for _, _, s in sets],
                                           (cfg.enhance_factor, cfg.suppress_factor))
@@ -216,20 +213,17 @@ def _located(model: Model, window: Sequence[int], facts: Sequence[RewriteFact], 
     out: dict[str, dict[int, Any]] = {"kn": {}, "rome": {}, "kc": {}}
     if "kn" in cfg.parts:
         with sw("kn_locate"):
-            found = kn_neurons_facts(model, [(facts[i].rewrites[0], facts[i].target) for i in window], cfg.ig,
-                                     cfg.threshold, cfg.top_k)
+            found = kn_neurons_facts(model, [(facts[i].rewrites[0], facts[i].target) for i in window], cfg.kn)
         out["kn"] = {i: ns for i, (ns, _) in zip(window, found)}
     edit = [i for i in window if _edits(i, facts[i], cfg)]
     if "rome" in cfg.parts and edit:
         with sw("trace"):
             traced = traced_layers_facts(model, [(facts[i].rewrites[0], facts[i].subject, facts[i].target) for i in edit],
-                                         k=3, samples=cfg.trace_samples, window=cfg.trace_window,
-                                         noise_factor=cfg.noise_factor, seed=cfg.seed, bos=cfg.bos)
+                                         cfg.trace)
         out["rome"] = {i: top for i, (top, _, _) in zip(edit, traced)}
     if "kc" in cfg.parts:
         with sw("kc_locate"):
-            circs = knowledge_circuits(model, [(facts[i].rewrites[0], facts[i].target) for i in window],
-                                       top_n=cfg.kc_top_n, ig_steps=cfg.kc_ig_steps)
+            circs = knowledge_circuits(model, [(facts[i].rewrites[0], facts[i].target) for i in window], cfg.kc)
         out["kc"] = dict(zip(window, circs))
     return out
 
@@ -304,7 +298,8 @@ def reliability(
             window's located sets are computed together before).
         fact_batch: Facts whose prompts are located at once (KN rows, trace cells, circuit passes share
             batches); exact, results do not depend on it. Locating time is split evenly over the window.
-        **overrides: :class:`ReliabilityConfig` fields (``parts=("kn",)``, ``n_random=30``...).
+        **overrides: :class:`ReliabilityConfig` fields (``parts=("kn",)``, ``n_random=30`` → ``kn.n_random``,
+            ``kc__steps=2``, ...).
 
     Returns:
         A :class:`ReliabilityResult`.
@@ -312,7 +307,7 @@ def reliability(
     Example:
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-        >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0, ig=IGConfig(steps=2), n_random=2,
+        >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0, kn__steps=2, n_random=2,
         ...                   progress=False)
         >>> shares = res.kn_shares("double")     # facts whose P(target) rises / falls: located vs random KNs
         >>> sorted(shares)

@@ -14,10 +14,17 @@ _SHARD_FIELDS = ("parts", "rome_from", "rome_facts", "rome_layers", "rome_add_tr
 _EXACT_FIELDS = ("batch_rows", "max_memory", "batch_size", "sample_batch", "eval_batch", "layer_chunks")
 
 
-def _settings(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _settings(v) for k, v in value.items() if k not in _EXACT_FIELDS}
-    return value
+def _settings(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The settings that change numbers, nested configs flattened to dotted names (``trace.samples``)."""
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k in _EXACT_FIELDS:
+            continue
+        if isinstance(v, dict):
+            out.update(_settings(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def merge_reliability(results: Sequence[ReliabilityResult]) -> ReliabilityResult:

@@ -162,6 +162,13 @@ class ReliabilityResult(Result):
         return {"located": bootstrap_ci(loc), "other_layers": bootstrap_ci(other),
                 "located_minus_other": paired_difference_ci(loc, other)}
 
+    @property
+    def n_random(self) -> int:
+        """Matched random neuron sets per fact the run drew (``config["kn"]["n_random"]``; results saved
+        before the configs were nested: ``config["n_random"]``); 0 when the config does not say."""
+        kn = self.config.get("kn")
+        return int(kn.get("n_random", 0) if isinstance(kn, dict) else self.config.get("n_random", 0))
+
     def rome_ipp(self, n_draws: int | None = None, seed: int = 0, metric: str = "efficacy") -> Estimate | None:
         """IPP of ROME: ``metric`` at the traced layer − the best of ``n_draws`` draws of one random
         other layer per fact (seeded)."""
@@ -173,7 +180,7 @@ class ReliabilityResult(Result):
         facts = sorted(f for f, ls in others.items() if ls)
         if not facts:
             return None
-        n_draws = n_draws or int(self.config.get("n_random", 20))
+        n_draws = n_draws or self.n_random or 20
         rng = random.Random(seed)
         loc = [next(float(getattr(r, metric)) for r in rows if r.fact == f and r.located) for f in facts]
         draws = [[by[f, rng.choice(others[f])] for f in facts] for _ in range(n_draws)]

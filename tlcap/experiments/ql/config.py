@@ -10,8 +10,8 @@ Every field's CLI option is ``--`` + its name with ``_`` → ``-`` (``tlcap ql .
 attribution fields are the ``IGConfig`` ones (``--steps``).
 
 Example:
-    >>> cfg = QLConfig(attribution=IGConfig(steps=10), split="otsu")
-    >>> cfg.attribution.steps, cfg.split
+    >>> cfg = QLConfig(ig=IGConfig(steps=10), split="otsu")
+    >>> cfg.ig.steps, cfg.split
     (10, 'otsu')
     >>> cfg.replace(kn_threshold=1.5)
     Traceback (most recent call last):
@@ -26,8 +26,7 @@ from typing import Any
 
 from tlcap.attribution.amig import WORDS
 from tlcap.attribution.config import IGConfig
-from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_sequence, check_str
-from tlcap.errors import InvalidConfigError
+from tlcap.config import Config, check_bool, check_choice, check_float, check_int, check_nested, check_sequence, check_str
 from tlcap.intervene.update import UPDATE_RULES
 from tlcap.locate.selection import AMIG_TAU, SELECTIONS
 
@@ -46,7 +45,7 @@ class QLConfig(Config):
     """Attribution, knowledge-neuron selection and the K_I / K_II split.
 
     Attributes:
-        attribution: Settings of the localization method (steps, quadrature rule, ...);
+        ig: Settings of the localization method (steps, quadrature rule, ...);
             ``steps`` is per layer (per word for SIG).
         kn_threshold: ``t`` of the relative rule ``score > t · max``, in ``(0, 1]`` (Dai: 0.2).
         selection: KNs of one query: ``"own"`` (default: each method's published rule — IG and
@@ -58,7 +57,7 @@ class QLConfig(Config):
         split: ``"static"`` or ``"otsu"``: the split the headline numbers use.
     """
 
-    attribution: IGConfig = field(default_factory=IGConfig)
+    ig: IGConfig = field(default_factory=IGConfig)
     kn_threshold: float = KN_THRESHOLD
     selection: str = "own"
     amig_tau: float = AMIG_TAU
@@ -67,8 +66,7 @@ class QLConfig(Config):
     split: str = "static"
 
     def validate(self) -> None:
-        if not isinstance(self.attribution, IGConfig):
-            raise InvalidConfigError(f"attribution must be an IGConfig, got a {type(self.attribution).__name__}")
+        check_nested(self, ig=IGConfig)
         check_float("kn_threshold", self.kn_threshold, gt=0, le=1)
         check_choice("selection", self.selection, SELECTIONS)
         check_float("amig_tau", self.amig_tau, gt=0)

@@ -18,7 +18,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from tlcap.experiments.ql.facts import FactKNs, intersection_of, union_of
 from tlcap.metrics.stats import cs1, cs2, otsu_threshold, split_groups, welch_t_test
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame, row_dict
 from tlcap.viz.ql import cs2_violin, table1_frame
 
 
@@ -46,7 +46,7 @@ class ConsistencyRow:
     n_queries: int
     cs1: float
     cs2: float
-    kn_sizes: list
+    kn_sizes: tuple[int, ...]
     union: int
     intersection: int
     mean_prob: float
@@ -55,18 +55,20 @@ class ConsistencyRow:
 
 
 @dataclass(frozen=True)
-class ConsistencyResult(Result):
+class ConsistencyResult(RowFields, Result):
     """KN-consistency of every fact under one or more localization methods.
 
     Attributes:
-        rows: One :class:`ConsistencyRow` (as a dict) per (method, fact).
+        rows: One :class:`ConsistencyRow` per (method, fact).
         methods: Methods in order (the first one is the headline).
         static_threshold: The static CS2 threshold.
         otsu_thresholds: Otsu's threshold per method.
         split: Which threshold defines ``group`` (``"static"`` or ``"otsu"``).
     """
 
-    rows: tuple[dict, ...] = ()
+    _row_types: ClassVar[dict[str, type]] = {"rows": ConsistencyRow}
+
+    rows: tuple[ConsistencyRow, ...] = ()
     methods: tuple[str, ...] = ("ig",)
     static_threshold: float = STATIC_THRESHOLD
     otsu_thresholds: dict = field(default_factory=dict)
@@ -74,7 +76,7 @@ class ConsistencyResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`ConsistencyRow` per (method, fact)."""
-        return frame([ConsistencyRow(**r) for r in self.rows], ConsistencyRow)
+        return frame(self.rows, ConsistencyRow)
 
     def threshold(self, method: str | None = None, split: str | None = None) -> float:
         """The CS2 threshold of ``split`` (default the result's) for ``method`` (default the first)."""
@@ -87,7 +89,7 @@ class ConsistencyResult(Result):
         with fewer than 3 queries (CS1 ≡ CS2), which every analysis skips."""
         m = method or self.methods[0]
         col = f"group_{split or self.split}"
-        return [r[col] for r in self.rows if r["method"] == m]
+        return [getattr(r, col) for r in self.rows if r.method == m]
 
     def stats(self, method: str | None = None, split: str | None = None) -> dict[str, float]:
         """R/S of K_I and K_II, Welch's t and p (one cell block of Table 1).
@@ -119,7 +121,7 @@ class ConsistencyResult(Result):
         """Share of facts (with ≥ 3 queries) that are K_II under every method (Table 1's ∩:II)."""
         per = [self.groups(m, split) for m in self.methods]
         m0 = self.methods[0] if self.methods else None
-        ok = [r["n_queries"] >= MIN_QUERIES for r in self.rows if r["method"] == m0]
+        ok = [r.n_queries >= MIN_QUERIES for r in self.rows if r.method == m0]
         idx = [i for i, o in enumerate(ok) if o]
         if not per or not idx:
             return math.nan
@@ -146,11 +148,12 @@ class ConsistencyResult(Result):
         head = self.stats(m0)
         facts = []
         for r in self.rows:
-            if r["method"] != m0:
+            if r.method != m0:
                 continue
-            facts.append({k: r[k] for k in ("relation", "subject", "object", "cs1", "cs2")} | {
-                "group": r[f"group_{self.split}"], "n_queries": r["n_queries"], "kn_sizes": r["kn_sizes"],
-                "union": r["union"], "intersection": r["intersection"]})
+            d = row_dict(r)
+            facts.append({k: d[k] for k in ("relation", "subject", "object", "cs1", "cs2")} | {
+                "group": d[f"group_{self.split}"], "n_queries": r.n_queries, "kn_sizes": d["kn_sizes"],
+                "union": r.union, "intersection": r.intersection})
         per_method = {m: {s: self.stats(m, s) for s in ("static", "otsu")} for m in self.methods}
         return {
             "n_facts": len(facts), "method": m0, "methods": list(self.methods), "split": self.split,
@@ -191,13 +194,13 @@ def consistency_analysis(
         0.5
     """
     cfg = QLConfig.resolve(config, **overrides)
-    few = sorted({(fk.fact["relation"], fk.fact["subject"]) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
+    few = sorted({(fk.fact.relation, fk.fact.subject) for fl in locs.values() for fk in fl if fk.k < MIN_QUERIES})
     if few:
         warnings.warn(f"{len(few)} fact(s) have fewer than {MIN_QUERIES} queries (CS1 ≡ CS2 for them), e.g. "
                       f"{few[0][1]!r} of {few[0][0]}: they are reported separately (n_few_queries), left out of "
                       f"K_I/K_II, Welch and Otsu (group {EXCLUDED!r}) and skipped by every analysis", DataWarning,
                       stacklevel=2)
-    rows: list[dict] = []
+    rows: list[ConsistencyRow] = []
     otsu: dict[str, float] = {}
     for m, fl in locs.items():
         vals = []
@@ -207,8 +210,8 @@ def consistency_analysis(
             c1, c2 = cs1(sets), cs2(sets)
             vals.append(c2)
             block.append(dict(
-                method=m, relation=fk.fact["relation"], subject=fk.fact["subject"], object=fk.fact["object"],
-                n_queries=fk.k, cs1=c1, cs2=c2, kn_sizes=[len(s) for s in sets],
+                method=m, relation=fk.fact.relation, subject=fk.fact.subject, object=fk.fact.object,
+                n_queries=fk.k, cs1=c1, cs2=c2, kn_sizes=tuple(len(s) for s in sets),
                 union=len(union_of(sets, fk.shape)), intersection=len(intersection_of(sets, fk.shape)),
                 mean_prob=float(np.mean(fk.probs)) if fk.probs else math.nan,
             ))
@@ -218,7 +221,7 @@ def consistency_analysis(
         for r, gs, go_ in zip(block, split_groups(vals, cfg.static_threshold), split_groups(vals, th)):
             if r["n_queries"] < MIN_QUERIES:  # CS1 ≡ CS2: neither K_I nor K_II (docs/deviations.md)
                 gs = go_ = EXCLUDED
-            rows.append(dataclasses.asdict(ConsistencyRow(**r, group_static=gs, group_otsu=go_)))
+            rows.append(ConsistencyRow(**r, group_static=gs, group_otsu=go_))
     first = next(iter(locs.values()), [])
     model_prov = first[0].provenance if first else None
     split_cfg = {"static_threshold": cfg.static_threshold, "split": cfg.split, "methods": list(locs)}

@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -34,7 +34,7 @@ from tlcap.metrics.stats import consistency_aware_scores, cs1, cs2, refined_set
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame
 from tlcap.viz.heatmaps import neuron_heatmap
 
 METHODS: tuple[str, ...] = ("ig", "sig", "amig")
@@ -69,13 +69,14 @@ class QueryRow:
 
 
 @dataclass(frozen=True)
-class FactKNs(Result):
+class FactKNs(RowFields, Result):
     """One fact's per-query attribution scores and knowledge-neuron sets.
 
     Attributes:
         scores: ``[k, n_layers, d_mlp]`` scores of the k neighbor queries.
         probs: Clean target probability per query.
-        fact: The fact as a dict (relation, subject, object, queries, uuid).
+        fact: The :class:`~tlcap.data.pararel.Fact` (relation, subject, object, queries, uuid); its
+            ``queries`` are the ones attributed, in the order of ``scores``.
         method: ``ig``, ``sig`` or ``amig``.
         threshold: ``t`` of the relative rule ``score > t · max``.
         seconds: Wall time of the attribution.
@@ -84,9 +85,11 @@ class FactKNs(Result):
         tau: τ of AMIG's eq. 19 (``score > τ`` on normalised scores).
     """
 
+    _row_types: ClassVar[dict[str, type]] = {"fact": Fact}
+
     scores: Float[Tensor, "query layer d_mlp"]
     probs: tuple[float, ...] = ()
-    fact: dict = field(default_factory=dict)
+    fact: Fact = field(default_factory=lambda: Fact("", "", "", ()))
     method: str = "ig"
     threshold: float = KN_THRESHOLD
     seconds: float = 0.0
@@ -95,11 +98,11 @@ class FactKNs(Result):
 
     @property
     def queries(self) -> list[str]:
-        return list(self.fact["queries"])
+        return list(self.fact.queries)
 
     @property
     def target(self) -> str:
-        return " " + self.fact["object"]
+        return self.fact.target
 
     @property
     def k(self) -> int:
@@ -119,7 +122,7 @@ class FactKNs(Result):
             queries: Query indices, each in ``[0, k)``, no repeats.
 
         Returns:
-            A :class:`FactKNs` whose scores, probabilities and ``fact["queries"]`` are those queries'.
+            A :class:`FactKNs` whose scores, probabilities and ``fact.queries`` are those queries'.
 
         Example:
             >>> from tlcap.data import load_pararel
@@ -129,13 +132,13 @@ class FactKNs(Result):
             >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
             >>> fk = locs[0]
             >>> a, b = fk.take([0, 1]), fk.take([1, 2])
-            >>> a.k, a.fact["queries"] == fk.queries[:2], round(cs2(a.sets()), 3), round(cs2(b.sets()), 3)
+            >>> a.k, a.fact.queries == tuple(fk.queries[:2]), round(cs2(a.sets()), 3), round(cs2(b.sets()), 3)
             (2, True, 0.186, 0.18)
         """
         idx = [int(i) for i in queries]
         if len(set(idx)) != len(idx) or any(not 0 <= i < self.k for i in idx):
             raise InvalidConfigError(f"queries must be distinct indices in [0, {self.k}), got {list(queries)}")
-        fact = {**self.fact, "queries": [self.queries[i] for i in idx]}
+        fact = dataclasses.replace(self.fact, queries=tuple(self.queries[i] for i in idx))
         probs = tuple(self.probs[i] for i in idx) if self.probs else ()
         return dataclasses.replace(self, scores=self.scores[idx], probs=probs, fact=fact)
 
@@ -161,7 +164,7 @@ class FactKNs(Result):
         """The fact, its KN set sizes, union/intersection sizes and CS1/CS2 (``None`` for one query)."""
         sets = self.sets()
         return {
-            **{k: self.fact.get(k) for k in ("relation", "subject", "object", "uuid")},
+            **{k: getattr(self.fact, k) for k in ("relation", "subject", "object", "uuid")},
             "queries": self.queries, "method": self.method, "threshold": self.threshold, "selection": self.selection,
             "tau": self.tau if self.method == "amig" else None, "n_queries": self.k,
             "probs": list(self.probs), "kn_sizes": [len(s) for s in sets],
@@ -179,7 +182,7 @@ class FactKNs(Result):
     def figure(self) -> go.Figure:
         """Mean score over the queries, the union of their KN sets ringed."""
         return neuron_heatmap(self.scores.mean(0), highlight=self.global_set(), score_name=f"{self.method} score",
-                              title=f"KNs of {self.fact.get('subject')!r} → {self.target!r} ({self.k} queries, {self.method})")
+                              title=f"KNs of {self.fact.subject!r} → {self.target!r} ({self.k} queries, {self.method})")
 
 
 def localize_facts(
@@ -232,13 +235,13 @@ def localize_facts(
         chunk = list(facts[s:s + fact_batch])
         t0 = time.perf_counter()
         attrs = localize_prompts(model, [(q, f.target) for f in chunk for q in f.queries], method,
-                                 config=cfg.attribution, amig_words=cfg.amig_words)
+                                 config=cfg.ig, amig_words=cfg.amig_words)
         per_fact = (time.perf_counter() - t0) / len(chunk)
         k = 0
         for f in chunk:
             a = attrs[k:k + len(f.queries)]
             k += len(f.queries)
-            res = FactKNs(torch.stack([x.scores for x in a]), tuple(x.target_prob for x in a), f.to_dict(), method,
+            res = FactKNs(torch.stack([x.scores for x in a]), tuple(x.target_prob for x in a), f, method,
                           cfg.kn_threshold, per_fact, cfg.selection, cfg.amig_tau)
             out.append(res.with_provenance(prov))
             bar.update(len(f.queries))

@@ -19,10 +19,9 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -37,7 +36,7 @@ from tlcap.metrics.stats import relative_change
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame
+from tlcap.rows import RowFields, frame, row_dict
 from tlcap.viz.ql import enh_sup_bars, enh_sup_table
 
 SET_ORDER = ["self", "union", "intersection", "refine"]
@@ -67,24 +66,26 @@ class MappingRow:
 
 
 @dataclass(frozen=True)
-class MappingResult(Result):
+class MappingResult(RowFields, Result):
     """ΔProb of enhancing / suppressing N_i vs the neighbor sets (QL §3.1).
 
     Attributes:
-        rows: One :class:`MappingRow` (as a dict) per (fact, query, set, operation).
+        rows: One :class:`MappingRow` per (fact, query, set, operation).
         factor: Enhancement factor.
         groups: K_I / K_II of each fact.
         method: Localization method of the KNs.
     """
 
-    rows: tuple[dict, ...] = ()
+    _row_types: ClassVar[dict[str, type]] = {"rows": MappingRow}
+
+    rows: tuple[MappingRow, ...] = ()
     factor: float = 2.0
     groups: tuple[str, ...] = ()
     method: str = "ig"
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`MappingRow` per (fact, query, set, operation)."""
-        return frame([MappingRow(**r) for r in self.rows], MappingRow)
+        return frame(self.rows, MappingRow)
 
     def table(self) -> pd.DataFrame:
         """Mean ΔProb by (group, set) with Enh, Sup and Avg columns (Fig. 4 numbers)."""
@@ -97,7 +98,7 @@ class MappingResult(Result):
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of ``tlcap ql mapping``."""
         return {"method": self.method, "n_facts": len(self.groups), "groups": list(self.groups), "factor": self.factor,
-                "table": self.table().to_dict("records"), "rows": [dict(r) for r in self.rows]}
+                "table": self.table().to_dict("records"), "rows": [row_dict(r) for r in self.rows]}
 
 
 @torch.no_grad()
@@ -143,7 +144,7 @@ def query_kn_mapping(
         7  K_II        refine  0.125030  0.135985  0.130508
     """
     cfg = MappingConfig.resolve(config, **overrides)
-    rows: list[dict] = []
+    rows: list[MappingRow] = []
     bar = tqdm(total=sum(fk.k for fk in locs), desc="query-KN mapping", disable=not progress)
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
@@ -161,10 +162,10 @@ def query_kn_mapping(
                     else:
                         hooks = enhance(model, ns, cfg.factor) if op == "enh" else suppress(model, ns)
                         p_a = float(next_token_logits(model, [q], hooks)[0].softmax(-1)[tid])
-                    rows.append(dataclasses.asdict(MappingRow(
-                        fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], group=grp, query=i, set=sname,
+                    rows.append(MappingRow(
+                        fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, group=grp, query=i, set=sname,
                         op=op, n_neurons=len(ns), p_before=p_b, p_after=p_a, dprob=relative_change(p_a, p_b, sign),
-                        empty_set=len(ns) == 0)))
+                        empty_set=len(ns) == 0))
             bar.update(1)
     bar.close()
     method = locs[0].method if locs else "ig"

@@ -39,7 +39,6 @@ model such as SmolLM2-135M keep the default):
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import random
@@ -86,7 +85,7 @@ def _first_id(model: Model, prompt: str, target: str) -> int:
 
 def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
     """o' for Update: a random (seeded) other object of the same relation, one token after every query."""
-    cands = [o for o in dict.fromkeys(candidates) if o != fk.fact["object"]]
+    cands = [o for o in dict.fromkeys(candidates) if o != fk.fact.object]
     rng.shuffle(cands)
     for o in cands:
         try:
@@ -177,19 +176,19 @@ def modification_experiment(
 
     by_rel: dict[str, list[str]] = {}
     for fk in locs:
-        by_rel.setdefault(fk.fact["relation"], []).append(fk.fact["object"])
+        by_rel.setdefault(fk.fact.relation, []).append(fk.fact.object)
     if new_objects is not None:
         for rel, objs in new_objects.items():
             by_rel[rel] = list(by_rel.get(rel, [])) + list(objs)
     site = get_site("mlp_post")
     post_names = [site.hook_name(l) for l in range(model.n_layers)]
-    rows: list[dict] = []
-    skipped: list[dict] = []
+    rows: list[EditRow] = []
+    skipped: list[SkipRow] = []
     n_edits = sum(min(fk.k, cfg.edit_queries or fk.k) for fk in locs) * len(cfg.operations) * len(cfg.sets)
     bar = tqdm(total=n_edits, desc="modification", disable=not progress)
 
     def skip(fi: int, fk: FactKNs, i: int, op: str, reason: str) -> None:
-        skipped.append(dataclasses.asdict(SkipRow(fi, fk.fact["relation"], fk.fact["subject"], i, op, reason)))
+        skipped.append(SkipRow(fi, fk.fact.relation, fk.fact.subject, i, op, reason))
 
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         qs = fk.queries
@@ -200,11 +199,11 @@ def modification_experiment(
             bar.update(n_edit * len(cfg.operations) * len(cfg.sets))
             continue
         obj_id = _first_id(model, qs[0], fk.target)
-        new_obj = _pick_new_object(model, fk, by_rel.get(fk.fact["relation"], []), random.Random(f"{cfg.seed}:{fi}")) \
+        new_obj = _pick_new_object(model, fk, by_rel.get(fk.fact.relation, []), random.Random(f"{cfg.seed}:{fi}")) \
             if "update" in cfg.operations else None
         new_id = _first_id(model, qs[0], " " + new_obj) if new_obj else None
-        others = [j for j, o in enumerate(locs) if o.fact["relation"] != fk.fact["relation"]
-                  and o.fact["object"] != fk.fact["object"]]
+        others = [j for j, o in enumerate(locs) if o.fact.relation != fk.fact.relation
+                  and o.fact.object != fk.fact.object]
         others = random.Random(f"{cfg.seed}:loc:{fi}").sample(others, min(cfg.n_locality, len(others)))
         loc_prompts = [locs[j].queries[0] for j in others]
         clean_loc = next_token_logits(model, loc_prompts).argmax(-1) if loc_prompts else None
@@ -250,15 +249,15 @@ def modification_experiment(
                     p_new_a = float(lg[i].softmax(-1)[new_id]) if new_id is not None else math.nan
                     gap_b = float(clean_q[i].max() - clean_q[i, new_id]) if new_id is not None else math.nan
                     gap_a = float(lg[i].max() - lg[i, new_id]) if new_id is not None else math.nan
-                    rows.append(dataclasses.asdict(EditRow(
-                        fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], object=fk.fact["object"],
+                    rows.append(EditRow(
+                        fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, object=fk.fact.object,
                         new_object=new_obj if op == "update" else None, group=grp, query=i, operation=op, set=sname,
                         n_neurons=len(ns), rel=rel, gen=gen, loc=loc, avg=float(np.mean(vals)) if vals else math.nan,
                         ppl_before=ppl_b, ppl_after=ppl_a, dppl=(ppl_a - ppl_b) / ppl_b,
                         p_before=float(clean_q[i].softmax(-1)[obj_id]), p_after=float(lg[i].softmax(-1)[obj_id]),
                         p_new_before=p_new_b, p_new_after=p_new_a,
                         rule=cfg.update_rule if op == "update" else "erasure", gap_new_before=gap_b, gap_new_after=gap_a,
-                    )))
+                    ))
                     bar.update(1)
     bar.close()
     method = locs[0].method if locs else "ig"

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from tlcap.results import Result
-from tlcap.rows import frame, typed_row
+from tlcap.rows import RowFields, frame, row_dict
 from tlcap.viz.ql import modification_bars, modification_table
 
 
@@ -64,11 +64,11 @@ class SkipRow:
 
 
 @dataclass(frozen=True)
-class ModificationResult(Result):
+class ModificationResult(RowFields, Result):
     """Rows per (fact, edited query, operation, KN set) with Rel/Gen/Loc/Avg/ΔPPL.
 
     Attributes:
-        rows: One :class:`EditRow` (as a dict) per edit.
+        rows: One :class:`EditRow` per edit.
         lambda1: λ1 of the update.
         lambda2: λ2 of the update.
         ppl_before: Perplexity of the unedited model on the ΔPPL texts.
@@ -76,11 +76,13 @@ class ModificationResult(Result):
         method: Localization method of the KNs.
         title: What the table reproduces (QL Table 2 or 3).
         update_rule: The Update rule (``"activation"`` or ``"paper"``).
-        skipped: One :class:`SkipRow` (as a dict) per (fact, query, operation) left out.
+        skipped: One :class:`SkipRow` per (fact, query, operation) left out.
         update_size: The activation rule's write size (units of the KNs' own output).
     """
 
-    rows: tuple[dict, ...] = ()
+    _row_types: ClassVar[dict[str, type]] = {"rows": EditRow, "skipped": SkipRow}
+
+    rows: tuple[EditRow, ...] = ()
     lambda1: float = 2.0
     lambda2: float = 2.0
     ppl_before: float = math.nan
@@ -88,16 +90,16 @@ class ModificationResult(Result):
     method: str = "ig"
     title: str = "Knowledge modification (QL Table 2)"
     update_rule: str = "activation"
-    skipped: tuple[dict, ...] = ()
+    skipped: tuple[SkipRow, ...] = ()
     update_size: float = 1.0
 
     def skipped_frame(self) -> pd.DataFrame:
         """One :class:`SkipRow` per (fact, query, operation) left out, with the reason."""
-        return frame([SkipRow(**r) for r in self.skipped], SkipRow)
+        return frame(self.skipped, SkipRow)
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`EditRow` per edit."""
-        return frame([typed_row(EditRow, r) for r in self.rows], EditRow)
+        return frame(self.rows, EditRow)
 
     def table(self) -> pd.DataFrame:
         """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule."""
@@ -119,14 +121,14 @@ class ModificationResult(Result):
         """The ``summary.json`` of ``tlcap ql modify`` / ``tlcap ql cas``."""
         reasons: dict[str, int] = {}
         for r in self.skipped:
-            reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
+            reasons[r.reason] = reasons.get(r.reason, 0) + 1
         return {
             "title": self.title, "method": self.method, "n_facts": len(self.groups), "groups": list(self.groups),
             "update_rule": self.update_rule, "update_size": self.update_size, "n_edits": len(self.rows),
             "n_skipped": len(self.skipped),
-            "skipped_reasons": reasons, "skipped": [dict(r) for r in self.skipped],
+            "skipped_reasons": reasons, "skipped": [row_dict(r) for r in self.skipped],
             "ppl_before": self.ppl_before, "lambda1": self.lambda1, "lambda2": self.lambda2,
-            "table": self.table().to_dict("records"), "edits": [dict(r) for r in self.rows],
+            "table": self.table().to_dict("records"), "edits": [row_dict(r) for r in self.rows],
             "own_prob_drop_local_erasure": self.own_prob_drop(),
         }
 

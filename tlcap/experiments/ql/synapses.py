@@ -21,13 +21,12 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -46,7 +45,7 @@ from tlcap.metrics.stats import predominance, relative_change
 from tlcap.models.adapter import HookList, Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
-from tlcap.rows import frame, typed_row
+from tlcap.rows import RowFields, frame, row_dict
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import activation_heatmap
 from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars
@@ -83,17 +82,17 @@ class PredominanceRow:
     relation: str
     subject: str
     group: str
-    tokens: list
+    tokens: tuple[str, ...]
     predominance: float
 
 
 @dataclass(frozen=True)
-class SynapseResult(Result):
+class SynapseResult(RowFields, Result):
     """Dynamic KN selection: predominance per fact and ΔValue / ΔProb of synapse edits.
 
     Attributes:
-        rows: One :class:`SynapseEditRow` (as a dict) per (fact, query, synapses, op).
-        predominance: One :class:`PredominanceRow` (as a dict) per fact.
+        rows: One :class:`SynapseEditRow` per (fact, query, synapses, op).
+        predominance: One :class:`PredominanceRow` per fact.
         heatmap_values: ``[n_rows, n_kns]`` KN activations of one fact (none / suppressed /
             enhanced synapses per query), or ``None``.
         heatmap_rows: Row labels of the heatmap.
@@ -104,8 +103,10 @@ class SynapseResult(Result):
         method: Localization method of the KNs.
     """
 
-    rows: tuple[dict, ...] = ()
-    predominance: tuple[dict, ...] = ()
+    _row_types: ClassVar[dict[str, type]] = {"rows": SynapseEditRow, "predominance": PredominanceRow}
+
+    rows: tuple[SynapseEditRow, ...] = ()
+    predominance: tuple[PredominanceRow, ...] = ()
     heatmap_values: Float[Tensor, "hrow hcol"] | None = None
     heatmap_rows: tuple[str, ...] = ()
     heatmap_cols: tuple[str, ...] = ()
@@ -116,11 +117,11 @@ class SynapseResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         """One :class:`SynapseEditRow` per (fact, query, synapses, operation)."""
-        return frame([typed_row(SynapseEditRow, r) for r in self.rows], SynapseEditRow)
+        return frame(self.rows, SynapseEditRow)
 
     def predominance_frame(self) -> pd.DataFrame:
         """One :class:`PredominanceRow` per fact."""
-        return frame([PredominanceRow(**r) for r in self.predominance], PredominanceRow)
+        return frame(self.predominance, PredominanceRow)
 
     def table(self) -> pd.DataFrame:
         """Mean ΔValue and ΔProb by (group, synapses) with Enh/Sup/Avg (Fig. 6 numbers)."""
@@ -148,8 +149,8 @@ class SynapseResult(Result):
         pdf = self.predominance_frame()
         return {"method": self.method, "n_facts": len(self.groups), "groups": list(self.groups), "alpha": self.alpha,
                 "factor": self.factor, "mean_predominance": float(pdf.predominance.mean()) if len(pdf) else None,
-                "predominance": [dict(r) for r in self.predominance], "table": self.table().to_dict("records"),
-                "rows": [dict(r) for r in self.rows]}
+                "predominance": [row_dict(r) for r in self.predominance], "table": self.table().to_dict("records"),
+                "rows": [row_dict(r) for r in self.rows]}
 
 
 @torch.no_grad()
@@ -172,17 +173,17 @@ def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: Syn
     """
     rng = random.Random(f"{cfg.seed}:{fi}:{i}")
     others = [j for j in range(len(locs)) if j != fi]
-    other_rel = [j for j in others if locs[j].fact["relation"] != locs[fi].fact["relation"]]
+    other_rel = [j for j in others if locs[j].fact.relation != locs[fi].fact.relation]
     pool = other_rel or others
     if others and not other_rel and cfg.irrelevant_prompt is None:
-        warnings.warn(f"every fact shares relation {locs[fi].fact['relation']}: the irrelevant synapses S_ir come "
+        warnings.warn(f"every fact shares relation {locs[fi].fact.relation}: the irrelevant synapses S_ir come "
                       "from another fact of the same relation (pass facts of several relations for the paper's "
                       "control)", DataWarning, stacklevel=2)
     if cfg.irrelevant_prompt is not None or not pool:
         prompt, subject = cfg.irrelevant_prompt or DEFAULT_IRRELEVANT, None
     else:
         jj = rng.choice(pool)
-        prompt, subject = rng.choice(locs[jj].queries), locs[jj].fact["subject"]
+        prompt, subject = rng.choice(locs[jj].queries), locs[jj].fact.subject
     ks = locate_synapses(model, prompt, cfg.alpha, cfg.skip_first)
     return prompt, map_columns(ks.mask, token_roles(model, prompt, subject), roles_i, cfg.skip_first)
 
@@ -235,8 +236,8 @@ def synapse_experiment(
     """
     model.require_patchable_attention("scaling knowledge synapses (attention-pattern columns)")
     cfg = SynapseConfig.resolve(config, **overrides)
-    rows: list[dict] = []
-    pred: list[dict] = []
+    rows: list[SynapseEditRow] = []
+    pred: list[PredominanceRow] = []
     heat_vals: list[Tensor] = []
     heat_rows: list[str] = []
     heat_cols: list[str] = []
@@ -246,8 +247,7 @@ def synapse_experiment(
             bar.update(fk.k)
             continue
         toks_i = [most_attended_token(model, q, cfg.skip_first)[1] for q in fk.queries]
-        pred.append(dataclasses.asdict(PredominanceRow(fi, fk.fact["relation"], fk.fact["subject"], grp, toks_i,
-                                                       predominance(toks_i))))
+        pred.append(PredominanceRow(fi, fk.fact.relation, fk.fact.subject, grp, tuple(toks_i), predominance(toks_i)))
         sets_i = fk.sets()
         union = fk.global_set()
         idx_l: list[int] = []
@@ -261,7 +261,7 @@ def synapse_experiment(
             n_tok = len(model.encode(q))
             tid = model.target_ids(q, fk.target)[0]
             syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first)
-            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact["subject"]))
+            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject))
             v_b, p_b, acts_b = _kn_value_prob(model, q, tid, sets_i[i])
             if idx_l:
                 heat_vals.append(acts_b[idx_l, idx_j])
@@ -269,11 +269,11 @@ def synapse_experiment(
             for sname, src, mask in (("self", q, syn.mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask)):
                 for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0)):
                     v_a, p_a, acts_a = _kn_value_prob(model, q, tid, sets_i[i], scale_synapses(mask, f))
-                    rows.append(dataclasses.asdict(SynapseEditRow(
-                        fact=fi, relation=fk.fact["relation"], subject=fk.fact["subject"], group=grp, query=i,
+                    rows.append(SynapseEditRow(
+                        fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, group=grp, query=i,
                         synapses=sname, op=op, source=src, n_synapses=int(mask.sum()), value_before=v_b,
                         value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
-                        dprob=relative_change(p_a, p_b, sign))))
+                        dprob=relative_change(p_a, p_b, sign)))
                     if idx_l and sname == "self":
                         heat_vals.append(acts_a[idx_l, idx_j])
                         heat_rows.append(f"q{i} {'suppressed' if op == 'sup' else 'enhanced'}")
