@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from tlcap.runtime.run_control import RunControl
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,8 +51,8 @@ def worker(n: int, method: str, dataset: str, steps: int, max_answer_tokens: int
     samples = load_task(dataset, split="train", n=n, seed=0)  # $TLCAP_DATA or the bundled copy
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
-    res = score_dataset(model, samples, method=method, steps=steps, max_answer_tokens=max_answer_tokens, progress=False,
-                        task=dataset)
+    res = score_dataset(model, samples, method=method, steps=steps, max_answer_tokens=max_answer_tokens,
+                        task=dataset, run=RunControl(progress=False))
     dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"n": n, "seconds": dt, "samples_per_s": res.n_samples / dt, "tokens": res.n_tokens,
@@ -76,7 +78,7 @@ def compare(settings: str, n: int, dataset: str, tol: float, threads: int, tag: 
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
         res = score_dataset(model, samples, method="ig", rule=rule, steps=st, tol=tol, sample_batch=int(sb),
-                            max_answer_tokens=8, progress=False, task=dataset)
+                            max_answer_tokens=8, task=dataset, run=RunControl(progress=False))
         dt = time.perf_counter() - t0
         rows.append({"setting": spec, "rule": rule, "steps": steps, "sample_batch": int(sb),
                      "layout": "packed" if model.packed_rows else "batch rows",

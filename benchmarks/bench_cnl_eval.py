@@ -44,6 +44,7 @@ from tlcap.data.comparative import comparative_pairs  # noqa: E402
 from tlcap.data.rewrites import load_rewrites, rewrite_facts  # noqa: E402
 from tlcap.experiments.cnl_eval import decoupling, fidelity, reliability  # noqa: E402
 from tlcap.metrics.probs import target_prob  # noqa: E402
+from tlcap.runtime.run_control import RunControl
 
 
 def _rows(name: str, res, n: int, forward_s: float) -> list[dict]:  # noqa: ANN001
@@ -92,12 +93,13 @@ def main() -> None:
         before = forward_s()
         ck = Path(args.checkpoints) / name if args.checkpoints else None
         if name == "fidelity":
-            res = fidelity(m, facts, bos=args.bos, checkpoint_dir=ck)
+            res = fidelity(m, facts, bos=args.bos, run=RunControl(checkpoint_dir=ck))
         elif name == "reliability":
             layers = tuple(int(x) for x in args.rome_layers.split(",")) if args.rome_layers else None
-            res = reliability(m, facts, rome_layers=layers, rome_facts=args.rome_facts, bos=args.bos, checkpoint_dir=ck)
+            res = reliability(m, facts, rome_layers=layers, rome_facts=args.rome_facts, bos=args.bos,
+                              run=RunControl(checkpoint_dir=ck))
         else:
-            res = decoupling(m, comparative_pairs(args.n, seed=0), checkpoint_dir=ck)
+            res = decoupling(m, comparative_pairs(args.n, seed=0), run=RunControl(checkpoint_dir=ck))
         rows += _rows(name, res, args.n, (before + forward_s()) / 2)
         print_table(rows)
         print(flush=True)

@@ -80,6 +80,7 @@ from tlcap.locate.causal_trace import causal_trace, causal_trace_facts  # noqa: 
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
 from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
+from tlcap.runtime.run_control import RunControl  # noqa: E402
 
 GSM8K_TRAIN = 7473
 FACTS = [
@@ -185,7 +186,7 @@ def bench_kn(model: Model, n: int, steps: int, cap: float, peak: float | None) -
 
 def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) -> dict[str, Any]:
     samples = load_task("gsm8k", split="train", n=n + 1, seed=0)
-    fns = [lambda s=s: score_dataset(model, [s], steps=steps, progress=False) for s in samples]
+    fns = [lambda s=s: score_dataset(model, [s], steps=steps, run=RunControl(progress=False)) for s in samples]
     res = run_timed(fns, model.device, cap)
     res = with_flops(res, fns[0], peak)
     res["gsm8k_train_hours_extrapolated"] = GSM8K_TRAIN * res["seconds_per_sample"] / 3600
@@ -204,7 +205,8 @@ def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: f
     groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
     kw: dict[str, Any] = {"steps": steps, "rule": rule} | ({"tol": tol} if steps == "auto" else {})
     done: list[Any] = []
-    fns = [lambda g=g: done.append(score_dataset(model, g, sample_batch=batch, progress=False, **kw)) for g in groups]
+    fns = [lambda g=g: done.append(score_dataset(model, g, sample_batch=batch, **kw,
+                                                 run=RunControl(progress=False))) for g in groups]
     res = run_timed(fns, model.device, cap)
     timed = done[1:] if len(done) > 1 else done  # the warm-up's result is left out, as its time is
     res["seconds_per_sample"] /= batch  # run_timed counts calls: one call is `batch` samples

@@ -37,6 +37,7 @@ from tlcap.locate.circuits.task import CircuitItem
 from tlcap.locate.selection import method_select
 from tlcap.metrics.accuracy import task_accuracy
 from tlcap.metrics.permutation import located_vs_random
+from tlcap.runtime.run_control import RunControl
 from tlcap.testing import planted_capability_model, planted_fact_model
 
 N_RANDOM = 20
@@ -122,7 +123,7 @@ def capability_methods(seed: int, n_samples: int) -> list[dict[str, Any]]:
     for wired in (True, False):
         model, truth = planted_capability_model(seed=seed, wired=wired)
         samples = truth.samples[:: max(1, len(truth.samples) // n_samples)][:n_samples]
-        loc = cnl_locate(model, truth.task, samples, progress=False)
+        loc = cnl_locate(model, truth.task, samples, run=RunControl(progress=False))
         found = loc.neuron_set()
         held = [s for s in truth.samples if s not in samples]
         row = dict(method="CNL (σ = 3, std; accuracy drop)", seed=seed, wired=wired, n_found=len(found),

@@ -15,6 +15,7 @@ from tlcap.attribution.dataset import score_dataset
 from tlcap.attribution.ig import integrated_gradients
 from tlcap.data.tasks import load_task
 from tlcap.models import load_model
+from tlcap.runtime.run_control import RunControl
 
 
 def _sync() -> None:
@@ -45,14 +46,14 @@ def main() -> None:
         s = load_task("gsm8k", split="train", n=2, seed=0)
         for sm in s:
             print("gsm8k prompt tokens", len(m.to_tokens(sm.prompt)[0]), "answer", repr(sm.answer)[:80])
-        score_dataset(m, [s[0]], steps=20, progress=False)
+        score_dataset(m, [s[0]], steps=20, run=RunControl(progress=False))
         _sync()
         t0 = time.perf_counter()
-        score_dataset(m, [s[1]], steps=20, progress=False)
+        score_dataset(m, [s[1]], steps=20, run=RunControl(progress=False))
         _sync()
         print("cnl one sample", time.perf_counter() - t0, flush=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            score_dataset(m, [s[1]], steps=20, progress=False)
+            score_dataset(m, [s[1]], steps=20, run=RunControl(progress=False))
             _sync()
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
 

@@ -33,6 +33,7 @@ from tlcap.method_registry import localize, methods
 from tlcap.metrics import NeuronSet, target_prob, token_probs
 from tlcap.models import Model, load_model
 from tlcap.results import Result, load_result
+from tlcap.runtime.run_control import RunControl
 
 __version__ = "0.1.0"
 
@@ -40,5 +41,5 @@ __all__ = [
     "IGConfig", "NeuronAttribution", "integrated_gradients", "TlcapError", "NeuronSet", "target_prob",
     "token_probs", "Model", "load_model", "Result", "load_result", "__version__", "ActivationIndex",
     "DirectLogitAttribution", "LogitLens", "NeuronCard", "activation_index", "direct_logit_attribution",
-    "explore_neurons", "inspect_neuron", "logit_lens", "localize", "methods",
+    "explore_neurons", "inspect_neuron", "logit_lens", "localize", "methods", "RunControl",
 ]

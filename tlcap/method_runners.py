@@ -17,6 +17,7 @@ from tlcap.experiments.cnl import cnl_locate
 from tlcap.experiments.knowledge_neurons import locate_knowledge_neurons
 from tlcap.locate.causal_trace import causal_trace
 from tlcap.locate.circuits import knowledge_circuit
+from tlcap.runtime.run_control import RunControl
 
 
 def run_kn(model: Any, *, config: Any, progress: bool, prompt: str, target: str,
@@ -58,7 +59,7 @@ def run_cnl(model: Any, *, config: Any, progress: bool, task: str, samples: Sequ
             n: int = 50) -> Any:
     if samples is None:
         samples = load_task(task, split="train", n=int(n), seed=config.seed)
-    return cnl_locate(model, task, samples, config=config, progress=progress)
+    return cnl_locate(model, task, samples, config=config, run=RunControl(progress=progress))
 
 
 __all__ = ["run_kn", "run_ig", "run_sig", "run_amig", "run_trace", "run_eap", "run_eap_ig", "run_cnl"]

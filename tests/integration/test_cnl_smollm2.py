@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from tlcap.runtime.run_control import RunControl
+
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]  # one_thread: tests/conftest.py
 
 
@@ -25,7 +27,7 @@ def test_erasing_emotion_neurons_beats_random(smollm2):
 
     train = load_task("emotion", split="train", n=12, seed=0)
     test = load_task("emotion", split="test", n=30, seed=1)
-    loc = cnl_locate(smollm2, "emotion", train, sigma=3.0, method="joint", convergence_points=1, progress=False)
+    loc = cnl_locate(smollm2, "emotion", train, sigma=3.0, method="joint", convergence_points=1, run=RunControl(progress=False))
     ns = loc.neuron_set()
     assert 0 < loc.neuron_ratio < 0.05
     er = erase_effect(smollm2, "emotion", test, ns, n_random=2, seed=0)

@@ -10,6 +10,7 @@ from tlcap.attribution.dataset import score_dataset
 from tlcap.data.tasks import Sample
 from tlcap.errors import InvalidConfigError
 from tlcap.runtime.batching import CPU_MAX_ROWS, SAFETY, auto_batch_rows, ig_row_bytes, is_oom, parse_memory, run_auto_batched
+from tlcap.runtime.run_control import RunControl
 
 pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
 
@@ -148,10 +149,10 @@ def test_row_bytes_grows_with_context_and_config_validation(tiny_gpt2):
 def test_dataset_scores_auto_batch_equal_fixed_batch_under_fake_oom(tiny_gpt2, monkeypatch):
     """score_dataset with batch_rows="auto": every sample's IG halves past an injected OOM; sums equal batch 2's."""
     samples = [Sample("Item 1 is", " very red", uid="1"), Sample("Item 2 is", " old", uid="2")]
-    fixed = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows=2, progress=False)
+    fixed = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows=2, run=RunControl(progress=False))
     ooms = _oom_over_two_rows(tiny_gpt2, monkeypatch, MemoryError("injected"))
     auto = score_dataset(tiny_gpt2, samples, max_answer_tokens=2, steps=3, batch_rows="auto", max_memory="1GiB",
-                         progress=False)
+                         run=RunControl(progress=False))
     assert len(ooms) >= 2  # at least one retry per sample
     assert torch.equal(auto.scores, fixed.scores)
 

@@ -21,8 +21,9 @@ from tlcap.attribution.dataset import (
 )
 from tlcap.data.tasks import Sample, encode_sample, load_task
 from tlcap.metrics.sets import NeuronSet
+from tlcap.runtime.run_control import RunControl
 
-KW = dict(max_answer_tokens=2, steps=4, progress=False)
+KW = dict(max_answer_tokens=2, steps=4)
 
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.heavy]  # one torch thread; after the fast gate
@@ -63,26 +64,28 @@ def test_resume_after_interruption_is_identical(tiny_gpt2, full, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        score_dataset(tiny_gpt2, _samples(), checkpoint_dir=tmp_path, checkpoint_every=1, on_sample=boom, **KW)
+        score_dataset(tiny_gpt2, _samples(), on_sample=boom, **KW, run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=1))
     _, state = load_checkpoint(tmp_path)
     assert state["n_seen"] == 3
     calls.clear()
-    again = score_dataset(tiny_gpt2, _samples(), checkpoint_dir=tmp_path, checkpoint_every=1,
-                          on_sample=lambda p, s: calls.append(p), **KW)
+    again = score_dataset(tiny_gpt2, _samples(),
+                          on_sample=lambda p, s: calls.append(p), **KW,
+                              run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=1))
     assert calls == [3]  # finished samples are not redone
     assert torch.equal(again.sums, full.sums)
     assert again.n_samples == full.n_samples
     # a finished run resumes to the same result without scoring anything
     calls.clear()
-    done = score_dataset(tiny_gpt2, _samples(), checkpoint_dir=tmp_path, on_sample=lambda p, s: calls.append(p), **KW)
+    done = score_dataset(tiny_gpt2, _samples(), on_sample=lambda p, s: calls.append(p), **KW,
+                         run=RunControl(checkpoint_dir=tmp_path))
     assert calls == [] and torch.equal(done.sums, full.sums)
     # other samples in the same folder are refused
     with pytest.raises(CheckpointMismatchError):
-        score_dataset(tiny_gpt2, _samples(3), checkpoint_dir=tmp_path, **KW)
+        score_dataset(tiny_gpt2, _samples(3), **KW, run=RunControl(checkpoint_dir=tmp_path))
 
 
 def test_shards_merge_exactly(tiny_gpt2, full):
-    parts = [score_dataset(tiny_gpt2, _samples(), shard=f"{i}/3", **KW) for i in range(3)]
+    parts = [score_dataset(tiny_gpt2, _samples(), **KW, run=RunControl(shard=f"{i}/3")) for i in range(3)]
     assert [p.n_samples for p in parts] == [2, 1, 1]
     merged = merge_scores(parts[::-1])
     assert torch.equal(merged.sums, full.sums)
@@ -105,7 +108,7 @@ def _dist_worker(rank: int, world: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = make_gpt2("tiny", seed=0)
-    res = score_dataset(model, _samples(), distributed=True, **KW)
+    res = score_dataset(model, _samples(), **KW, run=RunControl(distributed=True))
     if rank == 0:
         res.save(out + "/dist")
         # the single-process reference, computed in the same process settings (threads change float rounding)
@@ -252,7 +255,7 @@ def test_cnl_locate_parts_merge_to_whole(tiny_gpt2, tmp_path):
     assert loc.neuron_set() == whole.select(2.0)
     assert loc.n_samples == 6 and [r.n_half for r in loc.convergence] == [2, 3]
     assert 0 <= loc.split_iou <= loc.split_overlap <= 1
-    runs = [score_parts(tiny_gpt2, S, shard=(i, 2), convergence_points=2, method="joint", **KW) for i in range(2)]
+    runs = [score_parts(tiny_gpt2, S, convergence_points=2, method="joint", **KW, run=RunControl(shard=(i, 2))) for i in range(2)]
     again = finalize(merge_parts(runs), 2.0)
     assert torch.equal(again.scores, loc.scores) and again.neurons == loc.neurons
     loc.save(tmp_path / "loc")

@@ -15,7 +15,7 @@ from tlcap.errors import InvalidConfigError
 from tlcap.metrics.sets import NeuronSet
 from tlcap.results import load_result
 
-KW = dict(max_answer_tokens=1, steps=2, progress=False)
+KW = dict(max_answer_tokens=1, steps=2)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: one torch thread per module

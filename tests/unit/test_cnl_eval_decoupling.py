@@ -12,6 +12,7 @@ from tlcap.experiments.cnl_eval import DecouplingResult, decoupling
 from tlcap.experiments.cnl_eval.common import kn_neurons, neuron_ids
 from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.results import load_result
+from tlcap.runtime.run_control import RunControl
 
 IG = IGConfig(steps=2)
 
@@ -74,7 +75,7 @@ def test_rates_by_hand(hand, tmp_path):
 
 def test_decoupling_sets_come_from_kn(tiny_llama, tmp_path):
     pairs = [make_pair(2, "+", 3, uid="0"), make_pair(4, "*", 5, uid="1")]
-    res = decoupling(tiny_llama, pairs, top_k=4, ig=IG, progress=False)
+    res = decoupling(tiny_llama, pairs, top_k=4, ig=IG, run=RunControl(progress=False))
     prompt, target = pairs[1].framing(2)
     ns, p = kn_neurons(tiny_llama, prompt, target, KNConfig(ig=IG, top_k=4))
     assert res.sets2[1] == neuron_ids(ns) and res.probs2[1] == pytest.approx(p)
@@ -85,10 +86,11 @@ def test_decoupling_sets_come_from_kn(tiny_llama, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        decoupling(tiny_llama, pairs, top_k=4, ig=IG, progress=False, checkpoint_dir=tmp_path, checkpoint_every=1,
-                   on_item=boom)
+        decoupling(tiny_llama, pairs, top_k=4, ig=IG,
+                   on_item=boom, run=RunControl(progress=False, checkpoint_dir=tmp_path, checkpoint_every=1))
     seen = []
-    again = decoupling(tiny_llama, pairs, top_k=4, ig=IG, progress=False, checkpoint_dir=tmp_path, on_item=seen.append)
+    again = decoupling(tiny_llama, pairs, top_k=4, ig=IG, on_item=seen.append,
+                       run=RunControl(progress=False, checkpoint_dir=tmp_path))
     assert seen == [1] and again.to_frame().equals(res.to_frame())
     with pytest.raises(EmptyDatasetError):
-        decoupling(tiny_llama, [], progress=False)
+        decoupling(tiny_llama, [], run=RunControl(progress=False))

@@ -19,6 +19,7 @@ from tlcap.locate.causal_trace import causal_trace
 from tlcap.locate.circuits import edge_attribution
 from tlcap.locate.selection import top_k_select
 from tlcap.results import load_result
+from tlcap.runtime.run_control import RunControl
 
 FACTS = [
     RewriteFact("France", " Paris", ("The capital of France is", "France's capital is", "The capital city of France is"),
@@ -26,7 +27,7 @@ FACTS = [
     RewriteFact("Germany", " Berlin", ("The capital of Germany is", "Germany's capital is"), "P36", "b", " Paris"),
 ]
 IG = IGConfig(steps=2)
-OPTS = dict(ig=IG, kn__top_k=6, trace__top_k=1, trace__samples=1, trace__window=1, kc__top_n=12, kc__steps=1, progress=False)
+OPTS = dict(ig=IG, kn__top_k=6, trace__top_k=1, trace__samples=1, trace__window=1, kc__top_n=12, kc__steps=1)
 
 
 def _hand_overlap(sets):
@@ -108,18 +109,18 @@ def test_fidelity_checkpoint_resume(tiny_llama, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fidelity(tiny_llama, FACTS, checkpoint_dir=tmp_path, checkpoint_every=1, on_item=boom, **opts)
+        fidelity(tiny_llama, FACTS, on_item=boom, **opts, run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=1))
     seen = []
-    res = fidelity(tiny_llama, FACTS, checkpoint_dir=tmp_path, on_item=seen.append, **opts)
+    res = fidelity(tiny_llama, FACTS, on_item=seen.append, **opts, run=RunControl(checkpoint_dir=tmp_path))
     assert seen == [1]  # the first fact came from the checkpoint
     assert res.to_frame().equals(full.to_frame())
     with pytest.raises(CheckpointMismatchError):
-        fidelity(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, kn__top_k=5))
+        fidelity(tiny_llama, FACTS, **dict(opts, kn__top_k=5), run=RunControl(checkpoint_dir=tmp_path))
 
 
 def test_fidelity_errors(tiny_llama):
     with pytest.raises(EmptyDatasetError):
-        fidelity(tiny_llama, [], progress=False)
+        fidelity(tiny_llama, [], run=RunControl(progress=False))
 
 
 def test_rewrites_json_round_trip_and_errors(tmp_path):

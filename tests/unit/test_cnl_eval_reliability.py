@@ -25,6 +25,7 @@ from tlcap.locate.selection import top_k_select
 from tlcap.metrics.probs import target_prob
 from tlcap.models import TokenBatch
 from tlcap.results import load_result
+from tlcap.runtime.run_control import RunControl
 
 pytestmark = pytest.mark.heavy  # seconds per module: runs after the fast gate (make unit)
 
@@ -114,7 +115,7 @@ def test_neighbourhood_falls_back():
 # ---------------------------------------------------------------- tiny-model runs
 def test_kn_reliability_matches_direct_interventions(tiny_llama):
     res = reliability(tiny_llama, FACTS[:1], parts=("kn",), ig=IG, kn__top_k=5, n_random=2, enhance_factor=1.0,
-                      progress=False)
+                      run=RunControl(progress=False))
     rows = res.kn_records()
     assert [r.set for r in rows] == ["located", "random", "random"]
     assert all(r.n_neurons == 5 for r in rows)
@@ -132,7 +133,8 @@ def test_kn_reliability_matches_direct_interventions(tiny_llama):
 
 def test_rome_reliability_every_layer_and_restores(tiny_llama):
     before = {n: p.detach().clone() for n, p in tiny_llama.backend.named_parameters()}
-    res = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False)
+    res = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1,
+                      run=RunControl(progress=False))
     rows = res.rome_records()
     assert [(r.fact, r.layer) for r in rows] == [(f, l) for f in (0, 1) for l in range(tiny_llama.n_layers)]
     top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
@@ -142,8 +144,8 @@ def test_rome_reliability_every_layer_and_restores(tiny_llama):
     for n, p in tiny_llama.backend.named_parameters():
         assert torch.equal(p, before[n]), n
     assert res.rome_figure().layout.title.text.startswith("ROME edits at every layer (")
-    sub = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False,
-                      rome_layers=(0,), rome_add_traced=False)
+    sub = reliability(tiny_llama, FACTS, parts=("rome",), rome=ROME, trace__samples=1, trace__window=1,
+                      rome_layers=(0,), rome_add_traced=False, run=RunControl(progress=False))
     hidden = sum(1 for f in (0, 1) if next(r.traced_layer for r in rows if r.fact == f) != 0)
     title = sub.rome_figure().layout.title.text  # a layer subset says so, and counts the facts traced elsewhere
     assert f"1 of {tiny_llama.n_layers} layers" in title and "2 facts" in title
@@ -152,7 +154,7 @@ def test_rome_reliability_every_layer_and_restores(tiny_llama):
 
 def test_kc_reliability_matches_evaluate_circuit(tiny_llama):
     res = reliability(tiny_llama, FACTS[:1], parts=("kc",), kc__top_n=12, kc__steps=1, n_random_circuits=3,
-                      progress=False)
+                      run=RunControl(progress=False))
     rows = res.kc_records()
     circ = knowledge_circuit(tiny_llama, FACTS[0].rewrites[0], FACTS[0].target, cnl_circuit().replace(top_n=12, steps=1))
     ev = evaluate_circuit(tiny_llama, circ)
@@ -174,7 +176,7 @@ def test_rome_reliability_bos_reaches_the_trace(tiny_llama, monkeypatch):
 
     monkeypatch.setattr(rel_mod, "traced_layers_facts", spy)
     res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(0,), trace__samples=1,
-                      trace__window=1, bos=True, rome_add_traced=False, progress=False)
+                      trace__window=1, bos=True, rome_add_traced=False, run=RunControl(progress=False))
     assert seen == [True] and res.config["bos"] is True
     top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
                               cnl_trace().replace(samples=1, window=1, bos=True))
@@ -188,7 +190,7 @@ def test_rome_subset_adds_the_traced_layer(tiny_llama):
     top, _, _ = traced_layers(tiny_llama, FACTS[0].rewrites[0], FACTS[0].subject, FACTS[0].target,
                               cnl_trace().replace(samples=1, window=1, bos=False))
     other = next(l for l in range(tiny_llama.n_layers) if l != top[0])
-    kw = dict(parts=("rome",), rome=ROME, rome_layers=(other,), trace__samples=1, trace__window=1, progress=False)
+    kw = dict(parts=("rome",), rome=ROME, rome_layers=(other,), trace__samples=1, trace__window=1)
     res = reliability(tiny_llama, FACTS[:1], **kw)
     assert sorted(r.layer for r in res.rome_records()) == sorted([other, top[0]])
     assert res.rome_layers() == [other] and len(res.rome_by_layer()["efficacy"]) == 1
@@ -209,7 +211,7 @@ def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
     # KN + KC + ROME on fact 0 in one run, ROME on fact 1 in another: merged, the rows equal one
     # run over both facts; overlapping ranges and other settings are refused
     kw = dict(rome=ROME, ig=IG, n_random=2, n_random_circuits=2, kc__top_n=5, kc__steps=1, trace__samples=1,
-              trace__window=1, progress=False)
+              trace__window=1)
     whole = reliability(tiny_llama, FACTS, **kw)
     a = reliability(tiny_llama, FACTS, rome_facts=1, **kw)
     b = reliability(tiny_llama, FACTS, parts=("rome",), rome_from=1, **kw)
@@ -234,7 +236,7 @@ def test_rome_ranges_in_two_runs_merge_into_one_run(tiny_llama):
 def test_rome_layer_shards_merge_into_the_every_layer_run(tiny_llama):
     # ROME at layer 0 (+ each fact's traced layer) in one run, at the other layers in another: merged,
     # every (fact, layer) edit is there once and the per-layer table equals one run at every layer
-    kw = dict(parts=("rome",), rome=ROME, trace__samples=1, trace__window=1, progress=False)
+    kw = dict(parts=("rome",), rome=ROME, trace__samples=1, trace__window=1)
     whole = reliability(tiny_llama, FACTS, **kw)
     rest = tuple(range(1, tiny_llama.n_layers))
     a = reliability(tiny_llama, FACTS, rome_layers=(0,), **kw)
@@ -266,7 +268,7 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
 
     monkeypatch.setattr(tiny_llama, "record", spy)
     res = reliability(tiny_llama, FACTS[:1], parts=("rome",), rome=ROME, rome_layers=(1,), trace__samples=1,
-                      trace__window=1, bos=True, rome_add_traced=False, progress=False)
+                      trace__window=1, bos=True, rome_add_traced=False, run=RunControl(progress=False))
     monkeypatch.undo()
     assert firsts and set(firsts) == {bos_id}
     assert res.config["rome"]["bos"] is True
@@ -282,8 +284,7 @@ def test_rome_reliability_bos_reaches_the_edit(tiny_llama, monkeypatch):
 
 def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
     # interrupted at the second fact, the rerun computes only that fact and equals an uninterrupted run
-    opts = dict(parts=("kn", "kc"), ig=IG, kn__top_k=4, n_random=2, kc__top_n=12, kc__steps=1, n_random_circuits=2,
-                progress=False)
+    opts = dict(parts=("kn", "kc"), ig=IG, kn__top_k=4, n_random=2, kc__top_n=12, kc__steps=1, n_random_circuits=2)
     full = reliability(tiny_llama, FACTS, **opts)
 
     def boom(i):
@@ -291,10 +292,10 @@ def test_reliability_checkpoint_resume(tiny_llama, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, checkpoint_every=5, on_item=boom, **opts)
+        reliability(tiny_llama, FACTS, on_item=boom, **opts, run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=5))
     seen = []
-    res = reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, on_item=seen.append, **opts)
+    res = reliability(tiny_llama, FACTS, on_item=seen.append, **opts, run=RunControl(checkpoint_dir=tmp_path))
     assert seen == [1]  # fact 0 came from the checkpoint saved on the interrupt (not by checkpoint_every)
     assert res.kn_rows == full.kn_rows and res.kc_rows == full.kc_rows
     with pytest.raises(CheckpointMismatchError):
-        reliability(tiny_llama, FACTS, checkpoint_dir=tmp_path, **dict(opts, kn__top_k=3))
+        reliability(tiny_llama, FACTS, **dict(opts, kn__top_k=3), run=RunControl(checkpoint_dir=tmp_path))

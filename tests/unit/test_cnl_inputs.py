@@ -17,8 +17,9 @@ from tlcap.data.sample import DataWarning, Sample
 from tlcap.data.tasks import load_task
 from tlcap.errors import CheckpointError, DataFormatError, EmptyNeuronSetError, OverlappingShardsError
 from tlcap.metrics.sets import NeuronSet
+from tlcap.runtime.run_control import RunControl
 
-KW = dict(max_answer_tokens=1, steps=2, method="grad_x_act", progress=False)
+KW = dict(max_answer_tokens=1, steps=2, method="grad_x_act")
 EMOTION_LINES = [
     "text;label_name",
     "i feel so happy today;joy",
@@ -137,13 +138,13 @@ def test_merging_a_shard_twice_or_overlapping_shards_is_refused(tiny_gpt2, tmp_p
     from tlcap.attribution.dataset import merge_scores, score_dataset
 
     S = _samples(5)
-    p0, p1 = (score_dataset(tiny_gpt2, S, shard=(i, 2), **KW) for i in range(2))
+    p0, p1 = (score_dataset(tiny_gpt2, S, **KW, run=RunControl(shard=(i, 2))) for i in range(2))
     assert merge_scores([p0, p1]).n_samples == 5
     with pytest.raises(OverlappingShardsError) as exc:
         merge_scores([p0, p1, p0], names=["s0", "s1", "s0 again"])
     assert str(exc.value) == ("s0 and s0 again share 3 samples (the same part given twice?); merging them would count those "
                               "samples twice: give each shard of one run once")
-    q0 = score_dataset(tiny_gpt2, S, shard=(0, 3), **KW)  # positions 0, 3 — shard 0/2 holds 0, 2, 4
+    q0 = score_dataset(tiny_gpt2, S, **KW, run=RunControl(shard=(0, 3)))  # positions 0, 3 — shard 0/2 holds 0, 2, 4
     with pytest.raises(OverlappingShardsError, match="part 0 and part 1 share 1 sample; merging"):
         merge_scores([p0, q0])
 
@@ -260,10 +261,10 @@ def test_interrupted_checkpoint_writes_never_double_count(tiny_gpt2, tmp_path, m
 
         monkeypatch.setattr(atomic.os, "replace", flaky)
         with pytest.raises(KeyboardInterrupt):
-            score_dataset(tiny_gpt2, S, checkpoint_dir=ck, checkpoint_every=1, **KW)
+            score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=ck, checkpoint_every=1))
         monkeypatch.setattr(atomic.os, "replace", real)
         assert [p.name for p in ck.iterdir()] == (["checkpoint.safetensors"] if fail_at > 1 else [])
-        again = score_dataset(tiny_gpt2, S, checkpoint_dir=ck, checkpoint_every=1, **KW)
+        again = score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=ck, checkpoint_every=1))
         assert torch.equal(again.sums, full.sums) and again.n_samples == 4 and again.n_seen == 4
 
 
@@ -272,21 +273,22 @@ def test_damaged_checkpoint_names_the_file_and_the_way_out(tiny_gpt2, tmp_path):
 
     S = _samples(3)
     ck = tmp_path / "ck"
-    score_dataset(tiny_gpt2, S, checkpoint_dir=ck, **KW)
+    score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=ck))
     f = ck / "checkpoint.safetensors"
     f.write_bytes(f.read_bytes()[:40])  # truncated
     with pytest.raises(CheckpointError) as exc:
-        score_dataset(tiny_gpt2, S, checkpoint_dir=ck, **KW)
+        score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=ck))
     msg = str(exc.value)
     assert msg.startswith(f"the checkpoint {f} is damaged (") and msg.endswith(
         "); rerun with --no-resume (resume=False) to start this part over, or delete the file")
-    assert score_dataset(tiny_gpt2, S, checkpoint_dir=ck, resume=False, **KW).n_samples == 3  # and it is rewritten
-    assert score_dataset(tiny_gpt2, S, checkpoint_dir=ck, **KW).n_samples == 3
+    assert score_dataset(tiny_gpt2, S, **KW,
+                         run=RunControl(checkpoint_dir=ck, resume=False)).n_samples == 3  # and it is rewritten
+    assert score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=ck)).n_samples == 3
     legacy = tmp_path / "old"
     legacy.mkdir()
     (legacy / "state.json").write_text("{}")
     with pytest.raises(CheckpointError, match="state.json is a checkpoint of an older tlcap"):
-        score_dataset(tiny_gpt2, S, checkpoint_dir=legacy, **KW)
+        score_dataset(tiny_gpt2, S, **KW, run=RunControl(checkpoint_dir=legacy))
 
 
 def test_cli_damaged_checkpoint_is_one_line_and_no_resume_recovers(tmp_path):

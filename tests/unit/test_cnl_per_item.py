@@ -59,7 +59,7 @@ def test_reliability_batched_kn_sets_equal_one_run_per_set(tiny_gpt2):
     from tlcap.data.rewrites import RewriteFact
 
     facts = [RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), uid="f0")]
-    kw = dict(parts=("kn",), n_random=6, ig=IGConfig(steps=2), progress=False)
+    kw = dict(parts=("kn",), n_random=6, ig=IGConfig(steps=2))
     fast = reliability(tiny_gpt2, facts, **kw)
     slow = reliability(tiny_gpt2, facts, batched=False, **kw)
     a, b = fast.kn_records(), slow.kn_records()

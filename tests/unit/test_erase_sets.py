@@ -30,6 +30,7 @@ from tlcap.metrics.set_scores import _generate_rows, erased_scores, teacher_forc
 from tlcap.metrics.sets import NeuronSet
 from tlcap.results import load_result
 from tlcap.runtime.hooks import scale_rows
+from tlcap.runtime.run_control import RunControl
 
 WORDS = ["red", "table", "blue", "chair", "green", "lamp", "old", "river"]
 PREFIX = "Decide whether the word names a colour.\nWord:"
@@ -227,9 +228,9 @@ def test_erase_resumes_after_the_last_saved_chunk(tiny_gpt2, tmp_path, monkeypat
 
     monkeypatch.setattr(erase_sets_mod, "erased_scores", flaky)
     with pytest.raises(KeyboardInterrupt):
-        erase_effect(m, "emotion", emo, loc, n_random=5, checkpoint_dir=tmp_path, checkpoint_every=2)
+        erase_effect(m, "emotion", emo, loc, n_random=5, run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=2))
     calls.clear()
-    again = erase_effect(m, "emotion", emo, loc, n_random=5, checkpoint_dir=tmp_path, checkpoint_every=2)
+    again = erase_effect(m, "emotion", emo, loc, n_random=5, run=RunControl(checkpoint_dir=tmp_path, checkpoint_every=2))
     assert calls == [2, 1]  # sets: base, located, 5 random = 7 → chunks 2, 2, 2, 1; two were saved before the interrupt
     assert torch.equal(again.random_scores, whole.random_scores) and torch.equal(again.base_scores, whole.base_scores)
 

@@ -27,6 +27,7 @@ from tlcap.locate.causal_trace import causal_trace, trace_reference
 from tlcap.locate.circuits import EdgeGraph
 from tlcap.locate.synapses import attention_patterns, synapse_mask
 from tlcap.models import FAMILIES, load_model, make_tiny
+from tlcap.runtime.run_control import RunControl
 
 PROMPT, TARGET, SUBJECT = "The capital of France is", " Paris", "France"
 LAYOUT = {  # family: (parallel blocks, post-norms, patchable attention, n_kv_heads)
@@ -65,7 +66,7 @@ def test_ig_and_dataset_scores_equal_their_references(fam):
     fast = integrated_gradients(m, PROMPT, TARGET, steps=3)
     assert _rel(fast.scores, reference_ig(m, PROMPT, TARGET, steps=3)) < 1e-5
     samples = [Sample("Item 1 is", " very red", uid="1"), Sample("Item 2 is", " old", uid="2")]
-    ds = score_dataset(m, samples, max_answer_tokens=2, steps=3, progress=False)
+    ds = score_dataset(m, samples, max_answer_tokens=2, steps=3, run=RunControl(progress=False))
     ref = score_in_memory(m, samples, max_answer_tokens=2, steps=3)
     assert ref.abs().max() > 0
     torch.testing.assert_close(ds.scores, ref, rtol=0, atol=1e-12)

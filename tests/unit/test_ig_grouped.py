@@ -16,6 +16,7 @@ from tlcap.attribution.dataset import score_dataset
 from tlcap.attribution.ig import integrated_gradients
 from tlcap.data.tasks import Sample
 from tlcap.errors import InvalidConfigError, TlcapError
+from tlcap.runtime.run_control import RunControl
 
 # unequal prompt and answer lengths (1 to 3 answer tokens): prefixes are padded to the longest
 SAMPLES = [
@@ -48,7 +49,7 @@ def test_continue_rows_equals_each_context_alone(model):
 
 @pytest.mark.parametrize("batch_rows", [256, 7])  # 7: a sample's rows are split over batches
 def test_samples_batched_equal_one_at_a_time(model, batch_rows):
-    kw = dict(max_answer_tokens=3, steps=3, progress=False)
+    kw = dict(max_answer_tokens=3, steps=3, run=RunControl(progress=False))
     one = score_dataset(model, SAMPLES, **kw)
     many = score_dataset(model, SAMPLES, sample_batch=3, batch_rows=batch_rows, **kw)
     assert (many.n_samples, many.n_tokens) == (one.n_samples, one.n_tokens) == (3, 6)
@@ -93,7 +94,7 @@ def test_steps_auto_trapezoid_adds_midpoints_and_equals_fixed_steps(model):
 
 def test_steps_auto_dataset_records_completeness(tiny_gpt2):
     res = score_dataset(tiny_gpt2, SAMPLES[:2], max_answer_tokens=1, steps="auto", tol=1e-3, rule="gauss_legendre",
-                        progress=False)
+                        run=RunControl(progress=False))
     assert res.completeness_rel_error <= 1e-3
     assert res.steps == "auto" and res.n_samples == 2
 

@@ -25,6 +25,7 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models import load_model, make_llama
 from tlcap.models.placement import Placement, is_offloaded
 from tlcap.runtime.batching import device_shares
+from tlcap.runtime.run_control import RunControl
 
 PROMPT, SUBJECT, TARGET = "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"
 MAP = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
@@ -60,8 +61,8 @@ def test_ig_and_cnl_scoring_equal_the_plain_model(pair):
     assert a.scores.abs().max() > 0
     samples = [Sample("Item 1 is", " very red", uid="1"), Sample("The sky on a clear day is", " blue", uid="2")]
     for batch in (1, 2):  # one sample at a time, and both samples' rows packed in shared batches
-        da = score_dataset(plain, samples, max_answer_tokens=2, steps=3, sample_batch=batch, progress=False)
-        db = score_dataset(split, samples, max_answer_tokens=2, steps=3, sample_batch=batch, progress=False)
+        da = score_dataset(plain, samples, max_answer_tokens=2, steps=3, sample_batch=batch, run=RunControl(progress=False))
+        db = score_dataset(split, samples, max_answer_tokens=2, steps=3, sample_batch=batch, run=RunControl(progress=False))
         torch.testing.assert_close(db.scores, da.scores, rtol=1e-5, atol=1e-9)
 
 
@@ -146,8 +147,8 @@ def test_split_between_a_gpu_and_the_cpu_equals_one_gpu():
     b = integrated_gradients(split, PROMPT, TARGET, steps=4)
     torch.testing.assert_close(b.scores, a.scores, rtol=1e-4, atol=1e-7)
     samples = [Sample("Item 1 is", " very red", uid="1"), Sample("The sky on a clear day is", " blue", uid="2")]
-    da = score_dataset(one, samples, max_answer_tokens=2, steps=3, sample_batch=2, progress=False)
-    db = score_dataset(split, samples, max_answer_tokens=2, steps=3, sample_batch=2, progress=False)
+    da = score_dataset(one, samples, max_answer_tokens=2, steps=3, sample_batch=2, run=RunControl(progress=False))
+    db = score_dataset(split, samples, max_answer_tokens=2, steps=3, sample_batch=2, run=RunControl(progress=False))
     torch.testing.assert_close(db.scores, da.scores, rtol=1e-4, atol=1e-7)
     ta = causal_trace(one, PROMPT, SUBJECT, TARGET, samples=2, warn=False)
     tb = causal_trace(split, PROMPT, SUBJECT, TARGET, samples=2, warn=False)

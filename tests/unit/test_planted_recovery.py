@@ -23,6 +23,7 @@ from tlcap.locate.circuits.task import CircuitItem
 from tlcap.locate.selection import method_select
 from tlcap.locate.synapses import locate_synapses
 from tlcap.metrics.permutation import located_vs_random
+from tlcap.runtime.run_control import RunControl
 from tlcap.testing import (
     MechanismAssertionError,
     assert_causal,
@@ -148,7 +149,7 @@ def test_knowledge_synapses_include_the_mover_heads_subject_column(wired):
 
 def test_cnl_finds_the_capability_neurons_and_erasing_them_is_significant(capability):
     model, truth, samples = capability
-    loc = cnl_locate(model, truth.task, samples, progress=False)
+    loc = cnl_locate(model, truth.task, samples, run=RunControl(progress=False))
     assert loc.neuron_set() == truth.neurons
     assert loc.split_overlap > 0.9  # halves of 6 and 5 prompts
     er = erase_effect(model, truth.task, samples, loc.neuron_set(), n_random=20)
@@ -160,7 +161,7 @@ def test_cnl_finds_the_capability_neurons_and_erasing_them_is_significant(capabi
 def test_cnl_on_the_unwired_capability_model_erases_nothing():
     model, truth = planted_capability_model(seed=1, wired=False)
     samples = truth.samples[::7]
-    loc = cnl_locate(model, truth.task, samples, progress=False)
+    loc = cnl_locate(model, truth.task, samples, run=RunControl(progress=False))
     assert not set(loc.neuron_set()) & set(truth.neurons)
     er = erase_effect(model, truth.task, samples, loc.neuron_set(), n_random=20)
     assert er.base_accuracy <= er.majority_share  # no skill: at most the majority label's share

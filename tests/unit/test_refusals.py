@@ -17,6 +17,7 @@ from tests.cli_helpers import assert_cli_error, run_cli
 from tlcap.errors import InvalidConfigError, TlcapError, TlcapWarning
 from tlcap.models import loading
 from tlcap.models.spec import model_spec
+from tlcap.runtime.run_control import RunControl
 
 FACT = ["--prompt", "The capital of France is", "--subject", "France"]
 
@@ -66,7 +67,7 @@ def test_trace_k_is_refused_by_the_api_too(tiny_llama):
 
     fact = RewriteFact("France", " Paris", ("The capital of France is", "France's capital is"), "P36", "a", " Rome")
     with pytest.raises(InvalidConfigError, match=r"trace.top_k \(--trace-top-k\) must be below the 2 layers"):
-        fidelity(tiny_llama, [fact], methods=("trace",), trace__top_k=2, progress=False)
+        fidelity(tiny_llama, [fact], methods=("trace",), trace__top_k=2, run=RunControl(progress=False))
 
 
 def test_reproduce_refuses_a_bad_n_boot_out_and_only_before_the_model(tmp_path, no_model_load):

@@ -23,6 +23,7 @@ from tlcap.locate.causal_trace import causal_trace, causal_trace_facts, trace_da
 from tlcap.locate.circuits import edge_attribution
 from tlcap.locate.circuits.items import edge_attribution_items
 from tlcap.models import make_gpt2, make_llama, make_tiny
+from tlcap.runtime.run_control import RunControl
 
 FAMILIES = ["gpt2", "llama", "neox", "gptj", "qwen2", "gemma2"]
 # unequal lengths, a subject at the start, a target the model does not predict (None: its top token)
@@ -88,8 +89,8 @@ def test_fidelity_locates_a_window_of_facts_as_one_fact_at_a_time():
     model = _peaked("gpt2")
     facts = [RewriteFact("France", " Paris", ("The capital of France is", "France's capital city is"), "P1", "a"),
              RewriteFact("Italy", " Rome", ("The capital of Italy is", "Italy's capital city is"), "P1", "b")]
-    kw = dict(methods=("kn", "trace", "kc"), ig=IGConfig(steps=2), trace__samples=2, trace__top_k=1, kc__top_n=20, kc__steps=2,
-              progress=False)
+    kw = dict(methods=("kn", "trace", "kc"), ig=IGConfig(steps=2), trace__samples=2, trace__top_k=1, kc__top_n=20,
+              kc__steps=2, run=RunControl(progress=False))
     together = fidelity(model, facts, fact_batch=2, **kw)
     alone = fidelity(model, facts, fact_batch=1, **kw)
     assert together.sets == alone.sets and all(len(s) for m in ("kn", "trace") for f in together.sets[m] for s in f)

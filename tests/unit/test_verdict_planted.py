@@ -22,6 +22,7 @@ from tlcap.reproduce.registry import paper_claim
 from tlcap.reproduce.report import RowBuilder
 from tlcap.reproduce.report_cnl_interventions import erase_effect_row
 from tlcap.reproduce.verdict import AGREES, UNDECIDED
+from tlcap.runtime.run_control import RunControl
 from tlcap.testing.planted import planted_capability_model
 
 pytestmark = pytest.mark.heavy  # over ~5 s per module: runs after the fast gate (make unit)
@@ -38,7 +39,7 @@ def _run(variant: str) -> tuple[str, float, set, set]:
         samples = [dataclasses.replace(s, answer=golds[j], gold=golds[j]) for s, j in zip(samples, perm)]
     locate, held_out = samples[0::2], samples[1::2]
     torch.manual_seed(0)
-    loc = cnl_locate(model, truth.task, locate, progress=False)
+    loc = cnl_locate(model, truth.task, locate, run=RunControl(progress=False))
     er = erase_effect(model, truth.task, held_out, loc.neuron_set(), n_random=R, seed=0)
     located = er.located_scores.double().numpy()
     rnd = er.random_scores.double().numpy()  # [random set, item]

@@ -34,7 +34,7 @@ from safetensors.torch import save as save_bytes
 from torch import Tensor
 
 from tlcap.atomic import storage_error, write_bytes_atomic
-from tlcap.errors import CheckpointError, InvalidConfigError
+from tlcap.errors import CheckpointError
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
 CHECKPOINT_VERSION = 3  # 3: sha256 over the state and the tensors; 2: no checksum (still resumed)
@@ -131,26 +131,5 @@ def _metadata(data: bytes) -> dict[str, str]:
     return dict(meta) if isinstance(meta, dict) else {}
 
 
-def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
-    """``"i/n"`` → ``(i, n)`` with 0 ≤ i < n.
-
-    Raises:
-        InvalidConfigError: not of the form ``i/n``, or ``i`` out of range.
-    """
-    if shard is None:
-        return None
-    if isinstance(shard, str):
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise InvalidConfigError(f"--shard must look like i/n (e.g. 0/4), got {shard!r}") from None
-    else:
-        i, n = shard
-    if not (n >= 1 and 0 <= i < n):
-        raise InvalidConfigError(f"shard (--shard) {i}/{n} is invalid: need 0 <= i < n")
-    return (int(i), int(n))
-
-
-
-__all__ = ["parse_shard", "save_checkpoint", "load_checkpoint", "checkpoint_digest", "checkpoint_file", "CHECKPOINT_FILE",
+__all__ = ["save_checkpoint", "load_checkpoint", "checkpoint_digest", "checkpoint_file", "CHECKPOINT_FILE",
            "CHECKPOINT_VERSION"]

@@ -32,13 +32,13 @@ Example (the paper's run: ``n=200`` samples, ``steps=20``):
     >>> from tlcap.data.tasks import load_task
     >>> samples = load_task("emotion", split="train", n=4)
     >>> ck = tempfile.mkdtemp()
-    >>> ds = score_dataset(model, samples, checkpoint_dir=ck, checkpoint_every=2, steps=2, progress=False)
+    >>> ds = score_dataset(model, samples, steps=2, run=RunControl(checkpoint_dir=ck, checkpoint_every=2, progress=False))
     >>> ds.n_samples, ds.n_skipped, tuple(ds.scores.shape)
     (4, 0, (2, 256))
     >>> neurons = ds.select(sigma=3)
     >>> len(neurons)
     12
-    >>> parts = [score_dataset(model, samples, steps=2, shard=(i, 2), progress=False) for i in range(2)]
+    >>> parts = [score_dataset(model, samples, steps=2, run=RunControl(shard=(i, 2), progress=False)) for i in range(2)]
     >>> torch.equal(merge_scores(parts).sums, ds.sums)     # shards add up bit for bit
     True
 """
@@ -60,7 +60,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.attribution.batched import fact_tokens
-from tlcap.attribution.checkpoint import load_checkpoint, parse_shard, save_checkpoint
+from tlcap.attribution.checkpoint import load_checkpoint, save_checkpoint
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset_scores import (
     SKIP_KINDS,
@@ -88,6 +88,7 @@ from tlcap.errors import (
 )
 from tlcap.models.adapter import Model
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
+from tlcap.runtime.run_control import RunControl, parse_shard
 from tlcap.runtime.sites import get_site
 
 
@@ -118,12 +119,7 @@ def score_dataset(
     config: IGConfig | None = None,
     max_answer_tokens: int = 8,
     task: str = "",
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int = 25,
-    resume: bool = True,
-    shard: str | tuple[int, int] | None = None,
-    distributed: bool = False,
-    progress: bool = True,
+    run: RunControl | None = None,
     on_sample: Callable[[int, Sample], None] | None = None,
     desc: str | None = None,
     **overrides: Any,
@@ -137,13 +133,10 @@ def score_dataset(
             ``rule``, ``method``, ``layers``, ``batch_rows``...); others score 0.
         max_answer_tokens: Answer tokens scored per sample (the first ones), ``>= 1``.
         task: Name recorded in the result.
-        checkpoint_dir: Where to checkpoint (None = no checkpoints).
-        checkpoint_every: Samples between checkpoints, ``>= 1``.
-        resume: Continue from a checkpoint in ``checkpoint_dir`` if there is one.
-        shard: ``"i/n"`` or ``(i, n)``: score only the samples at positions ``≡ i (mod n)``.
-        distributed: Under ``torchrun``: shard by rank and all-reduce the sums (gloo on CPU);
-            every rank returns the merged result.
-        progress: Show a progress bar.
+        run: Checkpoints (every 25 samples by default), resuming, ``shard`` (score only the samples
+            at positions ``≡ i (mod n)``), ``distributed`` (under ``torchrun``: shard by rank and
+            all-reduce the sums, gloo on CPU; every rank returns the merged result) and the progress
+            bar (:class:`~tlcap.runtime.run_control.RunControl`; default: none of them, a bar).
         on_sample: Called as ``on_sample(position, sample)`` before each sample is scored
             (hook for logging; tests use it to simulate an interruption).
         desc: Progress-bar label (default ``"CNL {task}"``).
@@ -160,16 +153,18 @@ def score_dataset(
         >>> import tempfile
         >>> from tlcap.data.tasks import load_task
         >>> ck = tempfile.mkdtemp()
-        >>> ds = score_dataset(model, load_task("emotion", split="train", n=8), method="joint", checkpoint_dir=ck,
-        ...                    progress=False)
+        >>> ds = score_dataset(model, load_task("emotion", split="train", n=8), method="joint",
+        ...                    run=RunControl(checkpoint_dir=ck, progress=False))
         >>> ds.method, ds.n_samples
         ('joint', 8)
         >>> ds.select(sigma=3).ratio()             # share of all MLP neurons located
         0.017578125
     """
     cfg = IGConfig.resolve(config, **overrides)
+    rc = RunControl.resolve(run)
     check_int("max_answer_tokens", max_answer_tokens, min=1)
-    check_int("checkpoint_every", checkpoint_every, min=1)
+    checkpoint_every = rc.every(25)
+    shard: str | tuple[int, int] | None = rc.shard
     if not samples:
         raise EmptyDatasetError("score_dataset got no samples")
     layer_list = tuple(range(model.n_layers)) if cfg.layers is None else tuple(int(l) for l in cfg.layers)
@@ -177,7 +172,7 @@ def score_dataset(
         raise InvalidConfigError(f"layers (--layers) must be < {model.n_layers} for {model.name}, got {max(layer_list)}")
     cfg = cfg.replace(layers=layer_list)
     dist = None
-    if distributed:
+    if rc.distributed:
         dist = torch_dist
         if not dist.is_initialized():
             dist.init_process_group("gloo")  # the sums are reduced as CPU tensors (NCCL takes GPU tensors only)
@@ -195,10 +190,10 @@ def score_dataset(
                   max_answer_tokens=max_answer_tokens, config=cfg.to_dict())
     state = DatasetScores(sums=torch.zeros(2, model.n_layers, model.d_mlp, dtype=torch.int64), shard=sh, fingerprint=fp,
                           skipped=dict.fromkeys(SKIP_KINDS, 0), **common)
-    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    ckpt = rc.directory
     if ckpt is not None and dist is not None:
         ckpt = ckpt / f"rank{sh[0]}of{sh[1]}"
-    if ckpt is not None and resume:
+    if ckpt is not None and rc.resume:
         state = _restore(ckpt, fp) or state
     sums = state.sums.clone()
     n_samples, n_tokens, n_seen, prob_sum = state.n_samples, state.n_tokens, state.n_seen, state.prob_sum
@@ -216,7 +211,7 @@ def score_dataset(
         )
 
     label = (desc or f"CNL {task or 'scores'}") + (f" [{sh[0]}/{sh[1]}]" if sh[1] > 1 else "")
-    bar = tqdm(total=len(mine), initial=n_seen, desc=label, disable=not progress, unit="sample")
+    bar = tqdm(total=len(mine), initial=n_seen, desc=label, disable=not rc.progress, unit="sample")
     grouped = cfg.method == "ig" and (cfg.sample_batch > 1 or cfg.steps == "auto")
     pos = n_seen
     while pos < len(mine):

@@ -8,7 +8,8 @@ Example:
     >>> from tlcap.attribution.dataset import score_dataset
     >>> from tlcap.data.tasks import load_task
     >>> samples = load_task("emotion", split="train", n=4)
-    >>> part0, part1 = (score_dataset(model, samples, steps=2, shard=(i, 2), progress=False) for i in range(2))
+    >>> from tlcap import RunControl
+    >>> part0, part1 = (score_dataset(model, samples, steps=2, run=RunControl(shard=(i, 2), progress=False)) for i in range(2))
     >>> merged = merge_scores([part0, part1], names=["runs/s0", "runs/s1"])
     >>> merged.n_samples, len(merged.select(sigma=3))
     (4, 12)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import typer
 
-from tlcap.attribution.checkpoint import parse_shard
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.dataset import merge_scores
 from tlcap.cli import app
@@ -67,6 +66,7 @@ from tlcap.experiments.cnl import (
     score_parts,
 )
 from tlcap.provenance import Provenance
+from tlcap.runtime.run_control import RunControl, parse_shard
 
 cnl_app = typer.Typer(help="CNL: commonality neurons of a capability dataset (locate, erase, enhance, cross).",
                       no_args_is_help=True)
@@ -150,8 +150,9 @@ def locate(
                                     "test needs at least 2: point --data-dir at a file with more samples")
         m = load(model, device, dtype)
         t0 = time.perf_counter()
-        parts = score_parts(m, samples, config=cfg, task=dataset, checkpoint_dir=checkpoint_dir_ or stage.checkpoints,
-                            checkpoint_every=checkpoint_every, resume=resume, shard=shard, distributed=distributed)
+        run = RunControl(checkpoint_dir=str(checkpoint_dir_ or stage.checkpoints), checkpoint_every=checkpoint_every,
+                         resume=resume, shard=shard, distributed=distributed)
+        parts = score_parts(m, samples, config=cfg, task=dataset, run=run)
         wall = time.perf_counter() - t0
         if rank != 0:
             return
@@ -243,7 +244,8 @@ def erase(
                                                  f"{r.n_neurons} neurons, located erased {r.located_accuracy:.3f}, "
                                                  f"random erased {r.random_accuracy:.3f}"))
             return
-        res = erase_effect(m, dataset, samples, src.neuron_set(m), config=cfg, source=src.task, progress=True)
+        res = erase_effect(m, dataset, samples, src.neuron_set(m), config=cfg, source=src.task,
+                           run=RunControl(progress=True))
         write_outputs(stage.path, res, figures={"erase": res.figure()}, tables={"erase": res.to_frame()}, extra=extra)
     typer.echo(skips_line(res.data))
     rnd = "none (--n-random 0)" if not res.random_accuracies else f"{res.random_accuracy:.3f}"

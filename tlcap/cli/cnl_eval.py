@@ -58,6 +58,7 @@ from tlcap.experiments.cnl_eval import (
 from tlcap.experiments.cnl_eval.common import param_counts
 from tlcap.provenance import model_identity
 from tlcap.results import load_result
+from tlcap.runtime.run_control import RunControl
 
 _FACTS = typer.Option(None, help="A JSON file of your own facts with rewrites (docs/cnl_eval.md); default: ParaRel.")
 _N_FACTS = typer.Option(50, help="Facts to draw from ParaRel (the first N of --facts when given).")
@@ -167,7 +168,7 @@ def fidelity_cmd(
         seed_everything(seed)
         m = load(model, device, dtype)
         data = _facts(m, facts, n, n_rewrites, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
-        res = fidelity(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
+        res = fidelity(m, data, config=cfg, run=RunControl(checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every))
         save_rewrites(data, stage.path / "facts.json")
         write_outputs(stage.path, res, figures={"fidelity": res.figure()},
                       tables={"fidelity": res.to_frame(), "fidelity_rewrites": res.rewrite_frame()},
@@ -227,7 +228,8 @@ def reliability_cmd(
         seed_everything(seed)
         m = load(model, device, dtype)
         data = _facts(m, facts, n, 5, known_top_k, seed, max_scan, max_misses, keep=stage.checkpoints)
-        res = reliability(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
+        res = reliability(m, data, config=cfg,
+                          run=RunControl(checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every))
         _write_reliability(stage.path, res, data, {"facts_file": str(facts) if facts else None})
     _echo_reliability(stage.out, res)
 
@@ -298,7 +300,8 @@ def decouple_cmd(
     with staged_output(out, overwrite=overwrite) as stage:
         seed_everything(seed)
         m = load(model, device, dtype)
-        res = decoupling(m, data, config=cfg, checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every)
+        res = decoupling(m, data, config=cfg,
+                         run=RunControl(checkpoint_dir=stage.checkpoints, checkpoint_every=checkpoint_every))
         save_pairs(data, stage.path / "pairs.json")
         write_outputs(stage.path, res, figures={"decoupling": res.figure()},
                       tables={"decoupling_pairs": res.to_frame(), "decoupling_rates": res.rates().to_frame()})

@@ -44,6 +44,7 @@ from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.reproduce.suite_stages import suite_stages
 from tlcap.results import Result
+from tlcap.runtime.run_control import RunControl
 
 CODE = ("tlcap.experiments.cnl", "tlcap.attribution", "tlcap.metrics.accuracy", "tlcap.intervene", "tlcap.data.tasks")
 
@@ -115,7 +116,8 @@ def _locate(ctx: StageContext) -> dict[str, Result]:
     for name, chunk in _groups(cfg, ctx.inputs()):
         parts[name] = score_dataset(ctx.model, chunk, task=cfg.dataset, config=cfg.ig,
                                     max_answer_tokens=cfg.max_answer_tokens,
-                                    checkpoint_dir=ctx.checkpoint / name, checkpoint_every=5, progress=ctx.progress,
+                                    run=RunControl(checkpoint_dir=str(ctx.checkpoint / name), checkpoint_every=5,
+                                                   progress=ctx.progress),
                                     desc=f"CNL {cfg.dataset} group {name}")
     loc = finalize(parts, cfg.sigma)
     return {"location": loc, **{f"group_{k}": v for k, v in parts.items()}}
@@ -206,8 +208,8 @@ def _erase(ctx: StageContext) -> dict[str, Result]:
         runs: list = []
         out[tag] = erase_effect(m, cfg.dataset, samples, ns, n_random=cfg.n_random, seed=cfg.seed, base_accuracy=base,
                                 source=cfg.dataset, ppl_texts=cfg.ppl_texts, ppl_n_random=cfg.ppl_n_random,
-                                checkpoint_dir=ctx.checkpoint / tag, checkpoint_every=cfg.checkpoint_every, runs=runs,
-                                progress=ctx.progress)
+                                run=RunControl(checkpoint_dir=str(ctx.checkpoint / tag),
+                                               checkpoint_every=cfg.checkpoint_every, progress=ctx.progress), runs=runs)
         out[f"{tag}_located"] = located_accuracy(runs[0], cfg.dataset)
     return out
 

@@ -41,6 +41,7 @@ from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError, code_hash
 from tlcap.reproduce.suite_cost import kc_work, kn_work, rome_work, trace_work
 from tlcap.results import Result
+from tlcap.runtime.run_control import RunControl
 
 CODE = ("tlcap.experiments.cnl_eval", "tlcap.data.rewrites", "tlcap.data.comparative", "tlcap.attribution",
         "tlcap.locate", "tlcap.intervene")
@@ -157,25 +158,27 @@ def _pairs(ctx: StageContext) -> list:
 
 
 # ------------------------------------------------------------------ stage functions
+def _run(ctx: StageContext) -> RunControl:
+    """The stage's checkpoint folder (``items``, resumed after an interruption) and progress setting."""
+    return RunControl(checkpoint_dir=str(ctx.checkpoint / "items"), progress=ctx.progress)
+
+
 def _fidelity(ctx: StageContext) -> dict[str, Result]:
     cfg: SuiteConfig = ctx.config
     kw = cfg.overrides()
     if ctx.model.n_layers <= 3:  # a tiny test model: the paper's top-3 would locate every layer (refused)
         kw["trace"] = cfg.trace.replace(top_k=max(1, ctx.model.n_layers - 1))
-    return {"fidelity": fidelity(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items", progress=ctx.progress,
-                                 **kw)}
+    return {"fidelity": fidelity(ctx.model, ctx.inputs(), run=_run(ctx), **kw)}
 
 
 def _reliability(ctx: StageContext) -> dict[str, Result]:
     cfg: SuiteConfig = ctx.config
-    return {"reliability": reliability(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items",
-                                       progress=ctx.progress, **cfg.overrides())}
+    return {"reliability": reliability(ctx.model, ctx.inputs(), run=_run(ctx), **cfg.overrides())}
 
 
 def _decoupling(ctx: StageContext) -> dict[str, Result]:
     cfg: SuiteConfig = ctx.config
-    return {"decoupling": decoupling(ctx.model, ctx.inputs(), checkpoint_dir=ctx.checkpoint / "items",
-                                     progress=ctx.progress, **cfg.overrides())}
+    return {"decoupling": decoupling(ctx.model, ctx.inputs(), run=_run(ctx), **cfg.overrides())}
 
 
 def _compare(ctx: StageContext) -> dict[str, Result]:

@@ -8,7 +8,9 @@ App. G). Figures are in :mod:`tlcap.viz.cnl`.
 
 Example:
     >>> from tlcap.data import load_task
-    >>> loc = cnl_locate(model, "emotion", load_task("emotion", split="train", n=4), sigma=3, steps=2, progress=False)
+    >>> from tlcap import RunControl
+    >>> loc = cnl_locate(model, "emotion", load_task("emotion", split="train", n=4), sigma=3, steps=2,
+    ...                  run=RunControl(progress=False))
     >>> round(loc.split_overlap, 3), round(loc.neuron_ratio, 4)
     (0.24, 0.0234)
     >>> test = load_task("emotion", split="test", n=4)

@@ -38,6 +38,7 @@ from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import frame
+from tlcap.runtime.run_control import RunControl
 from tlcap.viz.cnl import cross_matrix_figure
 
 NAN = float("nan")
@@ -200,7 +201,7 @@ def cross_dataset(
         >>> names = ("emotion", "svamp")
         >>> trains = {t: load_task(t, split="train", n=4) for t in names}
         >>> tests = {t: load_task(t, split="test", n=4) for t in names}
-        >>> located = {t: cnl_locate(model, t, trains[t], steps=2, progress=False).neuron_set() for t in names}
+        >>> located = {t: cnl_locate(model, t, trains[t], steps=2, run=RunControl(progress=False)).neuron_set() for t in names}
         >>> res = cross_dataset(model, located, tests, train_sets=trains, epochs=1, n_random=2)
         >>> res.transfer()    # App. G: mean change on the datasets not trained on, per mode
         {'located': 0.0, 'random': 0.0, 'wo_located': 0.0}
@@ -225,7 +226,7 @@ def cross_dataset(
             ov[i, j] = located[a].overlap(located[b])
             io[i, j] = located[a].iou(located[b])
             er = erase_effect(model, b, eval_sets[b], located[a], config=erase_cfg, base_accuracy=base_acc[b], source=a,
-                              progress=progress)
+                              run=RunControl(progress=progress))
             ed[i, j], rd[i, j] = er.located_delta, er.random_delta
             n = er.located_scores.shape[0]
             es[i, j, 0, :n] = er.located_scores

@@ -89,7 +89,8 @@ def tuned(
         >>> from tlcap.data import load_task
         >>> from tlcap.experiments.cnl import cnl_locate
         >>> train = load_task("emotion", split="train", n=4)
-        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> from tlcap import RunControl
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, run=RunControl(progress=False))
         >>> test = load_task("emotion", split="test", n=4)
         >>> with tuned(model, train, loc.neuron_set(), "wo_located", epochs=1, progress=False):
         ...     acc = task_accuracy(model, "emotion", test)
@@ -224,7 +225,8 @@ def enhance_effect(
         >>> from tlcap.data import load_task
         >>> from tlcap.experiments.cnl import cnl_locate
         >>> train = load_task("emotion", split="train", n=4)
-        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> from tlcap import RunControl
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, run=RunControl(progress=False))
         >>> test = load_task("emotion", split="test", n=4)
         >>> res = enhance_effect(model, "emotion", train, test, loc.neuron_set(), epochs=2, eval_epochs=(1, 2),
         ...                      progress=False)

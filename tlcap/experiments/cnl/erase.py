@@ -39,6 +39,7 @@ from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame
+from tlcap.runtime.run_control import RunControl
 from tlcap.viz.cnl import erase_figure, erase_sweep_figure
 
 NAN = float("nan")
@@ -172,9 +173,7 @@ def erase_effect(
     config: EraseConfig | None = None,
     base_accuracy: float | TaskAccuracy | None = None,
     source: str = "",
-    progress: bool = False,
-    checkpoint_dir: Any = None,
-    checkpoint_every: int = 25,
+    run: RunControl | None = None,
     runs: list[ErasedSets] | None = None,
     **overrides: Any,
 ) -> EraseResult:
@@ -191,9 +190,9 @@ def erase_effect(
             :class:`TaskAccuracy` (its per-item scores are kept) or a number (kept as
             ``base_accuracy``; the unedited model is still scored per item, in the same batches).
         source: Where the neurons come from (recorded; default ``task``).
-        progress: Progress bars.
-        checkpoint_dir: Folder where finished chunks of sets are saved, so a rerun resumes.
-        checkpoint_every: Sets per chunk.
+        run: ``checkpoint_dir`` (finished chunks of sets are saved there, so a rerun resumes),
+            ``checkpoint_every`` (sets per chunk, default 25) and ``progress``
+            (:class:`~tlcap.runtime.run_control.RunControl`; default: no checkpoints, no bars).
         runs: A list that receives the :class:`~tlcap.experiments.cnl.erase_sets.ErasedSets` behind
             the result (e.g. for the located set's predictions).
         **overrides: :class:`EraseConfig` fields.
@@ -208,7 +207,7 @@ def erase_effect(
         >>> from tlcap.data import load_task
         >>> from tlcap.experiments.cnl import cnl_locate
         >>> train = load_task("emotion", split="train", n=4)
-        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, run=RunControl(progress=False))
         >>> er = erase_effect(model, "emotion", load_task("emotion", split="test", n=4), loc.neuron_set(), n_random=2)
         >>> round(er.located_delta, 3), round(er.random_delta, 3), er.random_scores.shape      # (n_random, n_items)
         (0.0, 0.0, torch.Size([2, 4]))
@@ -218,8 +217,7 @@ def erase_effect(
         raise EmptyNeuronSetError(f"the neuron set{f' of {source}' if source else ''} is empty (0 neurons): erasing it "
                                   "changes nothing; locate with a lower --sigma or on more samples")
     given = isinstance(base_accuracy, TaskAccuracy)
-    r = erase_sets(model, task, samples, neurons, cfg, base=not given, checkpoint_dir=checkpoint_dir,
-                   checkpoint_every=checkpoint_every, progress=progress)
+    r = erase_sets(model, task, samples, neurons, cfg, base=not given, run=run)
     if runs is not None:
         runs.append(r)
     if isinstance(base_accuracy, TaskAccuracy):
@@ -337,7 +335,7 @@ def erase_sweep(
         >>> from tlcap.data import load_task
         >>> from tlcap.experiments.cnl import cnl_locate
         >>> train = load_task("emotion", split="train", n=4)
-        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, progress=False)
+        >>> loc = cnl_locate(model, "emotion", train, sigma=3, steps=2, run=RunControl(progress=False))
         >>> test = load_task("emotion", split="test", n=4)
         >>> sweep = erase_sweep(model, "emotion", test, loc, (3, 6), n_random=2)   # or CNLLocation.load(path)
         >>> sweep.to_frame()[["sigma", "n_neurons", "located_delta", "random_delta", "empty"]]
@@ -360,7 +358,7 @@ def erase_sweep(
                           stacklevel=2)
             rows.append(SweepRow(s, 0, 0.0, ov, iou, NAN, NAN, NAN, NAN, True))
             continue
-        er = erase_sets(model, task, samples, ns, cfg, base=False, progress=progress)
+        er = erase_sets(model, task, samples, ns, cfg, base=False, run=RunControl(progress=progress))
         la, r = float(er.located.mean()), _mean([float(x) for x in er.random.mean(1)])
         rows.append(SweepRow(s, len(ns), ns.ratio(), ov, iou, la, r, la - base.accuracy,
                              r - base.accuracy if not math.isnan(r) else NAN, False))

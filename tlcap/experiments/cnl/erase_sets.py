@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from jaxtyping import Float
@@ -35,6 +34,7 @@ from tlcap.metrics.set_probs import erased_text_nll
 from tlcap.metrics.set_scores import METRICS, erased_scores, scored_items
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
+from tlcap.runtime.run_control import RunControl
 
 WIKITEXT = "WikiText-2 raw test split (tlcap/data/bundled/wikitext2), paragraphs of >= 100 characters, in file order"
 
@@ -106,9 +106,7 @@ def erase_sets(
     cfg: EraseConfig,
     *,
     base: bool = True,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int = 25,
-    progress: bool = False,
+    run: RunControl | None = None,
 ) -> ErasedSets:
     """Score the base model, the located set and ``cfg.n_random`` random sets erased (module docstring).
 
@@ -120,9 +118,9 @@ def erase_sets(
         neurons: The located set (non-empty).
         cfg: The :class:`EraseConfig` (``n_random``, ``seed``, ``include_input``, ``batched``, ``ppl_*``).
         base: Also score the unedited model (as set 0 of the batch).
-        checkpoint_dir: Where finished chunks of sets are saved (``None``: nowhere).
-        checkpoint_every: Sets per chunk.
-        progress: Progress bars.
+        run: ``checkpoint_dir`` (where finished chunks of sets are saved), ``checkpoint_every`` (sets
+            per chunk, default 25), ``resume`` and ``progress``
+            (:class:`~tlcap.runtime.run_control.RunControl`; default: no checkpoints, no bars).
 
     Returns:
         An :class:`ErasedSets`.
@@ -130,15 +128,17 @@ def erase_sets(
     Raises:
         CheckpointMismatchError: ``checkpoint_dir`` holds a run of other inputs or settings.
     """
+    rc = RunControl.resolve(run) if run is not None else RunControl(progress=False)
+    every, progress = rc.every(25), rc.progress
     t = get_task(task)
     items = scored_items(model, t, samples)
     seeds = tuple(cfg.seed + k for k in range(cfg.n_random))
     shape = (model.n_layers, model.d_mlp)
     sets = ([NeuronSet((), shape)] if base else []) + [neurons] + [neurons.random_like(seed=s) for s in seeds]
-    ck = ItemCheckpoint(checkpoint_dir, fingerprint("erase_sets", cfg.to_dict(), model.name, base, task,
+    ck = ItemCheckpoint(rc.checkpoint_dir, fingerprint("erase_sets", cfg.to_dict(), model.name, base, task,
                                                     [[s.prompt, s.answer, s.gold] for s in samples], neuron_ids(neurons)),
-                        every=1)
-    chunks = [list(range(k, min(len(sets), k + max(1, checkpoint_every)))) for k in range(0, len(sets), max(1, checkpoint_every))]
+                        every=1, resume=rc.resume)
+    chunks = [list(range(k, min(len(sets), k + every))) for k in range(0, len(sets), every)]
     texts = load_wikitext(n_texts=cfg.ppl_texts) if cfg.ppl_texts else []
     ppl_sets = sets[: (1 if base else 0) + 1 + min(cfg.ppl_n_random, cfg.n_random)]
     tokens, seconds = 0, 0.0

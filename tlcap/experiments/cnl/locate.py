@@ -41,6 +41,7 @@ from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame
+from tlcap.runtime.run_control import RunControl
 from tlcap.viz.cnl import convergence_figure, located_sets_figure
 from tlcap.viz.heatmaps import neuron_heatmap
 
@@ -68,12 +69,7 @@ def score_parts(
     *,
     config: CNLConfig | None = None,
     task: str = "",
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int = 25,
-    resume: bool = True,
-    shard: str | tuple[int, int] | None = None,
-    distributed: bool = False,
-    progress: bool = True,
+    run: RunControl | None = None,
     on_sample: Callable[[int, Sample], None] | None = None,
     **overrides: Any,
 ) -> Parts:
@@ -84,12 +80,8 @@ def score_parts(
         samples: The dataset (at least 2 samples).
         config: A :class:`CNLConfig` (its ``ig``, ``max_answer_tokens``, ``seed``, ``convergence_points``).
         task: Name recorded in the results.
-        checkpoint_dir: Checkpoint folder (one sub-folder per chunk); None = no checkpoints.
-        checkpoint_every: Samples between checkpoints.
-        resume: Resume from the checkpoints.
-        shard: ``"i/n"``: score only shard i of every chunk.
-        distributed: Under torchrun: shard by rank and all-reduce.
-        progress: Progress bars.
+        run: Checkpoints (one sub-folder per chunk), resuming, ``shard`` (score only shard i of every
+            chunk), ``distributed`` and progress bars (:class:`~tlcap.runtime.run_control.RunControl`).
         on_sample: Passed to :func:`score_dataset` (called before each sample).
         **overrides: :class:`CNLConfig` (or :class:`IGConfig`) fields.
 
@@ -97,6 +89,7 @@ def score_parts(
         Chunk name → :class:`DatasetScores`.
     """
     cfg = CNLConfig.resolve(config, **overrides)
+    rc = RunControl.resolve(run)
     if len(samples) < 2:
         raise EmptyDatasetError(f"CNL split-half needs at least 2 samples, got {len(samples)}; use a larger --n")
     if why := all_skipped(model, samples, cfg.max_answer_tokens):  # before any work or checkpoint
@@ -110,9 +103,7 @@ def score_parts(
             key = f"{name}{j}"
             parts[key] = score_dataset(
                 model, half[lo:hi], config=cfg.ig, max_answer_tokens=cfg.max_answer_tokens, task=task,
-                checkpoint_dir=Path(checkpoint_dir) / key if checkpoint_dir is not None else None,
-                checkpoint_every=checkpoint_every, resume=resume, shard=shard, distributed=distributed,
-                progress=progress, on_sample=on_sample, desc=f"CNL {task} half {name} chunk {j + 1}/{len(ks)}",
+                run=rc.in_folder(key), on_sample=on_sample, desc=f"CNL {task} half {name} chunk {j + 1}/{len(ks)}",
             )
             lo = hi
     return parts
@@ -339,10 +330,8 @@ def cnl_locate(
     samples: Sequence[Sample],
     *,
     config: CNLConfig | None = None,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int = 25,
-    resume: bool = True,
-    progress: bool = True,
+    run: RunControl | None = None,
+    on_sample: Callable[[int, Sample], None] | None = None,
     **overrides: Any,
 ) -> CNLLocation:
     """Locate a task's commonality neurons (CNL eq. 7 + σ-mask) with split-half stability.
@@ -352,13 +341,11 @@ def cnl_locate(
         task: Task name (recorded).
         samples: The dataset (:func:`tlcap.data.tasks.load_task`; its ``.report`` is recorded).
         config: A :class:`CNLConfig`.
-        checkpoint_dir: Checkpoint folder (resumable; None = none).
-        checkpoint_every: Samples between checkpoints.
-        resume: Resume from the checkpoints.
-        progress: Progress bars.
+        run: Checkpoints (resumable), ``shard`` / ``distributed`` and progress bars
+            (:class:`~tlcap.runtime.run_control.RunControl`), passed to :func:`score_parts`.
+        on_sample: Called before each sample is scored (:func:`score_dataset`).
         **overrides: :class:`CNLConfig` fields (``sigma=6``) or :class:`IGConfig` fields
-            (``method="joint"``, ``steps=10``), and ``shard`` / ``distributed`` / ``on_sample``
-            for :func:`score_parts`.
+            (``method="joint"``, ``steps=10``).
 
     Returns:
         A :class:`CNLLocation` with provenance.
@@ -366,15 +353,13 @@ def cnl_locate(
     Example:
         >>> from tlcap.data import load_task
         >>> loc = cnl_locate(model, "emotion", load_task("emotion", split="train", n=4), sigma=3, method="joint",
-        ...                  steps=2, progress=False)
+        ...                  steps=2, run=RunControl(progress=False))
         >>> round(loc.split_overlap, 3), round(loc.neuron_ratio, 4), len(loc.reselect(6))
         (0.095, 0.0215, 1)
     """
-    run_kw = {k: overrides.pop(k) for k in ("shard", "distributed", "on_sample") if k in overrides}
     cfg = CNLConfig.resolve(config, **overrides)
     t0 = time.perf_counter()
-    parts = score_parts(model, samples, config=cfg, task=task, checkpoint_dir=checkpoint_dir,
-                        checkpoint_every=checkpoint_every, resume=resume, progress=progress, **run_kw)
+    parts = score_parts(model, samples, config=cfg, task=task, run=run, on_sample=on_sample)
     loc = finalize(parts, cfg.sigma, cfg.spread, config=cfg, data=DataReport.of(samples, task))
     loc = dataclasses.replace(loc, meta={"wall_seconds": time.perf_counter() - t0, "seed": cfg.seed})
     return loc.with_provenance(Provenance.collect(model, cfg, cfg.seed))

@@ -15,7 +15,9 @@ Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> from tlcap.experiments.cnl_eval import fidelity
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-    >>> res = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2, progress=False)
+    >>> from tlcap import RunControl
+    >>> res = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
+    ...                run=RunControl(progress=False))
     >>> print(res.estimate("kn"))
     0.940 [0.93, 0.95] (n=2)
     >>> fig = res.figure()

@@ -18,12 +18,13 @@ Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> from tlcap.experiments.cnl_eval import fidelity, reliability
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+    >>> from tlcap import RunControl
     >>> fid_result = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
-    ...                       progress=False)
-    >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, progress=False)
+    ...                       run=RunControl(progress=False))
+    >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, run=RunControl(progress=False))
     >>> from tlcap.data import load_task
     >>> from tlcap.experiments.cnl import cnl_locate as locate
-    >>> loc = locate(model, "emotion", load_task("emotion", split="train", n=4), steps=2, progress=False)
+    >>> loc = locate(model, "emotion", load_task("emotion", split="train", n=4), steps=2, run=RunControl(progress=False))
     >>> tab = compare(fid_result, rel_result, cnl_locate=loc.summary())   # or json.load(open(".../summary.json"))
     >>> tab.to_frame()["method"].tolist()        # one Table 4 row per method (+ CNL); notes say what is missing
     ['kn', 'rome', 'kc', 'cnl']
@@ -211,9 +212,10 @@ def compare(
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> from tlcap.experiments.cnl_eval import fidelity, reliability
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
+        >>> from tlcap import RunControl
         >>> fid_result = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
-        ...                       progress=False)
-        >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, progress=False)
+        ...                       run=RunControl(progress=False))
+        >>> rel_result = reliability(model, facts, parts=("kn",), n_random=2, run=RunControl(progress=False))
         >>> out = tempfile.mkdtemp()
         >>> fid_path, rel_path = fid_result.save(os.path.join(out, "fid")), rel_result.save(os.path.join(out, "rel"))
         >>> tab = compare(load_result(fid_path), load_result(rel_path))

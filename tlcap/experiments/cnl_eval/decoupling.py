@@ -15,8 +15,8 @@ can be read against what two unrelated prompts of the two framings share.
 Example:
     >>> import tempfile
     >>> from tlcap.data.comparative import comparative_pairs
-    >>> res = decoupling(model, comparative_pairs(2, seed=0), steps=2, checkpoint_dir=tempfile.mkdtemp(),
-    ...                  progress=False)
+    >>> res = decoupling(model, comparative_pairs(2, seed=0), steps=2, 
+    ...                  run=RunControl(checkpoint_dir=tempfile.mkdtemp(), progress=False))
     >>> res.summary()["c12"]["overlap"]["text"]
     '0.164 [0.15, 0.17] (n=2)'
 """
@@ -38,6 +38,7 @@ from tlcap.experiments.cnl_eval.decoupling_result import DecouplingResult
 from tlcap.experiments.knowledge_neurons import KNConfig
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime.run_control import RunControl
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,7 @@ def decoupling(
     pairs: Sequence[ComparativePair],
     *,
     config: DecouplingConfig | None = None,
-    checkpoint_dir: Any = None,
-    checkpoint_every: int = 10,
-    resume: bool = True,
-    progress: bool = True,
+    run: RunControl | None = None,
     on_item: OnItem | None = None,
     fact_batch: int | None = None,
     **overrides: Any,
@@ -92,10 +90,9 @@ def decoupling(
         pairs: Comparative pairs (:func:`tlcap.data.comparative.comparative_pairs` or
             :func:`~tlcap.data.comparative.load_pairs`).
         config: A :class:`DecouplingConfig`.
-        checkpoint_dir: Folder for the streamed checkpoint (``None``: none).
-        checkpoint_every: Pairs between checkpoint saves.
-        resume: Resume from ``checkpoint_dir``.
-        progress: Show a progress bar.
+        run: The streamed checkpoint (``checkpoint_dir``; a rerun with the same folder, inputs and settings
+            resumes after the last saved item; ``checkpoint_every`` default 10), ``resume`` and the progress
+            bar (:class:`~tlcap.runtime.run_control.RunControl`).
         on_item: Called with each pair's position before it is added (its window was located together).
         fact_batch: Pairs located at once (the KN rows of their prompts share batches; default
             :data:`PAIR_WINDOW`); exact, results do not depend on it. Seconds are each window's time split
@@ -107,21 +104,22 @@ def decoupling(
 
     Raises:
         EmptyDatasetError: no pairs.
-        CheckpointMismatchError: ``checkpoint_dir`` holds another run's checkpoint.
+        CheckpointMismatchError: ``run.checkpoint_dir`` holds another run's checkpoint.
 
     Example:
         >>> from tlcap.data.comparative import comparative_pairs
-        >>> res = decoupling(model, comparative_pairs(2), top_k=20, steps=2, progress=False)
+        >>> res = decoupling(model, comparative_pairs(2), top_k=20, steps=2, run=RunControl(progress=False))
         >>> res.rates().c12_overlap
         0.05
     """
     cfg = DecouplingConfig.resolve(config, **overrides)
+    rc = RunControl.resolve(run)
     fact_batch = check_int("fact_batch", PAIR_WINDOW if fact_batch is None else fact_batch, min=1, cli=None)
     if not pairs:
         raise EmptyDatasetError("decoupling needs at least one comparative pair")
-    ck = ItemCheckpoint(checkpoint_dir, fingerprint("decoupling", cfg.to_dict(), model.name, [p.to_dict() for p in pairs]),
-                        checkpoint_every, resume)
-    bar = tqdm(total=len(pairs), initial=ck.done, desc="decoupling", unit="pair", disable=not progress)
+    ck = ItemCheckpoint(rc.checkpoint_dir, fingerprint("decoupling", cfg.to_dict(), model.name, [p.to_dict() for p in pairs]),
+                        rc.every(10), rc.resume)
+    bar = tqdm(total=len(pairs), initial=ck.done, desc="decoupling", unit="pair", disable=not rc.progress)
     with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
         for s in range(ck.done, len(pairs), fact_batch):  # a window of pairs located at once, saved pair by pair
             window = list(range(s, min(s + fact_batch, len(pairs))))

@@ -16,8 +16,8 @@ Example:
     >>> import tempfile
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
-    >>> res = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2, progress=False,
-    ...                checkpoint_dir=tempfile.mkdtemp())   # resumable: a rerun skips the finished facts
+    >>> res = fidelity(model, facts, kn__steps=2, trace__top_k=1, samples=2, top_n=20, kc__steps=2,
+    ...                run=RunControl(checkpoint_dir=tempfile.mkdtemp(), progress=False))   # resumable: reruns skip done facts
     >>> print(res.estimate("kn"))
     0.940 [0.93, 0.95] (n=2)
     >>> fig = res.figure()
@@ -57,6 +57,7 @@ from tlcap.locate.circuits import EAPConfig, EdgeGraph
 from tlcap.metrics.localization import mean_pairwise_overlap
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime.run_control import RunControl
 
 METHODS: tuple[str, ...] = ("kn", "trace", "kc")
 
@@ -183,10 +184,7 @@ def fidelity(
     facts: Sequence[RewriteFact],
     *,
     config: FidelityConfig | None = None,
-    checkpoint_dir: Any = None,
-    checkpoint_every: int = 5,
-    resume: bool = True,
-    progress: bool = True,
+    run: RunControl | None = None,
     on_item: OnItem | None = None,
     fact_batch: int = 4,
     **overrides: Any,
@@ -198,11 +196,9 @@ def fidelity(
         facts: Facts with their rewrites (:func:`tlcap.data.rewrites.rewrite_facts` or
             :func:`~tlcap.data.rewrites.load_rewrites`).
         config: A :class:`FidelityConfig` (default: its defaults).
-        checkpoint_dir: Folder for the streamed checkpoint (``None``: none); a rerun with the
-            same folder, facts and settings resumes after the last saved fact.
-        checkpoint_every: Facts between checkpoint saves.
-        resume: Resume from ``checkpoint_dir``.
-        progress: Show a progress bar.
+        run: The streamed checkpoint (``checkpoint_dir``; a rerun with the same folder, inputs and settings
+            resumes after the last saved item; ``checkpoint_every`` default 5), ``resume`` and the progress
+            bar (:class:`~tlcap.runtime.run_control.RunControl`).
         on_item: Called with each fact's position before its rows are computed and added (the
             window's located sets are computed together before).
         fact_batch: Facts located at once: the rewrites of all of them share batches (KN rows, trace
@@ -216,28 +212,29 @@ def fidelity(
 
     Raises:
         EmptyDatasetError: no facts.
-        CheckpointMismatchError: ``checkpoint_dir`` holds another run's checkpoint.
+        CheckpointMismatchError: ``run.checkpoint_dir`` holds another run's checkpoint.
 
     Example:
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
         >>> res = fidelity(model, facts, methods=("kn", "trace"), kn__steps=2, trace__top_k=1, samples=2,
-        ...                progress=False)
+        ...                run=RunControl(progress=False))
         >>> res.summary()["kn"]["overlap"]["text"]
         '0.940 [0.93, 0.95] (n=2)'
     """
     cfg = FidelityConfig.resolve(config, **overrides)
+    rc = RunControl.resolve(run)
     check_int("fact_batch", fact_batch, min=1, cli=None)
     if not facts:
         raise EmptyDatasetError("fidelity needs at least one fact")
     if "trace" in cfg.methods and cfg.trace.top_k >= model.n_layers:
         raise InvalidConfigError(f"trace.top_k (--trace-top-k) must be below the {model.n_layers} layers of {model.name}, "
                                  f"got {cfg.trace.top_k}: with every layer located the overlap is 1 by construction")
-    ck = ItemCheckpoint(checkpoint_dir, fingerprint("fidelity", cfg.to_dict(), model.name, [f.to_dict() for f in facts]),
-                        checkpoint_every, resume)
+    ck = ItemCheckpoint(rc.checkpoint_dir, fingerprint("fidelity", cfg.to_dict(), model.name, [f.to_dict() for f in facts]),
+                        rc.every(5), rc.resume)
     counts = param_counts(model)
     universe = {m: _universe(model, m) for m in cfg.methods}
-    bar = tqdm(total=len(facts), initial=ck.done, desc="fidelity", unit="fact", disable=not progress)
+    bar = tqdm(total=len(facts), initial=ck.done, desc="fidelity", unit="fact", disable=not rc.progress)
     with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
         for s in range(ck.done, len(facts), fact_batch):  # a window of facts located at once, saved fact by fact
             window = list(range(s, min(s + fact_batch, len(facts))))

@@ -19,7 +19,7 @@ Example:
     >>> from tlcap.data.rewrites import rewrite_facts
     >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
     >>> res = reliability(model, facts, parts=("kn", "kc"), kn__steps=2, n_random=2, n_random_circuits=2,
-    ...                   top_n=20, kc__steps=2, progress=False)
+    ...                   top_n=20, kc__steps=2, run=RunControl(progress=False))
     >>> res.summary()["kn"]["double"]["located_rise"]["text"]
     '1.000 [0.34, 1.00] (n=2)'
 """
@@ -72,6 +72,7 @@ from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime.run_control import RunControl
 
 PARTS: tuple[str, ...] = ("kn", "rome", "kc")
 
@@ -274,10 +275,7 @@ def reliability(
     facts: Sequence[RewriteFact],
     *,
     config: ReliabilityConfig | None = None,
-    checkpoint_dir: Any = None,
-    checkpoint_every: int = 2,
-    resume: bool = True,
-    progress: bool = True,
+    run: RunControl | None = None,
     on_item: OnItem | None = None,
     fact_batch: int = 4,
     **overrides: Any,
@@ -290,10 +288,9 @@ def reliability(
             prompt, the others are ROME's paraphrases; ``target_new`` is ROME's new object
             (facts without one are not edited).
         config: A :class:`ReliabilityConfig`.
-        checkpoint_dir: Folder for the streamed checkpoint (``None``: none).
-        checkpoint_every: Facts between checkpoint saves.
-        resume: Resume from ``checkpoint_dir``.
-        progress: Show a progress bar.
+        run: The streamed checkpoint (``checkpoint_dir``; a rerun with the same folder, inputs and settings
+            resumes after the last saved item; ``checkpoint_every`` default 2), ``resume`` and the progress
+            bar (:class:`~tlcap.runtime.run_control.RunControl`).
         on_item: Called with each fact's position before its rows are computed and added (the
             window's located sets are computed together before).
         fact_batch: Facts whose prompts are located at once (KN rows, trace cells, circuit passes share
@@ -308,23 +305,25 @@ def reliability(
         >>> from tlcap.data.rewrites import rewrite_facts
         >>> facts = rewrite_facts(model, n=2, n_rewrites=2, known_top_k=5000)   # tiny random model: wide top-k
         >>> res = reliability(model, facts, parts=("kn",), enhance_factor=2.0, kn__steps=2, n_random=2,
-        ...                   progress=False)
+        ...                   run=RunControl(progress=False))
         >>> shares = res.kn_shares("double")     # facts whose P(target) rises / falls: located vs random KNs
         >>> sorted(shares)
         ['fall_located_minus_random', 'located_fall', 'located_rise', 'random_fall', 'random_rise',
          'rise_located_minus_random', 'test']
     """
     cfg = ReliabilityConfig.resolve(config, **overrides)
+    rc = RunControl.resolve(run)
     check_int("fact_batch", fact_batch, min=1, cli=None)
     if not facts:
         raise EmptyDatasetError("reliability needs at least one fact")
     if "rome" in cfg.parts and cfg.rome_layers is not None:  # before any fact's work, not at the first ROME edit
         check_layers_below("rome_layers", cfg.rome_layers, model.n_layers, model.name)
-    ck = ItemCheckpoint(checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
-                                                    [f.to_dict() for f in facts]), checkpoint_every, resume)
+    ck = ItemCheckpoint(rc.checkpoint_dir, fingerprint("reliability", cfg.to_dict(), model.name,
+                                                    [f.to_dict() for f in facts]),
+                        rc.every(2), rc.resume)
     counts = param_counts(model)
     covs: dict[int, Any] = {}  # ROME's key covariances, read once for every fact
-    bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not progress)
+    bar = tqdm(total=len(facts), initial=ck.done, desc="reliability", unit="fact", disable=not rc.progress)
     with ck.saving():  # items done so far are saved on every exit, Ctrl-C included
         for s in range(ck.done, len(facts), fact_batch):  # a window's prompts located at once, saved fact by fact
             window = list(range(s, min(s + fact_batch, len(facts))))
