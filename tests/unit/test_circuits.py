@@ -461,7 +461,7 @@ def test_no_function_level_imports_and_no_tl_compat_in_the_library():
         ready = sorted(m for m in deps if m not in done and deps[m] <= set(done))
         assert ready, f"import cycle among {sorted(set(deps) - set(done))}"
         done += ready
-    assert deps["circuit"] == {"graph"} and deps["graph"] == set() and "eap" not in deps["passes"]
+    assert deps["circuit"] == {"graph", "run"} and deps["graph"] == deps["run"] == set() and "eap" not in deps["passes"]
 
 
 def _hand_circuit(model, edges):
@@ -509,3 +509,23 @@ def test_circuit_size_counts_a_gqa_kv_group_once(tiny_llama):
     assert c.graph.block_params == blocks
     assert c.n_block_params == 2 * head + kv + 64 + mlp  # h0 and h1 share kv group 0: counted once
     assert c.param_fraction == c.n_block_params / blocks
+
+
+def test_circuit_results_share_one_run_and_load_the_flat_format(tiny_gpt2, tmp_path):
+    from tlcap.atomic import json_digest
+    from tlcap.locate.circuits.run import RUN_FIELDS, CircuitRun
+
+    sc = edge_attribution(tiny_gpt2, PROMPT, TARGET, CORRUPT, steps=2)
+    circ = sc.select(top_n=10)
+    assert isinstance(sc.run, CircuitRun) and circ.run == sc.run and circ.random_like(0).run == sc.run
+    assert (sc.prompt, sc.target, sc.corrupt_prompt, sc.method, sc.steps) == (PROMPT, TARGET, CORRUPT, "eap-ig", 2)
+    assert load_result(sc.save(tmp_path / "new")).run == sc.run
+    # a result saved before the run was one value holds its fields flat: it loads into the same run
+    path = sc.save(tmp_path / "old")
+    doc = json.loads((path / "result.json").read_text())
+    run = doc["fields"].pop("run")
+    doc["fields"].update({k: run[k] for k in RUN_FIELDS})
+    doc.pop("json_sha256")
+    doc["json_sha256"] = json_digest(doc)
+    (path / "result.json").write_text(json.dumps(doc))
+    assert load_result(path).run == sc.run

@@ -17,7 +17,7 @@ groups (:attr:`~.graph.EdgeGraph.node_params`), over all of the model's paramete
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -29,6 +29,7 @@ from torch import Tensor
 from tlcap.config import check_float, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.locate.circuits.graph import BOUNDARY_NODES, EdgeGraph
+from tlcap.locate.circuits.run import CircuitRun, CircuitRunFields
 from tlcap.results import Result
 from tlcap.rows import frame
 from tlcap.viz.circuit import circuit_graph
@@ -108,7 +109,7 @@ def select_edges(
 
 
 @dataclass(frozen=True)
-class Circuit(Result):
+class Circuit(CircuitRunFields, Result):
     """A set of edges of the graph (a knowledge circuit).
 
     Attributes:
@@ -117,8 +118,8 @@ class Circuit(Result):
         graph: The :class:`EdgeGraph`.
         n_selected: Edges selected before pruning dead nodes.
         selection: How it was selected (``"top_n=300"``).
-        model_name, prompt, target, corrupt_prompt, corrupt_target, metric, ablation: The task
-            the scores were computed on.
+        run: The task and method the scores were computed with
+            (:class:`~tlcap.locate.circuits.run.CircuitRun`; its fields read on the circuit too).
     """
 
     mask: Bool[Tensor, "n_up n_readers"]
@@ -126,13 +127,7 @@ class Circuit(Result):
     graph: EdgeGraph
     n_selected: int = 0
     selection: str = ""
-    model_name: str = ""
-    prompt: str = ""
-    target: str = ""
-    corrupt_prompt: str | None = None
-    corrupt_target: str | None = None
-    metric: str = "nll"
-    ablation: str = ""
+    run: CircuitRun = field(default_factory=CircuitRun)
 
     @property
     def n_edges(self) -> int:
@@ -210,9 +205,7 @@ class Circuit(Result):
         mask = torch.zeros_like(valid)
         mask[pick] = True
         return Circuit(mask=mask.view_as(self.mask), scores=self.scores, graph=self.graph, n_selected=self.n_edges,
-                       selection=f"random(seed={seed})", model_name=self.model_name, prompt=self.prompt,
-                       target=self.target, corrupt_prompt=self.corrupt_prompt, corrupt_target=self.corrupt_target,
-                       metric=self.metric, ablation=self.ablation)
+                       selection=f"random(seed={seed})", run=self.run)
 
     def summary(self) -> dict[str, Any]:
         """Selection, size (edges, nodes, parameter shares) and the edges themselves."""

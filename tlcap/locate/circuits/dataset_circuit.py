@@ -12,9 +12,10 @@ the curve. Everything is in one
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -29,13 +30,15 @@ from tlcap.locate.circuits.dataset import CircuitDataset
 from tlcap.locate.circuits.eap import EdgeScores, check_dataset_config, edge_attribution
 from tlcap.locate.circuits.faithfulness import FaithfulnessCurve, circuit_masks, default_sizes, faithfulness_curve
 from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.circuits.run import CircuitRun, CircuitRunFields
+from tlcap.locate.circuits.task import CircuitItem
 from tlcap.models import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 
 
 @dataclass(frozen=True)
-class DatasetCircuit(Result):
+class DatasetCircuit(CircuitRunFields, Result):
     """A dataset's mean edge scores, its circuit and the faithfulness curve.
 
     Attributes:
@@ -45,9 +48,10 @@ class DatasetCircuit(Result):
         top_n: Edges requested (nodes for ``selection="node"``); selection: ``"top_n"``, ``"greedy"`` or
             ``"node"`` (:data:`~.faithfulness.PRUNING`).
         curve: The :class:`FaithfulnessCurve` (its sizes include ``top_n``).
-        model_name, dataset, n_items, metric, method, steps, ablation, clean_metric, corrupt_metric: The run.
-        items: The items' prompts, targets and corrupted prompts (as dicts).
-        config: The :class:`EAPConfig`, as a dict.
+        run: The run (:class:`~tlcap.locate.circuits.run.CircuitRun`: dataset, items, metric, method,
+            steps, ablation, the metric on the clean and the ablated runs, the :class:`EAPConfig`; its
+            fields read on the result too).
+        items: The dataset's :class:`~tlcap.locate.circuits.task.CircuitItem` s.
     """
 
     scores: Float[Tensor, "n_up n_readers"]
@@ -56,32 +60,22 @@ class DatasetCircuit(Result):
     top_n: int
     selection: str
     curve: FaithfulnessCurve
-    model_name: str = ""
-    dataset: str = ""
-    n_items: int = 0
-    metric: str = "nll"
-    method: str = "eap"
-    steps: int = 1
-    ablation: str = ""
-    clean_metric: float = float("nan")
-    corrupt_metric: float = float("nan")
-    items: tuple[dict, ...] = ()
-    config: dict = field(default_factory=dict)
+    run: CircuitRun = field(default_factory=CircuitRun)
+    items: tuple[CircuitItem, ...] = ()
+
+    _row_types: ClassVar[dict[str, type]] = {"run": CircuitRun, "items": CircuitItem}
 
     @property
     def circuit(self) -> Circuit:
-        """The selected :class:`Circuit` (``prompt`` holds the dataset's name)."""
+        """The selected :class:`Circuit` (its run's ``prompt`` holds the dataset's name)."""
         return Circuit(mask=self.mask, scores=self.scores, graph=self.graph, n_selected=self.top_n,
-                       selection=f"{self.selection}={self.top_n}", model_name=self.model_name,
-                       prompt=self.dataset, metric=self.metric, ablation=self.ablation, provenance=self.provenance)
+                       selection=f"{self.selection}={self.top_n}", run=dataclasses.replace(self.run, prompt=self.dataset),
+                       provenance=self.provenance)
 
     @property
     def edge_scores(self) -> EdgeScores:
         """The mean :class:`EdgeScores`."""
-        return EdgeScores(scores=self.scores, valid=self.graph.valid_mask(), graph=self.graph,
-                          model_name=self.model_name, metric=self.metric, method=self.method, steps=self.steps,
-                          clean_metric=self.clean_metric, corrupt_metric=self.corrupt_metric, ablation=self.ablation,
-                          config=dict(self.config), n_items=self.n_items, dataset=self.dataset)
+        return EdgeScores(scores=self.scores, valid=self.graph.valid_mask(), graph=self.graph, run=self.run)
 
     @property
     def circuit_faithfulness(self) -> float:
@@ -170,9 +164,8 @@ def dataset_circuit(
                                max_memory=cfg.max_memory)
     return DatasetCircuit(
         scores=sc.scores, mask=mask, graph=sc.graph, top_n=top_n, selection=selection, curve=curve,
-        model_name=model.name, dataset=dataset.name, n_items=len(dataset), metric=sc.metric, method=sc.method,
-        steps=sc.steps, ablation=sc.ablation, clean_metric=sc.clean_metric, corrupt_metric=sc.corrupt_metric,
-        items=tuple(dataset.to_rows()), config=cfg.to_dict(), provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
+        run=dataclasses.replace(sc.run, dataset=dataset.name, n_items=len(dataset), config=cfg.to_dict()),
+        items=tuple(dataset.items), provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )
 
 

@@ -43,6 +43,7 @@ from tlcap.locate.circuits.circuit import Circuit, EdgeRow, prune_dead, select_e
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
 from tlcap.locate.circuits.dataset import CircuitDataset, dataset_batch_size
 from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.circuits.run import CircuitRun, CircuitRunFields
 from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.locate.circuits.task import CircuitTask, make_task
 from tlcap.models import Model
@@ -54,24 +55,17 @@ from tlcap.viz.circuit import edge_score_heatmap
 
 
 @dataclass(frozen=True)
-class EdgeScores(Result):
+class EdgeScores(CircuitRunFields, Result):
     """Scores of every edge of the graph for one task (a dense ``[upstream x reader]`` matrix).
 
     Attributes:
         scores: ``[n_upstream, n_readers]`` edge scores (0 where there is no edge).
         valid: ``[n_upstream, n_readers]`` bool, ``True`` where ``u -> v`` is an edge.
         graph: The :class:`EdgeGraph` (node / reader names, parameter counts).
-        model_name, prompt, target, corrupt_prompt, corrupt_target: The task
-            (``corrupt_prompt`` ``None`` = zero ablation).
-        metric: ``"nll"`` or ``"logit_diff"``.
-        method: ``"eap"`` or ``"eap-ig"``; steps: interpolation steps (1 for EAP).
-        direction: ``"noising"`` (gradient on the clean run) or ``"denoising"``.
-        clean_metric, corrupt_metric: The metric on the clean and the fully ablated run
-            (dataset: the mean over items).
-        ablation: ``"corrupt"``, ``"zero"``, ``"mean"`` or ``"mean-positional"``.
-        config: The :class:`EAPConfig` of the run, as a dict.
-        n_items: Items the scores are the mean over (1 for a prompt pair).
-        dataset: The dataset's name (``"pararel:P36"``; ``""`` for a prompt pair).
+        run: The task and the method (:class:`~tlcap.locate.circuits.run.CircuitRun`: prompt, target,
+            corrupted prompt, metric, EAP / EAP-IG and its steps, direction, the metric on the clean
+            and the fully ablated run, ablation, dataset and items, the :class:`EAPConfig`); its
+            fields read on the result too (``scores.prompt``).
 
     Example:
         >>> sc = edge_attribution(model, "The capital of France is", " Paris",
@@ -82,21 +76,7 @@ class EdgeScores(Result):
     scores: Float[Tensor, "n_up n_readers"]
     valid: Bool[Tensor, "n_up n_readers"]
     graph: EdgeGraph
-    model_name: str = ""
-    prompt: str = ""
-    target: str = ""
-    corrupt_prompt: str | None = None
-    corrupt_target: str | None = None
-    metric: str = "nll"
-    method: str = "eap"
-    steps: int = 1
-    direction: str = "noising"
-    clean_metric: float = float("nan")
-    corrupt_metric: float = float("nan")
-    ablation: str = ""
-    config: dict = field(default_factory=dict)
-    n_items: int = 1
-    dataset: str = ""
+    run: CircuitRun = field(default_factory=CircuitRun)
 
     @property
     def n_edges(self) -> int:
@@ -142,10 +122,7 @@ class EdgeScores(Result):
         if prune:
             mask = prune_dead(self.graph, mask)
         return Circuit(mask=mask, scores=self.scores.clone(), graph=self.graph, n_selected=selected,
-                       selection=f"top_n={top_n}" if top_n is not None else f"threshold={threshold}",
-                       model_name=self.model_name, prompt=self.prompt, target=self.target,
-                       corrupt_prompt=self.corrupt_prompt, corrupt_target=self.corrupt_target, metric=self.metric,
-                       ablation=self.ablation)
+                       selection=f"top_n={top_n}" if top_n is not None else f"threshold={threshold}", run=self.run)
 
     def summary(self, top: int = 20) -> dict[str, Any]:
         """The task, the method, the metric on the clean and ablated runs, and the ``top`` edges."""
@@ -269,12 +246,11 @@ def edge_attribution(
         strings = {"prompt": prompt, "target": target, "corrupt_prompt": corrupt_prompt, "corrupt_target": corrupt_target}
         n_items, name = 1, ""
     scores, clean_metric, corrupt_metric, _ = score_tasks(model, graph, tasks, cfg)
-    return EdgeScores(
-        scores=scores, valid=graph.valid_mask(), graph=graph, model_name=model.name, **strings, metric=cfg.metric,
-        method="eap" if cfg.steps == 1 else "eap-ig", steps=cfg.steps, direction=cfg.direction,
-        clean_metric=clean_metric, corrupt_metric=corrupt_metric, ablation=str(cfg.ablation), config=cfg.to_dict(),
-        n_items=n_items, dataset=name, provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
-    )
+    run = CircuitRun(model_name=model.name, **strings, metric=cfg.metric, method="eap" if cfg.steps == 1 else "eap-ig",
+                     steps=cfg.steps, direction=cfg.direction, clean_metric=clean_metric, corrupt_metric=corrupt_metric,
+                     ablation=str(cfg.ablation), dataset=name, n_items=n_items, config=cfg.to_dict())
+    return EdgeScores(scores=scores, valid=graph.valid_mask(), graph=graph, run=run,
+                      provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))
 
 
 def check_dataset_config(dataset: CircuitDataset, cfg: EAPConfig) -> EAPConfig:

@@ -21,6 +21,7 @@ from tlcap.locate.circuits.ablation import ablation_source
 from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
 from tlcap.locate.circuits.eap import EdgeScores
 from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.circuits.run import CircuitRun
 from tlcap.locate.circuits.scoring import batch_scores
 from tlcap.locate.circuits.task import CircuitItem, make_items_task
 from tlcap.models import Model
@@ -79,13 +80,13 @@ def edge_attribution_items(
                                cfg.metric)
         b = batch_scores(model, graph, task, cfg, source, per_item=True)
         for i, it in enumerate(chunk):
-            out.append(EdgeScores(
-                scores=b.scores[i].float(), valid=graph.valid_mask(), graph=graph, model_name=model.name, prompt=it[0],
-                target=it[1], corrupt_prompt=it[2] if len(it) > 2 else None, corrupt_target=None,  # type: ignore[misc]
+            run = CircuitRun(
+                model_name=model.name, prompt=it[0], target=it[1], corrupt_prompt=it[2] if len(it) > 2 else None,  # type: ignore[misc]
                 metric=cfg.metric, method="eap" if cfg.steps == 1 else "eap-ig", steps=cfg.steps, direction=cfg.direction,
                 clean_metric=float(b.clean_metric[i]), corrupt_metric=float(b.ablated_metric[i]),
-                ablation=str(cfg.ablation), config=cfg.to_dict(), n_items=1, dataset="", provenance=prov,
-            ))
+                ablation=str(cfg.ablation), config=cfg.to_dict())
+            out.append(EdgeScores(scores=b.scores[i].float(), valid=graph.valid_mask(), graph=graph, run=run,
+                                  provenance=prov))
     return out
 
 

@@ -23,18 +23,16 @@ from tlcap.locate.circuits.config import EAPConfig, check_circuit_inputs
 from tlcap.locate.circuits.eap import EdgeScores, edge_attribution
 from tlcap.locate.circuits.evaluate import CircuitEvaluation, evaluate_circuits
 from tlcap.locate.circuits.graph import EdgeGraph
+from tlcap.locate.circuits.run import CircuitRun, CircuitRunFields
 from tlcap.locate.circuits.sweep import SizeSweep, size_sweep
 from tlcap.locate.circuits.task import make_task
 from tlcap.models import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 
-_SCORE_FIELDS = ("model_name", "prompt", "target", "corrupt_prompt", "corrupt_target", "metric", "method", "steps",
-                 "direction", "clean_metric", "corrupt_metric", "ablation", "config")
-
 
 @dataclass(frozen=True)
-class KnowledgeCircuit(Result):
+class KnowledgeCircuit(CircuitRunFields, Result):
     """A fact's edge scores, its circuit, the circuit-only evaluation and the size sweep.
 
     Attributes:
@@ -45,9 +43,8 @@ class KnowledgeCircuit(Result):
         evaluation: The circuit alone vs the full model and the fully ablated run.
         random_evaluation: A random circuit with as many edges (seed ``config["seed"]``).
         sweep: Circuits of several sizes (``None`` when not run).
-        model_name, prompt, target, corrupt_prompt, corrupt_target, metric, method, steps,
-            direction, clean_metric, corrupt_metric, ablation: As in :class:`EdgeScores`.
-        config: The :class:`EAPConfig` of the run, as a dict.
+        run: The task and the method, as in :class:`EdgeScores`
+            (:class:`~tlcap.locate.circuits.run.CircuitRun`; its fields read on the result too).
     """
 
     scores: Float[Tensor, "n_up n_readers"]
@@ -58,33 +55,19 @@ class KnowledgeCircuit(Result):
     evaluation: CircuitEvaluation
     random_evaluation: CircuitEvaluation
     sweep: SizeSweep | None = None
-    model_name: str = ""
-    prompt: str = ""
-    target: str = ""
-    corrupt_prompt: str | None = None
-    corrupt_target: str | None = None
-    metric: str = "nll"
-    method: str = "eap"
-    steps: int = 1
-    direction: str = "noising"
-    clean_metric: float = float("nan")
-    corrupt_metric: float = float("nan")
-    ablation: str = ""
-    config: dict = field(default_factory=dict)
+    run: CircuitRun = field(default_factory=CircuitRun)
 
     @property
     def edge_scores(self) -> EdgeScores:
         """The :class:`EdgeScores` the circuit was selected from."""
-        return EdgeScores(scores=self.scores, valid=self.graph.valid_mask(), graph=self.graph,
-                          **{f: getattr(self, f) for f in _SCORE_FIELDS}, provenance=self.provenance)
+        return EdgeScores(scores=self.scores, valid=self.graph.valid_mask(), graph=self.graph, run=self.run,
+                          provenance=self.provenance)
 
     @property
     def circuit(self) -> Circuit:
         """The selected (pruned) :class:`Circuit`."""
         return Circuit(mask=self.mask, scores=self.scores, graph=self.graph, n_selected=self.n_selected,
-                       selection=self.selection, model_name=self.model_name, prompt=self.prompt, target=self.target,
-                       corrupt_prompt=self.corrupt_prompt, corrupt_target=self.corrupt_target, metric=self.metric,
-                       ablation=self.ablation, provenance=self.provenance)
+                       selection=self.selection, run=self.run, provenance=self.provenance)
 
     def summary(self) -> dict[str, Any]:
         """The ``tlcap circuit`` summary: task, method, circuit size, evaluation, random control, sweep."""
@@ -178,7 +161,7 @@ def knowledge_circuit(
         sweep = size_sweep(model, scores, cfg.sweep_sizes, seed=cfg.seed, task=task, batch=cfg.eval_batch)
     return KnowledgeCircuit(
         scores=scores.scores, mask=circ.mask, graph=scores.graph, n_selected=circ.n_selected, selection=circ.selection,
-        evaluation=ev, random_evaluation=rnd, sweep=sweep, **{f: getattr(scores, f) for f in _SCORE_FIELDS},
+        evaluation=ev, random_evaluation=rnd, sweep=sweep, run=scores.run,
         provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )
 

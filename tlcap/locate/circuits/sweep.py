@@ -146,7 +146,7 @@ def size_sweep(
     for n in sizes:
         mask = prune_dead(scores.graph, select_edges(scores.scores, scores.valid, top_n=n))
         circuits.append(Circuit(mask=mask, scores=scores.scores, graph=scores.graph, n_selected=min(n, total),
-                                selection=f"top_n={n}"))
+                                selection=f"top_n={n}", run=scores.run))
     randoms = [c.random_like(seed + i) for i, c in enumerate(circuits)]
     masks = torch.stack([torch.ones_like(scores.valid), torch.zeros_like(scores.valid)]
                         + [c.mask for c in circuits] + [c.mask for c in randoms])
