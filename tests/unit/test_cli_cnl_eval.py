@@ -29,12 +29,14 @@ def facts_file(tmp_path_factory):
 def test_cli_fidelity(tmp_path, facts_file):
     out = tmp_path / "fid"
     run = run_cli(["cnl", "fidelity", *TINY, "--facts", facts_file, "--methods", "kn,trace", "--trace-top-k", "1",
-                   "--trace-samples", "1", "--bos", "--out", str(out)])
+                   "--trace-samples", "1", "--bos", "--set", "trace.window=1", "--set", "kn.ig.method=joint",
+                   "--out", str(out)])
     assert run.code == 0, run.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     res = load_result(out / "result")
     assert s["n_facts"] == 2 and s["methods"] == ["kn", "trace"]
     assert res.config["trace"]["bos"] is True  # --bos reaches the trace's settings (its effect: test_cnl_eval_fidelity)
+    assert res.config["trace"]["window"] == 1 and res.config["kn"]["ig"]["method"] == "joint"  # --set, dotted names
     assert s["kn"]["overlap"]["value"] == pytest.approx(res.estimate("kn").value)
     assert s["kn"]["overlap"]["paper"] == 0.373
     assert set(s["tables"]) == {"fidelity.csv", "fidelity_rewrites.csv"} and (out / "fidelity.html").exists()

@@ -55,6 +55,11 @@ def test_model_shapes_come_from_the_config_without_weights(monkeypatch):
     (["cnl", "fidelity", "--model", "gpt2-tiny", "--methods", "trace", "--trace-top-k", "2"],
      "trace.top_k (--trace-top-k) must be below the 2 layers of gpt2-tiny, got 2: with every layer located for every "
      "rewrite the overlap is 1 by construction; use a smaller --trace-top-k (the paper: 3)"),
+    # --set takes the config's dotted names; another name is refused with the names it could be
+    (["cnl", "fidelity", "--model", "gpt2-tiny", "--set", "trace.windw=3"],
+     "unknown TraceConfig field 'windw'; choose one of: kinds, layers, window, samples, noise_std, noise_factor, "
+     "noise_from, bos, seed, top_k, use_attribute, batch_rows, max_memory, prefix_reuse, skip_pre_subject, late_expand, "
+     "tokens"),
 ])
 def test_model_dependent_ranges_are_refused_before_the_load_and_the_draw(tmp_path, no_model_load, args, message):
     out = tmp_path / "run"

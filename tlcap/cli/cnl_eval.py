@@ -37,6 +37,7 @@ from tlcap.cli._common import (
     write_outputs,
 )
 from tlcap.cli.cnl import cnl_app
+from tlcap.cli.localize import parse_sets
 from tlcap.config import check_int
 from tlcap.data.comparative import check_pair_options, comparative_pairs, load_pairs, save_pairs
 from tlcap.data.rewrites import MAX_MISSES, check_rewrite_options, load_rewrites, rewrite_facts, save_rewrites
@@ -150,6 +151,8 @@ def fidelity_cmd(
     kc_top_n: int = typer.Option(300, help="Knowledge circuit (kc.top_n): edges kept (fixed top-n)."),
     kc_steps: int = typer.Option(5, help="Knowledge circuit (kc.steps): EAP-IG steps (1 = plain EAP)."),
     seed: int = typer.Option(0, help="Seed of the fact draw and the trace noise."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Any other setting, KEY=VALUE with its config name "
+                                          "(repeatable): trace.window=5, kn.ig.method=joint, kc.metric=logit_diff."),
     checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
@@ -160,7 +163,7 @@ def fidelity_cmd(
     cfg = FidelityConfig.resolve(methods=_list(methods, "--methods"), seed=seed, **{
         "kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k,
         "trace.top_k": trace_top_k, "trace.samples": trace_samples, "trace.bos": bos, "kc.top_n": kc_top_n,
-        "kc.steps": kc_steps})
+        "kc.steps": kc_steps}).with_overrides(parse_sets(set_ or []))
     if "trace" in cfg.methods:
         check_device_dtype(device, dtype)
         trace_k_fits(spec(model), cfg.trace.top_k)  # before the model load and the draw
@@ -208,6 +211,8 @@ def reliability_cmd(
     kc_steps: int = typer.Option(5, help="KC (kc.steps): EAP-IG steps."),
     n_random_circuits: int = typer.Option(20, help="KC: random circuits of as many edges per fact."),
     seed: int = typer.Option(0, help="Seed of the fact draw, random sets and trace noise."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Any other setting, KEY=VALUE with its config name "
+                                          "(repeatable): trace.window=5, kn.ig.method=joint, kc.metric=logit_diff."),
     checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
@@ -220,7 +225,7 @@ def reliability_cmd(
         rome_add_traced=rome_add_traced, rome_facts=rome_facts, rome_from=rome_from, n_random_circuits=n_random_circuits,
         bos=bos, seed=seed, **{"kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k,
                                "kn.n_random": n_random, "rome.steps": rome_steps, "trace.samples": trace_samples,
-                               "kc.top_n": kc_top_n, "kc.steps": kc_steps})
+                               "kc.top_n": kc_top_n, "kc.steps": kc_steps}).with_overrides(parse_sets(set_ or []))
     if "rome" in cfg.parts:
         check_device_dtype(device, dtype)
         layers_fit(spec(model), cfg.rome_layers, "rome_layers", "--rome-layers")  # before the model load and the draw
@@ -286,6 +291,8 @@ def decouple_cmd(
     threshold: float = _THRESHOLD,
     top_k: int | None = _TOP_K,
     seed: int = typer.Option(0, help="Seed of the pair draw."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Any other setting, KEY=VALUE with its config name "
+                                          "(repeatable): trace.window=5, kn.ig.method=joint, kc.metric=logit_diff."),
     checkpoint_every: int = _EVERY,
     out: Path = typer.Option(..., help="Output folder."),
     overwrite: bool = overwrite_option(),
@@ -294,7 +301,8 @@ def decouple_cmd(
     src, op = _list(sources, "--sources"), _list(ops, "--ops")
     check_pair_options(n, src, op, max_operand)
     check_int("checkpoint_every", checkpoint_every, min=1)
-    cfg = DecouplingConfig.resolve(**{"kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold, "kn.top_k": top_k})
+    cfg = DecouplingConfig.resolve(**{"kn.ig": IGConfig(steps=steps, rule=rule), "kn.threshold": threshold,
+                                      "kn.top_k": top_k}).with_overrides(parse_sets(set_ or []))
     data = load_pairs(pairs)[:n] if pairs is not None else comparative_pairs(n, seed=seed, sources=src, ops=op,
                                                                             max_operand=max_operand)
     with staged_output(out, overwrite=overwrite) as stage:

@@ -206,8 +206,7 @@ def localize_facts(
         fact_batch: Facts whose queries' rows share batches (:func:`tlcap.attribution.methods.localize_prompts`;
             exact, results do not depend on it). ``seconds`` of a fact is its share of its batch's time.
         **overrides: :class:`QLConfig` or :class:`~tlcap.attribution.config.IGConfig` fields
-            (``steps=10``, ``kn_threshold=0.3``, ``selection="relative"``); ``threshold=`` is read
-            as ``kn_threshold``.
+            (``steps=10``, ``kn_threshold=0.3``, ``selection="relative"``).
 
     Returns:
         One :class:`FactKNs` per fact, with provenance.
@@ -223,8 +222,6 @@ def localize_facts(
         >>> len(locs), locs[0].k, locs[0].sets()[0].shape
         (2, 3, (2, 256))
     """
-    if "threshold" in overrides:
-        overrides["kn_threshold"] = overrides.pop("threshold")
     cfg = QLConfig.resolve(config, **overrides)
     check_choice("method", method, METHODS)
     check_int("fact_batch", fact_batch, min=1, cli=None)
