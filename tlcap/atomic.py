@@ -52,14 +52,25 @@ if hasattr(errno, "EDQUOT"):
 
 
 def file_mode() -> int:
-    """The mode a new file gets under the process's umask: ``0666 & ~umask`` (``0644`` for umask 022)."""
+    """The mode a new file gets under the process's umask: ``0666 & ~umask`` (``0644`` for umask 022).
+
+    Returns:
+        The permission bits (an ``int`` such as ``0o644``); reading the umask leaves it unchanged.
+    """
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
 
 
 def json_digest(obj: Any) -> str:
-    """sha256 hex digest of ``obj`` as canonical JSON (sorted keys, no spaces, ASCII escapes, NaN kept as NaN)."""
+    """sha256 hex digest of ``obj`` as canonical JSON (sorted keys, no spaces, ASCII escapes, NaN kept as NaN).
+
+    Args:
+        obj: Any JSON-serialisable value (dicts, lists, strings, numbers, NaN).
+
+    Returns:
+        The 64-character lowercase sha256 hex digest.
+    """
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
@@ -79,6 +90,10 @@ def remove_leftovers(folder: str | Path, prefix: str) -> None:
 
     A process killed while writing leaves its temporary file (or staging folder) behind; it is
     never read, and the next write of the same target removes it here.
+
+    Args:
+        folder: The folder to clean (a missing or unreadable folder is ignored).
+        prefix: The name prefix followed by the writer's pid, e.g. ``".results.json.tmp-"``.
     """
     try:
         leftovers = list(Path(folder).glob(f"{prefix}*"))
@@ -126,12 +141,24 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`write_bytes_atomic`."""
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`write_bytes_atomic`.
+
+    Args:
+        path: The target file (its folder must exist).
+        text: The whole content, encoded as UTF-8.
+
+    Returns:
+        ``path`` (as a :class:`~pathlib.Path`).
+    """
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def make_readable(path: str | Path) -> None:
-    """Give a file another library created (e.g. with mode ``0600``) the usual mode ``0666 & ~umask``."""
+    """Give a file another library created (e.g. with mode ``0600``) the usual mode ``0666 & ~umask``.
+
+    Args:
+        path: The existing file to chmod.
+    """
     os.chmod(path, file_mode())
 
 
@@ -165,7 +192,14 @@ def storage_error(exc: OSError, path: str | Path | None = None, then: str = "") 
 
 
 def is_storage_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a disk-full / file-size / read-only / permission error (or a :class:`StorageError`)."""
+    """Whether ``exc`` is a disk-full / file-size / read-only / permission error (or a :class:`StorageError`).
+
+    Args:
+        exc: Any exception.
+
+    Returns:
+        ``True`` for a :class:`StorageError` or an ``OSError`` whose errno is in :data:`STORAGE_ERRNOS`.
+    """
     return isinstance(exc, StorageError) or (isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS)
 
 

@@ -50,7 +50,14 @@ _DEFAULT = object()
 
 
 def cli_option(name: str) -> str:
-    """``"cov_tokens"`` → ``"--cov-tokens"`` (typer's spelling); ``"layers[2]"`` → ``"--layers"``."""
+    """``"cov_tokens"`` → ``"--cov-tokens"`` (typer's spelling); ``"layers[2]"`` → ``"--layers"``.
+
+    Args:
+        name: A config field name, possibly indexed (``"layers[2]"``).
+
+    Returns:
+        The option's typer spelling: ``--`` plus the name without its index, underscores as dashes.
+    """
     return "--" + name.split("[", 1)[0].replace("_", "-")
 
 
@@ -65,6 +72,16 @@ def _fmt(x: float) -> str:
 
 def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None, cli: Any = _DEFAULT) -> int:
     """Check an integer (``bool`` is refused) in ``[min, max]``; returns it as ``int``.
+
+    Args:
+        name: Field name, used in the error message.
+        value: The value to check.
+        min: Smallest allowed value (``None``: no lower bound).
+        max: Largest allowed value (``None``: no upper bound).
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
+
+    Returns:
+        ``value`` as a plain ``int``.
 
     Raises:
         InvalidConfigError: ``steps (--steps) must be >= 1, got 0``.
@@ -84,6 +101,13 @@ def check_int(name: str, value: Any, *, min: int | None = None, max: int | None 
 
 def check_layers_below(name: str, layers: Any, n_layers: int, model_name: str, *, cli: Any = _DEFAULT) -> None:
     """Check that every layer in ``layers`` (an int or a sequence) exists in a model of ``n_layers`` layers.
+
+    Args:
+        name: Field name, used in the error message.
+        layers: A layer index or a sequence of them (``None`` checks nothing).
+        n_layers: The model's number of layers.
+        model_name: The model's name, used in the error message.
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
 
     Raises:
         InvalidConfigError: ``layers (--layers) [2, 3] out of range for gpt2-tiny (2 layers: 0..1)``.
@@ -111,6 +135,19 @@ def check_float(
 
     Ints are accepted; NaN is always refused, infinities unless ``finite=False``.
 
+    Args:
+        name: Field name, used in the error message.
+        value: The value to check (an int or a float; ``bool`` is refused).
+        gt: Exclusive lower bound, or ``None``.
+        ge: Inclusive lower bound, or ``None`` (ignored in the message when ``gt`` is given).
+        lt: Exclusive upper bound, or ``None``.
+        le: Inclusive upper bound, or ``None`` (ignored in the message when ``lt`` is given).
+        finite: Refuse infinities too.
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
+
+    Returns:
+        ``value`` as a ``float``.
+
     Raises:
         InvalidConfigError: ``threshold (--threshold) must be in (0, 1], got 1.5``.
     """
@@ -136,6 +173,15 @@ def check_float(
 def check_choice(name: str, value: Any, choices: Collection[Any], *, cli: Any = _DEFAULT) -> Any:
     """Check that ``value`` is one of ``choices``; returns it.
 
+    Args:
+        name: Field name, used in the error message.
+        value: The value to check.
+        choices: The allowed values (listed in the message when ``value`` is not one).
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
+
+    Returns:
+        ``value`` unchanged.
+
     Raises:
         UnknownNameError: ``unknown rule 'mid' (--rule); choose one of: midpoint, left, ...``
             (an :class:`InvalidConfigError`).
@@ -147,7 +193,20 @@ def check_choice(name: str, value: Any, choices: Collection[Any], *, cli: Any = 
 
 
 def check_str(name: str, value: Any, *, nonempty: bool = True, cli: Any = _DEFAULT) -> str:
-    """Check a string (non-empty, not only whitespace, unless ``nonempty=False``); returns it."""
+    """Check a string (non-empty, not only whitespace, unless ``nonempty=False``); returns it.
+
+    Args:
+        name: Field name, used in the error message.
+        value: The value to check.
+        nonempty: Refuse an empty or whitespace-only string.
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidConfigError: ``value`` is not a string, or is blank while ``nonempty``.
+    """
     label = _label(name, cli)
     if not isinstance(value, str):
         raise InvalidConfigError(f"{label} must be a string, got {value!r}")
@@ -157,7 +216,19 @@ def check_str(name: str, value: Any, *, nonempty: bool = True, cli: Any = _DEFAU
 
 
 def check_bool(name: str, value: Any, *, cli: Any = _DEFAULT) -> bool:
-    """Check a ``bool`` (0/1 and strings are refused)."""
+    """Check a ``bool`` (0/1 and strings are refused).
+
+    Args:
+        name: Field name, used in the error message.
+        value: The value to check.
+        cli: CLI spelling shown in the message (default ``--name``; ``None`` shows none).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidConfigError: ``value`` is not a ``bool``.
+    """
     if not isinstance(value, bool):
         raise InvalidConfigError(f"{_label(name, cli)} must be true or false, got {value!r}")
     return value
@@ -184,6 +255,9 @@ def check_sequence(
             ``lambda n, x: check_int(n, x, min=0, cli=None)``); its return value replaces the item.
         unique: Refuse repeated items.
         cli: CLI spelling (default ``--name``).
+
+    Returns:
+        The items as a tuple, each replaced by ``item``'s return value when ``item`` is given.
     """
     label = _label(name, cli)
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -244,15 +318,31 @@ class Config:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
+        """The names of the dataclass fields of this config, in declaration order.
+
+        Returns:
+            A tuple of field names.
+        """
         return tuple(f.name for f in dataclasses.fields(cls))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of every field (tuples → lists, nested configs → dicts)."""
+        """JSON-safe dict of every field (tuples → lists, nested configs → dicts).
+
+        Returns:
+            ``{field name: JSON-safe value}`` for every field, accepted back by :meth:`from_dict`.
+        """
         return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
-        """Rebuild a config from :meth:`to_dict` output (validated; unknown keys refused)."""
+        """Rebuild a config from :meth:`to_dict` output (validated; unknown keys refused).
+
+        Args:
+            data: ``{field name: value}`` as :meth:`to_dict` writes it (a subset; missing fields keep their defaults).
+
+        Returns:
+            A validated instance of ``cls``.
+        """
         unknown = sorted(set(data) - set(cls.field_names()))
         if unknown:
             raise UnknownNameError.of(f"{cls.__name__} field", unknown[0], cls.field_names(), option=None)
@@ -263,7 +353,15 @@ class Config:
         return cls(**kwargs)
 
     def replace(self: C, **changes: Any) -> C:
-        """A copy with ``changes`` applied, validated again."""
+        """A copy with ``changes`` applied, validated again.
+
+        Args:
+            **changes: ``field=value`` for fields of this config; a changed shared field also changes in the nested
+                configs that still follow it.
+
+        Returns:
+            A new validated config of the same class.
+        """
         unknown = sorted(set(changes) - set(self.field_names()))
         if unknown:
             raise UnknownNameError.of(f"{type(self).__name__} field", unknown[0], self.field_names(), option=None)

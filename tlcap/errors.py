@@ -112,6 +112,9 @@ class UnknownNameError(InvalidConfigError):
             name: The name given.
             known: The names that exist.
             option: The CLI spelling of the option, when there is one.
+
+        Returns:
+            The error (not raised), its message listing every name in ``known``.
         """
         opt = f" ({option})" if option else ""
         return cls(f"unknown {what} {name!r}{opt}; choose one of: {', '.join(str(k) for k in known)}")

@@ -45,7 +45,11 @@ def _version(dist: str) -> str | None:
 
 
 def tlcap_version() -> str:
-    """The installed tlcap version (the source tree's when it is not installed)."""
+    """The installed tlcap version (the source tree's when it is not installed).
+
+    Returns:
+        The version string, ``"0+unknown"`` when no distribution metadata is found.
+    """
     return _version("tlcap") or "0+unknown"
 
 
@@ -60,7 +64,14 @@ def _sha256_file(path: str, size: int, mtime_ns: int) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 hex digest of a file (cached while the file's size and mtime do not change)."""
+    """sha256 hex digest of a file (cached while the file's size and mtime do not change).
+
+    Args:
+        path: The file to hash.
+
+    Returns:
+        The 64-character lowercase sha256 hex digest of the file's bytes.
+    """
     st = Path(path).stat()
     return _sha256_file(str(path), st.st_size, st.st_mtime_ns)
 
@@ -72,6 +83,13 @@ def model_identity(model: Any) -> str | None:
     random test models; ``gguf:<file> sha256=<hex> size=<bytes>`` for a model converted from a
     GGUF (tlcap's cache folder records the source); ``hf:<repo>@<commit>`` for a hub model;
     ``local:<dir>`` with the weight files' sizes for a local folder; else ``None``.
+
+    Args:
+        model: A :class:`tlcap.models.Model` or any object with the same attributes (``identity``, ``name``,
+            ``hf_model``).
+
+    Returns:
+        The identity string, or ``None`` when nothing identifies the weights.
     """
     ident = getattr(model, "identity", None)
     if isinstance(ident, str) and ident:
@@ -143,6 +161,9 @@ class Provenance:
             model: A :class:`tlcap.models.Model` (or ``None``).
             config: A :class:`tlcap.config.Config`, a plain dict, or ``None``.
             seed: The seed used, if any.
+
+        Returns:
+            A :class:`Provenance` with the installed library versions and the current UTC time.
         """
         versions: dict[str, str | None] = {p: _version(p) for p in _PACKAGES}
         versions["python"] = platform.python_version()
@@ -157,11 +178,22 @@ class Provenance:
         )
 
     def with_config(self, config: Any) -> Provenance:
-        """The same provenance recording ``config`` (a :class:`tlcap.config.Config`, a dict or ``None``)."""
+        """The same provenance recording ``config`` (a :class:`tlcap.config.Config`, a dict or ``None``).
+
+        Args:
+            config: The config to record (a :class:`tlcap.config.Config`, a dict or ``None`` for none).
+
+        Returns:
+            A copy of this provenance whose ``config`` is ``config`` as a plain dict.
+        """
         return dataclasses.replace(self, config=_config_dict(config))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the ``provenance`` entry of result.json and summary.json)."""
+        """JSON-ready dict (the ``provenance`` entry of result.json and summary.json).
+
+        Returns:
+            A dict with one key per attribute; ``versions`` and ``config`` are copies.
+        """
         return {
             "tlcap_version": self.tlcap_version, "model_name": self.model_name, "model_identity": self.model_identity,
             "versions": dict(self.versions), "seed": self.seed, "config": dict(self.config), "created": self.created,
@@ -169,7 +201,14 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        """Inverse of :meth:`to_dict` (unknown keys from newer versions are ignored)."""
+        """Inverse of :meth:`to_dict` (unknown keys from newer versions are ignored).
+
+        Args:
+            data: A dict as :meth:`to_dict` writes it (a missing ``tlcap_version`` reads ``"0+unknown"``).
+
+        Returns:
+            The :class:`Provenance` it describes.
+        """
         known = {k: data[k] for k in ("tlcap_version", "model_name", "model_identity", "versions", "seed", "config", "created")
                  if k in data}
         known.setdefault("tlcap_version", "0+unknown")

@@ -114,6 +114,13 @@ def frame(rows: Sequence[Any], row_type: type) -> pd.DataFrame:
     An empty ``rows`` still gives the columns, so code reading the frame never meets a
     column-less table.
 
+    Args:
+        rows: The typed rows, all of class ``row_type``.
+        row_type: The frozen dataclass the rows are; its fields name the columns, in order.
+
+    Returns:
+        A :class:`pandas.DataFrame` with one row per element of ``rows``.
+
     Example:
         >>> @dataclass(frozen=True)
         ... class NeuronRow:

@@ -77,7 +77,15 @@ class Plateau:
 
 
 def candidates(cap: int, start: int = START) -> list[int]:
-    """``start, 2·start, 4·start, …`` below ``cap``, then ``cap`` itself (``[cap]`` when ``cap <= start``)."""
+    """``start, 2·start, 4·start, …`` below ``cap``, then ``cap`` itself (``[cap]`` when ``cap <= start``).
+
+    Args:
+        cap: Largest batch size (at least 1).
+        start: First batch size (at least 1).
+
+    Returns:
+        The increasing batch sizes a probe measures, ending with ``cap``.
+    """
     cap = max(1, int(cap))
     out, b = [], max(1, int(start))
     while b < cap:
@@ -138,6 +146,9 @@ def timed_rate(run: Callable[[int], Any], rows: int, *, repeat: int = 2, clock: 
         repeat: Timed calls.
         clock: The clock (a fake one in tests).
         sync: Waits for the device (``torch.cuda.synchronize``) before the clock is read.
+
+    Returns:
+        Rows per second over the timed calls (``rows * repeat`` over their elapsed time).
     """
     wait = sync or (lambda: None)
     run(rows)
@@ -150,7 +161,14 @@ def timed_rate(run: Callable[[int], Any], rows: int, *, repeat: int = 2, clock: 
 
 
 def context_bucket(context_len: int) -> int:
-    """The probe's context length for a run of ``context_len`` tokens: the next power of two, at least 16."""
+    """The probe's context length for a run of ``context_len`` tokens: the next power of two, at least 16.
+
+    Args:
+        context_len: Tokens of the run's context.
+
+    Returns:
+        The bucket length: the smallest power of two ``>= context_len``, at least 16.
+    """
     n = 16
     while n < int(context_len):
         n *= 2
@@ -164,6 +182,18 @@ def rows_probe(model: Any, kind: str, context_len: int, seed: int = 0) -> Callab
     random context of :func:`context_bucket` tokens (a cached prefix, packed rows where they apply,
     the batch expanded at the lowest layer); ``"ig"`` adds the backward pass to the set values.
     The function returns each row's probability of token 0 (``[b]``, detached).
+
+    Args:
+        model: A :class:`tlcap.models.Model`.
+        kind: ``"ig"`` (forward and backward rows) or ``"trace"`` (forward only).
+        context_len: Tokens of the run's context (rounded up by :func:`context_bucket`, capped at ``n_ctx``).
+        seed: Seed of the random context.
+
+    Returns:
+        ``run(b)`` running one batch of ``b`` rows and returning the ``[b]`` probabilities of token 0.
+
+    Raises:
+        ValueError: ``kind`` is not a probe kind.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown probe kind {kind!r}; use one of {KINDS}")
@@ -195,7 +225,16 @@ _CACHE: dict[tuple, Plateau] = {}
 
 
 def plateau_key(model: Any, kind: str, context_len: int) -> tuple:
-    """The cache key: model name and shape, device (its name on CUDA), dtype, kind, context bucket."""
+    """The cache key: model name and shape, device (its name on CUDA), dtype, kind, context bucket.
+
+    Args:
+        model: A :class:`tlcap.models.Model`.
+        kind: ``"ig"`` or ``"trace"``.
+        context_len: Tokens of the run's context (only its :func:`context_bucket` enters the key).
+
+    Returns:
+        A hashable tuple ``(name, (n_layers, d_model, d_mlp, d_vocab), device, device name, dtype, kind, bucket)``.
+    """
     dev = torch.device(model.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type
     shape = (model.n_layers, model.d_model, model.d_mlp, model.d_vocab)
@@ -236,7 +275,11 @@ def plateau_rows(model: Any, kind: str, context_len: int, cap: int, *,
 
 
 def cached_plateaus() -> dict[tuple, Plateau]:
-    """The probes of this process (key → :class:`Plateau`), e.g. for a benchmark's record."""
+    """The probes of this process (key → :class:`Plateau`), e.g. for a benchmark's record.
+
+    Returns:
+        A copy of the cache, ``{plateau_key(...): Plateau}``.
+    """
     return dict(_CACHE)
 
 

@@ -21,6 +21,9 @@ def last_position_only() -> HookFn:
     Meant for the ``unembed_in`` site when only the next-token logits are needed: the
     unembedding (the largest matrix of small models) then runs on one position instead of all
     (see :meth:`tlcap.models.Model.last_logits`).
+
+    Returns:
+        A hook ``hook(act, hook=None)`` mapping ``[batch, pos, ...]`` to ``[batch, 1, ...]``.
     """
 
     def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
@@ -34,6 +37,12 @@ def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
 
     The per-row form of :func:`last_position_only` (a *shape-changing* hook), for batches
     whose rows end at different positions (right padding).
+
+    Args:
+        pos: ``[batch]`` position to keep in each row.
+
+    Returns:
+        A hook ``hook(act, hook=None)`` mapping ``[batch, pos, ...]`` to ``[batch, 1, ...]``.
     """
 
     def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch 1 *dims"]:
@@ -44,7 +53,14 @@ def select_positions(pos: Int[Tensor, " batch"]) -> HookFn:
 
 
 def gather_positions(pos: Int[Tensor, "batch k"]) -> HookFn:
-    """Keep ``k`` positions per row, ``act[r, pos[r, i]]`` → ``[batch, k, ...]`` (shape-changing, as :func:`select_positions`)."""
+    """Keep ``k`` positions per row, ``act[r, pos[r, i]]`` → ``[batch, k, ...]`` (shape-changing, as :func:`select_positions`).
+
+    Args:
+        pos: ``[batch, k]`` positions to keep in each row, in the order given.
+
+    Returns:
+        A hook ``hook(act, hook=None)`` mapping ``[batch, pos, ...]`` to ``[batch, k, ...]``.
+    """
 
     def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch k *dims"]:
         return act[torch.arange(act.shape[0], device=act.device)[:, None], pos.to(act.device)]

@@ -68,6 +68,9 @@ def predicting(positions: int | slice | Sequence[int]) -> Iterator[None]:
 
     Args:
         positions: An int, a slice or a list of positions of the run's sequence.
+
+    Yields:
+        ``None``; the declaration holds until the block exits.
     """
     value = tuple(int(p) for p in positions) if isinstance(positions, (list, tuple)) else positions
     token = _PREDICTING.set(value)
@@ -79,6 +82,12 @@ def predicting(positions: int | slice | Sequence[int]) -> Iterator[None]:
 
 def check_positions(pos: Positions) -> Positions:
     """Check a position spec (names, kinds); returns it.
+
+    Args:
+        pos: ``"target"``, ``"last"``, ``"all"``, ``None`` (every position), an int, a list of ints or a slice.
+
+    Returns:
+        ``pos`` unchanged, except a list becomes a tuple.
 
     Raises:
         UnknownNameError: a string other than ``"target"``, ``"last"``, ``"all"``.
@@ -101,6 +110,10 @@ def resolve_positions(pos: Positions) -> int | slice | list[int] | None:
     Returns:
         An index usable on the position axis: ``-1`` for ``"last"``, ``None`` for every
         position, an int, a slice or a list.
+
+    Args:
+        pos: A position spec accepted by :func:`check_positions`; ``"target"`` is the innermost :func:`predicting`
+            declaration, or the last position when none is active.
     """
     if pos == "target":
         declared = _PREDICTING.get()

@@ -66,6 +66,17 @@ class Site:
         return "{layer}" in self.template
 
     def hook_name(self, layer: int | None = None) -> str:
+        """The TransformerLens hook name of this site at ``layer``.
+
+        Args:
+            layer: The layer index; required for a per-layer site, ignored otherwise.
+
+        Returns:
+            The hook name, e.g. ``"blocks.3.mlp.hook_post"`` (the template itself for a site with no layer).
+
+        Raises:
+            InvalidConfigError: the site is per-layer and ``layer`` is ``None``.
+        """
         if self.per_layer:
             if layer is None:
                 raise InvalidConfigError(f"site {self.name!r} needs a layer")
@@ -112,6 +123,9 @@ def get_site(name: str, option: str | None = "--site") -> Site:
     Args:
         name: A key of :data:`SITES`.
         option: CLI spelling named in the error message (``None`` for none).
+
+    Returns:
+        The :class:`Site` of that name.
 
     Raises:
         UnknownNameError: ``name`` is not a site (the message lists the known ones).

@@ -15,7 +15,19 @@ Scored = Sequence[tuple[str, float]]
 
 def card_figure(title: str, top: Scored, bottom: Scored, prompt_tokens: Sequence[str], prompt_acts: Sequence[float],
                 snippet_values: Sequence[float]) -> go.Figure:
-    """Logit weights (top and bottom tokens) and, when given, activation per prompt token and top corpus activations."""
+    """Logit weights (top and bottom tokens) and, when given, activation per prompt token and top corpus activations.
+
+    Args:
+        title: The neuron's label (the figure is titled ``Neuron {title}``).
+        top: ``(token, logit weight)`` of the most promoted tokens.
+        bottom: ``(token, logit weight)`` of the most suppressed tokens.
+        prompt_tokens: The prompt's tokens (empty: no prompt panel).
+        prompt_acts: The neuron's activation at each prompt token.
+        snippet_values: The top corpus activations, largest first (empty: no corpus panel).
+
+    Returns:
+        A plotly figure with one bar panel per part given (1 to 3 rows).
+    """
     panels = ["logit weights (direct path)"]
     if prompt_tokens:
         panels.append("activation on the prompt")
@@ -59,7 +71,31 @@ def neuron_card_html(
     zero_changes: Sequence[tuple[str, float, float]],
     zero_kl: float,
 ) -> str:
-    """The card as one HTML fragment (inline styles; see :func:`tlcap.viz.html.card_html`)."""
+    """The card as one HTML fragment (inline styles; see :func:`tlcap.viz.html.card_html`).
+
+    Args:
+        title: The neuron's label (the card is titled ``Neuron {title}``).
+        model_name: The model's name (the card's subtitle).
+        top: ``(token, logit weight)`` of the most promoted tokens (10 shown).
+        bottom: ``(token, logit weight)`` of the most suppressed tokens (10 shown).
+        in_top: ``(token, score)`` of the tokens driving the neuron through ``W_E · W_in``.
+        gate_top: The same through ``W_E · W_gate`` for a gated MLP (empty: none shown).
+        stats: Activation statistics over the corpus (``{name: value}``).
+        corpus: The corpus name (empty: no activation index, a hint to build one is shown).
+        corpus_tokens: Tokens in the corpus.
+        snippet_tokens: The tokens of each top-activating snippet.
+        snippet_windows: The neuron's activation at each token of each snippet.
+        snippet_marks: The position of the top activation in each snippet.
+        snippet_values: Each snippet's top activation.
+        prompt: The prompt (empty: no prompt section).
+        prompt_tokens: The prompt's tokens.
+        prompt_acts: The neuron's activation at each prompt token.
+        zero_changes: ``(next token, P before, P zeroed)`` of the tokens most changed by zeroing (8 shown).
+        zero_kl: KL divergence of the next-token distribution when the neuron is zeroed at every position.
+
+    Returns:
+        The card's HTML fragment.
+    """
     lists = token_list_html(list(top)[:10], "promotes (logit weight)") + token_list_html(list(bottom)[:10], "suppresses")
     lists += token_list_html(list(in_top)[:10], "driven by (W_E · W_in)")
     if gate_top:

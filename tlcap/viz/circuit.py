@@ -21,14 +21,30 @@ NODE_COLORS = {"input": "#2ca02c", "logits": "#9467bd", "MLP": "#ff7f0e", "head"
 
 
 def node_kind(node: str) -> str:
-    """``"input"``, ``"logits"``, ``"MLP"`` or ``"head"``."""
+    """``"input"``, ``"logits"``, ``"MLP"`` or ``"head"``.
+
+    Args:
+        node: A node name (``"input"``, ``"a{l}.h{h}"``, ``"m{l}"`` or ``"logits"``).
+
+    Returns:
+        The kind, a key of :data:`NODE_COLORS`.
+    """
     if node in ("input", "logits"):
         return node
     return "MLP" if node.startswith("m") else "head"
 
 
 def node_xy(node: str, n_layers: int, n_heads: int) -> tuple[float, float]:
-    """Layer columns: input at 0, attention of layer l at 2l+1, MLP at 2l+2, logits last."""
+    """Layer columns: input at 0, attention of layer l at 2l+1, MLP at 2l+2, logits last.
+
+    Args:
+        node: A node name (``"input"``, ``"a{l}.h{h}"``, ``"m{l}"`` or ``"logits"``).
+        n_layers: The model's layers (places ``logits``).
+        n_heads: Heads per layer (input and logits are centred on them).
+
+    Returns:
+        ``(x, y)``: the column, and the head index as height (``-1.5`` for an MLP).
+    """
     if node == "input":
         return 0.0, (n_heads - 1) / 2
     if node == "logits":

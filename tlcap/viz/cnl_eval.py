@@ -68,6 +68,9 @@ def paper_bars(
         title: Figure title.
         yaxis_title: Y axis title.
         scale: Multiplier for display (100: shares as percent).
+
+    Returns:
+        A plotly figure of grouped bars (ours, the paper's) with the ``extra`` ticks.
     """
     fig = go.Figure(_bar_traces(labels, values, lows, highs, paper, extra, scale, True))  # type: ignore[arg-type]
     fig.update_layout(title=title, yaxis_title=yaxis_title, barmode="group", template="plotly_white",
@@ -80,7 +83,16 @@ def paper_panels(
     title: str = "",
     scale: float = 100.0,
 ) -> go.Figure:
-    """One :func:`paper_bars` panel per entry ``name → (labels, values, lows, highs, paper)`` side by side."""
+    """One :func:`paper_bars` panel per entry ``name → (labels, values, lows, highs, paper)`` side by side.
+
+    Args:
+        panels: ``{panel title: (labels, values, lows, highs, paper)}``, as the arguments of :func:`paper_bars`.
+        title: Figure title.
+        scale: Multiplier for display (100: shares as percent).
+
+    Returns:
+        A plotly figure of one subplot per panel, the legend shown once.
+    """
     names = list(panels)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names)
     for c, name in enumerate(names, start=1):
@@ -109,6 +121,9 @@ def layer_curves(
         marks_name: Legend name of the counts.
         title: Figure title.
         yaxis_title: Title of the curves' axis.
+
+    Returns:
+        A plotly figure of the curves on ``[0, 1.05]``, and the counts on a second axis when ``marks`` is given.
     """
     fig = make_subplots(specs=[[{"secondary_y": marks is not None}]])
     x = list(layers)
@@ -129,7 +144,17 @@ def layer_curves(
 
 
 def null_histogram(observed: float, null: Sequence[float], title: str = "", xaxis_title: str = "") -> go.Figure:
-    """Histogram of random-set values with the located value as a vertical line."""
+    """Histogram of random-set values with the located value as a vertical line.
+
+    Args:
+        observed: The located set's value (the vertical line).
+        null: One value per matched random set.
+        title: Figure title.
+        xaxis_title: X axis title.
+
+    Returns:
+        A plotly histogram figure.
+    """
     fig = go.Figure(go.Histogram(x=list(null), name=f"matched random sets ({len(null)})", marker_color=PAPER))
     fig.add_vline(x=observed, line=dict(color=OURS, width=3), annotation_text="located")
     fig.update_layout(title=title, xaxis_title=xaxis_title, yaxis_title="random sets", template="plotly_white",

@@ -98,6 +98,16 @@ def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, formats: Sequenc
     HTML always works. Static formats (png, svg, pdf) need an exporter (:func:`static_exporter`);
     without one, or if the export fails or passes its time or memory bound, they are skipped with
     a one-line warning naming the fix, so a long run never dies or hangs at the figure step.
+
+    Args:
+        fig: The plotly figure.
+        out_dir: The folder (created when missing).
+        stem: The file name without extension.
+        formats: Extensions to write, among ``html``, ``png``, ``svg`` and ``pdf``.
+        scale: Resolution multiplier of static images.
+
+    Returns:
+        The paths written, in ``formats`` order (skipped static formats are left out).
     """
     return save_figures({stem: fig}, out_dir, formats, scale)[stem]
 

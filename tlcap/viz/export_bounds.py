@@ -58,7 +58,15 @@ def _size(text: str) -> int | None:
 
 
 def bounds(n_figures: int) -> tuple[float, int]:
-    """``(seconds, bytes)`` allowed to export ``n_figures`` (environment overrides in the module docstring)."""
+    """``(seconds, bytes)`` allowed to export ``n_figures`` (environment overrides in the module docstring).
+
+    Args:
+        n_figures: How many static files the export writes.
+
+    Returns:
+        ``(seconds, bytes)``: ``TLCAP_FIGURE_TIMEOUT`` or 60 s plus 10 s per figure, and ``TLCAP_FIGURE_MEMORY``
+        or 4 GiB of resident memory.
+    """
     try:
         seconds = float(os.environ.get("TLCAP_FIGURE_TIMEOUT", ""))
     except ValueError:
@@ -88,7 +96,14 @@ def _session_pids(sid: int) -> list[int]:
 
 
 def session_rss(sid: int) -> int:
-    """Resident bytes of every process in session ``sid`` (0 where ``/proc`` is missing)."""
+    """Resident bytes of every process in session ``sid`` (0 where ``/proc`` is missing).
+
+    Args:
+        sid: The session id (the exporter's pid, as it starts its own session).
+
+    Returns:
+        The summed resident set size in bytes.
+    """
     total = 0
     for pid in _session_pids(sid):
         try:

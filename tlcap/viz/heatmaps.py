@@ -28,6 +28,17 @@ def neuron_heatmap(
 
     Each layer is one row; hovering shows layer, neuron and score. Located neurons
     (``highlight``) are ringed so that isolated neurons stay visible at full width.
+
+    Args:
+        scores: ``[layer, d_mlp]`` scores, one per neuron.
+        highlight: ``(layer, index)`` pairs to ring (e.g. a :class:`tlcap.metrics.NeuronSet`), or ``None``.
+        title: Figure title.
+        colorscale: Plotly colour scale.
+        zmid: Value at the colour scale's middle; the range is then symmetric, ``±max|score|`` (``None``: plotly's).
+        score_name: Name of the score in the colour bar and hover text.
+
+    Returns:
+        A plotly heatmap figure, 1200 px wide and taller with more layers.
     """
     z = scores.detach().float().cpu().numpy()
     n_layers, d = z.shape
@@ -72,6 +83,9 @@ def located_heatmap(
         sets: Name → ``(layer, index)`` pairs.
         title: Figure title.
         shape: ``(n_layers, d_mlp)`` of the model (default: the first set's ``.shape``).
+
+    Returns:
+        A plotly figure with one marker trace per non-empty set (neuron on x, layer on y).
     """
     fig = go.Figure()
     if shape is None:
@@ -95,7 +109,18 @@ def activation_heatmap(
     title: str = "Neuron activations",
     colorscale: str = "Viridis",
 ) -> go.Figure:
-    """Rows (queries) × columns (neurons, labelled ``L{layer}.{index}``), QL Figure 1 style."""
+    """Rows (queries) × columns (neurons, labelled ``L{layer}.{index}``), QL Figure 1 style.
+
+    Args:
+        values: ``[rows, cols]`` activations (e.g. from :func:`activations_for`).
+        row_labels: One label per row (the queries).
+        col_labels: One label per column (e.g. from :func:`neuron_labels`).
+        title: Figure title.
+        colorscale: Plotly colour scale.
+
+    Returns:
+        A plotly heatmap figure, rows top to bottom in the given order.
+    """
     z = values.detach().float().cpu().numpy()
     fig = go.Figure(
         go.Heatmap(
@@ -110,12 +135,27 @@ def activation_heatmap(
 
 
 def neuron_labels(neurons: Neurons) -> list[str]:
-    """``L{layer}.{index}`` labels for a set of neurons."""
+    """``L{layer}.{index}`` labels for a set of neurons.
+
+    Args:
+        neurons: ``(layer, index)`` pairs.
+
+    Returns:
+        One label per neuron, sorted by layer then index (the column order of :func:`activations_for`).
+    """
     return [f"L{l}.{j}" for l, j in sorted(neurons)]
 
 
 def activations_for(acts: Float[Tensor, "rows layer d_mlp"], neurons: Neurons) -> Float[Tensor, "rows n"]:
-    """Pick the set's neurons out of ``[rows, layer, d_mlp]`` activations → ``[rows, |set|]``."""
+    """Pick the set's neurons out of ``[rows, layer, d_mlp]`` activations → ``[rows, |set|]``.
+
+    Args:
+        acts: ``[rows, layer, d_mlp]`` activations.
+        neurons: ``(layer, index)`` pairs.
+
+    Returns:
+        ``[rows, len(neurons)]`` activations, columns sorted by layer then index (``[rows, 0]`` for an empty set).
+    """
     if not len(neurons):
         return torch.zeros(acts.shape[0], 0)
     ls, js = zip(*sorted(neurons))

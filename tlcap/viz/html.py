@@ -18,14 +18,29 @@ TD = "text-align:left;padding:2px 10px 2px 0;vertical-align:top;font-variant-num
 
 
 def esc(x: Any) -> str:
-    """``x`` as escaped HTML text (numbers compact: 4 significant digits)."""
+    """``x`` as escaped HTML text (numbers compact: 4 significant digits).
+
+    Args:
+        x: Any value; a float is written with 4 significant digits (``nan`` for NaN), anything else via ``str``.
+
+    Returns:
+        The HTML-escaped text.
+    """
     if isinstance(x, float):
         return "nan" if math.isnan(x) else f"{x:.4g}"
     return html.escape(str(x))
 
 
 def compact(value: Any, limit: int = 8) -> str:
-    """A JSON-ish value as short HTML: long lists cut after ``limit`` items with the count."""
+    """A JSON-ish value as short HTML: long lists cut after ``limit`` items with the count.
+
+    Args:
+        value: A mapping, list/tuple (rendered recursively) or scalar.
+        limit: Most items shown per mapping or list.
+
+    Returns:
+        Escaped HTML such as ``[1, 2, … (40 items)]``.
+    """
     if isinstance(value, Mapping):
         items = list(value.items())
         inner = ", ".join(f"{esc(k)}: {compact(v, limit)}" for k, v in items[:limit])
@@ -37,7 +52,16 @@ def compact(value: Any, limit: int = 8) -> str:
 
 
 def table_html(rows: Sequence[Sequence[Any]], header: Sequence[str] | None = None, raw: bool = False) -> str:
-    """A plain table; cells are escaped unless ``raw`` (pre-rendered HTML)."""
+    """A plain table; cells are escaped unless ``raw`` (pre-rendered HTML).
+
+    Args:
+        rows: The table's rows, each a sequence of cells.
+        header: Column titles, or ``None`` for no header row.
+        raw: The cells are already HTML (not escaped).
+
+    Returns:
+        A ``<table>`` fragment with inline styles.
+    """
     out = ["<table style='border-collapse:collapse'>"]
     if header:
         out.append("<tr>" + "".join(f"<th style=\"{TH}\">{esc(h)}</th>" for h in header) + "</tr>")
@@ -48,7 +72,16 @@ def table_html(rows: Sequence[Sequence[Any]], header: Sequence[str] | None = Non
 
 
 def summary_html(title: str, summary: Mapping[str, Any], note: str = "") -> str:
-    """A result's ``summary()`` as a key/value table under a title."""
+    """A result's ``summary()`` as a key/value table under a title.
+
+    Args:
+        title: Bold title above the table.
+        summary: ``{key: value}`` rows (the ``provenance`` key is left out; values via :func:`compact`).
+        note: Grey note under the table (none when empty).
+
+    Returns:
+        A ``<div>`` fragment.
+    """
     rows = [(f"<b>{esc(k)}</b>", compact(v)) for k, v in summary.items() if k != "provenance"]
     foot = f"<div style='color:#777;margin-top:4px'>{esc(note)}</div>" if note else ""
     return f"<div style=\"{BOX}\"><div style='font-weight:700;margin-bottom:4px'>{esc(title)}</div>" \
@@ -56,7 +89,15 @@ def summary_html(title: str, summary: Mapping[str, Any], note: str = "") -> str:
 
 
 def shade(value: float, vmax: float) -> str:
-    """Background colour of a value: red for positive, blue for negative, alpha by ``|value| / vmax``."""
+    """Background colour of a value: red for positive, blue for negative, alpha by ``|value| / vmax``.
+
+    Args:
+        value: The value to colour (a non-finite value is transparent).
+        vmax: The magnitude of full colour (``<= 0``: transparent).
+
+    Returns:
+        A CSS ``rgba(...)`` colour, alpha at most 0.85.
+    """
     a = 0.0 if vmax <= 0 or not math.isfinite(value) else min(1.0, abs(value) / vmax)
     rgb = "220,60,40" if value >= 0 else "40,90,220"
     return f"rgba({rgb},{a * 0.85:.3f})"
@@ -64,7 +105,17 @@ def shade(value: float, vmax: float) -> str:
 
 def token_strip_html(tokens: Sequence[str], values: Sequence[float], vmax: float | None = None,
                      mark: int | None = None) -> str:
-    """Tokens shaded by their values (hover shows the value); ``mark`` underlines one position."""
+    """Tokens shaded by their values (hover shows the value); ``mark`` underlines one position.
+
+    Args:
+        tokens: The token strings (spaces shown as non-breaking, newlines as ⏎, empty as ∅).
+        values: One value per token.
+        vmax: The magnitude of full colour (default: the largest finite ``|value|``).
+        mark: Position to outline, or ``None``.
+
+    Returns:
+        A monospace ``<span>`` of shaded token spans.
+    """
     vals = [float(v) for v in values]
     top = vmax if vmax is not None else max((abs(v) for v in vals if math.isfinite(v)), default=0.0)
     spans = []
@@ -78,14 +129,31 @@ def token_strip_html(tokens: Sequence[str], values: Sequence[float], vmax: float
 
 
 def token_list_html(items: Sequence[tuple[str, float]], title: str) -> str:
-    """A titled column of ``token  value`` pairs (vocabulary projections, changed tokens)."""
+    """A titled column of ``token  value`` pairs (vocabulary projections, changed tokens).
+
+    Args:
+        items: ``(token, value)`` pairs, in display order.
+        title: The column's title.
+
+    Returns:
+        An inline-block ``<div>`` holding the title and a table of tokens and signed values.
+    """
     rows = [(f"<code>{esc(repr(t))}</code>", f"{v:+.3f}") for t, v in items]
     return f"<div style='display:inline-block;vertical-align:top;margin-right:18px'><div style='font-weight:600'>" \
            f"{esc(title)}</div>{table_html(rows, raw=True)}</div>"
 
 
 def neuron_set_html(by_layer: Mapping[int, Sequence[int]], shape: tuple[int, int], title: str = "NeuronSet") -> str:
-    """A neuron set: its size, ratio and the neurons of each layer."""
+    """A neuron set: its size, ratio and the neurons of each layer.
+
+    Args:
+        by_layer: ``{layer: neuron indices}``.
+        shape: ``(n_layers, d_mlp)`` of the model, for the ratio.
+        title: Title shown before the count.
+
+    Returns:
+        A ``<div>`` fragment with one row per layer (``empty`` when there is none).
+    """
     n = sum(len(v) for v in by_layer.values())
     total = shape[0] * shape[1]
     rows = [(f"<b>layer {l}</b>", f"{len(js)}", compact(list(js), limit=16)) for l, js in sorted(by_layer.items())]
@@ -95,7 +163,14 @@ def neuron_set_html(by_layer: Mapping[int, Sequence[int]], shape: tuple[int, int
 
 
 def attribution_html(summary: Mapping[str, Any]) -> str:
-    """A neuron attribution's summary: the fact, P(target), completeness, located count and the top neurons."""
+    """A neuron attribution's summary: the fact, P(target), completeness, located count and the top neurons.
+
+    Args:
+        summary: The attribution's ``summary()`` dict (``prompt``, ``target``, ``top_neurons`` and the headline keys).
+
+    Returns:
+        A summary table followed by a table of the top neurons and their scores.
+    """
     head = {k: summary.get(k) for k in ("model", "method", "steps", "rule", "target_prob", "completeness_rel_error",
                                         "n_located", "max_score")}
     rows = [(f"L{l}/N{j}", f"{v:.4g}") for l, j, v in summary.get("top_neurons", [])]
@@ -105,13 +180,30 @@ def attribution_html(summary: Mapping[str, Any]) -> str:
 
 
 def section(title: str, body: str) -> str:
-    """A titled block inside a card."""
+    """A titled block inside a card.
+
+    Args:
+        title: The section's bold, underlined title.
+        body: The section's HTML (not escaped).
+
+    Returns:
+        A ``<div>`` fragment.
+    """
     return f"<div style='margin:8px 0'><div style='font-weight:700;border-bottom:1px solid #ddd;margin-bottom:3px'>" \
            f"{esc(title)}</div>{body}</div>"
 
 
 def card_html(title: str, subtitle: str, sections: Sequence[str]) -> str:
-    """A card: title, subtitle and sections (pre-rendered HTML)."""
+    """A card: title, subtitle and sections (pre-rendered HTML).
+
+    Args:
+        title: The card's title.
+        subtitle: Grey line under the title.
+        sections: Pre-rendered HTML blocks (e.g. from :func:`section`), in order.
+
+    Returns:
+        A bordered ``<div class='tlcap-card'>`` fragment.
+    """
     return f"<div class='tlcap-card' style=\"{BOX};border:1px solid #ccc;border-radius:6px;padding:8px 12px\">" \
            f"<div style='font-size:16px;font-weight:700'>{esc(title)}</div>" \
            f"<div style='color:#666;margin-bottom:4px'>{esc(subtitle)}</div>{''.join(sections)}</div>"

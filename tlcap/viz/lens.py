@@ -31,6 +31,9 @@ def lens_figure(
         top_tokens, top_probs: The top token and its probability per cell (hover and cell text).
         metric: ``prob``, ``rank`` or ``logit`` (colour scale and bar title).
         title: Figure title.
+
+    Returns:
+        A plotly heatmap figure, sized to the number of layers and positions.
     """
     zz = z.detach().float().cpu().numpy()
     n_l, n_p = zz.shape
@@ -52,7 +55,17 @@ def lens_figure(
 
 
 def dla_figure(labels: Sequence[str], values: Sequence[float], total: float, title: str) -> go.Figure:
-    """Bars of per-neuron direct contributions to the target logit (largest magnitude first) and their sum."""
+    """Bars of per-neuron direct contributions to the target logit (largest magnitude first) and their sum.
+
+    Args:
+        labels: One label per neuron (e.g. ``"L3/N10"``).
+        values: Each neuron's direct effect on the target logit.
+        total: The sum over the set, shown in the subtitle.
+        title: Figure title.
+
+    Returns:
+        A plotly bar figure, positive bars red and negative blue.
+    """
     order = sorted(range(len(values)), key=lambda i: -abs(values[i]))
     fig = go.Figure(go.Bar(
         x=[labels[i] for i in order], y=[values[i] for i in order],
