@@ -138,7 +138,18 @@ def _locate_work(ctx: StageContext) -> Workload:
 
 
 def location(ctx: StageContext, dataset: str) -> CNLLocation:
-    """The :class:`CNLLocation` of ``cnl.locate.<dataset>`` (a dependency of the calling stage)."""
+    """The :class:`CNLLocation` of ``cnl.locate.<dataset>`` (a dependency of the calling stage).
+
+    Args:
+        ctx: The running stage's context (it must depend on ``cnl.locate.<dataset>``).
+        dataset: The task name, e.g. ``"gsm8k"``.
+
+    Returns:
+        The stored ``location`` output of that stage.
+
+    Raises:
+        StageError: the stored output is not a :class:`CNLLocation` (a stale cache).
+    """
     res = ctx.dep(f"cnl.locate.{dataset}")["location"]
     if not isinstance(res, CNLLocation):
         raise StageError(f"cnl.locate.{dataset} holds a {type(res).__name__}, not a CNLLocation; delete its cache folder")
@@ -147,7 +158,17 @@ def location(ctx: StageContext, dataset: str) -> CNLLocation:
 
 # ------------------------------------------------------------------ evaluation workloads
 def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workload:
-    """The cost of one :func:`task_accuracy` pass over ``samples``, ``times`` times."""
+    """The cost of one :func:`task_accuracy` pass over ``samples``, ``times`` times.
+
+    Args:
+        model: A :class:`tlcap.models.Model` (shapes and tokenizer are read).
+        task: The task name; its kind (choice, number, code) sets what each sample runs.
+        samples: The evaluated samples.
+        times: How many passes (a float scales the workload).
+
+    Returns:
+        The :class:`Workload` of forward calls (and generated tokens for number tasks).
+    """
     shape = ModelShape.of(model)
     t = get_task(task)
     lens = [n_tokens(model, s.prompt) for s in samples]
@@ -270,7 +291,17 @@ def _cross_work(ctx: StageContext) -> Workload:
 
 # ------------------------------------------------------------------ the stage list
 def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
-    """Every CNL stage at ``scale`` (see the module table)."""
+    """Every CNL stage at ``scale`` (see the module table).
+
+    Args:
+        scale: The scale's sizes (datasets, samples, IG settings, random sets).
+        seed: Seed of the sampling and of the random sets.
+        data_dir: Folder holding the datasets (``None``: the default data folder).
+
+    Returns:
+        The stages in dependency order: ``cnl.locate.*``, ``cnl.erase.*``/``cnl.enhance.*``, ``cnl.cross`` (two or
+        more evaluated datasets), then the :func:`suite_stages`.
+    """
     stages: list[Stage] = []
     for ds in scale.cnl_datasets:
         cfg = LocateConfig(dataset=ds, n=locate_n(scale, ds), seed=seed, ig=scale.cnl_ig,

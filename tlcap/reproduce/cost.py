@@ -83,7 +83,11 @@ class ModelShape:
     """
 
     def dims(self) -> dict[str, int]:
-        """``{n_layers, d_model, d_mlp, d_vocab}``: what a calibration file matches a model by."""
+        """``{n_layers, d_model, d_mlp, d_vocab}``: what a calibration file matches a model by.
+
+        Returns:
+            The four dimensions as ints, keyed by attribute name.
+        """
         return {"n_layers": self.n_layers, "d_model": self.d_model, "d_mlp": self.d_mlp, "d_vocab": self.d_vocab}
 
     n_layers: int
@@ -95,7 +99,15 @@ class ModelShape:
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
-        """The shape of a :class:`tlcap.models.Model` (parameter counts from its MLP layout)."""
+        """The shape of a :class:`tlcap.models.Model` (parameter counts from its MLP layout).
+
+        Args:
+            model: A loaded model (or a shape-only model on the ``meta`` device); ``n_kv_heads`` and a gated MLP
+                (``cfg.gated_mlp`` or a :data:`GATED` architecture) are taken into account.
+
+        Returns:
+            The model's :class:`ModelShape`.
+        """
         L, d, m, v = int(model.n_layers), int(model.d_model), int(model.d_mlp), int(model.d_vocab)
         n_heads = int(getattr(model, "n_heads", 1) or 1)
         n_kv = int(getattr(model, "n_kv_heads", None) or n_heads)
@@ -108,7 +120,20 @@ class ModelShape:
     @classmethod
     def from_config(cls, n_layers: int, d_model: int, d_mlp: int, d_vocab: int, *, n_heads: int = 1,
                     n_kv_heads: int | None = None, gated: bool = True) -> ModelShape:
-        """A shape from dimensions (to predict a model that is not loaded, e.g. LLaMA2-7B)."""
+        """A shape from dimensions (to predict a model that is not loaded, e.g. LLaMA2-7B).
+
+        Args:
+            n_layers: Transformer blocks.
+            d_model: Residual width.
+            d_mlp: MLP width.
+            d_vocab: Vocabulary size.
+            n_heads: Attention heads (sets the head width ``d_model // n_heads``).
+            n_kv_heads: Key/value heads (``None``: ``n_heads``, no grouped-query attention).
+            gated: Whether the MLP has a gate matrix (three MLP weight matrices instead of two).
+
+        Returns:
+            The :class:`ModelShape` with its parameter counts.
+        """
         d_head = d_model // n_heads
         attn = 2 * d_model * d_model + 2 * d_model * (n_kv_heads or n_heads) * d_head
         mlp = (3 if gated else 2) * d_model * d_mlp
@@ -116,37 +141,85 @@ class ModelShape:
 
     # ------------------------------------------------------------------ FLOPs per unit
     def fwd_token_flops(self, ctx: float = 0.0) -> float:
-        """One token of a forward pass attending to ``ctx`` earlier tokens."""
+        """One token of a forward pass attending to ``ctx`` earlier tokens.
+
+        Args:
+            ctx: Earlier tokens attended to (mean context length).
+
+        Returns:
+            FLOPs: the blocks' weights, the unembedding, and attention over ``ctx`` tokens.
+        """
         return 2.0 * self.n_block_params + 2.0 * self.d_model * self.d_vocab + 4.0 * self.n_layers * ctx * self.d_model
 
     def ig_row_flops(self) -> float:
-        """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding)."""
+        """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding).
+
+        Returns:
+            FLOPs, three times a forward pass over the layers from the scaled one up (on average half of them).
+        """
         f = (self.n_layers + 1) / (2.0 * self.n_layers)
         return 3.0 * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)
 
     def set_token_flops(self, ctx: float = 0.0) -> float:
-        """One token of a batched many-sets pass, without the unembedding (counted per read position)."""
+        """One token of a batched many-sets pass, without the unembedding (counted per read position).
+
+        Args:
+            ctx: Earlier tokens attended to (mean context length).
+
+        Returns:
+            FLOPs of the blocks and of attention over ``ctx`` tokens.
+        """
         return 2.0 * self.n_block_params + 4.0 * self.n_layers * ctx * self.d_model
 
     def unembed_flops(self) -> float:
-        """The unembedding of one position."""
+        """The unembedding of one position.
+
+        Returns:
+            FLOPs, ``2 · d_model · d_vocab``.
+        """
         return 2.0 * self.d_model * self.d_vocab
 
     def train_token_flops(self, ctx: float = 0.0) -> float:
-        """One token of a fine-tuning step (forward + backward)."""
+        """One token of a fine-tuning step (forward + backward).
+
+        Args:
+            ctx: Earlier tokens attended to (mean context length).
+
+        Returns:
+            FLOPs, three times :meth:`fwd_token_flops`.
+        """
         return 3.0 * self.fwd_token_flops(ctx)
 
     # ------------------------------------------------------------------ memory
     def ig_row_bytes(self) -> int:
-        """Activations one IG row keeps for its backward pass (float32)."""
+        """Activations one IG row keeps for its backward pass (float32).
+
+        Returns:
+            Bytes per IG row.
+        """
         return FLOAT_BYTES * (self.n_layers * (12 * self.d_model + 4 * self.d_mlp) + 3 * self.d_vocab)
 
     def sequence_bytes(self, tokens: int) -> int:
-        """Working memory of a forward pass over ``tokens`` tokens (activations and logits, float32)."""
+        """Working memory of a forward pass over ``tokens`` tokens (activations and logits, float32).
+
+        Args:
+            tokens: Tokens of the longest sequence of the pass.
+
+        Returns:
+            Bytes.
+        """
         return FLOAT_BYTES * tokens * (4 * self.d_model + self.d_mlp + 2 * self.d_vocab)
 
     def train_bytes(self, trainable: int, tokens: int) -> int:
-        """Fine-tuning: gradient, two Adam moments and a snapshot per trainable parameter, plus activations."""
+        """Fine-tuning: gradient, two Adam moments and a snapshot per trainable parameter, plus activations.
+
+        Args:
+            trainable: Trainable parameters.
+            tokens: Tokens of the longest training sequence (its activations are kept for the backward pass).
+
+        Returns:
+            Bytes above the loaded model.
+        """
         return FLOAT_BYTES * (4 * trainable + tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp))
 
 
@@ -173,6 +246,15 @@ class Workload:
 
     @classmethod
     def of(cls, extra_bytes: int = 0, **flops: float) -> Workload:
+        """A workload from FLOPs per unit (no unit counts, no passes).
+
+        Args:
+            extra_bytes: Peak working memory above the loaded model.
+            **flops: ``unit=FLOPs`` for units of :data:`UNITS`.
+
+        Returns:
+            The :class:`Workload`.
+        """
         return cls(dict(flops), {}, extra_bytes)
 
     def __add__(self, other: Workload) -> Workload:
@@ -183,25 +265,63 @@ class Workload:
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes))
 
     def scaled(self, times: float) -> Workload:
-        """The same work done ``times`` times (memory unchanged)."""
+        """The same work done ``times`` times (memory unchanged).
+
+        Args:
+            times: The factor of FLOPs, units and passes.
+
+        Returns:
+            A new :class:`Workload`.
+        """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
                         self.extra_bytes, {k: v * times for k, v in self.passes.items()})
 
 
 def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0, evals: float = 0.0) -> Workload:
-    """``rows`` IG rows (plus the clean forward of the context they share) in ``evals`` IG evaluations (passes)."""
+    """``rows`` IG rows (plus the clean forward of the context they share) in ``evals`` IG evaluations (passes).
+
+    Args:
+        shape: The model's shape.
+        rows: IG rows in total.
+        batch_rows: Rows per batch (bounds the working memory).
+        ctx: Tokens of the context (its forward pass's memory counts).
+        evals: IG evaluations (passes).
+
+    Returns:
+        The ``ig_row`` :class:`Workload`.
+    """
     return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows},
                     min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)), {"ig_row": evals})
 
 
 def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0) -> Workload:
-    """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``, in ``calls`` calls."""
+    """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``, in ``calls`` calls.
+
+    Args:
+        shape: The model's shape.
+        tokens: Tokens in total.
+        ctx: Mean context a token attends to.
+        longest: Tokens of the longest sequence (sets the working memory).
+        calls: Forward calls (passes).
+
+    Returns:
+        The ``fwd_token`` :class:`Workload`.
+    """
     return Workload({"fwd_token": tokens * shape.fwd_token_flops(ctx)}, {"fwd_token": tokens},
                     shape.sequence_bytes(longest), {"fwd_token": calls})
 
 
 def generate(shape: ModelShape, tokens: float, ctx: float = 0.0) -> Workload:
-    """``tokens`` greedily generated tokens at mean context ``ctx`` (each token is its own pass: FLOPs only)."""
+    """``tokens`` greedily generated tokens at mean context ``ctx`` (each token is its own pass: FLOPs only).
+
+    Args:
+        shape: The model's shape.
+        tokens: Generated tokens in total.
+        ctx: Mean context a generated token attends to.
+
+    Returns:
+        The ``gen_token`` :class:`Workload` (no passes).
+    """
     return Workload({"gen_token": tokens * shape.fwd_token_flops(ctx)}, {"gen_token": tokens}, shape.sequence_bytes(int(ctx)))
 
 
@@ -210,7 +330,17 @@ SET_ROW_TOKENS = 4096
 
 
 def set_rows(shape: ModelShape, tokens: float, reads: float, ctx: float = 0.0) -> Workload:
-    """Batched many-sets passes over ``tokens`` tokens in total, ``reads`` of them unembedded, mean context ``ctx``."""
+    """Batched many-sets passes over ``tokens`` tokens in total, ``reads`` of them unembedded, mean context ``ctx``.
+
+    Args:
+        shape: The model's shape.
+        tokens: Tokens in total, over every set.
+        reads: Positions unembedded, over every set.
+        ctx: Mean context a token attends to.
+
+    Returns:
+        The ``set_token`` :class:`Workload`, one pass per :data:`SET_ROW_TOKENS` tokens.
+    """
     flops = tokens * shape.set_token_flops(ctx) + reads * shape.unembed_flops()
     work = FLOAT_BYTES * SET_ROW_TOKENS * (8 * shape.d_model + 4 * shape.d_mlp) + 2**28  # activations + the logits bound
     return Workload({"set_token": flops}, {"set_token": tokens}, work, {"set_token": math.ceil(tokens / SET_ROW_TOKENS)})
@@ -218,7 +348,19 @@ def set_rows(shape: ModelShape, tokens: float, reads: float, ctx: float = 0.0) -
 
 def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0,
           steps: float = 0.0) -> Workload:
-    """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters, in ``steps`` forward + backward passes."""
+    """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters, in ``steps`` forward + backward passes.
+
+    Args:
+        shape: The model's shape.
+        tokens: Tokens in total, over every epoch.
+        trainable: Trainable parameters (optimizer state).
+        ctx: Mean context a token attends to.
+        longest: Tokens of the longest training sequence.
+        steps: Forward + backward passes.
+
+    Returns:
+        The ``train_token`` :class:`Workload`.
+    """
     return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens},
                     shape.train_bytes(trainable, longest), {"train_token": steps})
 
@@ -256,6 +398,11 @@ class Calibration:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field (the entries of a calibration file).
+
+        Returns:
+            ``{field name: value}``, mappings copied to plain dicts.
+        """
         return {"seconds_per_flop": dict(self.seconds_per_flop), "seconds_per_pass": dict(self.seconds_per_pass),
                 "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
                 "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
@@ -263,6 +410,14 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
+        """Inverse of :meth:`to_dict` (missing optional fields take their defaults).
+
+        Args:
+            d: A dict as :meth:`to_dict` writes it; ``seconds_per_flop`` is required.
+
+        Returns:
+            The :class:`Calibration`.
+        """
         return cls(dict(d["seconds_per_flop"]), int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
                    dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
                    dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
@@ -270,7 +425,16 @@ class Calibration:
 
     def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
         """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
-        vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine)."""
+        vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine).
+
+        Args:
+            shape: The model's shape.
+            dtype: The model's parameter dtype (``None``, or a probe without one: any dtype).
+            vocab: Whether ``d_vocab`` must match too.
+
+        Returns:
+            ``True`` when :attr:`shape` equals ``shape.dims()`` and the dtype fits.
+        """
         mine, want = dict(self.shape), shape.dims()
         if not vocab:
             mine.pop("d_vocab", None)
@@ -280,7 +444,15 @@ class Calibration:
 
 def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
     """Write probes to ``path`` (module docstring's format; a probe of the same shape and dtype already in the
-    file is replaced, others kept). Returns the path."""
+    file is replaced, others kept). Returns the path.
+
+    Args:
+        path: The calibration file (written atomically; its folder is created).
+        cals: The probes to add.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     path = Path(path)
     kept: list[Calibration] = []
     if path.exists():
@@ -295,6 +467,12 @@ def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
 
 def read_calibrations(path: str | Path) -> list[Calibration]:
     """Every probe in a calibration file (a file of :func:`save_calibrations`, or one ``Calibration.to_dict``).
+
+    Args:
+        path: The calibration file.
+
+    Returns:
+        The file's probes, in file order.
 
     Raises:
         MissingFileError: no such file.
@@ -320,6 +498,14 @@ def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = No
     the vocabulary of the tokenizer on the machine) is used when none matches exactly: its seconds
     per FLOP transfer, and the plan counts the unembedding with this model's vocabulary.
 
+    Args:
+        path: The calibration file.
+        shape: The model's shape.
+        dtype: The model's parameter dtype (``None``: any).
+
+    Returns:
+        The matching :class:`Calibration`.
+
     Raises:
         InvalidConfigError: no probe of that shape (the message lists the file's shapes).
     """
@@ -344,6 +530,13 @@ class Prediction:
 def predict(work: Workload, cal: Calibration) -> Prediction:
     """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + memory_scale × working memory.
 
+    Args:
+        work: The stage's workload.
+        cal: The machine's calibration.
+
+    Returns:
+        A :class:`Prediction` with the total seconds, the peak bytes and the seconds per unit.
+
     Raises:
         InvalidConfigError: the workload uses a unit the calibration did not measure.
     """
@@ -361,7 +554,15 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
 
 def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:
     """The fewest items whose predicted seconds make up at least ``share`` of the total, largest first,
-    as ``(name, share of the total)``."""
+    as ``(name, share of the total)``.
+
+    Args:
+        seconds: ``{name: predicted seconds}`` (non-positive values are ignored).
+        share: The fraction of the total to cover.
+
+    Returns:
+        ``(name, share of the total)`` pairs, largest first (empty when the total is 0).
+    """
     total = sum(v for v in seconds.values() if v > 0)
     out: list[tuple[str, float]] = []
     acc = 0.0
@@ -374,7 +575,14 @@ def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str
 
 
 def fmt_seconds(s: float) -> str:
-    """``42 s``, ``3.5 min``, ``1.25 h``."""
+    """``42 s``, ``3.5 min``, ``1.25 h``.
+
+    Args:
+        s: Seconds (NaN is written ``–``).
+
+    Returns:
+        Seconds below 90 s, minutes below 90 min, else hours.
+    """
     if s != s:
         return "–"
     if s < 90:
@@ -385,7 +593,14 @@ def fmt_seconds(s: float) -> str:
 
 
 def fmt_bytes(b: float) -> str:
-    """``512 MB``, ``1.3 GB``."""
+    """``512 MB``, ``1.3 GB``.
+
+    Args:
+        b: Bytes (0 is written ``–``).
+
+    Returns:
+        Whole megabytes below 1 GB, else gigabytes with one decimal.
+    """
     if not b:
         return "–"
     return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"

@@ -53,18 +53,41 @@ def paper_model(name: str) -> str | None:
 
 
 def reference_model(paper: str, name: str) -> str:
-    """The paper model a run on ``name`` is compared with: the model itself when the paper has it."""
+    """The paper model a run on ``name`` is compared with: the model itself when the paper has it.
+
+    Args:
+        paper: ``"cnl"`` or ``"ql"``.
+        name: The run's model name, as :func:`paper_model` takes it.
+
+    Returns:
+        The paper's spelling of the model, or the paper's :data:`DEFAULT_REFERENCE` model when it reports none.
+    """
     m = paper_model(name)
     return m if m in PAPER_MODELS[paper] else DEFAULT_REFERENCE[paper]
 
 
 def is_paper_model(paper: str, name: str) -> bool:
-    """Whether ``name`` is one of the models ``paper`` reports numbers for."""
+    """Whether ``name`` is one of the models ``paper`` reports numbers for.
+
+    Args:
+        paper: ``"cnl"`` or ``"ql"``.
+        name: A model name, as :func:`paper_model` takes it.
+
+    Returns:
+        ``True`` when the paper has numbers for this model.
+    """
     return paper_model(name) in PAPER_MODELS[paper]
 
 
 def comparable_models(paper: str) -> tuple[str, ...]:
-    """The models on which the paper's value rows can be compared."""
+    """The models on which the paper's value rows can be compared.
+
+    Args:
+        paper: ``"cnl"`` or ``"ql"``.
+
+    Returns:
+        The paper's models (its :data:`PAPER_MODELS` entry), in the paper's spelling.
+    """
     return PAPER_MODELS[paper]
 
 
@@ -130,7 +153,14 @@ PAPER_ITEMS: tuple[PaperItem, ...] = (
 
 
 def items_of(paper: str) -> list[PaperItem]:
-    """The items of one paper in printed order."""
+    """The items of one paper in printed order.
+
+    Args:
+        paper: ``"cnl"`` or ``"ql"``.
+
+    Returns:
+        The paper's :class:`PaperItem` entries of :data:`PAPER_ITEMS`.
+    """
     return [i for i in PAPER_ITEMS if i.paper == paper]
 
 

@@ -38,7 +38,11 @@ def _hwm_bytes() -> int | None:
 
 
 def rss_bytes() -> int:
-    """The current resident set size (0 when it cannot be read)."""
+    """The current resident set size (0 when it cannot be read).
+
+    Returns:
+        The ``VmRSS`` of this process in bytes, read from ``/proc/self/status``.
+    """
     try:
         for line in _STATUS.read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -56,7 +60,11 @@ class PeakMemory:
         self.device: torch.device | None = None
 
     def reset(self, device: torch.device | str | None = None) -> None:
-        """Start a new peak; with a CUDA ``device`` the peak is that device's allocator peak."""
+        """Start a new peak; with a CUDA ``device`` the peak is that device's allocator peak.
+
+        Args:
+            device: The device the stage runs on (``None`` or a CPU device: resident memory is tracked).
+        """
         self.device = torch.device(device) if device is not None else None
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -71,7 +79,11 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
 
     def peak_bytes(self) -> int:
-        """Peak bytes since :meth:`reset`: resident (since the process started, for ``"process"``) or CUDA's."""
+        """Peak bytes since :meth:`reset`: resident (since the process started, for ``"process"``) or CUDA's.
+
+        Returns:
+            The peak in bytes; :attr:`scope` then says which peak it is.
+        """
         if self.device is not None and self.device.type == "cuda":
             self.scope = "cuda"
             return int(torch.cuda.max_memory_allocated(self.device))
@@ -83,7 +95,11 @@ class PeakMemory:
         return int(rss if sys.platform == "darwin" else rss * 1024)
 
     def cuda_peak_bytes(self) -> int | None:
-        """CUDA allocator peak since :meth:`reset` (``None`` without CUDA)."""
+        """CUDA allocator peak since :meth:`reset` (``None`` without CUDA).
+
+        Returns:
+            ``torch.cuda.max_memory_allocated()`` of the current device in bytes, or ``None``.
+        """
         return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
 
 

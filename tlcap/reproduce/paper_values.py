@@ -32,7 +32,14 @@ Coords = tuple[tuple[str, str], ...]
 
 
 def slug(text: str) -> str:
-    """Lower-case key part: ``"LLaMA2-7B"`` → ``"llama2-7b"``, ``"R: II"`` → ``"r-ii"``."""
+    """Lower-case key part: ``"LLaMA2-7B"`` → ``"llama2-7b"``, ``"R: II"`` → ``"r-ii"``.
+
+    Args:
+        text: Any label (model, item, coordinate or quantity).
+
+    Returns:
+        ``text`` lower-cased, runs of other characters than ``a-z0-9`` as one ``-``, trimmed (``"x"`` if nothing is left).
+    """
     s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return s or "x"
 
@@ -72,7 +79,14 @@ class PaperValue:
     note: str = ""
 
     def coord(self, name: str) -> str | None:
-        """The label of coordinate ``name`` (``None`` if the value has none)."""
+        """The label of coordinate ``name`` (``None`` if the value has none).
+
+        Args:
+            name: A coordinate name, e.g. ``"dataset"``.
+
+        Returns:
+            The label, e.g. ``"GSM8K"``, or ``None``.
+        """
         return dict(self.coords).get(name)
 
     @property
@@ -91,7 +105,11 @@ class PaperValue:
         return self.value / 100.0 if self.unit == "%" else self.value
 
     def text(self) -> str:
-        """``"96.42 % (LLaMA2-7B)"``."""
+        """``"96.42 % (LLaMA2-7B)"``.
+
+        Returns:
+            The printed number, `` %`` for a percentage, and the paper's model in brackets.
+        """
         unit = " %" if self.unit == "%" else ""
         return f"{self.printed}{unit} ({self.model})"
 
@@ -149,6 +167,11 @@ class Block:
     notes: dict[str, str] = field(default_factory=dict)
 
     def tokens(self) -> list[str]:
+        """The printed numbers of the row, as strings (``numbers`` split on whitespace).
+
+        Returns:
+            One string per number, in column order.
+        """
         return self.numbers.split()
 
 
@@ -157,6 +180,13 @@ def columns(quantity: str | None, /, **axes: Sequence[str]) -> tuple[Column, ...
 
     ``columns("accuracy", epoch=("1", "5"), dataset=("GSM8K", "Avg."))`` gives 4 columns;
     an axis named ``quantity`` sets the quantity per column instead of ``quantity``.
+
+    Args:
+        quantity: The quantity of every column (``None`` when an axis named ``quantity`` sets it).
+        **axes: ``name=labels`` per axis, outermost first; each column gets one ``(name, label)`` coordinate per axis.
+
+    Returns:
+        The columns, one per combination of labels.
     """
     cols: list[Column] = [Column(quantity or "", ())]
     for name, labels in axes.items():
@@ -173,6 +203,12 @@ def columns(quantity: str | None, /, **axes: Sequence[str]) -> tuple[Column, ...
 
 def expand(block: Block) -> list[PaperValue]:
     """One :class:`PaperValue` per number of ``block``.
+
+    Args:
+        block: One printed table row.
+
+    Returns:
+        The row's values in column order, keys built by :func:`slug`.
 
     Raises:
         DataFormatError: the row has another count of numbers than columns, a number does not
@@ -203,7 +239,17 @@ def expand(block: Block) -> list[PaperValue]:
 
 
 def build(blocks: Iterable[Block]) -> tuple[PaperValue, ...]:
-    """All values of ``blocks``; keys must be unique."""
+    """All values of ``blocks``; keys must be unique.
+
+    Args:
+        blocks: The printed rows (e.g. :data:`tlcap.reproduce.registry.BLOCKS`).
+
+    Returns:
+        Every value of every block, in order.
+
+    Raises:
+        DataFormatError: two values have the same key, or a block does not expand (see :func:`expand`).
+    """
     values = [v for b in blocks for v in expand(b)]
     seen: dict[str, PaperValue] = {}
     for v in values:
@@ -215,7 +261,19 @@ def build(blocks: Iterable[Block]) -> tuple[PaperValue, ...]:
 
 def select(values: Iterable[PaperValue], *, paper: str | None = None, item: str | None = None, model: str | None = None,
            quantity: str | None = None, **coords: str) -> list[PaperValue]:
-    """The values matching every given field and coordinate (case-sensitive labels)."""
+    """The values matching every given field and coordinate (case-sensitive labels).
+
+    Args:
+        values: The values to filter.
+        paper: ``"cnl"`` or ``"ql"`` (``None``: any).
+        item: The table or figure, e.g. ``"Table 1"`` (``None``: any).
+        model: The paper's model, e.g. ``"GPT-2"`` (``None``: any).
+        quantity: The quantity, e.g. ``"overlap"`` (``None``: any).
+        **coords: Coordinate labels the value must have, e.g. ``dataset="GSM8K"``.
+
+    Returns:
+        The matching values, in the order of ``values``.
+    """
     out = []
     for v in values:
         if paper is not None and v.paper != paper:
@@ -235,6 +293,13 @@ def select(values: Iterable[PaperValue], *, paper: str | None = None, item: str 
 def find(values: Iterable[PaperValue], key: str) -> PaperValue:
     """The value with ``key``.
 
+    Args:
+        values: The values to search.
+        key: The key of the value.
+
+    Returns:
+        The first value with that key.
+
     Raises:
         UnknownNameError: no such key (the message lists near keys).
     """
@@ -247,7 +312,14 @@ def find(values: Iterable[PaperValue], key: str) -> PaperValue:
 
 
 def frame(values: Iterable[PaperValue]) -> pd.DataFrame:
-    """The values as a table (one row per number; coordinates as one ``"k=v; ..."`` column)."""
+    """The values as a table (one row per number; coordinates as one ``"k=v; ..."`` column).
+
+    Args:
+        values: The values.
+
+    Returns:
+        A DataFrame with columns ``key, paper, item, model, quantity, coords, value, printed, unit, source, note``.
+    """
     rows = [{"key": v.key, "paper": v.paper, "item": v.item, "model": v.model, "quantity": v.quantity,
              "coords": "; ".join(f"{k}={lab}" for k, lab in v.coords), "value": v.value, "printed": v.printed,
              "unit": v.unit, "source": v.source, "note": v.note} for v in values]

@@ -81,7 +81,15 @@ def _run_in_worker(name: str) -> StageRecord:
 
 
 def threads_per_job(jobs: int, cpus: int | None = None) -> int:
-    """torch threads of each of ``jobs`` workers on ``cpus`` cores (at least one)."""
+    """torch threads of each of ``jobs`` workers on ``cpus`` cores (at least one).
+
+    Args:
+        jobs: Worker processes.
+        cpus: Cores to share (default: ``multiprocessing.cpu_count()``).
+
+    Returns:
+        ``cpus // jobs``, at least 1.
+    """
     return max(1, (cpus or multiprocessing.cpu_count()) // jobs)
 
 
@@ -90,6 +98,13 @@ def critical_path(plan: Sequence[Stage], seconds: Mapping[str, float | None]) ->
 
     Dispatching the ready stage with the largest value first starts long chains early (a short
     stage that gates an hour of work is not left for last).
+
+    Args:
+        plan: Stages in dependency order.
+        seconds: Predicted seconds per stage (``None`` or missing: 0, e.g. cached).
+
+    Returns:
+        ``{stage name: seconds}`` for every stage of ``plan``.
     """
     names = {s.name for s in plan}
     users: dict[str, list[str]] = {s.name: [] for s in plan}
@@ -163,6 +178,9 @@ def run_parallel(
         seconds: Predicted seconds per stage: the ready stage with the longest :func:`critical_path` goes first.
         on_stage: ``on_stage(stage, "start" | status)``, as :meth:`Runner.run`.
 
+    Returns:
+        One :class:`StageRecord` per stage of ``plan``, in plan order.
+
     Raises:
         StageError: a worker's model gives other cache keys than the parent's.
         Exception: a stage's own error when the runner does not ``keep_going``.
@@ -227,7 +245,18 @@ def run_parallel(
 
 def worker_spec(load: Callable[[], Any], stages: Callable[[], Sequence[Stage]], cache_dir: str | Path,
                 jobs: int, keep_going: bool = True) -> WorkerSpec:
-    """A :class:`WorkerSpec` with ``cpus // jobs`` threads per worker."""
+    """A :class:`WorkerSpec` with ``cpus // jobs`` threads per worker.
+
+    Args:
+        load: Zero-argument callable returning the model (picklable: the workers call it again).
+        stages: Zero-argument callable returning the stages.
+        cache_dir: The shared stage cache.
+        jobs: Worker processes (sets the threads per worker).
+        keep_going: Whether a failed stage lets the others run (as :class:`Runner`'s ``keep_going``).
+
+    Returns:
+        The :class:`WorkerSpec` to pass to :func:`run_parallel`.
+    """
     return WorkerSpec(load=load, stages=stages, cache_dir=str(cache_dir), threads=threads_per_job(jobs),
                       keep_going=keep_going)
 

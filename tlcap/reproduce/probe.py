@@ -67,6 +67,13 @@ def split_pass_flop(a: tuple[float, float, float], b: tuple[float, float, float]
     Solves ``seconds = passes · c + flops · s`` for ``(c, s)``, both ``>= 0``: a larger run that is
     not slower (timing noise) gives ``s = 0``; a negative ``c`` gives ``c = 0`` with ``s`` from the
     larger run.
+
+    Args:
+        a: ``(passes, flops, seconds)`` of the smaller run.
+        b: ``(passes, flops, seconds)`` of the larger run.
+
+    Returns:
+        ``(seconds per pass, seconds per FLOP)``, both ``>= 0``.
     """
     (p1, f1, t1), (p2, f2, t2) = a, b
     det = p1 * f2 - p2 * f1

@@ -71,6 +71,11 @@ class FactSet(RowFields, Result):
     facts: tuple[Fact, ...] = ()
 
     def to_facts(self) -> list[Fact]:
+        """The facts as a list.
+
+        Returns:
+            The :class:`Fact` rows of :attr:`facts`, in order.
+        """
         return list(self.facts)
 
     def summary(self) -> dict[str, Any]:
@@ -201,6 +206,17 @@ def _facts_work(ctx: StageContext) -> Workload:
 
 
 def facts_of(ctx: StageContext) -> list[Fact]:
+    """The facts of the ``ql.facts`` stage a QL stage depends on.
+
+    Args:
+        ctx: The running stage's context (it must depend on ``ql.facts``).
+
+    Returns:
+        The :class:`Fact` rows of the stored :class:`FactSet`, in order.
+
+    Raises:
+        StageError: the stored output is not a :class:`FactSet` (a stale cache).
+    """
     fs = ctx.dep("ql.facts")["facts"]
     if not isinstance(fs, FactSet):
         raise StageError(f"ql.facts holds a {type(fs).__name__}, not a FactSet; delete its cache folder")
@@ -258,7 +274,15 @@ def _localize_work(ctx: StageContext) -> Workload:
 
 
 def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
-    """The :class:`FactKNs` of ``ql.localize.<method>`` in fact order."""
+    """The :class:`FactKNs` of ``ql.localize.<method>`` in fact order.
+
+    Args:
+        ctx: The running stage's context (it must depend on ``ql.localize.<method>``).
+        method: ``"ig"``, ``"sig"`` or ``"amig"``.
+
+    Returns:
+        One :class:`FactKNs` per localized fact, ordered by their ``fact_NNNN`` names.
+    """
     out = ctx.dep(f"ql.localize.{method}")
     locs = [out[k] for k in sorted(out)]
     if not all(isinstance(x, FactKNs) for x in locs):
@@ -315,7 +339,16 @@ def _analysis_work(ctx: StageContext) -> Workload:
 
 # ------------------------------------------------------------------ the stage list
 def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
-    """Every QL stage at ``scale`` (see the module table)."""
+    """Every QL stage at ``scale`` (see the module table).
+
+    Args:
+        scale: The scale's sizes (relations, facts, queries, IG settings).
+        seed: Seed of the fact sampling.
+        data_dir: Folder holding ParaRel (``None``: the default data folder).
+
+    Returns:
+        The stages in dependency order: ``ql.facts``, ``ql.localize.{ig,sig,amig}``, then the analyses.
+    """
     fcfg = FactsConfig(relations=scale.ql_relations, n_facts=scale.ql_n_facts, max_queries=scale.ql_max_queries,
                        known_top_k=scale.ql_known_top_k, seed=seed, data_dir=data_dir,
                        known_policy=scale.ql_known_policy, min_queries=scale.ql_min_queries)

@@ -32,6 +32,9 @@ def paper_values(*, paper: str | None = None, item: str | None = None, model: st
         quantity: ``"overlap"``, ``"R:II"``, ``"accuracy"``, ...
         **coords: Coordinate labels, e.g. ``dataset="GSM8K"``, ``threshold="static"``.
 
+    Returns:
+        The matching :class:`PaperValue` objects in registry order (every value when nothing is given).
+
     Example:
         >>> [(v.key, v.value) for v in paper_values(paper="ql", item="Table 2", model="GPT-2", group="K_II", quantity="Gen")]
         [('ql.table-2.gpt-2.erasure.n-i.k-ii.gen', 0.09), ('ql.table-2.gpt-2.update.n-i.k-ii.gen', 0.11),
@@ -41,12 +44,26 @@ def paper_values(*, paper: str | None = None, item: str | None = None, model: st
 
 
 def paper_value(key: str) -> PaperValue:
-    """The value with ``key`` (:class:`~tlcap.errors.UnknownNameError` if there is none)."""
+    """The value with ``key`` (:class:`~tlcap.errors.UnknownNameError` if there is none).
+
+    Args:
+        key: A value key such as ``"cnl.table-1.llama2-7b.gsm8k.overlap"``.
+
+    Returns:
+        The :class:`PaperValue` of that key.
+    """
     return find(PAPER_VALUES, key)
 
 
 def paper_claim(key: str) -> PaperClaim:
-    """The claim with ``key`` (:class:`~tlcap.errors.UnknownNameError` if there is none)."""
+    """The claim with ``key`` (:class:`~tlcap.errors.UnknownNameError` if there is none).
+
+    Args:
+        key: A claim key, one of :data:`PAPER_CLAIMS`' keys.
+
+    Returns:
+        The :class:`PaperClaim` of that key.
+    """
     for c in PAPER_CLAIMS:
         if c.key == key:
             return c
@@ -54,7 +71,14 @@ def paper_claim(key: str) -> PaperClaim:
 
 
 def values_frame(paper: str | None = None) -> pd.DataFrame:
-    """Every registered value (of one paper) as a table."""
+    """Every registered value (of one paper) as a table.
+
+    Args:
+        paper: ``"cnl"`` or ``"ql"`` for one paper's values, ``None`` for both.
+
+    Returns:
+        One row per value, the columns of :func:`tlcap.reproduce.paper_values.frame`.
+    """
     return frame(paper_values(paper=paper))
 
 

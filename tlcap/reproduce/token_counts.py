@@ -11,7 +11,16 @@ _TOKENS: weakref.WeakKeyDictionary[Any, dict[tuple[str, bool | None], int]] = we
 
 def n_tokens(model: Any, text: str, bos: bool | None = None) -> int:
     """``len(model.encode(text))`` (``prepend_bos=bos`` when given), remembered per model: a full-scale plan
-    counts the same queries in several stages."""
+    counts the same queries in several stages.
+
+    Args:
+        model: A :class:`tlcap.models.Model` (anything with ``encode``); the memo is dropped with it.
+        text: The text to count.
+        bos: Whether a BOS token is prepended (``None``: the model's default).
+
+    Returns:
+        The number of tokens.
+    """
     memo = _TOKENS.setdefault(model, {})
     key = (text, bos)
     if key not in memo:
@@ -21,7 +30,13 @@ def n_tokens(model: Any, text: str, bos: bool | None = None) -> int:
 
 
 def prefill_tokens(model: Any, texts: Sequence[str], bos: bool | None = None) -> None:
-    """Count the tokens of every text :func:`n_tokens` has not seen, in one tokenizer call per 4096 texts."""
+    """Count the tokens of every text :func:`n_tokens` has not seen, in one tokenizer call per 4096 texts.
+
+    Args:
+        model: A :class:`tlcap.models.Model`; a model without ``token_counts`` is left to :func:`n_tokens`.
+        texts: The texts to count (repeats and texts already counted are skipped).
+        bos: Whether a BOS token is prepended (``None``: the model's default).
+    """
     memo = _TOKENS.setdefault(model, {})
     todo = list(dict.fromkeys(t for t in texts if (t, bos) not in memo))
     counts = getattr(model, "token_counts", None)
