@@ -34,7 +34,15 @@ COLUMNS = ("row", "paper", "ours [95 % CI]", "matched control", "n", "p (floor)"
 
 
 def fmt_num(x: float | None, unit: str = "fraction") -> str:
-    """A number of a report cell (``–`` for none); fractions with 3 significant digits."""
+    """A number of a report cell (``–`` for none); fractions with 3 significant digits.
+
+    Args:
+        x: The number, or ``None``/NaN for none.
+        unit: The number's unit; unused (every unit prints the same way).
+
+    Returns:
+        ``–``, the number to 3 significant digits, or a whole number from ``1e4`` up.
+    """
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.0f}"
@@ -56,7 +64,14 @@ def n_text(r: ReportRow) -> str:
 
 
 def fmt_p(p: float | None) -> str:
-    """A p-value as printed: 2 significant digits, scientific below 1e-4 (never a bare ``<1e-4``)."""
+    """A p-value as printed: 2 significant digits, scientific below 1e-4 (never a bare ``<1e-4``).
+
+    Args:
+        p: The p-value, or ``None``/NaN for none.
+
+    Returns:
+        ``–``, e.g. ``0.031``, or e.g. ``3.2e-06``.
+    """
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "–"
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
@@ -92,7 +107,14 @@ def cells(r: ReportRow) -> list[str]:
 
 
 def intro(report: Report) -> str:
-    """The report's first paragraph: what was compared, the verdict counts and the rule."""
+    """The report's first paragraph: what was compared, the verdict counts and the rule.
+
+    Args:
+        report: The assembled report.
+
+    Returns:
+        One paragraph of plain text (no Markdown markup), used by both :func:`markdown` and :func:`html_page`.
+    """
     s = report.summary()
     v, c = s["verdicts"], s["claims"]
     ref = ", ".join(f"{k.upper()}: {m}" for k, m in report.reference.items())
@@ -112,13 +134,30 @@ def _md_cell(s: str) -> str:
 
 
 def save_figures(figures: Sequence[tuple[FigureRef, go.Figure]], folder: Path) -> dict[str, list[str]]:
-    """Save every figure as HTML (+ PNG when an exporter is installed); returns stem → file names."""
+    """Save every figure as HTML (+ PNG when an exporter is installed); returns stem → file names.
+
+    Args:
+        figures: ``(reference, figure)`` pairs; the reference's ``stem`` names the files.
+        folder: The figure folder (created when missing).
+
+    Returns:
+        ``{stem: file names written}`` (names only, not paths).
+    """
     written = save_all({ref.stem: fig for ref, fig in figures}, folder)
     return {stem: [p.name for p in paths] for stem, paths in written.items()}
 
 
 def markdown(report: Report, files: dict[str, list[str]], figures_dir: str = "figures") -> str:
-    """The report as Markdown (figures linked, PNG preferred)."""
+    """The report as Markdown (figures linked, PNG preferred).
+
+    Args:
+        report: The assembled report.
+        files: ``{stem: file names}`` of the saved figures (from :func:`save_figures`).
+        figures_dir: The figure folder, relative to the Markdown file.
+
+    Returns:
+        The Markdown text: intro, one section per item (table and figures), power, not-reproduced and stage sections.
+    """
     out = [f"# tlcap reproduce: {' + '.join(p.upper() for p in report.papers)} on {report.model} (scale {report.scale})", "",
            intro(report), ""]
     rows = report.report_rows()
@@ -196,7 +235,15 @@ def stage_markdown(report: Report) -> list[str]:
 
 
 def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) -> str:
-    """The report as one HTML page with every figure inline."""
+    """The report as one HTML page with every figure inline.
+
+    Args:
+        report: The assembled report.
+        figures: ``(reference, figure)`` pairs, embedded under their items (plotly.js inlined once).
+
+    Returns:
+        A self-contained HTML document.
+    """
     md_intro = intro(report)
     esc = html.escape
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -238,7 +285,16 @@ def html_page(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]]) ->
 
 
 def write_report(report: Report, figures: Sequence[tuple[FigureRef, go.Figure]], out: Path) -> list[Path]:
-    """Write ``report.md``, ``report.html``, ``figures/``, ``report_rows.csv``, ``stages.csv`` and ``report/`` into ``out``."""
+    """Write ``report.md``, ``report.html``, ``figures/``, ``report_rows.csv``, ``stages.csv`` and ``report/`` into ``out``.
+
+    Args:
+        report: The assembled report.
+        figures: ``(reference, figure)`` pairs.
+        out: The output folder.
+
+    Returns:
+        The paths of ``report.md``, ``report.html``, ``report_rows.csv`` and ``stages.csv``.
+    """
     out = Path(out)
     report.save(out / "report")  # the values first: the figure export comes last and is bounded
     write_text_atomic(out / "report_rows.csv", report.to_frame().to_csv(index=False))

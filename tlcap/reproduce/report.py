@@ -158,23 +158,62 @@ class RowBuilder:
         self.alpha_adjusted: float = math.nan
 
     def same_model(self, paper: str) -> bool:
-        """Whether our model is the paper's reference model (value rows can then be compared)."""
+        """Whether our model is the paper's reference model (value rows can then be compared).
+
+        Args:
+            paper: ``"cnl"`` or ``"ql"``.
+
+        Returns:
+            ``True`` when the paper reports our model and compares with it.
+        """
         return is_paper_model(paper, self.our_model) and self.reference[paper] == reference_model(paper, self.our_model)
 
     def model_difference(self, paper: str) -> list[str]:
-        """``["model: ours vs theirs"]``, or ``[]`` when our model is the paper's."""
+        """``["model: ours vs theirs"]``, or ``[]`` when our model is the paper's.
+
+        Args:
+            paper: ``"cnl"`` or ``"ql"``.
+
+        Returns:
+            The difference to pass as a row's ``differences`` (a list of at most one string).
+        """
         return [] if self.same_model(paper) else [f"model: {self.our_model} vs {self.reference[paper]}"]
 
     def comparable_on(self, paper: str) -> str:
+        """The paper's models, comma-separated, for a value row's "comparable on" reason.
+
+        Args:
+            paper: ``"cnl"`` or ``"ql"``.
+
+        Returns:
+            E.g. ``"LLaMA2-7B, LLaMA2-13B, GPT-J-6B"``.
+        """
         return ", ".join(comparable_models(paper))
 
     def paper_value(self, paper: str, item: str, quantity: str, **coords: str) -> PaperValue | None:
-        """The reference model's value (``None`` when the paper prints none for it)."""
+        """The reference model's value (``None`` when the paper prints none for it).
+
+        Args:
+            paper: ``"cnl"`` or ``"ql"``.
+            item: The paper's table or figure, e.g. ``"Table 1"``.
+            quantity: The quantity, e.g. ``"overlap"``.
+            **coords: Coordinate labels, e.g. ``dataset="GSM8K"``.
+
+        Returns:
+            The first matching :class:`PaperValue` of the reference model, or ``None``.
+        """
         hits = paper_values(paper=paper, item=item, model=self.reference[paper], quantity=quantity, **coords)
         return hits[0] if hits else None
 
     def others(self, v: PaperValue | None) -> str:
-        """The same number for the paper's other models (``"94.26 % (LLaMA2-13B); ..."``)."""
+        """The same number for the paper's other models (``"94.26 % (LLaMA2-13B); ..."``).
+
+        Args:
+            v: A paper value (``None`` gives ``""``).
+
+        Returns:
+            The other models' values of the same item, quantity and coordinates joined by ``"; "`` (``""`` if none).
+        """
         if v is None:
             return ""
         same = paper_values(paper=v.paper, item=v.item, quantity=v.quantity, **dict(v.coords))
@@ -182,6 +221,14 @@ class RowBuilder:
 
     # ------------------------------------------------------------------ rows
     def add(self, spec: _Spec) -> _Spec:
+        """Append a row spec (a NaN p-value counts as no test).
+
+        Args:
+            spec: The row before the report-wide adjustment.
+
+        Returns:
+            ``spec`` itself, for the caller to adjust further.
+        """
         if spec.p_value is not None and math.isnan(spec.p_value):
             spec.p_value = None
         self.specs.append(spec)
@@ -190,7 +237,23 @@ class RowBuilder:
     def value(self, item: str, row: str, ours: Estimate | None, pv: PaperValue | None, *, differences: Sequence[str] = (),
               missing: str = "not computed", scale: float | None = None, n_unit: str = "", no_ci: str = "",
               control: str = "") -> _Spec:
-        """A value row against the registry value ``pv`` (percentages are compared as fractions)."""
+        """A value row against the registry value ``pv`` (percentages are compared as fractions).
+
+        Args:
+            item: The report item, e.g. ``"CNL Table 1"`` (its first word names the paper).
+            row: The row's label.
+            ours: Our estimate with its CI (``None``: not computed, see ``missing``).
+            pv: The paper's value (:meth:`paper_value`), or ``None`` when the paper prints none.
+            differences: How our setting differs from the paper's (each makes the row not comparable).
+            missing: Why there is no number of ours, when ``ours`` is ``None``.
+            scale: Factor from the paper's unit to ours (default: 0.01 for percentages, else 1).
+            n_unit: What the estimate's ``n`` counts.
+            no_ci: Why the estimate has no CI, when it has none.
+            control: The matched random control, as text.
+
+        Returns:
+            The added row spec.
+        """
         s = scale if scale is not None else (0.01 if pv is not None and pv.unit == "%" else 1.0)
         paper = None if pv is None else pv.value * s
         text = "" if pv is None else pv.text() + (f" | {self.others(pv)}" if self.others(pv) else "")
@@ -204,7 +267,29 @@ class RowBuilder:
                p_floor: float | None = None, sided: str = TWO_SIDED, paper: float | None = None, paper_text: str = "",
                differences: Sequence[str] = (), missing: str = "not computed", margin: float | None = None,
                n_unit: str = "", control: str = "", no_ci: str = "") -> _Spec:
-        """An effect row for ``claim`` (``paper``: the effect's size from printed numbers, on our scale)."""
+        """An effect row for ``claim`` (``paper``: the effect's size from printed numbers, on our scale).
+
+        Args:
+            item: The report item, e.g. ``"QL Fig. 4"``.
+            row: The row's label.
+            claim: The paper's claim (its sign is what is tested).
+            ours: Our estimated effect with its CI (``None``: not computed).
+            p_value: The test's raw p-value (``None``: no test).
+            test: The test's name, as printed.
+            p_floor: The smallest p-value the test can give.
+            sided: ``"two-sided"`` or ``"one-sided: <reason>"``.
+            paper: The paper's effect size on our scale, or ``None``.
+            paper_text: The paper column's text (default: the claim's sign and statement).
+            differences: How our setting differs from the paper's.
+            missing: Why there is no number of ours, when ``ours`` is ``None``.
+            margin: For a claim of no effect (``sign=0``): the largest effect still called "no difference".
+            n_unit: What the estimate's ``n`` counts.
+            control: The matched random control, as text.
+            no_ci: Why the estimate has no CI, when it has none.
+
+        Returns:
+            The added row spec.
+        """
         text = paper_text or f"sign {'+' if claim.sign > 0 else '−' if claim.sign < 0 else '0'}: {claim.statement}"
         return self.add(_Spec(item, row, "effect", ours, paper, text, claim.source, sign=claim.sign, p_value=p_value,
                               p_floor=p_floor, sided=sided, test=test, differences=tuple(differences), missing=missing,
@@ -213,27 +298,81 @@ class RowBuilder:
     def control(self, item: str, row: str, ours: Estimate | None, p_value: float | None, test: str, *,
                 p_floor: float | None = None, sided: str = TWO_SIDED, n_unit: str = "", control: str = "",
                 what: str = "") -> _Spec:
-        """A matched control the paper does not report (e.g. WikiText-2 perplexity after erasing): tested, no verdict."""
+        """A matched control the paper does not report (e.g. WikiText-2 perplexity after erasing): tested, no verdict.
+
+        Args:
+            item: The report item.
+            row: The row's label.
+            ours: Our estimate with its CI.
+            p_value: The test's raw p-value (``None``: no test).
+            test: The test's name, as printed.
+            p_floor: The smallest p-value the test can give.
+            sided: ``"two-sided"`` or ``"one-sided: <reason>"``.
+            n_unit: What the estimate's ``n`` counts.
+            control: The matched random control, as text.
+            what: The paper column's text (default: a control the paper does not report).
+
+        Returns:
+            The added row spec (kind ``"control"``).
+        """
         return self.add(_Spec(item, row, "control", ours, None, what or "– (a control the paper does not report)", "",
                               p_value=p_value, p_floor=p_floor, sided=sided, test=test, n_unit=n_unit, control=control))
 
     def descriptive(self, item: str, row: str, ours: Estimate | None, why: str, *, paper_text: str = "", source: str = "",
                     n_unit: str = "", key: str = "", missing: str = "not computed") -> _Spec:
-        """Our number without a test (true by construction, or nothing to compare)."""
+        """Our number without a test (true by construction, or nothing to compare).
+
+        Args:
+            item: The report item.
+            row: The row's label.
+            ours: Our number (``None``: not computed).
+            why: Why the row is descriptive (the verdict's reason).
+            paper_text: The paper column's text.
+            source: The paper's source line, if any.
+            n_unit: What the estimate's ``n`` counts.
+            key: The registry key of the paper value, if any.
+            missing: Why there is no number of ours, when ``ours`` is ``None``.
+
+        Returns:
+            The added row spec (kind ``"descriptive"``).
+        """
         return self.add(_Spec(item, row, "descriptive", ours, None, paper_text, source, descriptive=why, n_unit=n_unit,
                               key=key, missing=missing))
 
     def missing(self, item: str, row: str, why: str, pv: PaperValue | None = None, claim: PaperClaim | None = None) -> None:
-        """A row we have no number for (pending stage, not run at this scale)."""
+        """A row we have no number for (pending stage, not run at this scale).
+
+        Args:
+            item: The report item.
+            row: The row's label.
+            why: Why there is no number (becomes the verdict's reason).
+            pv: The paper value, for a value row.
+            claim: The paper claim, for an effect row (takes precedence over ``pv``).
+        """
         if claim is not None:
             self.effect(item, row, claim, None, None, "", missing=why)
         else:
             self.value(item, row, None, pv, missing=why)
 
     def figure(self, item: str, stem: str, fig: go.Figure, title: str = "") -> None:
+        """Add a figure under ``item``.
+
+        Args:
+            item: The report item the figure belongs to.
+            stem: File name without extension.
+            fig: The plotly figure.
+            title: Title for links (default: the figure's own title, else ``stem``).
+        """
         self.figures.append((FigureRef(item, stem, title or str(fig.layout.title.text or stem)), fig))
 
     def skip(self, paper: str, item: str, why: str) -> None:
+        """Record an item this run does not reproduce, with why (listed under "Not reproduced").
+
+        Args:
+            paper: ``"cnl"`` or ``"ql"``.
+            item: The paper's item, e.g. ``"Table 2"``.
+            why: The reason, one sentence.
+        """
         self.skipped.append(NotReproduced(paper, item, why))
 
     # ------------------------------------------------------------------ the report-wide adjustment
@@ -248,7 +387,14 @@ class RowBuilder:
         return float(2.0 * norm.sf(abs(o.value - s.paper) / se))
 
     def finalize(self, alpha: float = ALPHA) -> list[ReportRow]:
-        """Benjamini–Hochberg over every p-value of the report (and per paper), then the verdicts."""
+        """Benjamini–Hochberg over every p-value of the report (and per paper), then the verdicts.
+
+        Args:
+            alpha: The false discovery rate.
+
+        Returns:
+            One :class:`ReportRow` per added row, in order; sets :attr:`alpha_adjusted`.
+        """
         tested = [i for i, s in enumerate(self.specs) if s.p_value is not None and s.ours is not None]
         size = {i: p for i, s in enumerate(self.specs) if (p := self._p_paper_size(s)) is not None}
         family = [self.specs[i].p_value for i in tested] + list(size.values())
@@ -333,6 +479,20 @@ class Report(RowFields, Result):
     @classmethod
     def build(cls, rb: RowBuilder, *, papers: Sequence[str], model: str, scale: str, stages: Sequence[StageRow],
               calibration: dict[str, Any], alpha: float = ALPHA) -> Report:
+        """The report of a :class:`RowBuilder`: finalize its rows, then list what was not reproduced.
+
+        Args:
+            rb: The builder holding the rows, figures and skipped items.
+            papers: The papers of the report.
+            model: Our model's name.
+            scale: ``smoke`` / ``cpu`` / ``full``.
+            stages: The stages' predicted and measured costs.
+            calibration: The probe's :meth:`Calibration.to_dict`.
+            alpha: The false discovery rate of the verdicts.
+
+        Returns:
+            The :class:`Report`.
+        """
         rows = rb.finalize(alpha)
         figs = [f for f, _ in rb.figures]
         nr = not_reproduced(papers, rows, figs, rb.reference, rb.skipped)
@@ -340,20 +500,38 @@ class Report(RowFields, Result):
                    dict(calibration), alpha, rb.alpha_adjusted)
 
     def report_rows(self) -> list[ReportRow]:
+        """The rows as a list.
+
+        Returns:
+            The :class:`ReportRow` objects, in report order.
+        """
         return list(self.rows)
 
     def items(self) -> list[str]:
-        """The report's items (tables, figures) in order of first appearance."""
+        """The report's items (tables, figures) in order of first appearance.
+
+        Returns:
+            Item names such as ``"CNL Table 1"``.
+        """
         return list(dict.fromkeys(r.item for r in self.rows))
 
     def verdict_counts(self) -> dict[str, dict[str, int]]:
+        """How many rows of each item got each verdict.
+
+        Returns:
+            ``{item: {verdict word: count}}``, every word present.
+        """
         out: dict[str, dict[str, int]] = {}
         for r in self.rows:
             out.setdefault(r.item, dict.fromkeys(WORDS, 0))[r.verdict] += 1
         return out
 
     def claim_counts(self) -> dict[str, int]:
-        """Verdicts of the effect rows only (the papers' claims): agrees / disagrees / undecided / not comparable."""
+        """Verdicts of the effect rows only (the papers' claims): agrees / disagrees / undecided / not comparable.
+
+        Returns:
+            ``{verdict word: count}`` over the effect rows.
+        """
         out = dict.fromkeys(WORDS, 0)
         for r in self.rows:
             if r.kind == "effect":
@@ -377,10 +555,19 @@ class Report(RowFields, Result):
         return frame(self.report_rows(), ReportRow)
 
     def stage_frame(self) -> pd.DataFrame:
+        """The stages' costs as a table (``stages.csv``).
+
+        Returns:
+            One row per stage, the columns of :class:`StageRow`.
+        """
         return frame(self.stages, StageRow)
 
     def figure(self) -> go.Figure:
-        """Verdicts per item (stacked bars)."""
+        """Verdicts per item (stacked bars).
+
+        Returns:
+            A plotly figure, one stacked bar per item, coloured by verdict.
+        """
         counts = self.verdict_counts()
         items = list(counts)
         colours = {"agrees": "#2ca02c", "disagrees": "#d62728", "undecided": "#ffb300", NOT_COMPARABLE: "#9e9e9e",

@@ -70,21 +70,57 @@ class Groups:
         return sigma_mask(scores, sigma)
 
     def halves(self, sigma: float, wa: torch.Tensor | None = None, wb: torch.Tensor | None = None) -> tuple[NeuronSet, NeuronSet]:
+        """The located sets of half A and half B, from their (weighted) group sums.
+
+        Args:
+            sigma: Selection threshold: mean + σ·std of the scores.
+            wa: Weight per group of half A (a bootstrap resample's counts; default: all 1).
+            wb: Weight per group of half B (default: all 1).
+
+        Returns:
+            ``(set of half A, set of half B)``.
+        """
         wa = torch.ones(len(self.a), dtype=torch.float64) if wa is None else wa
         wb = torch.ones(len(self.b), dtype=torch.float64) if wb is None else wb
         return self._select(self.sa, self.na, wa, sigma), self._select(self.sb, self.nb, wb, sigma)
 
     def pooled(self, sigma: float, w: torch.Tensor | None = None) -> NeuronSet:
+        """The located set of both halves pooled.
+
+        Args:
+            sigma: Selection threshold: mean + σ·std of the scores.
+            w: Weight per group, half A's groups first (default: all 1).
+
+        Returns:
+            The :class:`NeuronSet` selected from the pooled weighted sums.
+        """
         sums, n = torch.cat([self.sa, self.sb]), torch.cat([self.na, self.nb])
         return self._select(sums, n, torch.ones(len(n), dtype=torch.float64) if w is None else w, sigma)
 
     def single(self, j: int, sigma: float) -> tuple[NeuronSet, NeuronSet]:
-        """The sets of group j of each half alone."""
+        """The sets of group j of each half alone.
+
+        Args:
+            j: The group index within each half.
+            sigma: Selection threshold: mean + σ·std of the scores.
+
+        Returns:
+            ``(set of group j of half A, set of group j of half B)``.
+        """
         one = torch.ones(1, dtype=torch.float64)
         return (self._select(self.sa[j:j + 1], self.na[j:j + 1], one, sigma),
                 self._select(self.sb[j:j + 1], self.nb[j:j + 1], one, sigma))
 
     def weights(self, rng: np.random.Generator, k: int) -> torch.Tensor:
+        """Bootstrap weights: how often each of ``k`` groups is drawn in ``k`` draws with replacement.
+
+        Args:
+            rng: The random generator.
+            k: Number of groups.
+
+        Returns:
+            A float64 tensor of ``k`` counts summing to ``k``.
+        """
         return torch.tensor(np.bincount(rng.integers(0, k, k), minlength=k), dtype=torch.float64)
 
 
@@ -138,7 +174,19 @@ def _convergence(rb: RowBuilder, ds: str, g: Groups, est: Estimate, sigma: float
 
 def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int,
            seed: int) -> dict[str, Groups]:
-    """CNL Table 1, its located-vs-chance rows, the σ curves and Fig. 6 (convergence)."""
+    """CNL Table 1, its located-vs-chance rows, the σ curves and Fig. 6 (convergence).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes (``cnl_datasets``, ``cnl_sigma``).
+        n_boot: Bootstrap resamples (set-selection statistics use at most :data:`MAX_SET_BOOT`).
+        seed: Seed of the bootstraps.
+
+    Returns:
+        The :class:`Groups` of every dataset whose ``cnl.locate`` stage has outputs (for :func:`fig4`).
+    """
     item, out_groups = "CNL Table 1", {}
     curves: dict[str, list[Estimate]] = {}
     conv = go.Figure()
@@ -186,12 +234,27 @@ def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
 
 
 def cross_capability_pairs(names: list[str]) -> list[tuple[str, str]]:
-    """Unordered pairs of datasets that stand for different capabilities (:data:`CAPABILITY`)."""
+    """Unordered pairs of datasets that stand for different capabilities (:data:`CAPABILITY`).
+
+    Args:
+        names: Dataset names, in order.
+
+    Returns:
+        ``(a, b)`` pairs with ``a`` before ``b`` in ``names`` whose capabilities differ.
+    """
     return [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if CAPABILITY.get(a) != CAPABILITY.get(b)]
 
 
 def fig4(rb: RowBuilder, groups: dict[str, Groups], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
-    """The located sets of every dataset (Fig. 4 / poster Fig. 3), their overlap matrix, the GSM8K–Emotion claim."""
+    """The located sets of every dataset (Fig. 4 / poster Fig. 3), their overlap matrix, the GSM8K–Emotion claim.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        groups: The :class:`Groups` of each located dataset (from :func:`table1`).
+        scale: The scale's sizes (``cnl_sigma``).
+        n_boot: Bootstrap resamples (set-selection statistics use at most :data:`MAX_SET_BOOT`).
+        seed: Seed of the bootstraps.
+    """
     item = "CNL Fig. 4"
     claim = paper_claim("cnl.fig4.gsm8k-emotion")
     sets = {ds: g.pooled(scale.cnl_sigma) for ds, g in groups.items()}
@@ -227,7 +290,16 @@ def fig4(rb: RowBuilder, groups: dict[str, Groups], scale: ScaleConfig, *, n_boo
 
 
 def cnl_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
-    """Every CNL row and figure (see the module docstring)."""
+    """Every CNL row and figure (see the module docstring).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes.
+        n_boot: Bootstrap resamples (set-selection statistics use at most :data:`MAX_SET_BOOT`).
+        seed: Seed of the bootstraps.
+    """
     groups = table1(rb, get, why, scale, n_boot=n_boot, seed=seed)
     fig4(rb, groups, scale, n_boot=n_boot, seed=seed)
     table2(rb, get, why, scale, n_boot=n_boot, seed=seed)

@@ -63,7 +63,13 @@ def _diffs(rb: RowBuilder, model: str, *extra: str) -> list[str]:
 
 
 def fidelity_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """§3.1: the overlap over rewrites of KN, ROME (traced layers) and KC."""
+    """§3.1: the overlap over rewrites of KN, ROME (traced layers) and KC.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+    """
     res = _result(get("cnl.fidelity"), FidelityResult)
     if res is None:
         _missing_all(rb, "§3.1 fidelity", why("cnl.fidelity"))
@@ -88,7 +94,13 @@ def fidelity_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
 
 
 def reliability_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """§3.2 (KN doubled / zeroed, KC recall) and Fig. 2 (ROME at every layer)."""
+    """§3.2 (KN doubled / zeroed, KC recall) and Fig. 2 (ROME at every layer).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+    """
     res = _result(get("cnl.reliability"), ReliabilityResult)
     fig2 = paper_claim("cnl.fig2.rome-any-layer")
     if res is None:
@@ -145,7 +157,13 @@ def _rome_pairs(res: ReliabilityResult) -> tuple[list[float], list[float]]:
 
 
 def decoupling_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """§4: the coincidence rates, overlap-normalised, C^{1,2} with its CI over pairs."""
+    """§4: the coincidence rates, overlap-normalised, C^{1,2} with its CI over pairs.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+    """
     res = _result(get("cnl.decoupling"), DecouplingResult)
     if res is None:
         _missing_all(rb, "§4 decoupling", why("cnl.decoupling"))
@@ -192,7 +210,13 @@ def _table4_sizes(get: Get, method: str, quantity: str) -> tuple[int | None, str
 
 
 def table4_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """Table 4: Overlap, Neuron (% of parameters) and IPP of KN, ROME, KC and CNL (n and CI reasons per cell)."""
+    """Table 4: Overlap, Neuron (% of parameters) and IPP of KN, ROME, KC and CNL (n and CI reasons per cell).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+    """
     res = _result(get("cnl.compare"), CompareResult)
     if res is None:
         _missing_all(rb, "Table 4", why("cnl.compare"))
@@ -211,7 +235,13 @@ def table4_rows(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
 
 
 def suite_report(rb: RowBuilder, get: Get, why: Callable[[str], str]) -> None:
-    """Every row of the CNL evaluation suite (module docstring)."""
+    """Every row of the CNL evaluation suite (module docstring).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+    """
     fidelity_rows(rb, get, why)
     reliability_rows(rb, get, why)
     decoupling_rows(rb, get, why)

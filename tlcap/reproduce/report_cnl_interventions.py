@@ -109,7 +109,16 @@ def _ppl_control(rb: RowBuilder, item: str, tag: str, er: EraseResult) -> None:
 
 
 def table3(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
-    """CNL Table 3 (erase at σ = 3, 6, 12) with located-vs-random tests, perplexity controls and σ curves."""
+    """CNL Table 3 (erase at σ = 3, 6, 12) with located-vs-random tests, perplexity controls and σ curves.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes (``cnl_eval_datasets``).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps.
+    """
     item = "CNL Table 3"
     claim = paper_claim("cnl.table3.located-vs-random")
     for ds in scale.cnl_eval_datasets:
@@ -192,7 +201,16 @@ def _enhance_contrast(res: EnhanceResult, a: str, b: str, epoch: int, acc: dict,
 
 def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int = 5000,
            seed: int = 0) -> None:
-    """CNL Table 2 (enhance): accuracy per mode and epoch; located − random and located − w/o located."""
+    """CNL Table 2 (enhance): accuracy per mode and epoch; located − random and located − w/o located.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes (``cnl_eval_datasets``, ``cnl_sigma``, ``enhance_epochs``).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps.
+    """
     item = "CNL Table 2"
     claim = paper_claim("cnl.table2.located-vs-random")
     sig = f"{scale.cnl_sigma:g}"
@@ -244,7 +262,15 @@ def _cross_item_deltas(res: CrossResult) -> list[list[np.ndarray]] | None:
 
 
 def fig5(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int = 5000, seed: int = 0) -> None:
-    """CNL Fig. 5: the cross-dataset erase matrix and the "own dataset" claim."""
+    """CNL Fig. 5: the cross-dataset erase matrix and the "own dataset" claim.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        n_boot: Bootstrap resamples of the own-vs-other effect's CI.
+        seed: Seed of the bootstraps.
+    """
     item, claim = "CNL Fig. 5", paper_claim("cnl.fig5.own-dataset")
     out = get("cnl.cross")
     res = out.get("cross") if out else None

@@ -80,7 +80,15 @@ def _welch_t(x: np.ndarray, t: float) -> float:
 
 
 def split_halves_cs2(fk: FactKNs, seed: int) -> tuple[float, float] | None:
-    """CS2 of two seeded halves of a fact's queries (``None`` below 2 × :data:`HALF_MIN` queries)."""
+    """CS2 of two seeded halves of a fact's queries (``None`` below 2 × :data:`HALF_MIN` queries).
+
+    Args:
+        fk: One fact's knowledge neurons per query.
+        seed: Seed of the random split of the queries.
+
+    Returns:
+        ``(CS2 of half A, CS2 of half B)``, or ``None`` for a fact with too few queries.
+    """
     if fk.k < 2 * HALF_MIN:
         return None
     order = np.random.default_rng(seed).permutation(fk.k)
@@ -90,7 +98,14 @@ def split_halves_cs2(fk: FactKNs, seed: int) -> tuple[float, float] | None:
 
 
 def out_of_sample(rb: RowBuilder, locs: list[FactKNs], seed: int, diff: list[str]) -> None:
-    """K_I/K_II from half A's CS2, CS2 compared on half B (module doc)."""
+    """K_I/K_II from half A's CS2, CS2 compared on half B (module doc).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        locs: The IG knowledge neurons of each fact.
+        seed: Seed of the first fact's split (fact ``i`` uses ``seed + i``).
+        diff: How our setting differs from the paper's (the rows' ``differences``).
+    """
     claim = paper_claim("ql.table1.k1-vs-k2")
     halves = [split_halves_cs2(fk, seed + i) for i, fk in enumerate(locs)]
     pairs = np.array([h for h in halves if h is not None], dtype=float).reshape(-1, 2)
@@ -114,7 +129,16 @@ def out_of_sample(rb: RowBuilder, locs: list[FactKNs], seed: int, diff: list[str
 
 
 def table1(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
-    """QL Table 1 (with Table 4's thresholds), Fig. 3 and Figs. 8–9, the threshold curves."""
+    """QL Table 1 (with Table 4's thresholds), Fig. 3 and Figs. 8–9, the threshold curves.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes (``ql_thresholds``).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps and of the query splits.
+    """
     item, diff = "QL Table 1", rb.model_difference("ql")
     locs = {m: _locs(get, m) for m in LABEL}
     share_curves, sep_curves = go.Figure(), go.Figure()
@@ -225,7 +249,16 @@ def _two(a: pd.DataFrame, b: pd.DataFrame, col: str, n_boot: int, seed: int):  #
 
 
 def modification(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int, table3: bool) -> None:
-    """QL Table 2 (N_i, N_g) or Table 3 (the CAS rows), with their claims."""
+    """QL Table 2 (N_i, N_g) or Table 3 (the CAS rows), with their claims.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps.
+        table3: Build Table 3 (``ql.table3``, the CAS rows) instead of Table 2 (``ql.table2``).
+    """
     item = "QL Table 3" if table3 else "QL Table 2"
     stage = "ql.table3" if table3 else "ql.table2"
     out = get(stage)
@@ -281,6 +314,15 @@ def _avg_ops(df: pd.DataFrame, key: str, value: str) -> pd.DataFrame:
 
 
 def fig4(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int) -> None:
+    """QL Fig. 4 (query-KN mapping): ΔProb of a query's own vs neighbor KNs, with its two claims.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps.
+    """
     item, diff = "QL Fig. 4", rb.model_difference("ql")
     out = get("ql.fig4")
     df = _frame(out.get("mapping") if out else None, get)
@@ -320,6 +362,15 @@ def fig4(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, se
 
 
 def figs567(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int, seed: int) -> None:
+    """QL Figs. 5–7: predominance, knowledge synapses and KN activations after suppressing them, with their claims.
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps.
+    """
     diff = rb.model_difference("ql")
     out = get("ql.fig5-7")
     res = out.get("synapses") if out else None
@@ -368,7 +419,16 @@ def figs567(rb: RowBuilder, get: Get, why: Callable[[str], str], *, n_boot: int,
 
 
 def ql_report(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConfig, *, n_boot: int, seed: int) -> None:
-    """Every QL row and figure (see the module docstring)."""
+    """Every QL row and figure (see the module docstring).
+
+    Args:
+        rb: The report's row builder; rows and figures are added to it.
+        get: ``get(stage name)``: the stage's outputs, or ``None`` when it did not compute or load.
+        why: ``why(stage name)``: why a stage has no outputs (the reason of the rows it leaves missing).
+        scale: The scale's sizes.
+        n_boot: Bootstrap resamples of the CIs.
+        seed: Seed of the bootstraps and of the query splits.
+    """
     table1(rb, get, why, scale, n_boot=n_boot, seed=seed)
     modification(rb, get, why, n_boot=n_boot, seed=seed, table3=False)
     modification(rb, get, why, n_boot=n_boot, seed=seed, table3=True)

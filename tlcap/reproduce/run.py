@@ -68,7 +68,14 @@ Echo = Callable[[str], None]
 
 
 def papers_of(which: str) -> tuple[str, ...]:
-    """``"cnl"`` → ``("cnl",)``, ``"all"`` → ``("cnl", "ql")`` (:class:`UnknownNameError` otherwise)."""
+    """``"cnl"`` → ``("cnl",)``, ``"all"`` → ``("cnl", "ql")`` (:class:`UnknownNameError` otherwise).
+
+    Args:
+        which: ``"cnl"``, ``"ql"`` or ``"all"`` (the CLI's PAPER argument).
+
+    Returns:
+        The papers, in :data:`PAPERS` order.
+    """
     if which == "all":
         return PAPERS
     if which not in PAPERS:
@@ -77,7 +84,17 @@ def papers_of(which: str) -> tuple[str, ...]:
 
 
 def build_stages(papers: Sequence[str], scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None) -> list[Stage]:
-    """Every stage of ``papers`` at ``scale`` (CNL first)."""
+    """Every stage of ``papers`` at ``scale`` (CNL first).
+
+    Args:
+        papers: The papers whose stages to build (``"cnl"``, ``"ql"``).
+        scale: The scale's sizes.
+        seed: Seed of every sample draw and random set.
+        data_dir: Data folder (``None``: the bundled data).
+
+    Returns:
+        The stages in dependency order.
+    """
     out: list[Stage] = []
     if "cnl" in papers:
         out += cnl_stages(scale, seed=seed, data_dir=data_dir)
@@ -98,6 +115,9 @@ def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: b
         calibration: A calibration file (:func:`tlcap.reproduce.cost.save_calibrations`) to replay instead of
             probing: the probe in it of this model's shape and dtype.
         save_to: Also write the probe into this calibration file (kept with the file's other probes).
+
+    Returns:
+        The :class:`Calibration` (from ``calibration``, the cache, or a new probe).
     """
     if calibration is not None:
         return load_calibration(calibration, ModelShape.of(model), dtype_name(model.dtype))
@@ -128,7 +148,16 @@ def cached_calibration(model: Any, cache_dir: Path, model_id: str, *, reprobe: b
 
 
 def predictions(runner: Runner, plan: Sequence[Stage], cal: Calibration) -> dict[str, Prediction | None]:
-    """Predicted cost of every planned stage that will compute (``None``: cached, pending or no cost model)."""
+    """Predicted cost of every planned stage that will compute (``None``: cached, pending or no cost model).
+
+    Args:
+        runner: The runner of the plan (tells which stages are cached; gives each stage its context).
+        plan: The stages to run, in dependency order.
+        cal: The machine's calibration.
+
+    Returns:
+        ``{stage name: Prediction or None}`` for every stage of ``plan``.
+    """
     out: dict[str, Prediction | None] = {}
     for s in plan:
         if s.pending or s.workload is None or runner.is_cached(s.name):
@@ -145,6 +174,15 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
     """The plan as printed before starting: one line per stage with its predicted time and peak memory.
 
     With ``jobs > 1`` the last line adds the predicted wall time of the parallel run (:func:`makespan`).
+
+    Args:
+        runner: The runner of the plan (cached status and plan notes).
+        plan: The stages to run, in dependency order.
+        pred: The predictions (:func:`predictions`).
+        jobs: Worker processes of the run.
+
+    Returns:
+        The table's lines: a header, one line per stage, the total, the dominant stages and (``jobs > 1``) the wall time.
     """
     lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'peak mem':>9}  what"]
     total, peak = 0.0, 0
@@ -200,7 +238,16 @@ def _get(runner: Runner) -> Callable[[str], dict[str, Result] | None]:
 
 def stage_rows(plan: Sequence[Stage], records: dict[str, StageRecord],
                pred: dict[str, Prediction | None]) -> list[StageRow]:
-    """Predicted vs measured cost per stage (measured: this run's time, or the cached run's)."""
+    """Predicted vs measured cost per stage (measured: this run's time, or the cached run's).
+
+    Args:
+        plan: The planned stages, in order.
+        records: The stage records of the run (a missing one: ``"not run"``).
+        pred: The predictions (:func:`predictions`).
+
+    Returns:
+        One :class:`StageRow` per planned stage (measured values only for computed or cached stages).
+    """
     out = []
     for s in plan:
         r = records.get(s.name)
@@ -213,7 +260,14 @@ def stage_rows(plan: Sequence[Stage], records: dict[str, StageRecord],
 
 
 def cost_lines(rows: Sequence[StageRow]) -> list[str]:
-    """Predicted vs measured, printed at the end."""
+    """Predicted vs measured, printed at the end.
+
+    Args:
+        rows: The stages' rows (:func:`stage_rows`).
+
+    Returns:
+        The table's lines: a header and one line per stage.
+    """
     lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'measured':>10} {'pred. mem':>9} {'peak mem':>9}"]
     for r in rows:
         lines.append(f"{r.name:<22} {r.status:<9} {fmt_seconds(r.predicted_s) if r.predicted_s is not None else '–':>10} "

@@ -205,7 +205,14 @@ def verdict(
 
 
 def significant_share(words: Sequence[str]) -> float:
-    """Share of ``agrees`` + ``disagrees`` among verdict words (for calibration checks)."""
+    """Share of ``agrees`` + ``disagrees`` among verdict words (for calibration checks).
+
+    Args:
+        words: Verdict words, one per row.
+
+    Returns:
+        A fraction in ``[0, 1]`` (0 for no words).
+    """
     return sum(w in (AGREES, DISAGREES) for w in words) / max(len(words), 1)
 
 
