@@ -232,21 +232,42 @@ FULL_LOCATE_N = {"gsm8k": 1600, "emotion": 2400, "mbpp": 1200, "svamp": 700, "im
 
 
 def get_scale(name: str) -> ScaleConfig:
-    """The sizes of scale ``name`` (:class:`UnknownNameError` for another name)."""
+    """The sizes of scale ``name`` (:class:`UnknownNameError` for another name).
+
+    Args:
+        name: ``"smoke"``, ``"cpu"`` or ``"full"`` (a key of :data:`SCALES`).
+
+    Returns:
+        The scale's :class:`ScaleConfig`.
+    """
     if name not in SCALES:
         raise UnknownNameError.of("scale", name, SCALE_NAMES, option="--scale")
     return SCALES[name]
 
 
 def locate_n(scale: ScaleConfig, dataset: str) -> int | None:
-    """Samples located on ``dataset`` at ``scale`` (``full``: the paper's count for the dataset it stands for)."""
+    """Samples located on ``dataset`` at ``scale`` (``full``: the paper's count for the dataset it stands for).
+
+    Args:
+        scale: The scale's sizes.
+        dataset: The CNL dataset, e.g. ``"gsm8k"``.
+
+    Returns:
+        The scale's ``cnl_locate_n``, or when it is ``None`` the dataset's :data:`FULL_LOCATE_N` entry
+        (``None``: every sample).
+    """
     if scale.cnl_locate_n is None:
         return FULL_LOCATE_N.get(dataset)
     return scale.cnl_locate_n
 
 
 def sizes_frame() -> pd.DataFrame:
-    """Every size of every scale: one row per knob, one column per scale."""
+    """Every size of every scale: one row per knob, one column per scale.
+
+    Returns:
+        A DataFrame with a ``knob`` column and one column per scale; nested configs show the fields some scale
+        changes (and ``steps``, ``rule``) as ``config.field``; ``None`` and empty tuples read ``all``.
+    """
     rows = []
     for f in ScaleConfig.field_names():
         if f == "name":

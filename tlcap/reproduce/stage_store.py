@@ -55,6 +55,14 @@ LOCKS = ".locks"
 def stage_lock(cache_dir: Path, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold the lock of stage ``key`` in ``cache_dir`` (blocking; ``on_wait()`` once if another process holds it).
 
+    Args:
+        cache_dir: The stage cache (the lock file is ``cache_dir/.locks/<key>.lock``).
+        key: The stage's cache key.
+        on_wait: Called once, before blocking, when another process holds the lock.
+
+    Yields:
+        ``None``, while the lock is held; it is released when the block exits.
+
     Raises:
         StorageError: the cache cannot be written (read-only, full).
     """
@@ -84,6 +92,12 @@ def save_stage(cache_dir: Path, key: str, outputs: Mapping[str, Result], meta: d
     Returns:
         Whether this call put the folder in place (False: another process had saved it already;
         its results are the same by construction).
+
+    Args:
+        cache_dir: The stage cache (created when missing).
+        key: The stage's cache key (the folder's name).
+        outputs: ``{result name: result}``, each saved into its own subfolder.
+        meta: Fields of ``stage.json`` besides ``results``, ``format`` and ``json_sha256`` (JSON-serialisable).
 
     Raises:
         StorageError: the cache cannot be written; nothing of this stage is left in it.
@@ -119,6 +133,12 @@ def save_stage(cache_dir: Path, key: str, outputs: Mapping[str, Result], meta: d
 def read_record(folder: Path) -> dict[str, Any]:
     """The checked ``stage.json`` of a cached stage folder.
 
+    Args:
+        folder: The stage folder, ``cache_dir/<key>``.
+
+    Returns:
+        The record's fields (without ``json_sha256``); ``results`` lists the result names.
+
     Raises:
         CheckpointError: not JSON, not matching its sha256, or of a newer format.
     """
@@ -142,7 +162,17 @@ def read_record(folder: Path) -> dict[str, Any]:
 
 
 def load_stage(folder: Path) -> dict[str, Result]:
-    """The results of a cached stage folder (each checked by :func:`tlcap.load_result`)."""
+    """The results of a cached stage folder (each checked by :func:`tlcap.load_result`).
+
+    Args:
+        folder: The stage folder, ``cache_dir/<key>``.
+
+    Returns:
+        ``{result name: result}`` in the record's order.
+
+    Raises:
+        CheckpointError: the record or a result is corrupt (see :func:`read_record`).
+    """
     return {r: load_result(Path(folder) / r) for r in read_record(folder)["results"]}
 
 

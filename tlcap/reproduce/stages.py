@@ -75,6 +75,13 @@ def _jsonable(obj: Any) -> Any:
 def data_hash(data: Any) -> str:
     """sha256 of a JSON rendering of ``data`` (dataclasses such as ``Sample``/``Fact``, lists, dicts).
 
+    Args:
+        data: The stage's input data; dataclasses, mappings (sorted by key), lists and scalars, NaN as ``"nan"``, other
+            objects by ``repr``.
+
+    Returns:
+        The 64-character lowercase sha256 hex digest.
+
     Example:
         >>> from tlcap.data.tasks import load_task
         >>> data_hash(load_task("emotion", split="train", n=10))
@@ -86,6 +93,12 @@ def data_hash(data: Any) -> str:
 
 def code_hash(modules: Sequence[str]) -> str:
     """sha256 of the source files of ``modules`` (a package: every ``.py`` below it).
+
+    Args:
+        modules: Importable module names (repeats ignored, hashed in sorted order).
+
+    Returns:
+        The 64-character lowercase sha256 hex digest over each file's name and bytes.
 
     Raises:
         UnknownNameError: a module that cannot be imported.
@@ -162,13 +175,27 @@ class StageContext:
         return self.runner.progress
 
     def dep(self, name: str) -> Outputs:
-        """The outputs of dependency ``name`` (it must be listed in ``stage.deps``)."""
+        """The outputs of dependency ``name`` (it must be listed in ``stage.deps``).
+
+        Args:
+            name: A stage name listed in this stage's ``deps``.
+
+        Returns:
+            ``{result name: Result}`` of that stage.
+
+        Raises:
+            StageError: ``name`` is not declared in ``deps``, or has not run and is not cached.
+        """
         if name not in self.stage.deps:
             raise StageError(f"stage {self.stage.name!r} reads {name!r} without declaring it in deps")
         return self.runner.outputs(name)
 
     def inputs(self) -> Any:
-        """The stage's input data (``stage.data(ctx)``, computed once)."""
+        """The stage's input data (``stage.data(ctx)``, computed once).
+
+        Returns:
+            Whatever the stage's ``data`` function returns (samples, facts...), or ``None`` when the stage has none.
+        """
         if not self._has_inputs:
             self._inputs = self.stage.data(self) if self.stage.data is not None else None
             self._has_inputs = True
@@ -247,18 +274,44 @@ class Runner:
         return self._model_id
 
     def context(self, name: str) -> StageContext:
-        """The (one) context of stage ``name``: its input data are computed once per run."""
+        """The (one) context of stage ``name``: its input data are computed once per run.
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            The :class:`StageContext`, created on first use.
+        """
         if name not in self._contexts:
             self._contexts[name] = StageContext(self.stage(name), self)
         return self._contexts[name]
 
     def stage(self, name: str) -> Stage:
+        """The stage named ``name``.
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            The :class:`Stage`.
+
+        Raises:
+            UnknownNameError: no stage has that name (the message lists them).
+        """
         if name not in self.stages:
             raise UnknownNameError.of("stage", name, list(self.stages), option="--only")
         return self.stages[name]
 
     def payload(self, name: str) -> dict[str, Any]:
-        """What the key of stage ``name`` hashes."""
+        """What the key of stage ``name`` hashes.
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            A JSON-ready dict: stage name, config type and fields, model identity, data and code hashes, tlcap version and
+            the dependencies' keys (computing them, and the stage's inputs, if not done yet).
+        """
         s = self.stage(name)
         ctx = self.context(name)
         return {
@@ -269,16 +322,39 @@ class Runner:
         }
 
     def key(self, name: str) -> str:
-        """``<name>-<16 hex digits>``: the stage's cache folder name."""
+        """``<name>-<16 hex digits>``: the stage's cache folder name.
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            The key (the first 16 hex digits of the sha256 of :meth:`payload`), computed once per run.
+        """
         if name not in self._keys:
             digest = hashlib.sha256(json.dumps(self.payload(name), sort_keys=True).encode()).hexdigest()
             self._keys[name] = f"{name}-{digest[:16]}"
         return self._keys[name]
 
     def folder(self, name: str) -> Path:
+        """The cache folder of stage ``name``, ``cache_dir/<key>`` (it may not exist yet).
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            The folder's path.
+        """
         return self.cache_dir / self.key(name)
 
     def is_cached(self, name: str) -> bool:
+        """Whether stage ``name`` has a complete folder in the cache (its ``stage.json`` exists).
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            ``True`` when its results can be loaded instead of computed.
+        """
         return (self.folder(name) / STAGE_FILE).exists()
 
     # ------------------------------------------------------------------ plan
@@ -286,6 +362,16 @@ class Runner:
         """Stages to run, dependencies first: all of them, or ``only`` these and what they need.
 
         A name in ``only`` may also be a prefix ending in ``"."`` or ``"*"`` (``"cnl.locate.*"``).
+
+        Args:
+            only: Stage names or prefixes (``None`` or empty: every stage).
+
+        Returns:
+            The stages in dependency order, each once.
+
+        Raises:
+            UnknownNameError: a name or prefix matches no stage.
+            StageError: the dependencies form a cycle.
         """
         wanted: list[str] = []
         for spec in (only if only else list(self.stages)):
@@ -316,7 +402,17 @@ class Runner:
 
     # ------------------------------------------------------------------ run
     def outputs(self, name: str) -> Outputs:
-        """The results of stage ``name`` (run or loaded earlier in this run, else loaded from the cache)."""
+        """The results of stage ``name`` (run or loaded earlier in this run, else loaded from the cache).
+
+        Args:
+            name: A stage name.
+
+        Returns:
+            ``{result name: Result}`` of that stage.
+
+        Raises:
+            StageError: the stage has not run and is not cached.
+        """
         if name not in self._outputs:
             if not self.is_cached(name):
                 raise StageError(f"stage {name!r} has not run; run it (or the stages that need it) first")
@@ -338,6 +434,13 @@ class Runner:
 
         The stage is computed while holding its lock (:func:`stage_lock`): a process that finds
         another one computing it waits and then loads its results.
+
+        Args:
+            stage: The stage to run.
+
+        Returns:
+            Its :class:`StageRecord` (also kept in :attr:`records`): ``computed``, ``cached``, ``pending``, ``blocked``
+            or ``failed``.
         """
         name = stage.name
         key = self.key(name)
@@ -358,7 +461,11 @@ class Runner:
         return rec
 
     def on_wait(self, name: str) -> None:
-        """Called when another process holds stage ``name``'s lock (this one then waits for it)."""
+        """Called when another process holds stage ``name``'s lock (this one then waits for it).
+
+        Args:
+            name: The stage waited for.
+        """
 
     def _compute(self, stage: Stage) -> StageRecord:
         name, key = stage.name, self.key(stage.name)
@@ -385,7 +492,15 @@ class Runner:
         return StageRecord(name, key, "computed", seconds, peak, self._meter.scope)
 
     def run(self, plan: Sequence[Stage], on_stage: Callable[[Stage, str], None] | None = None) -> list[StageRecord]:
-        """Run ``plan`` in order (see :meth:`plan`); ``on_stage(stage, "start" | status)`` reports progress."""
+        """Run ``plan`` in order (see :meth:`plan`); ``on_stage(stage, "start" | status)`` reports progress.
+
+        Args:
+            plan: Stages in dependency order.
+            on_stage: Called with ``(stage, "start")`` before and ``(stage, status)`` after each stage.
+
+        Returns:
+            One :class:`StageRecord` per stage of ``plan``, in order.
+        """
         out = []
         for stage in plan:
             if on_stage is not None:

@@ -52,7 +52,17 @@ def _graph_size(model: Any) -> tuple[int, int]:
 
 
 def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
-    """One :func:`tlcap.integrated_gradients` call (every layer, teacher-forced over the target's tokens)."""
+    """One :func:`tlcap.integrated_gradients` call (every layer, teacher-forced over the target's tokens).
+
+    Args:
+        model: A :class:`tlcap.models.Model` (shapes and tokenizer are read).
+        prompt: The fact's prompt.
+        target: The target text (one IG evaluation per token of it).
+        ig: The IG settings (``points`` per evaluation).
+
+    Returns:
+        The :class:`Workload`: the IG rows and one clean forward pass.
+    """
     shape = ModelShape.of(model)
     p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
     points = ig.points
@@ -64,7 +74,21 @@ def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str 
     """One causal trace of the MLP kind at every layer (the batched engine: prefix reuse, no BOS, cells before
     the subject skipped) over the token rows ``tokens`` (``"all"``, ``"subject"`` or ``"last_subject"``, the rows of
     ``TraceConfig.tokens``). Counted without late expansion (``TraceConfig.late_expand``, on by default), which
-    skips the layers below each batch's lowest restored one: an upper bound of the default engine's work."""
+    skips the layers below each batch's lowest restored one: an upper bound of the default engine's work.
+
+    Args:
+        model: A :class:`tlcap.models.Model` (shapes and tokenizer are read).
+        prompt: The fact's prompt.
+        subject: The subject, found in ``prompt``.
+        samples: Corrupted runs per traced cell.
+        tokens: Which token rows are traced.
+
+    Returns:
+        The ``fwd_token`` :class:`Workload` of the trace.
+
+    Raises:
+        InvalidConfigError: ``tokens`` is not one of the three rows.
+    """
     shape = ModelShape.of(model)
     T = len(model.to_tokens(prompt, prepend_bos=False)[0])
     s0, s1 = find_subject(model, prompt, subject, prepend_bos=False).range
@@ -78,7 +102,18 @@ def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str 
 
 
 def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int = 0) -> Workload:
-    """One :func:`edge_attribution` (zero ablation) and, with ``n_circuits``, the circuits' evaluation."""
+    """One :func:`edge_attribution` (zero ablation) and, with ``n_circuits``, the circuits' evaluation.
+
+    Args:
+        model: A :class:`tlcap.models.Model` (shapes, tokenizer and edge graph are read).
+        prompt: The fact's prompt.
+        target: The target text.
+        ig_steps: IG steps of the edge attribution.
+        n_circuits: Circuits evaluated afterwards (0: none).
+
+    Returns:
+        The :class:`Workload`, the edge products counted as ``train_token`` FLOPs.
+    """
     shape = ModelShape.of(model)
     T = _len(model, prompt) + max(1, _len(model, target, bos=False)) - 1
     n_upstream, n_readers = _graph_size(model)
@@ -92,7 +127,20 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
 
 def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeConfig, n_eval_prompts: int,
               cov_layers: list[int]) -> Workload:
-    """``layers`` ROME edits of one fact, each evaluated on ``n_eval_prompts`` prompts (before and after)."""
+    """``layers`` ROME edits of one fact, each evaluated on ``n_eval_prompts`` prompts (before and after).
+
+    Args:
+        model: A :class:`tlcap.models.Model` (on the ``meta`` device, no covariance counts as cached).
+        prompt: The fact's prompt.
+        target_new: The new target the edit writes.
+        layers: Layers edited (one edit each).
+        cfg: The ROME settings (prefixes, steps, covariance sizes).
+        n_eval_prompts: Prompts each edit is evaluated on.
+        cov_layers: Layers whose key covariance the edits need; those not cached on disk are counted.
+
+    Returns:
+        The :class:`Workload` of the edits, their evaluation and any covariance recording.
+    """
     shape = ModelShape.of(model)
     T = _len(model, prompt) + _len(model, target_new, bos=False)
     P = len(cfg.prefixes)

@@ -97,7 +97,12 @@ class SuiteConfig(Config):
         check_int("n", self.n, min=1)
 
     def overrides(self) -> dict[str, Any]:
-        """The experiment's config fields (``fidelity(..., **overrides)``)."""
+        """The experiment's config fields (``fidelity(..., **overrides)``).
+
+        Returns:
+            The keyword arguments passed to the experiment function: fidelity and reliability get their nested configs
+            and ``seed`` (reliability also its ROME and random-circuit settings), the others ``kn`` only.
+        """
         if self.experiment == "fidelity":
             return {"kn": self.kn, "trace": self.trace, "kc": self.kc, "seed": self.seed}
         if self.experiment == "reliability":
@@ -107,7 +112,16 @@ class SuiteConfig(Config):
 
 
 def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteConfig:
-    """The :class:`SuiteConfig` of ``experiment`` at ``scale``."""
+    """The :class:`SuiteConfig` of ``experiment`` at ``scale``.
+
+    Args:
+        scale: The scale's sizes (facts or pairs, IG, tracing, circuit and ROME settings).
+        experiment: ``fidelity``, ``reliability``, ``decoupling`` or ``compare``.
+        seed: Seed of the draws (shared with the nested configs).
+
+    Returns:
+        The validated :class:`SuiteConfig`.
+    """
     return SuiteConfig(
         experiment=experiment, n=scale.cnl_eval_pairs if experiment == "decoupling" else scale.cnl_eval_facts, seed=seed,
         known_top_k=scale.cnl_eval_known_top_k, n_rewrites=scale.cnl_eval_rewrites,
@@ -121,7 +135,14 @@ def suite_config(scale: ScaleConfig, experiment: str, seed: int = 0) -> SuiteCon
 
 
 def compare_dataset(scale: ScaleConfig) -> str:
-    """CNL's Table 4 row: GSM8K (the paper's 96.4) when it is located and erased, else the first erased dataset."""
+    """CNL's Table 4 row: GSM8K (the paper's 96.4) when it is located and erased, else the first erased dataset.
+
+    Args:
+        scale: The scale's sizes (``cnl_datasets``, ``cnl_eval_datasets``).
+
+    Returns:
+        The dataset's name, or ``""`` when no dataset is both located and erased.
+    """
     both = [d for d in scale.cnl_eval_datasets if d in scale.cnl_datasets]
     return "gsm8k" if "gsm8k" in both else (both[0] if both else "")
 
@@ -246,7 +267,16 @@ def _decoupling_work(ctx: StageContext) -> Workload:
 
 
 def suite_stages(scale: ScaleConfig, *, seed: int = 0) -> list[Stage]:
-    """The four stages of the CNL evaluation suite at ``scale`` (module table)."""
+    """The four stages of the CNL evaluation suite at ``scale`` (module table).
+
+    Args:
+        scale: The scale's sizes.
+        seed: Seed of the draws.
+
+    Returns:
+        ``cnl.fidelity``, ``cnl.reliability``, ``cnl.decoupling`` and ``cnl.compare`` (which depends on the others'
+        results and on CNL's locate and erase stages of :func:`compare_dataset`).
+    """
     out = []
     for exp, fn, data, work in (("fidelity", _fidelity, _facts, _fidelity_work),
                                 ("reliability", _reliability, _facts, _reliability_work),
