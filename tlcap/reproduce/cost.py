@@ -155,7 +155,8 @@ class ModelShape:
         """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding).
 
         Returns:
-            FLOPs, three times a forward pass over the layers from the scaled one up (on average half of them).
+            FLOPs: three times a forward pass through the layers from the scaled one up (on average half of them)
+            plus the unembedding.
         """
         f = (self.n_layers + 1) / (2.0 * self.n_layers)
         return 3.0 * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)

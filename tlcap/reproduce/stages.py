@@ -98,7 +98,7 @@ def code_hash(modules: Sequence[str]) -> str:
         modules: Importable module names (repeats ignored, hashed in sorted order).
 
     Returns:
-        The 64-character lowercase sha256 hex digest over each file's name and bytes.
+        The 64-character lowercase sha256 hex digest over each module's name, its files' names and bytes.
 
     Raises:
         UnknownNameError: a module that cannot be imported.
@@ -328,7 +328,7 @@ class Runner:
             name: A stage name.
 
         Returns:
-            The key (the first 16 hex digits of the sha256 of :meth:`payload`), computed once per run.
+            ``name``, a dash and the first 16 hex digits of the sha256 of :meth:`payload` (computed once per run).
         """
         if name not in self._keys:
             digest = hashlib.sha256(json.dumps(self.payload(name), sort_keys=True).encode()).hexdigest()
