@@ -75,7 +75,7 @@ def words_one_fact(
         p_ids: The prompt's token ids.
         t_ids: The target's token ids.
         bases: ``[words, layers, d]`` baseline activations per word.
-        names: The neuron site's hook of every model layer.
+        names: The neuron site's hook of each scored layer.
         layers: The scored layers.
         cfg: The settings (exact IG, ``steps`` nodes per word and layer).
 

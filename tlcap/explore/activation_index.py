@@ -318,9 +318,9 @@ def index_path(model: Model, corpus: str, max_tokens: int | None, k: int, contex
         model: The model (its weights' identity, else fingerprint, and name).
         corpus: ``"wikitext2-test"`` or a text (keyed by its hash).
         max_tokens: Corpus tokens indexed (``None``: all).
-        k: Top activations kept per neuron.
-        context: Tokens of context kept around each activation.
-        skip: Leading tokens of each window not indexed.
+        k: Contexts kept per neuron.
+        context: Tokens per context.
+        skip: First positions of each context that are context only (not indexed).
         root: The cache root (default :func:`~tlcap.models.paths.cache_dir`).
 
     Returns:
