@@ -91,7 +91,17 @@ def eos_baselines(
 def eos_baseline(
     model: Model, n_tokens: int, site: str = "mlp_post", token_id: int | None = None
 ) -> Float[Tensor, "layer d_mlp"]:
-    """Neuron activations at the last position of an all-``<eos>`` sentence of ``n_tokens`` tokens."""
+    """Neuron activations at the last position of an all-``<eos>`` sentence of ``n_tokens`` tokens.
+
+    Args:
+        model: The model.
+        n_tokens: Length of the baseline sentence (the prompt's token count).
+        site: The neuron site read (``"mlp_post"``: MLP neurons).
+        token_id: Token the sentence repeats (default ``<eos>``).
+
+    Returns:
+        ``[n_layers, d_mlp]`` activations of every layer at the sentence's last position.
+    """
     return eos_baselines(model, n_tokens, site, token_id)[-1]
 
 
@@ -142,6 +152,13 @@ def word_attributions_facts(
     (``Unit.at``); units with continuations of one length share batches, so the rows of every word
     of every fact run together (:meth:`tlcap.models.Model.continue_rows`). Equal to the fact-at-a-time
     result up to float rounding.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, target)`` per fact; a target is the answer or its token ids.
+        config: Attribution settings (exact ``method="ig"`` with a number of ``steps``, not ``"auto"``).
+        baseline_token_id: Token of the baseline sentence (default ``<eos>``).
+        **overrides: :class:`IGConfig` fields overriding ``config``.
 
     Returns:
         Per fact, ``(attr, p_base, p_clean)`` as :func:`word_attributions` returns them.

@@ -56,6 +56,14 @@ def layer_chunks(n_layers: int, rows_per_layer: int, batch_rows: int, n_chunks: 
 def fact_tokens(model: Model, prompt: str, target: str | Sequence[int]) -> tuple[list[int], list[int]]:
     """Prompt ids and target ids (tokenized in context, see :meth:`Model.target_ids`).
 
+    Args:
+        model: The model.
+        prompt: The query.
+        target: The answer (tokenized after ``prompt``) or its token ids (used as given).
+
+    Returns:
+        ``(prompt ids, target ids)``.
+
     Raises:
         PromptTooLongError: prompt + target do not fit the context window.
         TargetTokenizationError: a token-boundary problem between prompt and target.
@@ -72,7 +80,18 @@ def fact_tokens(model: Model, prompt: str, target: str | Sequence[int]) -> tuple
 def clean_last(
     model: Model, context: Sequence[int], hook_names: Sequence[str], prefix_reuse: bool
 ) -> tuple[Float[Tensor, "n_hooks d"], Float[Tensor, " d_vocab"], PrefixCache | None]:
-    """Clean activations at the last position for the given hooks, last-position logits, prefix."""
+    """Clean activations at the last position for the given hooks, last-position logits, prefix.
+
+    Args:
+        model: The model.
+        context: Token ids of the clean run (prompt and any answer tokens before the scored one).
+        hook_names: The hooks read at the last position.
+        prefix_reuse: Cache the keys/values of ``context[:-1]`` and run the last token alone after them.
+
+    Returns:
+        ``(acts, logits, prefix)``: ``[n_hooks, d]`` activations, ``[d_vocab]`` logits, and the prefix cache
+        (``None`` without ``prefix_reuse``).
+    """
     toks = torch.tensor([list(context)], device=model.device)
     prefix = model.prefix_cache(toks[:, :-1]) if prefix_reuse else None
     run = toks[:, -1:] if prefix_reuse else toks

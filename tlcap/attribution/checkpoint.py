@@ -43,12 +43,27 @@ WAY_OUT = "rerun with --no-resume (resume=False) to start this part over, or del
 
 
 def checkpoint_file(folder: str | Path) -> Path:
-    """The checkpoint file of ``folder``."""
+    """The checkpoint file of ``folder``.
+
+    Args:
+        folder: The checkpoint folder.
+
+    Returns:
+        ``folder / CHECKPOINT_FILE`` (it may not exist).
+    """
     return Path(folder) / CHECKPOINT_FILE
 
 
 def checkpoint_digest(tensors: dict[str, Tensor], state_json: str) -> str:
-    """sha256 over the state's JSON text and every tensor's name, dtype, shape and bytes."""
+    """sha256 over the state's JSON text and every tensor's name, dtype, shape and bytes.
+
+    Args:
+        tensors: Named tensors (hashed in name order, on the CPU).
+        state_json: The state as JSON text.
+
+    Returns:
+        The hex sha256 digest.
+    """
     h = hashlib.sha256(state_json.encode("utf-8"))
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
@@ -86,6 +101,12 @@ def save_checkpoint(folder: str | Path, tensors: dict[str, Tensor], state: dict[
 
 def load_checkpoint(folder: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
     """The ``(tensors, state)`` saved in ``folder``, or None when it holds no checkpoint.
+
+    Args:
+        folder: The checkpoint folder.
+
+    Returns:
+        ``(tensors, state)``: the named tensors and the JSON state; ``None`` when ``folder`` holds no checkpoint file.
 
     Raises:
         CheckpointError: the file is truncated, corrupt or does not match its checksum, it is of

@@ -260,7 +260,16 @@ class _Scored:
 
 def all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int) -> str:
     """Why every sample would be skipped (``"3 too long for ..., 1 with an empty answer"``), or ``""`` when one can be
-    scored. Tokenizer only: stops at the first sample that fits, so it costs nothing on usable data."""
+    scored. Tokenizer only: stops at the first sample that fits, so it costs nothing on usable data.
+
+    Args:
+        model: The model (its tokenizer and context length).
+        samples: The dataset.
+        max_answer_tokens: Answer tokens scored per sample.
+
+    Returns:
+        The counts of samples too long and with an empty answer, or ``""`` when some sample can be scored.
+    """
     too_long = empty = 0
     for s in samples:
         try:
@@ -367,7 +376,17 @@ def _all_reduce(dist: Any, result: DatasetScores, samples: Sequence[Sample], set
 def score_in_memory(
     model: Model, samples: Sequence[Sample], max_answer_tokens: int = 8, **ig_kwargs: Any
 ) -> Float[Tensor, "layer d_mlp"]:
-    """The plain (non-streamed) reference: stack every sample's IG scores and average (float64)."""
+    """The plain (non-streamed) reference: stack every sample's IG scores and average (float64).
+
+    Args:
+        model: The model.
+        samples: The dataset.
+        max_answer_tokens: Answer tokens scored per sample (the first ones).
+        **ig_kwargs: Passed to :func:`~tlcap.attribution.ig.integrated_gradients` (``steps=``...).
+
+    Returns:
+        ``[n_layers, d_mlp]`` mean IG score over the samples (float64).
+    """
     per = []
     for s in samples:
         _, t_ids = encode_sample(model, s, max_answer_tokens)

@@ -47,13 +47,29 @@ SPREADS = ("std", "var")
 
 
 def check_sigma(sigma: float, spread: str = "std", option: str = "--sigma") -> float:
-    """Validate a σ-mask threshold (``> 0``: σ ≤ 0 would select every neuron) and its spread."""
+    """Validate a σ-mask threshold (``> 0``: σ ≤ 0 would select every neuron) and its spread.
+
+    Args:
+        sigma: The threshold σ, ``> 0``.
+        spread: ``"std"`` or ``"var"`` (:data:`SPREADS`).
+        option: The CLI option named in the error message.
+
+    Returns:
+        ``sigma`` as a float.
+    """
     check_choice("spread", spread, SPREADS)
     return check_float("sigma", sigma, gt=0, cli=option)
 
 
 def sample_id(sample: Sample) -> str:
-    """A short hash of a sample's uid, prompt and answer (what merges check for duplicates)."""
+    """A short hash of a sample's uid, prompt and answer (what merges check for duplicates).
+
+    Args:
+        sample: The sample.
+
+    Returns:
+        The first 16 hex characters of the sha256 of its uid, prompt and answer.
+    """
     h = hashlib.sha256(b"\x00".join(x.encode() for x in (sample.uid, sample.prompt, sample.answer)))
     return h.hexdigest()[:16]
 
@@ -138,6 +154,13 @@ class DatasetScores(Result):
     def select(self, sigma: float = 3.0, spread: str = "std") -> NeuronSet:
         """CNL σ-mask ``|score − mean| > σ · spread`` (:func:`tlcap.locate.selection.sigma_mask`).
 
+        Args:
+            sigma: The threshold σ, ``> 0``.
+            spread: ``"std"`` or ``"var"`` of the scores.
+
+        Returns:
+            The selected neurons of :attr:`scores`.
+
         Raises:
             InvalidConfigError: ``sigma <= 0`` (it would select every neuron) or an unknown spread.
         """
@@ -145,7 +168,12 @@ class DatasetScores(Result):
         return sigma_mask(self.scores, sigma, spread)  # type: ignore[arg-type]
 
     def summary(self) -> dict[str, Any]:
-        """Counts, settings and skips of the scoring run."""
+        """Counts, settings and skips of the scoring run.
+
+        Returns:
+            A JSON-safe dict: task, model, method, steps, rule, layers, sample/token/skip counts, shard, mean
+            probability, fingerprint and seconds.
+        """
         return {
             "task": self.task, "model": self.model_name, "method": self.method, "steps": self.steps, "rule": self.rule,
             "layers": list(self.layers), "max_answer_tokens": self.max_answer_tokens, "n_samples": self.n_samples,
@@ -155,7 +183,14 @@ class DatasetScores(Result):
         }
 
     def to_frame(self, top: int | None = 50) -> pd.DataFrame:
-        """:class:`ScoreRow` per neuron, sorted by |score| (the σ-mask is two-sided); ``top`` first."""
+        """:class:`ScoreRow` per neuron, sorted by |score| (the σ-mask is two-sided); ``top`` first.
+
+        Args:
+            top: How many neurons to keep, by decreasing |score|; ``None`` = every neuron.
+
+        Returns:
+            A DataFrame of :class:`ScoreRow` (``layer``, ``neuron``, ``score``).
+        """
         s = self.scores.float()
         flat = s.flatten()
         order = flat.abs().argsort(descending=True)
@@ -165,17 +200,33 @@ class DatasetScores(Result):
         return frame([ScoreRow(int(i) // d, int(i) % d, float(flat[i])) for i in order], ScoreRow)
 
     def figure(self) -> go.Figure:
-        """The score heatmap (:meth:`heatmap`)."""
+        """The score heatmap (:meth:`heatmap`).
+
+        Returns:
+            The Plotly figure of :meth:`heatmap` with no highlight.
+        """
         return self.heatmap()
 
     def heatmap(self, highlight: NeuronSet | None = None, **kwargs: Any) -> go.Figure:
-        """Layer × neuron heatmap of the scores, ``highlight`` ringed."""
+        """Layer × neuron heatmap of the scores, ``highlight`` ringed.
+
+        Args:
+            highlight: Neurons to ring (e.g. :meth:`select`); ``None`` = none.
+            **kwargs: Passed to :func:`~tlcap.viz.neuron_heatmap` (default title: task, samples, method).
+
+        Returns:
+            The Plotly figure.
+        """
         kwargs.setdefault("title", f"CNL scores: {self.task} ({self.n_samples} samples, {self.method})")
         return neuron_heatmap(self.scores.float(), highlight=highlight, **kwargs)
 
 
 def check_disjoint(parts: Sequence[DatasetScores], names: Sequence[str] | None = None) -> None:
     """Refuse partial scores that share samples (the same shard twice, overlapping shard layouts).
+
+    Args:
+        parts: The partial scores to be merged.
+        names: A name per part for the error message (default ``"part 0"``, ``"part 1"``...).
 
     Raises:
         OverlappingShardsError: naming the two parts and how many samples they share.

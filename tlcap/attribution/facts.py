@@ -31,7 +31,18 @@ Fact = tuple[str, "str | Sequence[int]"]
 
 def facts_rows(model: Model, tokens: Sequence[tuple[list[int], list[int]]], layers: Sequence[int],
                cfg: IGConfig) -> tuple[int, int]:
-    """``(total rows, bytes per row)`` of exact IG over these ``(prompt ids, target ids)`` (for ``batch_rows="auto"``)."""
+    """``(total rows, bytes per row)`` of exact IG over these ``(prompt ids, target ids)`` (for ``batch_rows="auto"``).
+
+    Args:
+        model: The model (bytes of a row).
+        tokens: ``(prompt ids, target ids)`` per fact.
+        layers: The scored layers.
+        cfg: The settings (``steps``, or ``max_steps`` when ``"auto"``; ``rule``).
+
+    Returns:
+        ``(total rows, bytes per row)``: gradient rows of every target token, layer and node (plus the
+        baseline row), and the bytes of one row of the longest fact.
+    """
     m = cfg.max_steps if cfg.steps == "auto" else int(cfg.steps)
     per_layer = len(quadrature(m, cfg.rule)[0]) + 1
     total = sum(len(t) for _, t in tokens) * len(layers) * per_layer

@@ -109,6 +109,10 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
         layers: The scored layers (model layer of each hook).
         baseline: ``[n_layers, d]`` baseline of every sample (default zeros).
         baselines: Per sample, its own ``[n_layers, d]`` baseline (``None`` entries: ``baseline``).
+
+    Returns:
+        ``(units, prefix)``: one :class:`Unit` per answer token of every sample, in order, and the
+        :class:`PaddedPrefix` with one row per sample.
     """
     units, parts = [], []
     states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
@@ -139,6 +143,17 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
 
     Staged rows (:mod:`tlcap.attribution.staged`: every row joins the pass at its own layer) where the
     model allows them, else rows after per-unit prefixes in layer groups (:meth:`Model.continue_rows`).
+
+    Args:
+        model: The model.
+        units: The units (:func:`make_units`).
+        prefix: Their prefixes (:func:`make_units`).
+        hook_names: The neuron site's hook of each scored layer.
+        layers: The scored layers.
+        cfg: The settings (``rule``, ``late_expand``).
+        batch_rows: Rows per batch.
+        steps: ``[units, layers]`` quadrature nodes per layer this round (0: skipped).
+        with_base: Also run each layer's baseline row (``p_base``).
 
     Returns:
         ``attr`` (zero where skipped) and ``p_base`` (NaN where not computed).
@@ -226,7 +241,21 @@ def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit
 def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str],
              layers: Sequence[int], cfg: IGConfig, batch_rows: int) -> UnitsIG:
     """Exact IG of every unit (``prefix``: their prefixes, from :func:`make_units`), rows batched
-    across units; ``cfg.steps`` fixed or ``"auto"``."""
+    across units; ``cfg.steps`` fixed or ``"auto"``.
+
+    Args:
+        model: The model.
+        units: The units (:func:`make_units`).
+        prefix: Their prefixes (:func:`make_units`).
+        hook_names: The neuron site's hook of each scored layer.
+        layers: The scored layers.
+        cfg: The settings (``steps`` fixed or ``"auto"`` with ``tol`` / ``max_steps``; ``rule``).
+        batch_rows: Rows per batch.
+
+    Returns:
+        A :class:`UnitsIG`: attribution, baseline probability and steps used per unit and layer, and
+        the gradient rows run per unit.
+    """
     n_u, n_li = len(units), len(layers)
     auto = cfg.steps == "auto"
     nested = auto and cfg.rule == "trapezoid"  # refined by adding midpoints (module docstring)

@@ -45,7 +45,17 @@ from tlcap.runtime.sites import get_site
 
 
 def mask_token_id(model: Model) -> int:
-    """The token SIG masks words with: ``<mask>``, else ``<pad>``, else ``<eos>``."""
+    """The token SIG masks words with: ``<mask>``, else ``<pad>``, else ``<eos>``.
+
+    Args:
+        model: The model (its tokenizer's special tokens).
+
+    Returns:
+        The mask token id.
+
+    Raises:
+        InvalidConfigError: the tokenizer has none of the three (pass ``mask_id=`` to :func:`sig`).
+    """
     for name in ("mask", "pad", "eos"):
         v = model.special_token_id(name)
         if v is not None:
@@ -54,7 +64,17 @@ def mask_token_id(model: Model) -> int:
 
 
 def masked_baselines(model: Model, ids: Sequence[int], mask_id: int, site: str = "mlp_post") -> Float[Tensor, "word layer d_mlp"]:
-    """Last-position neuron activations of the prompt with each token masked in turn (one batch)."""
+    """Last-position neuron activations of the prompt with each token masked in turn (one batch).
+
+    Args:
+        model: The model.
+        ids: The prompt's token ids.
+        mask_id: The token that replaces each word (:func:`mask_token_id`).
+        site: The neuron site read (``"mlp_post"``: MLP neurons).
+
+    Returns:
+        ``[n_words, n_layers, d_mlp]`` float32: row ``i`` is the prompt with token ``i`` masked.
+    """
     n = len(ids)
     toks = torch.tensor([list(ids)] * n, dtype=torch.long, device=model.device)
     toks[torch.arange(n), torch.arange(n)] = mask_id

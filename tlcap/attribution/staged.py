@@ -32,7 +32,15 @@ from tlcap.models.staged_rows import Staging
 
 
 def staged_applies(model: Model, hook_names: Sequence[str]) -> bool:
-    """Whether the rows of these hooks can run staged (a TransformerBridge that packs rows)."""
+    """Whether the rows of these hooks can run staged (a TransformerBridge that packs rows).
+
+    Args:
+        model: The model.
+        hook_names: The hooks whose activations the rows set.
+
+    Returns:
+        True when :func:`run_staged` can run these rows.
+    """
     return model.continues_rows and model.staged_rows_apply([(n, _set_rows(None, None)) for n in hook_names])
 
 
@@ -61,6 +69,9 @@ def choose_width(model: Model, seg_layers: Sequence[Tensor], seg_prefix: Sequenc
         seg_layers: Per context of the batch, the model layer of each of its rows (ascending).
         seg_prefix: Per context, its prefix length.
         per_layer: Rows per (unit, layer) in the batch (candidate widths).
+
+    Returns:
+        The piece width (rows per piece), among the candidate widths, of the lowest estimated cost.
     """
     L, d = model.n_layers, model.d_model
     kappa = 2 * model.n_kv_heads * model.d_head / (12 * d + 4 * model.d_mlp)
@@ -89,6 +100,21 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
 
     Rows are laid out layer-major (layers ascending, then units) and cut into batches of ``batch_rows``
     consecutive rows, so a batch that cannot hold every row runs as few layers as the split allows.
+
+    Args:
+        model: The model (a TransformerBridge that packs rows, :func:`staged_applies`).
+        units: The units (:func:`tlcap.attribution.grouped.make_units`).
+        prefix: Their prefixes.
+        hook_names: The neuron site's hook of each scored layer.
+        layers: The scored layers.
+        cfg: The settings (``rule``).
+        batch_rows: Rows per batch.
+        steps: ``[units, layers]`` quadrature nodes per layer (0: skipped).
+        with_base: Also run each layer's baseline row (``p_base``).
+
+    Returns:
+        ``(attr, p_base)``: ``[units, layers, d]`` attribution (zero where skipped) and ``[units, layers]``
+        P(target) at the baseline (NaN where not computed), float64.
     """
     n_u, n_li = steps.shape
     W_ = torch.stack([u.w_bar for u in units])
@@ -248,7 +274,15 @@ class _TargetProb(torch.autograd.Function):
 
 
 def target_prob(logits: Float[Tensor, "rows d_vocab"], tids: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
-    """The probability of ``tids[r]`` under ``softmax(logits[r])`` (float32), differentiable once (:class:`_TargetProb`)."""
+    """The probability of ``tids[r]`` under ``softmax(logits[r])`` (float32), differentiable once (:class:`_TargetProb`).
+
+    Args:
+        logits: ``[rows, d_vocab]`` logits.
+        tids: ``[rows]`` target token of each row.
+
+    Returns:
+        ``[rows]`` float32 probabilities.
+    """
     return _TargetProb.apply(logits, tids)
 
 

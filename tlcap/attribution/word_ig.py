@@ -68,7 +68,21 @@ def words_one_fact(
     layers: Sequence[int], cfg: IGConfig,
 ) -> tuple[Float[Tensor, "target word layer d_mlp"], Float[Tensor, "target word layer"], Float[Tensor, " target"]]:
     """``(attr, p_base, p_clean)`` of :func:`tlcap.attribution.amig.word_attributions` for one fact, word by word
-    (``bases``: the all-``<eos>`` sentence's activations of the scored layers, per word)."""
+    (``bases``: the all-``<eos>`` sentence's activations of the scored layers, per word).
+
+    Args:
+        model: The model.
+        p_ids: The prompt's token ids.
+        t_ids: The target's token ids.
+        bases: ``[words, layers, d]`` baseline activations per word.
+        names: The neuron site's hook of each scored layer.
+        layers: The scored layers.
+        cfg: The settings (exact IG, ``steps`` nodes per word and layer).
+
+    Returns:
+        ``(attr, p_base, p_clean)``: ``[target, word, n_layers, d_mlp]`` attribution, ``[target, word, n_layers]``
+        P(target) at the baseline (zero outside ``layers``) and ``[target]`` clean probability, float32.
+    """
     n_ctx = len(p_ids) + len(t_ids) - 1
     L, d = model.n_layers, model.d_mlp
     li = list(layers)

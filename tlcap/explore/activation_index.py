@@ -194,7 +194,16 @@ class ActivationIndex(Result):
 
 
 def corpus_tokens(model: Model, corpus: str = "wikitext2-test", max_tokens: int | None = None) -> list[int]:
-    """Token ids of a corpus: ``"wikitext2-test"`` (the bundled raw test split, one line per row) or a text."""
+    """Token ids of a corpus: ``"wikitext2-test"`` (the bundled raw test split, one line per row) or a text.
+
+    Args:
+        model: The model (its tokenizer).
+        corpus: ``"wikitext2-test"`` or the text itself.
+        max_tokens: Keep the first ``max_tokens`` ids; ``None`` = all.
+
+    Returns:
+        The token ids (no context-length check).
+    """
     text = "\n".join(load_wikitext(min_chars=1, include_headings=True)) if corpus == "wikitext2-test" else corpus
     ids = model.encode(text, check_length=False)
     return ids[:max_tokens] if max_tokens is not None else ids
@@ -303,7 +312,20 @@ def build_activation_index(
 
 def index_path(model: Model, corpus: str, max_tokens: int | None, k: int, context: int, skip: int,
                root: str | Path | None = None) -> Path:
-    """Where :func:`activation_index` caches the index of these settings (keyed by the weights' identity)."""
+    """Where :func:`activation_index` caches the index of these settings (keyed by the weights' identity).
+
+    Args:
+        model: The model (its weights' identity, else fingerprint, and name).
+        corpus: ``"wikitext2-test"`` or a text (keyed by its hash).
+        max_tokens: Corpus tokens indexed (``None``: all).
+        k: Contexts kept per neuron.
+        context: Tokens per context.
+        skip: First positions of each context that are context only (not indexed).
+        root: The cache root (default :func:`~tlcap.models.paths.cache_dir`).
+
+    Returns:
+        ``root / "activation_index" / "<model name>-<key>"`` (it may not exist yet).
+    """
     ident = model_identity(model) or model_fingerprint(model)
     corpus_key = corpus if corpus == "wikitext2-test" else hashlib.sha1(corpus.encode()).hexdigest()[:12]
     key = hashlib.sha1(f"{ident}|{corpus_key}|{max_tokens}|{k}|{context}|{skip}".encode()).hexdigest()[:16]
@@ -355,7 +377,17 @@ _LOADED: dict[tuple[str, int], ActivationIndex] = {}
 
 
 def load_index(path: str | Path) -> ActivationIndex:
-    """Load a saved index, kept in memory per path and modification time (cards reopen instantly)."""
+    """Load a saved index, kept in memory per path and modification time (cards reopen instantly).
+
+    Args:
+        path: The folder a saved :class:`ActivationIndex` is in.
+
+    Returns:
+        The index (the cached object when the folder is unchanged since its last load).
+
+    Raises:
+        ResultTypeError: the folder holds another kind of result.
+    """
     p = Path(path)
     key = (str(p.resolve()), (p / "result.json").stat().st_mtime_ns)
     if key not in _LOADED:

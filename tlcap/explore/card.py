@@ -174,7 +174,19 @@ def _top(values: Tensor, model: Model, k: int, largest: bool = True) -> Scored:
 
 
 def vocab_projections(model: Model, layer: int, neuron: int, k: int = 12) -> dict[str, Scored]:
-    """The card's vocabulary lists: ``out_top``, ``out_bottom``, ``in_top`` and ``gate_top``."""
+    """The card's vocabulary lists: ``out_top``, ``out_bottom``, ``in_top`` and ``gate_top``.
+
+    Args:
+        model: The model.
+        layer: The neuron's layer.
+        neuron: The neuron's index in the layer.
+        k: Tokens per list.
+
+    Returns:
+        ``(token, weight)`` lists by name: tokens the neuron's output most promotes (``out_top``) and
+        suppresses (``out_bottom``) through the unembedding, and embeddings most aligned with its input
+        (``in_top``) and gate (``gate_top``, gated MLPs only) weights.
+    """
     w_out = model.mlp_down_matrix(layer)[:, neuron].detach().float()
     logit_w = unit_final_norm(model).apply(w_out, 0) @ model.W_U.detach().float()
     out = {"out_top": _top(logit_w, model, k), "out_bottom": _top(logit_w, model, k, largest=False)}
@@ -210,7 +222,16 @@ class PromptRun:
 
 @torch.no_grad()
 def prompt_run(model: Model, prompt: str) -> PromptRun:
-    """The clean run of ``prompt`` (one forward pass) that :func:`inspect_neuron` reads for its prompt part."""
+    """The clean run of ``prompt`` (one forward pass) that :func:`inspect_neuron` reads for its prompt part.
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+
+    Returns:
+        A :class:`PromptRun`: tokens, ``[n_layers, pos, d_mlp]`` neuron activations and last-position
+        next-token log-probs (on the CPU).
+    """
     toks = model.to_tokens(prompt)
     names = [model.hook_name("mlp_post", l) for l in range(model.n_layers)]
     logits, cache = model.run_with_cache(toks, names)

@@ -133,6 +133,11 @@ class DirectLogitAttribution(Result):
 def neuron_writes(model: Model, prompt: str, position: int = -1) -> tuple[Float[Tensor, "layer d_mlp"], Any]:
     """Every neuron's activation at ``position`` and the frozen final norm of the run.
 
+    Args:
+        model: The model.
+        prompt: The prompt.
+        position: The position read (default the last).
+
     Returns:
         ``(activations [n_layers, d_mlp], FrozenNorm)``.
     """

@@ -65,6 +65,12 @@ class NeuronView:
 def neuron_view(result: Any) -> NeuronView:
     """The heatmap parts of a neuron result (see ``SUPPORTED``).
 
+    Args:
+        result: A result of one of the kinds of ``SUPPORTED``.
+
+    Returns:
+        A :class:`NeuronView`: its scores (``None`` for a bare set), located neurons, prompt, title and summary.
+
     Raises:
         ResultTypeError: another kind of result.
     """
@@ -106,7 +112,15 @@ class NeuronExplorer:
     header: str = ""
 
     def html(self, full_page: bool = False, plotlyjs: bool | str = True) -> str:
-        """The explorer as an HTML block (``full_page``: a whole document); ``plotlyjs`` as in plotly's ``to_html``."""
+        """The explorer as an HTML block (``full_page``: a whole document); ``plotlyjs`` as in plotly's ``to_html``.
+
+        Args:
+            full_page: Return a whole HTML document (what :meth:`save` writes) rather than a block for a notebook.
+            plotlyjs: ``include_plotlyjs`` of plotly's ``to_html``: ``True`` embeds plotly.js, ``"cdn"`` links it.
+
+        Returns:
+            The HTML text: the heatmap, the precomputed cards (JSON) and the script that shows a clicked neuron's card.
+        """
         uid = uuid.uuid4().hex[:8]
         plot = self.figure.to_html(full_html=False, include_plotlyjs=plotlyjs, div_id=f"tlx-plot-{uid}",
                                    config={"displaylogo": False, "responsive": True})
@@ -146,7 +160,14 @@ class NeuronExplorer:
         return self.html()
 
     def save(self, path: str | Path) -> Path:
-        """Write the self-contained page (atomically: a temporary file renamed into place)."""
+        """Write the self-contained page (atomically: a temporary file renamed into place).
+
+        Args:
+            path: The HTML file to write (replaced if it exists).
+
+        Returns:
+            ``path`` as a :class:`~pathlib.Path`.
+        """
         out = Path(path)
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         try:

@@ -64,7 +64,20 @@ Mode = Literal["located", "except"]
 
 
 def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> list[tuple[WeightSlice, torch.Tensor]]:
-    """The MLP weight slices to train and their boolean masks (same shape as the parameter)."""
+    """The MLP weight slices to train and their boolean masks (same shape as the parameter).
+
+    Args:
+        model: The model.
+        neurons: The located (or random) neurons.
+        mode: ``"located"`` trains ``neurons``; ``"except"`` trains all other neurons.
+
+    Returns:
+        ``(weight slice, mask)`` per trained MLP in/out weight of every layer with a trained neuron;
+        offloaded weights are left out.
+
+    Raises:
+        UnknownNameError: ``mode`` is neither ``"located"`` nor ``"except"``.
+    """
     if mode not in ("located", "except"):
         raise UnknownNameError.of("fine-tuning mode", mode, ("located", "except"))
     by_layer = neurons.by_layer()
@@ -197,7 +210,16 @@ def _release(params: list[torch.nn.Parameter]) -> None:
 
 
 def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -> float:
-    """Share of all MLP-neuron parameters that ``mode`` trains (paper: 0.15 % located)."""
+    """Share of all MLP-neuron parameters that ``mode`` trains (paper: 0.15 % located).
+
+    Args:
+        model: The model.
+        neurons: The located (or random) neurons.
+        mode: ``"located"`` or ``"except"`` (as :func:`masked_finetune`).
+
+    Returns:
+        Trained MLP-neuron parameters over all of them, in ``[0, 1]``.
+    """
     n = sum(int(m.sum()) for _, m in neuron_params(model, neurons, mode))
     total = sum(int(m.numel()) for _, m in neuron_params(model, NeuronSet((), neurons.shape), "except"))
     return n / total

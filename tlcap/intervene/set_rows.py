@@ -117,7 +117,15 @@ class SetFactors:
 
 
 def set_major_rows(n_sets: int, per_set: int) -> Int[Tensor, " rows"]:
-    """Set index of each row of a set-major batch: ``[0]*per_set + [1]*per_set + ...``."""
+    """Set index of each row of a set-major batch: ``[0]*per_set + [1]*per_set + ...``.
+
+    Args:
+        n_sets: Number of sets.
+        per_set: Rows of each set.
+
+    Returns:
+        ``[n_sets * per_set]`` int64 set indices.
+    """
     return torch.arange(n_sets).repeat_interleave(per_set)
 
 

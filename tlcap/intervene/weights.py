@@ -37,7 +37,14 @@ class WeightEdit:
         self.meta: dict = {}
 
     def touch(self, param: torch.nn.Parameter) -> Tensor:
-        """Snapshot ``param`` (once) and return its data for in-place editing."""
+        """Snapshot ``param`` (once) and return its data for in-place editing.
+
+        Args:
+            param: A parameter about to be edited in place (its original data is kept for the undo).
+
+        Returns:
+            ``param.data`` (the live tensor, not a copy).
+        """
         if id(param) not in self._saved:
             self._saved[id(param)] = (param, param.data.clone())
         return param.data

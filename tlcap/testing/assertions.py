@@ -187,6 +187,12 @@ def assert_circuit_faithful(model: Model, circuit: Circuit, *, min_recovery: flo
     ablating every edge. A ratio of two near-zero differences says nothing, so the full model must
     also beat the ablated run by ``min_gap`` nats.
 
+    Args:
+        model: The model.
+        circuit: The circuit (a :class:`~tlcap.locate.circuits.Circuit`), evaluated by ``evaluate_circuit``.
+        min_recovery: Least recovered share of the full model's NLL gain, in ``[0, 1]``.
+        min_gap: Least gap in nats between the ablated and the full model's NLL.
+
     Returns:
         The :class:`~tlcap.locate.circuits.evaluate.CircuitEvaluation`.
 
@@ -210,6 +216,9 @@ def assert_circuit_faithful(model: Model, circuit: Circuit, *, min_recovery: flo
 def assert_hooks_clean(model: Model) -> None:
     """No hook is left attached to the model's hook points (a method cleaned up after itself).
 
+    Args:
+        model: The model.
+
     Raises:
         MechanismAssertionError: naming the hook points that still hold hooks.
     """
@@ -222,6 +231,12 @@ def assert_hooks_clean(model: Model) -> None:
 @contextlib.contextmanager
 def assert_weights_unchanged(model: Model) -> Iterator[None]:
     """A ``with`` block after which every weight must be bit for bit what it was before.
+
+    Args:
+        model: The model whose weights are snapshotted on entering the block.
+
+    Yields:
+        Nothing (``None``); the weights are compared when the block ends.
 
     Raises:
         MechanismAssertionError: on leaving the block, naming each changed parameter with its

@@ -286,7 +286,16 @@ def planted_fact_model(
 
 def capability_samples(words_pos: Sequence[str] = POSITIVE, words_neg: Sequence[str] = NEGATIVE,
                        templates: Sequence[str] = TEMPLATES) -> TaskSamples:
-    """The prompts of the planted sentiment task: every template with every word."""
+    """The prompts of the planted sentiment task: every template with every word.
+
+    Args:
+        words_pos: Words of the positive label.
+        words_neg: Words of the negative label.
+        templates: Prompt templates with one ``{}`` for the word.
+
+    Returns:
+        One :class:`Sample` per (template, word), uid ``"t<template>:<word>"``, answer its label.
+    """
     out = []
     for t_i, tpl in enumerate(templates):
         for label, words in zip(LABELS, (words_pos, words_neg)):
@@ -367,7 +376,14 @@ def planted_capability_model(
 
 
 def hash_word(word: str) -> int:
-    """A stable small integer of ``word`` (Python's ``hash`` of a string changes between runs)."""
+    """A stable small integer of ``word`` (Python's ``hash`` of a string changes between runs).
+
+    Args:
+        word: The word.
+
+    Returns:
+        ``sum((i + 1) * ord(c))`` over its characters.
+    """
     return sum((i + 1) * ord(c) for i, c in enumerate(word))
 
 

@@ -40,12 +40,24 @@ QUERY_GAIN = 4.0  # constant query: attention score ≈ QUERY_GAIN · LN(x)[key]
 
 
 def scaffold(hw: HandWeights, dim: int, value: float = 1.0) -> None:
-    """Add ``value`` to dimension ``dim`` of every position embedding (see the module docstring)."""
+    """Add ``value`` to dimension ``dim`` of every position embedding (see the module docstring).
+
+    Args:
+        hw: The weights (edited in place).
+        dim: The residual dimension.
+        value: Added to that dimension of every position.
+    """
     hw.W_pos[:, dim] += value
 
 
 def mark_token(hw: HandWeights, token: int, values: dict[int, float]) -> None:
-    """Set ``W_E[token, d] = v`` for each ``d: v`` of ``values``."""
+    """Set ``W_E[token, d] = v`` for each ``d: v`` of ``values``.
+
+    Args:
+        hw: The weights (edited in place).
+        token: The token id.
+        values: Residual dimension -> value of the token's embedding.
+    """
     for d, v in values.items():
         hw.W_E[token, d] = float(v)
 
@@ -94,12 +106,27 @@ def gated_neuron(hw: HandWeights, layer: int, neuron: int, read: dict[int, float
 
 
 def read_out(hw: HandWeights, token: int, direction: dict[int, float]) -> None:
-    """The (tied) unembedding of ``token`` reads ``direction``: ``W_U[d, token] = v``."""
+    """The (tied) unembedding of ``token`` reads ``direction``: ``W_U[d, token] = v``.
+
+    Args:
+        hw: The weights (edited in place; the unembedding is tied to ``W_E``).
+        token: The token id.
+        direction: Residual dimension -> weight read for the token's logit.
+    """
     mark_token(hw, token, direction)
 
 
 def pick(generator: torch.Generator, n: int, k: int) -> list[int]:
-    """``k`` distinct integers of ``range(n)``, seeded."""
+    """``k`` distinct integers of ``range(n)``, seeded.
+
+    Args:
+        generator: The seeded generator.
+        n: Size of the range.
+        k: How many integers, ``<= n``.
+
+    Returns:
+        ``k`` distinct integers in ``[0, n)`` in random order.
+    """
     return [int(i) for i in torch.randperm(n, generator=generator)[:k]]
 
 

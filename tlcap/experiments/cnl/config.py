@@ -40,7 +40,15 @@ TRAIN_ON = ("source", "target")
 
 
 def check_sigmas(sigmas: Any, option: str = "--sigma") -> tuple[float, ...]:
-    """A non-empty list of distinct σ > 0 (σ ≤ 0 would select every neuron)."""
+    """A non-empty list of distinct σ > 0 (σ ≤ 0 would select every neuron).
+
+    Args:
+        sigmas: The σ values asked for (a sequence).
+        option: The CLI option named in error messages.
+
+    Returns:
+        The σ values as floats, in the given order.
+    """
     return check_sequence("sigma", sigmas, min_len=1, unique=True, cli=option,
                           item=lambda n, x: check_float(n, x, gt=0, cli=option))
 

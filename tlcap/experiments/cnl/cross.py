@@ -101,7 +101,17 @@ class CrossResult(Result):
     n_items: tuple[int, ...] = ()
 
     def enhance(self, mode: str) -> Float[Tensor, "k k"]:
-        """The ``[k, k]`` enhance matrix of one mode."""
+        """The ``[k, k]`` enhance matrix of one mode.
+
+        Args:
+            mode: One of :attr:`enhance_modes`.
+
+        Returns:
+            Row ``i``, column ``j``: the accuracy change on dataset ``j`` after fine-tuning with dataset ``i``'s neurons.
+
+        Raises:
+            InvalidConfigError: ``mode`` was not run.
+        """
         if mode not in self.enhance_modes:
             raise InvalidConfigError(f"no enhance run for mode {mode!r}; this result has {list(self.enhance_modes) or 'none'}")
         return self.enhance_delta[self.enhance_modes.index(mode)]
@@ -110,6 +120,9 @@ class CrossResult(Result):
         """Mean accuracy change on the datasets *not* trained on (off-diagonal; App. G), per mode.
 
         Only meaningful with ``train_on="source"``; empty otherwise.
+
+        Returns:
+            Mode -> mean off-diagonal accuracy change; ``{}`` unless ``train_on="source"`` with two datasets or more.
         """
         k = len(self.names)
         if self.train_on != "source" or k < 2:
@@ -118,11 +131,21 @@ class CrossResult(Result):
         return {m: float(self.enhance(m)[off].mean()) for m in self.enhance_modes}
 
     def in_domain(self) -> dict[str, float]:
-        """Mean accuracy change on the dataset whose neurons (and data) were trained, per mode."""
+        """Mean accuracy change on the dataset whose neurons (and data) were trained, per mode.
+
+        Returns:
+            Mode -> mean diagonal accuracy change (``{}`` without enhance runs).
+        """
         return {m: float(self.enhance(m).diagonal().mean()) for m in self.enhance_modes}
 
     def summary(self) -> dict[str, Any]:
-        """The matrices, base accuracies, and the enhance transfer (App. G) per mode."""
+        """The matrices, base accuracies, and the enhance transfer (App. G) per mode.
+
+        Returns:
+            A JSON-safe dict: names, set sizes, base accuracies, the overlap / IoU / erase / random matrices
+            (NaN as ``None``), the enhance matrices, transfer and in-domain means per mode (``None`` without
+            enhance runs), the data report and the config.
+        """
         return {
             "names": list(self.names), "n_neurons": list(self.n_neurons), "base_accuracy": list(self.base_accuracy),
             "overlap": self.overlap.tolist(), "iou": self.iou.tolist(), "erase_delta": self.erase_delta.tolist(),
@@ -134,7 +157,11 @@ class CrossResult(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`CrossRow` per (A, B)."""
+        """One :class:`CrossRow` per (A, B).
+
+        Returns:
+            A DataFrame of :class:`CrossRow`, ``k²`` rows (NaN for the enhance modes not run).
+        """
         rows = []
         for i, a in enumerate(self.names):
             for j, b in enumerate(self.names):
@@ -145,11 +172,22 @@ class CrossResult(Result):
         return frame(rows, CrossRow)
 
     def figure(self) -> go.Figure:
-        """The overlap matrix (CNL Fig. 5c)."""
+        """The overlap matrix (CNL Fig. 5c).
+
+        Returns:
+            The Plotly heatmap of :meth:`matrix_figure` ``("overlap")``.
+        """
         return self.matrix_figure("overlap")
 
     def matrix_figure(self, which: str = "overlap") -> go.Figure:
-        """One matrix: ``overlap``, ``iou``, ``erase_delta``, ``random_delta`` or ``enhance_<mode>``."""
+        """One matrix: ``overlap``, ``iou``, ``erase_delta``, ``random_delta`` or ``enhance_<mode>``.
+
+        Args:
+            which: The matrix: an attribute name or ``"enhance_"`` followed by a mode of :attr:`enhance_modes`.
+
+        Returns:
+            The Plotly ``[k, k]`` heatmap, datasets as rows (A) and columns (B).
+        """
         if which.startswith("enhance_"):
             z = self.enhance(which[len("enhance_"):])
             title = f"CNL cross-dataset: enhance ({which[len('enhance_'):]}, trained on {self.train_on} data)"

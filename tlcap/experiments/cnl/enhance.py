@@ -47,7 +47,20 @@ from tlcap.viz.cnl import enhance_figure
 
 
 def mode_neurons(neurons: NeuronSet, mode: str, seed: int = 0) -> tuple[NeuronSet, str]:
-    """The neuron set and :func:`masked_finetune` mode a CNL enhance mode trains."""
+    """The neuron set and :func:`masked_finetune` mode a CNL enhance mode trains.
+
+    Args:
+        neurons: The located neurons.
+        mode: An enhance mode of ``ENHANCE_MODES``.
+        seed: Seed of the random set (mode ``"random"``).
+
+    Returns:
+        ``(neurons, finetune mode)``: ``random`` trains a random set of the same per-layer counts; ``located``
+        trains ``neurons``; the other modes train every neuron except ``neurons`` (``"except"``).
+
+    Raises:
+        InvalidConfigError: an unknown mode.
+    """
     check_choice("mode", mode, ENHANCE_MODES, cli="--modes")
     if mode == "random":
         return neurons.random_like(seed=seed), "located"
@@ -156,6 +169,13 @@ class EnhanceResult(RowFields, Result):
     def scores(self, mode: str, epoch: int) -> Float[Tensor, " item"]:
         """Per-item scores of one (mode, epoch) row.
 
+        Args:
+            mode: A trained mode (``ENHANCE_MODES``), e.g. ``"located"``.
+            epoch: The epoch of the row.
+
+        Returns:
+            ``[item]`` float64 scores of the held-out items (:attr:`items`).
+
         Raises:
             InvalidConfigError: no such row (or a result saved without per-item scores).
         """
@@ -166,16 +186,29 @@ class EnhanceResult(RowFields, Result):
                                  f"{[(r.mode, r.epoch) for r in self.rows]}")
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`EnhanceRow` per (mode, epoch)."""
+        """One :class:`EnhanceRow` per (mode, epoch).
+
+        Returns:
+            A DataFrame of :class:`EnhanceRow` (mode, epoch, accuracy).
+        """
         return frame(self.rows, EnhanceRow)
 
     def table(self) -> pd.DataFrame:
-        """Modes × epochs accuracy table."""
+        """Modes × epochs accuracy table.
+
+        Returns:
+            A DataFrame indexed by mode with one accuracy column per epoch (the empty frame without rows).
+        """
         df = self.to_frame()
         return df.pivot(index="mode", columns="epoch", values="accuracy") if len(df) else df
 
     def summary(self) -> dict[str, Any]:
-        """Base accuracy, accuracy per mode and epoch, trained fractions."""
+        """Base accuracy, accuracy per mode and epoch, trained fractions.
+
+        Returns:
+            A JSON-safe dict: task, source, metric, base accuracy, majority share, counts, ``lr``, modes, trained
+            fractions, every row, ``accuracy[mode][epoch]``, the data report and the config.
+        """
         modes = list(dict.fromkeys(r.mode for r in self.rows))
         return {"task": self.task, "source": self.source, "metric": self.metric, "base_accuracy": self.base_accuracy,
                 "majority_share": self.majority_share, "n_neurons": self.n_neurons, "n_train": self.n_train,
@@ -185,7 +218,11 @@ class EnhanceResult(RowFields, Result):
                 "data": dict(self.data), "config": dict(self.config)}
 
     def figure(self) -> go.Figure:
-        """Accuracy vs epoch, one line per mode."""
+        """Accuracy vs epoch, one line per mode.
+
+        Returns:
+            The Plotly figure, the base accuracy as a line.
+        """
         return enhance_figure(self.to_frame(), self.base_accuracy, metric=self.metric,
                               title=f"CNL enhance: fine-tune {self.source or self.task} neurons → {self.task} (lr {self.lr:g})")
 

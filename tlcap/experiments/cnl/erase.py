@@ -130,7 +130,12 @@ class EraseResult(Result):
 
     def summary(self) -> dict[str, Any]:
         """Base, located-erased and random-erased accuracy and their changes (random: ``None`` without draws),
-        and the perplexity control (``ppl_base`` / ``ppl_located`` / ``ppl_random``; ``None`` / ``[]`` without it)."""
+        and the perplexity control (``ppl_base`` / ``ppl_located`` / ``ppl_random``; ``None`` / ``[]`` without it).
+
+        Returns:
+            A JSON-safe dict: task, source, metric, counts, the accuracies and deltas, the perplexity control,
+            the data report and the config.
+        """
         no_rnd = not self.random_accuracies
         return {
             "task": self.task, "source": self.source, "metric": self.metric, "n_eval": self.n_eval,
@@ -142,13 +147,21 @@ class EraseResult(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`EraseRow` per condition (base, located, each random draw)."""
+        """One :class:`EraseRow` per condition (base, located, each random draw).
+
+        Returns:
+            A DataFrame of :class:`EraseRow` (condition, accuracy).
+        """
         rows = [EraseRow("base", self.base_accuracy), EraseRow("located erased", self.located_accuracy)]
         rows += [EraseRow(f"random erased #{i}", a) for i, a in enumerate(self.random_accuracies)]
         return frame(rows, EraseRow)
 
     def figure(self) -> go.Figure:
-        """Bars: base, located erased, random erased (mean ± sd of the draws)."""
+        """Bars: base, located erased, random erased (mean ± sd of the draws).
+
+        Returns:
+            The Plotly bar chart.
+        """
         return erase_figure(self.base_accuracy, self.located_accuracy, self.random_accuracies, metric=self.metric,
                             title=f"CNL erase: {self.source or self.task} neurons ({self.n_neurons}) → {self.task}")
 
@@ -158,7 +171,15 @@ def _majority(golds: Sequence[str]) -> float:
 
 
 def located_accuracy(runs: ErasedSets, task: str) -> TaskAccuracy:
-    """The located-erased model's :class:`TaskAccuracy` from an :class:`ErasedSets` (no extra pass)."""
+    """The located-erased model's :class:`TaskAccuracy` from an :class:`ErasedSets` (no extra pass).
+
+    Args:
+        runs: The erased runs (:func:`~tlcap.experiments.cnl.erase_sets.erase_sets`).
+        task: The task name (recorded).
+
+    Returns:
+        The accuracy with the located set erased, with its per-item scores, predictions and golds.
+    """
     sc = runs.located.tolist()
     return TaskAccuracy(task, runs.metric, sum(sc) / len(sc), tuple(sc), runs.located_predictions, runs.golds,
                         n_skipped=runs.n_skipped)
@@ -283,7 +304,12 @@ class EraseSweep(RowFields, Result):
     meta: dict = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        """Base accuracy and one row per σ; empty sets listed in ``empty_sigmas``."""
+        """Base accuracy and one row per σ; empty sets listed in ``empty_sigmas``.
+
+        Returns:
+            A JSON-safe dict: task, source, metric, spread, counts, base accuracy, majority share, the σ values,
+            ``empty_sigmas``, every :class:`SweepRow`, the data report and the config.
+        """
         return {
             "task": self.task, "source": self.source, "metric": self.metric, "spread": self.spread, "n_eval": self.n_eval,
             "n_skipped": self.n_skipped, "n_random": self.n_random, "base_accuracy": self.base_accuracy,
@@ -293,11 +319,19 @@ class EraseSweep(RowFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`SweepRow` per σ."""
+        """One :class:`SweepRow` per σ.
+
+        Returns:
+            A DataFrame of :class:`SweepRow` (set size, split-half stability, located / random accuracy and deltas).
+        """
         return frame(self.rows, SweepRow)
 
     def figure(self) -> go.Figure:
-        """Located vs random erased accuracy per σ, base accuracy as a line."""
+        """Located vs random erased accuracy per σ, base accuracy as a line.
+
+        Returns:
+            The Plotly figure.
+        """
         return erase_sweep_figure(self.to_frame(), self.base_accuracy, metric=self.metric,
                                   title=f"CNL erase σ sweep: {self.source or self.task} neurons → {self.task}")
 

@@ -49,7 +49,15 @@ Parts = dict[str, DatasetScores]
 
 
 def split_halves(samples: Sequence[Sample], seed: int = 0) -> tuple[list[Sample], list[Sample]]:
-    """Two random halves (seeded); with an odd count the first half has one more."""
+    """Two random halves (seeded); with an odd count the first half has one more.
+
+    Args:
+        samples: The dataset.
+        seed: Seed of the shuffle.
+
+    Returns:
+        ``(half A, half B)``, each in the samples' original order.
+    """
     idx = list(range(len(samples)))
     random.Random(seed).shuffle(idx)
     h = (len(idx) + 1) // 2
@@ -57,7 +65,15 @@ def split_halves(samples: Sequence[Sample], seed: int = 0) -> tuple[list[Sample]
 
 
 def ladder(n_half: int, points: int = 4) -> list[int]:
-    """Cumulative half sizes for the convergence curve: geometric, ending at ``n_half``."""
+    """Cumulative half sizes for the convergence curve: geometric, ending at ``n_half``.
+
+    Args:
+        n_half: Samples in a half.
+        points: Most points (``n_half / 2**j`` for ``j < points``; equal sizes merge).
+
+    Returns:
+        The half sizes, ascending, each ``>= 1``; ``[]`` when ``n_half < 1``.
+    """
     if n_half < 1:
         return []
     return sorted({max(1, round(n_half / 2**j)) for j in range(points)})
@@ -116,6 +132,9 @@ def merge_parts(runs: Sequence[Parts], names: Sequence[str] | None = None) -> Pa
         runs: The shard runs' parts.
         names: How to call the runs in error messages (their folders).
 
+    Returns:
+        The merged parts: one :class:`DatasetScores` per key (chunk) over all runs.
+
     Raises:
         CheckpointMismatchError: runs with other chunk layouts or settings.
         OverlappingShardsError: runs that share samples (a shard given twice).
@@ -130,7 +149,15 @@ def merge_parts(runs: Sequence[Parts], names: Sequence[str] | None = None) -> Pa
 
 
 def save_parts(parts: Parts, path: str | Path) -> Path:
-    """Save every chunk under ``path/<key>``."""
+    """Save every chunk under ``path/<key>``.
+
+    Args:
+        parts: The chunks by key (:func:`score_parts`).
+        path: The folder (each chunk in its own subfolder).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     path = Path(path)
     for k, v in parts.items():
         v.save(path / k)
@@ -138,7 +165,17 @@ def save_parts(parts: Parts, path: str | Path) -> Path:
 
 
 def load_parts(path: str | Path) -> Parts:
-    """Chunks saved by :func:`save_parts` (the ``parts`` folder of a ``tlcap cnl locate`` run)."""
+    """Chunks saved by :func:`save_parts` (the ``parts`` folder of a ``tlcap cnl locate`` run).
+
+    Args:
+        path: The ``parts`` folder.
+
+    Returns:
+        The chunks by key (every subfolder holding a ``result.json``), keys sorted.
+
+    Raises:
+        MissingFileError: ``path`` holds no saved chunk.
+    """
     path = Path(path)
     keys = sorted(p.name for p in path.iterdir() if (p / "result.json").exists()) if path.is_dir() else []
     if not keys:
@@ -202,6 +239,11 @@ class CNLLocation(RowFields, Result):
         return (int(self.scores.shape[0]), int(self.scores.shape[1]))
 
     def neuron_set(self) -> NeuronSet:
+        """The located neurons as a set.
+
+        Returns:
+            A :class:`NeuronSet` of :attr:`neurons` over the ``(n_layers, d_mlp)`` grid.
+        """
         return NeuronSet(self.neurons, self.shape)
 
     @property
@@ -215,6 +257,13 @@ class CNLLocation(RowFields, Result):
     def reselect(self, sigma: float, spread: str | None = None) -> NeuronSet:
         """The located set at another σ from the saved scores (no scoring).
 
+        Args:
+            sigma: The threshold σ, ``> 0``.
+            spread: ``"std"`` or ``"var"`` (default: this location's).
+
+        Returns:
+            The σ-mask of :attr:`scores`.
+
         Raises:
             InvalidConfigError: ``sigma <= 0`` or an unknown spread.
         """
@@ -223,18 +272,38 @@ class CNLLocation(RowFields, Result):
         return sigma_mask(self.scores, sigma, spread)  # type: ignore[arg-type]
 
     def halves(self, sigma: float | None = None, spread: str | None = None) -> tuple[NeuronSet, NeuronSet]:
-        """Neurons located on half A and on half B (at this location's σ, or another)."""
+        """Neurons located on half A and on half B (at this location's σ, or another).
+
+        Args:
+            sigma: The threshold σ (default: this location's).
+            spread: ``"std"`` or ``"var"`` (default: this location's).
+
+        Returns:
+            ``(set A, set B)``: the σ-masks of the two halves' scores.
+
+        Raises:
+            InvalidConfigError: ``sigma <= 0`` or an unknown spread.
+        """
         sigma, spread = sigma or self.sigma, spread or self.spread
         check_sigma(sigma, spread)
         return (sigma_mask(self.half_scores[0], sigma, spread),  # type: ignore[arg-type]
                 sigma_mask(self.half_scores[1], sigma, spread))  # type: ignore[arg-type]
 
     def to_frame(self) -> pd.DataFrame:
-        """The convergence ladder, one :class:`ConvergenceRow` per point."""
+        """The convergence ladder, one :class:`ConvergenceRow` per point.
+
+        Returns:
+            A DataFrame of :class:`ConvergenceRow` (half size, split-half overlap / IoU, set sizes, overlap with the final set).
+        """
         return frame(self.convergence, ConvergenceRow)
 
     def summary(self) -> dict[str, Any]:
-        """The ``tlcap cnl locate`` summary: located set, split-half stability, convergence, counts."""
+        """The ``tlcap cnl locate`` summary: located set, split-half stability, convergence, counts.
+
+        Returns:
+            A JSON-safe dict: task, model and settings, sample / token / skip counts, the data report, the located
+            set's size and ratio, split-half overlap and IoU, and the convergence ladder.
+        """
         return {
             "task": self.task, "model": self.model_name, "method": self.method, "steps": self.steps,
             "max_answer_tokens": self.max_answer_tokens, "sigma": self.sigma, "spread": self.spread,
@@ -250,11 +319,19 @@ class CNLLocation(RowFields, Result):
         }
 
     def figure(self) -> go.Figure:
-        """The located neurons (:meth:`located_figure`)."""
+        """The located neurons (:meth:`located_figure`).
+
+        Returns:
+            The Plotly figure of :meth:`located_figure`.
+        """
         return self.located_figure()
 
     def located_figure(self) -> go.Figure:
-        """Located neurons on a layer × neuron canvas (CNL Fig. 3 style)."""
+        """Located neurons on a layer × neuron canvas (CNL Fig. 3 style).
+
+        Returns:
+            The Plotly figure, titled with σ, samples and the located share.
+        """
         return located_sets_figure(
             {self.task or "located": self.neuron_set()},
             title=f"CNL located neurons: {self.task} (σ={self.sigma:g} {self.spread}, {self.n_samples} samples, "
@@ -262,11 +339,19 @@ class CNLLocation(RowFields, Result):
         )
 
     def convergence_figure(self) -> go.Figure:
-        """Split-half overlap / IoU and overlap with the final set vs samples per half."""
+        """Split-half overlap / IoU and overlap with the final set vs samples per half.
+
+        Returns:
+            The Plotly figure of :meth:`to_frame`'s ladder.
+        """
         return convergence_figure(self.to_frame(), title=f"CNL convergence: {self.task}")
 
     def heatmap(self) -> go.Figure:
-        """The scores, located neurons ringed."""
+        """The scores, located neurons ringed.
+
+        Returns:
+            The Plotly layer × neuron heatmap of :attr:`scores`.
+        """
         return neuron_heatmap(self.scores.float(), highlight=self.neuron_set(), title=f"CNL scores: {self.task}")
 
 

@@ -91,7 +91,17 @@ def traced_layers(model: Model, prompt: str, subject: str, target: str,
 
 def knowledge_circuit(model: Model, prompt: str, target: str, kc: EAPConfig) -> Circuit:
     """The circuit of one prompt: EAP-IG with ``kc.steps`` (zero ablation), then ``kc``'s selection
-    (top-n or threshold; dead nodes pruned when ``kc.prune``)."""
+    (top-n or threshold; dead nodes pruned when ``kc.prune``).
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+        target: The answer.
+        kc: EAP-IG settings and the selection (:func:`cnl_circuit`).
+
+    Returns:
+        The selected :class:`~tlcap.locate.circuits.Circuit`.
+    """
     scores = edge_attribution(model, prompt, target, None, config=kc)
     return _circuit(scores, kc)
 
@@ -103,46 +113,103 @@ def _circuit(scores: EdgeScores, kc: EAPConfig) -> Circuit:
 
 
 def kn_neurons_facts(model: Model, facts: Sequence[tuple[str, str]], kn: KNConfig) -> list[tuple[NeuronSet, float]]:
-    """:func:`kn_neurons` of every ``(prompt, target)``, the IG rows of all prompts in shared batches."""
+    """:func:`kn_neurons` of every ``(prompt, target)``, the IG rows of all prompts in shared batches.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, target)`` per fact.
+        kn: Attribution (``kn.ig``) and selection settings, as :func:`kn_neurons`.
+
+    Returns:
+        ``(neurons, P(target))`` per fact, in order.
+    """
     return [(_select(a.scores, kn), a.target_prob) for a in integrated_gradients_facts(model, facts, config=kn.ig)]
 
 
 def traced_layers_facts(model: Model, facts: Sequence[tuple[str, str, str]],
                         trace: TraceConfig) -> list[tuple[list[int], float, float]]:
-    """:func:`traced_layers` of every ``(prompt, subject, target)``, the cells of several facts in one batch."""
+    """:func:`traced_layers` of every ``(prompt, subject, target)``, the cells of several facts in one batch.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, subject, target)`` per fact.
+        trace: Causal-tracing settings (its ``kinds`` include ``mlp``).
+
+    Returns:
+        ``(layers, P(target) clean, P(target) corrupted)`` per fact, in order, as :func:`traced_layers`.
+    """
     trs = causal_trace_facts(model, facts, config=trace)
     return [(tr.top_layers(trace.top_k, kind="mlp", token="last_subject"), tr.clean_prob, tr.corrupted_prob)
             for tr in trs]
 
 
 def knowledge_circuits(model: Model, facts: Sequence[tuple[str, str]], kc: EAPConfig) -> list[Circuit]:
-    """:func:`knowledge_circuit` of every ``(prompt, target)``, the prompts sharing the scoring passes."""
+    """:func:`knowledge_circuit` of every ``(prompt, target)``, the prompts sharing the scoring passes.
+
+    Args:
+        model: The model.
+        facts: ``(prompt, target)`` per fact.
+        kc: EAP-IG settings and the selection (:func:`cnl_circuit`).
+
+    Returns:
+        One :class:`~tlcap.locate.circuits.Circuit` per fact, in order.
+    """
     return [_circuit(sc, kc) for sc in edge_attribution_items(model, facts, config=kc)]
 
 
 def cnl_trace() -> TraceConfig:
-    """The causal trace the CNL experiments locate layers with: MLP cells of the last subject token, top 3."""
+    """The causal trace the CNL experiments locate layers with: MLP cells of the last subject token, top 3.
+
+    Returns:
+        ``TraceConfig(kinds=("mlp",), tokens="last_subject", top_k=3)``.
+    """
     return TraceConfig(kinds=("mlp",), tokens="last_subject", top_k=3)
 
 
 def cnl_circuit() -> EAPConfig:
-    """The knowledge circuit the CNL experiments locate: EAP-IG with 5 steps, the top 300 edges."""
+    """The knowledge circuit the CNL experiments locate: EAP-IG with 5 steps, the top 300 edges.
+
+    Returns:
+        ``EAPConfig(steps=5, top_n=300)``.
+    """
     return EAPConfig(steps=5, top_n=300)
 
 
 def neuron_ids(ns: NeuronSet) -> tuple[int, ...]:
-    """A neuron set as sorted flat ids ``l·d_mlp + j``."""
+    """A neuron set as sorted flat ids ``l·d_mlp + j``.
+
+    Args:
+        ns: The neuron set.
+
+    Returns:
+        The flat ids of its neurons, ascending.
+    """
     d = ns.shape[1]
     return tuple(sorted(l * d + j for l, j in ns))
 
 
 def neurons_from_ids(ids: Sequence[int], shape: tuple[int, int]) -> NeuronSet:
-    """Inverse of :func:`neuron_ids`."""
+    """Inverse of :func:`neuron_ids`.
+
+    Args:
+        ids: Flat neuron ids ``l·d_mlp + j``.
+        shape: ``(n_layers, d_mlp)``.
+
+    Returns:
+        The :class:`NeuronSet` of those neurons.
+    """
     return NeuronSet(tuple((int(i) // shape[1], int(i) % shape[1]) for i in ids), shape)
 
 
 def edge_ids(circuit: Circuit) -> tuple[int, ...]:
-    """A circuit's edges as sorted flat ids ``u·n_readers + v``."""
+    """A circuit's edges as sorted flat ids ``u·n_readers + v``.
+
+    Args:
+        circuit: The circuit (its ``[n_upstream, n_readers]`` edge mask).
+
+    Returns:
+        The flat ids of its edges, ascending.
+    """
     return tuple(int(i) for i in torch.nonzero(circuit.mask.flatten()).flatten().tolist())
 
 
@@ -163,16 +230,37 @@ class ParamCounts:
     per_mlp: tuple[int, ...]
 
     def neurons_share(self, n_neurons: int) -> float:
-        """Share of block parameters held by ``n_neurons`` MLP neurons."""
+        """Share of block parameters held by ``n_neurons`` MLP neurons.
+
+        Args:
+            n_neurons: Number of MLP neurons.
+
+        Returns:
+            ``n_neurons · per_neuron / block_total``.
+        """
         return n_neurons * self.per_neuron / self.block_total
 
     def layers_share(self, layers: Sequence[int]) -> float:
-        """Share of block parameters held by the MLPs of ``layers``."""
+        """Share of block parameters held by the MLPs of ``layers``.
+
+        Args:
+            layers: Layer indices (repeats counted once).
+
+        Returns:
+            Their MLP groups' parameters over ``block_total``.
+        """
         return sum(self.per_mlp[l] for l in set(layers)) / self.block_total
 
 
 def param_counts(model: Model) -> ParamCounts:
-    """Count the parameters (:meth:`Model.parameter_groups`, the MLP weight handles)."""
+    """Count the parameters (:meth:`Model.parameter_groups`, the MLP weight handles).
+
+    Args:
+        model: The model.
+
+    Returns:
+        The model's :class:`ParamCounts` (block total, per neuron, per layer's MLP).
+    """
     pg = model.parameter_groups()
     slices = [model.mlp_out_weight(0), *model.mlp_in_weights(0)]
     per_neuron = sum(int(ws.param.numel() // ws.param.shape[ws.neuron_dim]) for ws in slices)
@@ -196,13 +284,25 @@ class Stopwatch:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
     def add(self, other: dict[str, float]) -> None:
+        """Add seconds per method (e.g. another run's :attr:`seconds`) to :attr:`seconds`.
+
+        Args:
+            other: Method name -> seconds to add.
+        """
         for k, v in other.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + float(v)
 
 
 # ---------------------------------------------------------------------------- checkpoints
 def fingerprint(*parts: Any) -> str:
-    """A short sha256 of JSON-serialisable parts (config, model name, inputs)."""
+    """A short sha256 of JSON-serialisable parts (config, model name, inputs).
+
+    Args:
+        *parts: JSON-serialisable values (others are written with ``str``).
+
+    Returns:
+        The first 16 hex characters of the sha256 of their sorted-key JSON.
+    """
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -253,14 +353,22 @@ class ItemCheckpoint:
         return len(self.items)
 
     def add(self, item: Any) -> None:
-        """Record one item; saves every ``every`` items."""
+        """Record one item; saves every ``every`` items.
+
+        Args:
+            item: One item's result (JSON-serialisable).
+        """
         self.items.append(item)
         if len(self.items) % self.every == 0:
             self.save()
 
     @contextmanager
     def saving(self) -> Iterator[None]:
-        """Save the items done so far when the block exits, however it exits."""
+        """Save the items done so far when the block exits, however it exits.
+
+        Yields:
+            Nothing (``None``); :meth:`save` runs when the block exits.
+        """
         try:
             yield
         finally:

@@ -154,10 +154,20 @@ class CompareResult(Result):
     n_facts: tuple[int, int] = (0, 0)
 
     def records(self) -> list[Table4Row]:
+        """The stored rows as :class:`Table4Row` records (missing values as NaN).
+
+        Returns:
+            One :class:`Table4Row` per method, in table order.
+        """
         return [Table4Row(*nan_row(r)) for r in self.rows]
 
     def summary(self) -> dict[str, Any]:
-        """Per method: overlap, neuron share and IPP in points with CIs, the paper's row, performance."""
+        """Per method: overlap, neuron share and IPP in points with CIs, the paper's row, performance.
+
+        Returns:
+            A JSON-safe dict: model, fact counts and unit, then per method its ``overlap`` / ``neuron`` / ``ipp``
+            (value, low, high in points, and the paper's), ``n_draws``, ``performance`` and ``note``.
+        """
         out: dict[str, Any] = {"model": self.model_name, "n_facts_fidelity": self.n_facts[0],
                                "n_facts_reliability": self.n_facts[1], "unit": "points (%)"}
         for r in self.records():
@@ -170,11 +180,19 @@ class CompareResult(Result):
         return out
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`Table4Row` per method (shares; the paper's columns in points)."""
+        """One :class:`Table4Row` per method (shares; the paper's columns in points).
+
+        Returns:
+            A DataFrame of :meth:`records`.
+        """
         return frame(self.records(), Table4Row)
 
     def figure(self) -> go.Figure:
-        """Three panels (Overlap, Neuron, IPP): ours with CIs beside the paper's row."""
+        """Three panels (Overlap, Neuron, IPP): ours with CIs beside the paper's row.
+
+        Returns:
+            The Plotly figure, one panel per column of Table 4.
+        """
         rs = self.records()
         labels = [LABELS[r.method] for r in rs]
         panels = {}

@@ -83,18 +83,31 @@ class DecouplingResult(Result):
         return [{(int(i) // self.d_mlp, int(i) % self.d_mlp) for i in s} for s in sets]
 
     def rates(self) -> CoincidenceRates:
-        """``C^{1,2}``, ``C^{1,1}``, ``C^{2,2}`` (literal, overlap, IoU) of the pairs."""
+        """``C^{1,2}``, ``C^{1,1}``, ``C^{2,2}`` (literal, overlap, IoU) of the pairs.
+
+        Returns:
+            The :class:`CoincidenceRates` of :attr:`sets1` and :attr:`sets2` (one pair per sample).
+        """
         return coincidence_rates(self._neurons(self.sets1), self._neurons(self.sets2), self.n_layers, self.d_mlp)
 
     def cross_overlaps(self) -> np.ndarray:
-        """Overlap of framing 1 of pair ``k`` with framing 2 of pair ``k+1`` (cyclic); NaN for one pair."""
+        """Overlap of framing 1 of pair ``k`` with framing 2 of pair ``k+1`` (cyclic); NaN for one pair.
+
+        Returns:
+            ``(n_pairs,)`` float array of overlaps, all NaN with fewer than two pairs.
+        """
         n = len(self.sets1)
         if n < 2:
             return np.full(n, np.nan)
         return np.array([overlap(set(self.sets1[k]), set(self.sets2[(k + 1) % n])) for k in range(n)])
 
     def summary(self) -> dict[str, Any]:
-        """The three rates in each variant (C^{1,2} with CI), the paper's value, the cross-pair reference."""
+        """The three rates in each variant (C^{1,2} with CI), the paper's value, the cross-pair reference.
+
+        Returns:
+            A JSON-safe dict: model, pairs, shape, timings and config, ``c12`` / ``c11`` / ``c22`` per variant
+            (``literal``, ``overlap``, ``iou``) with the paper's value, and the cross-pair reference.
+        """
         r = self.rates()
         out: dict[str, Any] = {"model": self.model_name, "n_pairs": r.n, "n_layers": self.n_layers, "d_mlp": self.d_mlp,
                                "ci": CI_NOTE, "wall_seconds": self.wall_seconds,
@@ -113,7 +126,12 @@ class DecouplingResult(Result):
         return out
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`PairRow` per pair."""
+        """One :class:`PairRow` per pair.
+
+        Returns:
+            A DataFrame of :class:`PairRow`: set sizes, shared neurons, overlap, IoU, cross-pair overlap and
+            the two framings' probabilities.
+        """
         cross = self.cross_overlaps()
         rows = []
         for k, (a, b) in enumerate(zip(self.sets1, self.sets2)):
@@ -124,7 +142,11 @@ class DecouplingResult(Result):
         return frame(rows, PairRow)
 
     def figure(self) -> go.Figure:
-        """The three rates (overlap-normalised; C^{1,2} with CI) beside the paper; literal and cross-pair as ticks."""
+        """The three rates (overlap-normalised; C^{1,2} with CI) beside the paper; literal and cross-pair as ticks.
+
+        Returns:
+            The Plotly bar chart.
+        """
         r = self.rates()
         c12 = r.c12_ci("overlap")
         nan = float("nan")

@@ -112,6 +112,15 @@ def chance_overlap(a: Sequence[int], b: Sequence[int], universe: int, per_layer:
 
     With ``per_layer`` (= d_mlp) the ids are neurons and the random sets keep each layer's count;
     otherwise they are uniform in ``range(universe)``. 0 when either set is empty.
+
+    Args:
+        a: Flat ids of one set (neurons ``l·d_mlp + j``, layers or edges).
+        b: Flat ids of the other set.
+        universe: How many ids there are (used without ``per_layer``).
+        per_layer: ``d_mlp`` when the ids are neurons; ``None`` = uniform random sets.
+
+    Returns:
+        The expected overlap ``(|a∩b|/|a| + |a∩b|/|b|) / 2`` of the random sets, in ``[0, 1]``.
     """
     if not a or not b:
         return 0.0

@@ -163,7 +163,16 @@ class ReliabilityConfig(Config):
 
 
 def draw_seed(seed: int, item: int, draw: int) -> int:
-    """The seed of random draw ``draw`` for item ``item`` (independent of resumes and of other items)."""
+    """The seed of random draw ``draw`` for item ``item`` (independent of resumes and of other items).
+
+    Args:
+        seed: The run's seed.
+        item: Position of the fact.
+        draw: Index of the random draw.
+
+    Returns:
+        A seed in ``[0, 2**31 - 1)``.
+    """
     return (seed * 1_000_003 + item * 10_007 + draw) % (2**31 - 1)
 
 
@@ -192,6 +201,15 @@ def neighbourhood(facts: Sequence[RewriteFact], i: int, n: int, seed: int) -> li
     Facts of other relations with another answer first; if there are none, facts of the same
     relation with another answer; if there are none either, ``None`` (ROME's default unrelated
     prompts).
+
+    Args:
+        facts: The dataset.
+        i: Position of the fact being edited.
+        n: Most prompts.
+        seed: The run's seed (with ``i``, via :func:`draw_seed`).
+
+    Returns:
+        The first rewrites of up to ``n`` facts, or ``None``.
     """
     me = facts[i]
     others = [f for k, f in enumerate(facts) if k != i and f.target != me.target]

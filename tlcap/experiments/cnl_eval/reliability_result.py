@@ -74,12 +74,27 @@ class ReliabilityResult(Result):
 
     # ------------------------------------------------------------------ rows
     def kn_records(self) -> list[KNRow]:
+        """The KN rows as :class:`KNRow` records (missing values as NaN).
+
+        Returns:
+            One :class:`KNRow` per (fact, set, draw): the located set and each matched random draw.
+        """
         return [KNRow(*nan_row(r)) for r in self.kn_rows]
 
     def rome_records(self) -> list[RomeRow]:
+        """The ROME rows as :class:`RomeRow` records (missing values as NaN).
+
+        Returns:
+            One :class:`RomeRow` per (fact, edited layer).
+        """
         return [RomeRow(*nan_row(r)) for r in self.rome_rows]
 
     def kc_records(self) -> list[KCRow]:
+        """The knowledge-circuit rows as :class:`KCRow` records (missing values as NaN).
+
+        Returns:
+            One :class:`KCRow` per (fact, set, draw): the located circuit and each random circuit.
+        """
         return [KCRow(*nan_row(r)) for r in self.kc_rows]
 
     def _kn_arrays(self, op: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -102,6 +117,12 @@ class ReliabilityResult(Result):
 
         Args:
             op: ``"double"`` (×enhance_factor) or ``"zero"`` (×suppress_factor).
+
+        Returns:
+            :class:`Estimate` per key: ``located_rise`` / ``located_fall`` (Wilson), ``random_rise`` / ``random_fall``
+            (clustered by fact), ``rise_located_minus_random`` / ``fall_located_minus_random`` (paired; ``None``
+            without random draws), and ``test``: the :class:`RandomControlTest` of the event ``op`` should cause
+            (``None`` with fewer than ``MIN_NULL_DRAWS`` draws; absent without random draws).
         """
         lb, la, rb, ra = self._kn_arrays(op)
         n, d = len(lb), rb.shape[0]
@@ -124,6 +145,13 @@ class ReliabilityResult(Result):
         """IPP of KN: mean P(target) with the located set manipulated − the best random draw's.
 
         For ``"zero"`` a lower probability is the stronger effect (``higher_is_better=False``).
+
+        Args:
+            op: ``"double"`` or ``"zero"``.
+            min_draws: The fewest random draws accepted.
+
+        Returns:
+            The IPP with its bootstrap interval over facts.
         """
         _, la, _, ra = self._kn_arrays(op)
         return ipp_ci(la, ra, higher_is_better=(op == "double"), min_draws=min_draws)
@@ -131,13 +159,21 @@ class ReliabilityResult(Result):
     # ------------------------------------------------------------------ ROME
     def rome_layers(self) -> list[int]:
         """The layers of the per-layer table: the configured ``rome_layers`` (a traced layer added
-        for one fact is left out: it holds only the facts traced there), else every edited layer."""
+        for one fact is left out: it holds only the facts traced there), else every edited layer.
+
+        Returns:
+            The layers, ascending.
+        """
         edited = {r.layer for r in self.rome_records()}
         listed = self.config.get("rome_layers")
         return sorted(edited & set(listed)) if listed else sorted(edited)
 
     def rome_by_layer(self) -> dict[str, list[Estimate]]:
-        """Per edited layer: efficacy (Wilson), paraphrase and specificity (bootstrap means) over facts."""
+        """Per edited layer: efficacy (Wilson), paraphrase and specificity (bootstrap means) over facts.
+
+        Returns:
+            ``{"efficacy", "paraphrase", "specificity"}``: one :class:`Estimate` per layer of :meth:`rome_layers`.
+        """
         rows = self.rome_records()
         out: dict[str, list[Estimate]] = {"efficacy": [], "paraphrase": [], "specificity": []}
         for l in self.rome_layers():
@@ -148,7 +184,15 @@ class ReliabilityResult(Result):
         return out
 
     def rome_located_vs_other(self, metric: str = "efficacy") -> dict[str, Estimate] | None:
-        """``metric`` at the traced layer vs the mean over the other edited layers, paired over facts."""
+        """``metric`` at the traced layer vs the mean over the other edited layers, paired over facts.
+
+        Args:
+            metric: A :class:`RomeRow` metric: ``"efficacy"``, ``"paraphrase"`` or ``"specificity"``.
+
+        Returns:
+            Bootstrap estimates ``located``, ``other_layers`` and their paired difference ``located_minus_other``
+            over the facts where both are finite; ``None`` when no fact has a traced layer or a finite pair.
+        """
         rows = self.rome_records()
         facts = sorted({r.fact for r in rows if r.located})
         if not facts:
@@ -171,7 +215,17 @@ class ReliabilityResult(Result):
 
     def rome_ipp(self, n_draws: int | None = None, seed: int = 0, metric: str = "efficacy") -> Estimate | None:
         """IPP of ROME: ``metric`` at the traced layer − the best of ``n_draws`` draws of one random
-        other layer per fact (seeded)."""
+        other layer per fact (seeded).
+
+        Args:
+            n_draws: Random draws (default :attr:`n_random`, else 20).
+            seed: Seed of the draws.
+            metric: A :class:`RomeRow` metric (``"efficacy"``, ``"paraphrase"``, ``"specificity"``).
+
+        Returns:
+            The IPP with its bootstrap interval over facts; ``None`` when no fact was edited at another layer
+            than its traced one.
+        """
         rows = self.rome_records()
         by = {(r.fact, r.layer): float(getattr(r, metric)) for r in rows}
         others = {f: sorted(l for (g, l) in by if g == f and not any(r.located and r.layer == l and r.fact == f for r in rows))
@@ -187,7 +241,11 @@ class ReliabilityResult(Result):
         return ipp_ci(loc, draws)
 
     def traced_counts(self) -> list[int]:
-        """How many facts were traced to each layer (index = layer)."""
+        """How many facts were traced to each layer (index = layer).
+
+        Returns:
+            ``n_layers`` counts of facts per traced layer.
+        """
         counts = [0] * self.n_layers
         for f in {(r.fact, r.traced_layer) for r in self.rome_records()}:
             counts[f[1]] += 1
@@ -195,7 +253,13 @@ class ReliabilityResult(Result):
 
     # ------------------------------------------------------------------ KC
     def kc_stats(self) -> dict[str, Any]:
-        """Recall (circuit alone ranks the target first), hit@10, parameter share; random circuits; test."""
+        """Recall (circuit alone ranks the target first), hit@10, parameter share; random circuits; test.
+
+        Returns:
+            :class:`Estimate` per key: ``recall_at_1``, ``hit_at_10`` (Wilson), ``param_share``, ``n_edges`` and
+            ``param_share_recalled`` (bootstrap; ``None`` when no circuit recalls), and with random circuits
+            ``random_recall_at_1`` and ``test`` (a :class:`RandomControlTest`, ``None`` with too few draws).
+        """
         rows = self.kc_records()
         loc = [r for r in rows if r.set == "located"]
         rnd = [r for r in rows if r.set == "random"]
@@ -213,7 +277,14 @@ class ReliabilityResult(Result):
         return out
 
     def kc_ipp(self, min_draws: int = 5) -> Estimate:
-        """IPP of KC: recall@1 of the circuits − the best random draw's (as many random edges)."""
+        """IPP of KC: recall@1 of the circuits − the best random draw's (as many random edges).
+
+        Args:
+            min_draws: The fewest random draws accepted.
+
+        Returns:
+            The IPP with its bootstrap interval over facts.
+        """
         rows = self.kc_records()
         loc = [r for r in rows if r.set == "located"]
         facts = [r.fact for r in loc]
@@ -251,7 +322,12 @@ class ReliabilityResult(Result):
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Every statistic with its CI and the paper's value; tests against matched random sets."""
+        """Every statistic with its CI and the paper's value; tests against matched random sets.
+
+        Returns:
+            A JSON-safe dict: model, facts, parts, config and timings, then per run part (``kn``, ``rome``, ``kc``)
+            its estimates (value, CI, n) with the paper's value where it reports one.
+        """
         out: dict[str, Any] = {"model": self.model_name, "n_facts": self.n_facts, "parts": list(self.parts), "ci": CI_NOTE,
                                "wall_seconds": self.wall_seconds, "method_seconds": dict(self.method_seconds),
                                "config": dict(self.config)}
@@ -283,20 +359,43 @@ class ReliabilityResult(Result):
         return out
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`StatRow` per headline statistic (value, CI, n, the paper's value)."""
+        """One :class:`StatRow` per headline statistic (value, CI, n, the paper's value).
+
+        Returns:
+            A DataFrame of :class:`StatRow` (part, statistic, value, CI, n, paper).
+        """
         return frame(self._stats(), StatRow)
 
     def kn_frame(self) -> pd.DataFrame:
+        """The KN rows as a table.
+
+        Returns:
+            A DataFrame of :meth:`kn_records` (:class:`KNRow` columns).
+        """
         return frame(self.kn_records(), KNRow)
 
     def rome_frame(self) -> pd.DataFrame:
+        """The ROME rows as a table.
+
+        Returns:
+            A DataFrame of :meth:`rome_records` (:class:`RomeRow` columns).
+        """
         return frame(self.rome_records(), RomeRow)
 
     def kc_frame(self) -> pd.DataFrame:
+        """The knowledge-circuit rows as a table.
+
+        Returns:
+            A DataFrame of :meth:`kc_records` (:class:`KCRow` columns).
+        """
         return frame(self.kc_records(), KCRow)
 
     def figure(self) -> go.Figure:
-        """KN: shares of facts whose P(target) rises / falls, located vs matched random, beside the paper."""
+        """KN: shares of facts whose P(target) rises / falls, located vs matched random, beside the paper.
+
+        Returns:
+            The Plotly figure: one panel per operation (double, zero).
+        """
         panels = {}
         for op, title in (("double", "double the activations"), ("zero", "zero the activations")):
             if not self.kn_rows:
@@ -313,7 +412,11 @@ class ReliabilityResult(Result):
                                           "whose P(target) rises / falls")
 
     def rome_figure(self) -> go.Figure:
-        """ROME at every layer: efficacy / paraphrase / specificity (CI bands), traced layers as bars."""
+        """ROME at every layer: efficacy / paraphrase / specificity (CI bands), traced layers as bars.
+
+        Returns:
+            The Plotly figure over the layers of :meth:`rome_layers`.
+        """
         by = self.rome_by_layer()
         series = {k: ([e.value for e in v], [e.low for e in v], [e.high for e in v]) for k, v in by.items()}
         counts = self.traced_counts()
@@ -327,7 +430,11 @@ class ReliabilityResult(Result):
                                   f"layer{note})")
 
     def kc_figure(self) -> go.Figure:
-        """KC: recall@1 of circuits alone vs random circuits, parameter share, beside the paper."""
+        """KC: recall@1 of circuits alone vs random circuits, parameter share, beside the paper.
+
+        Returns:
+            The Plotly bar chart with CIs.
+        """
         k = self.kc_stats()
         names = ["recall@1", "random circuit recall@1", "param share", "param share (recalled)"]
         ests = [k["recall_at_1"], k.get("random_recall_at_1"), k["param_share"], k["param_share_recalled"]]

@@ -44,12 +44,27 @@ CI_NOTE = "percentile bootstrap over facts, 95 %, 5000 resamples, seed 0"
 
 
 def nan_row(row: Any) -> tuple[Any, ...]:
-    """A stored row with JSON's ``null`` (a saved NaN) read back as NaN."""
+    """A stored row with JSON's ``null`` (a saved NaN) read back as NaN.
+
+    Args:
+        row: A stored row (a sequence of values).
+
+    Returns:
+        The row as a tuple, ``None`` replaced by NaN.
+    """
     return tuple(float("nan") if v is None else v for v in row)
 
 
 def est_dict(est: Estimate, paper: float | None = None) -> dict[str, Any]:
-    """An estimate as JSON (with its printed text) and the paper's value beside it."""
+    """An estimate as JSON (with its printed text) and the paper's value beside it.
+
+    Args:
+        est: The estimate.
+        paper: The paper's value (``None``: not reported).
+
+    Returns:
+        :meth:`Estimate.summary`, plus ``paper`` and ``paper_inside_ci`` when ``paper`` is given.
+    """
     out = est.summary()
     if paper is not None:
         out["paper"] = paper
@@ -148,25 +163,63 @@ class FidelityResult(Result):
     wall_seconds: float = 0.0
 
     def records(self) -> list[FidelityRow]:
+        """The stored fact × method rows as :class:`FidelityRow` records (missing values as NaN).
+
+        Returns:
+            One :class:`FidelityRow` per fact and method.
+        """
         return [FidelityRow(*nan_row(r)) for r in self.rows]
 
     def rewrite_records(self) -> list[RewriteRow]:
+        """The stored rewrite × method rows as :class:`RewriteRow` records (missing values as NaN).
+
+        Returns:
+            One :class:`RewriteRow` per rewrite and method.
+        """
         return [RewriteRow(*nan_row(r)) for r in self.rewrite_rows]
 
     def values(self, method: str, column: str = "overlap") -> np.ndarray:
-        """Per-fact values of one column for ``method`` (fact order)."""
+        """Per-fact values of one column for ``method`` (fact order).
+
+        Args:
+            method: ``"kn"``, ``"trace"`` or ``"kc"``.
+            column: A :class:`FidelityRow` field, e.g. ``"overlap"``, ``"iou"``, ``"chance"``.
+
+        Returns:
+            ``(n_facts,)`` float array (NaN where missing).
+        """
         return np.array([getattr(r, column) for r in self.records() if r.method == method], dtype=float)
 
     def estimate(self, method: str, measure: str = "overlap") -> Estimate:
-        """Mean of ``measure`` (``overlap``, ``iou``, ``chance``, ``mean_size``, ``param_share``) over facts, with CI."""
+        """Mean of ``measure`` (``overlap``, ``iou``, ``chance``, ``mean_size``, ``param_share``) over facts, with CI.
+
+        Args:
+            method: ``"kn"``, ``"trace"`` or ``"kc"``.
+            measure: The :class:`FidelityRow` column averaged.
+
+        Returns:
+            The bootstrap mean with its CI.
+        """
         return bootstrap_ci(self.values(method, measure))
 
     def versus_chance(self, method: str) -> Estimate:
-        """Overlap minus chance overlap, paired over facts, with CI."""
+        """Overlap minus chance overlap, paired over facts, with CI.
+
+        Args:
+            method: ``"kn"``, ``"trace"`` or ``"kc"``.
+
+        Returns:
+            The paired mean difference ``overlap − chance`` with its CI.
+        """
         return paired_difference_ci(self.values(method, "overlap"), self.values(method, "chance"))
 
     def summary(self) -> dict[str, Any]:
-        """Per method: overlap (paper beside), IoU, chance, overlap − chance, set size, parameter share."""
+        """Per method: overlap (paper beside), IoU, chance, overlap − chance, set size, parameter share.
+
+        Returns:
+            A JSON-safe dict: model, facts, methods, timings and config, then per method its estimates
+            (:func:`est_dict`; overlap with the paper's value).
+        """
         out: dict[str, Any] = {"model": self.model_name, "n_facts": self.n_facts, "methods": list(self.methods),
                                "ci": CI_NOTE, "wall_seconds": self.wall_seconds,
                                "method_seconds": dict(self.method_seconds), "config": dict(self.config)}
@@ -187,15 +240,27 @@ class FidelityResult(Result):
         return out
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`FidelityRow` per fact × method."""
+        """One :class:`FidelityRow` per fact × method.
+
+        Returns:
+            A DataFrame of :meth:`records`.
+        """
         return frame(self.records(), FidelityRow)
 
     def rewrite_frame(self) -> pd.DataFrame:
-        """One :class:`RewriteRow` per rewrite × method."""
+        """One :class:`RewriteRow` per rewrite × method.
+
+        Returns:
+            A DataFrame of :meth:`rewrite_records`.
+        """
         return frame(self.rewrite_records(), RewriteRow)
 
     def figure(self) -> go.Figure:
-        """Mean pairwise overlap per method with its CI, the paper's value and the chance overlap."""
+        """Mean pairwise overlap per method with its CI, the paper's value and the chance overlap.
+
+        Returns:
+            The Plotly bar chart.
+        """
         ests = [self.estimate(m) for m in self.methods]
         chance = [float(self.values(m, "chance").mean()) for m in self.methods]
         return paper_bars(

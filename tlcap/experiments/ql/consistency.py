@@ -75,18 +75,38 @@ class ConsistencyResult(RowFields, Result):
     split: str = "static"
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`ConsistencyRow` per (method, fact)."""
+        """One :class:`ConsistencyRow` per (method, fact).
+
+        Returns:
+            A DataFrame of :class:`ConsistencyRow`.
+        """
         return frame(self.rows, ConsistencyRow)
 
     def threshold(self, method: str | None = None, split: str | None = None) -> float:
-        """The CS2 threshold of ``split`` (default the result's) for ``method`` (default the first)."""
+        """The CS2 threshold of ``split`` (default the result's) for ``method`` (default the first).
+
+        Args:
+            method: The attribution method (default the first of :attr:`methods`).
+            split: ``"static"`` or ``"otsu"`` (default the result's).
+
+        Returns:
+            The static threshold, or ``method``'s Otsu threshold.
+        """
         split = split or self.split
         m = method or self.methods[0]
         return self.static_threshold if split == "static" else float(self.otsu_thresholds[m])
 
     def groups(self, method: str | None = None, split: str | None = None) -> list[str]:
         """K_I / K_II per fact (in fact order) under ``method`` and ``split``; ``"excluded"`` for a fact
-        with fewer than 3 queries (CS1 ≡ CS2), which every analysis skips."""
+        with fewer than 3 queries (CS1 ≡ CS2), which every analysis skips.
+
+        Args:
+            method: The attribution method (default the first of :attr:`methods`).
+            split: ``"static"`` or ``"otsu"`` (default the result's).
+
+        Returns:
+            ``"K_I"``, ``"K_II"`` or ``"excluded"`` per fact.
+        """
         m = method or self.methods[0]
         col = f"group_{split or self.split}"
         return [getattr(r, col) for r in self.rows if r.method == m]
@@ -96,6 +116,14 @@ class ConsistencyResult(RowFields, Result):
 
         Facts with fewer than 3 queries (where CS1 ≡ CS2) are left out and counted in
         ``n_few_queries`` / ``mean_cs2_few_queries``.
+
+        Args:
+            method: The attribution method (default the first of :attr:`methods`).
+            split: ``"static"`` or ``"otsu"`` (default the result's).
+
+        Returns:
+            ``threshold``, ``k1_ratio`` / ``k2_ratio``, ``mean_cs2_k1`` / ``mean_cs2_k2``, ``mean_cs1`` / ``mean_cs2``,
+            ``welch_t`` / ``welch_p``, ``n_few_queries`` and ``mean_cs2_few_queries`` (NaN where a group is empty).
         """
         m = method or self.methods[0]
         df = self.to_frame()
@@ -118,7 +146,14 @@ class ConsistencyResult(RowFields, Result):
         }
 
     def k2_all_methods(self, split: str | None = None) -> float:
-        """Share of facts (with ≥ 3 queries) that are K_II under every method (Table 1's ∩:II)."""
+        """Share of facts (with ≥ 3 queries) that are K_II under every method (Table 1's ∩:II).
+
+        Args:
+            split: ``"static"`` or ``"otsu"`` (default the result's).
+
+        Returns:
+            The share in ``[0, 1]``; NaN when no fact has 3 queries or there is no method.
+        """
         per = [self.groups(m, split) for m in self.methods]
         m0 = self.methods[0] if self.methods else None
         ok = [r.n_queries >= MIN_QUERIES for r in self.rows if r.method == m0]
@@ -128,22 +163,42 @@ class ConsistencyResult(RowFields, Result):
         return sum(all(p[i] == "K_II" for p in per) for i in idx) / len(idx)
 
     def table1(self) -> pd.DataFrame:
-        """Table 1 layout: rows St/Ot, columns (method, R:I, S:I, R:II, S:II, t) and ∩:II."""
+        """Table 1 layout: rows St/Ot, columns (method, R:I, S:I, R:II, S:II, t) and ∩:II.
+
+        Returns:
+            The DataFrame of :meth:`stats` for every method and both splits, with :meth:`k2_all_methods`.
+        """
         stats = {(m, s): self.stats(m, s) for m in self.methods for s in ("static", "otsu")}
         return table1_frame(stats, {s: self.k2_all_methods(s) for s in ("static", "otsu")})
 
     def violin(self, method: str | None = None) -> go.Figure:
-        """CS2 per relation (QL Fig. 3) with the static and Otsu thresholds drawn."""
+        """CS2 per relation (QL Fig. 3) with the static and Otsu thresholds drawn.
+
+        Args:
+            method: The attribution method (default the first of :attr:`methods`).
+
+        Returns:
+            The Plotly violin figure.
+        """
         m = method or self.methods[0]
         df = self.to_frame()
         return cs2_violin(df[df.method == m], self.static_threshold, self.otsu_thresholds.get(m), m)
 
     def figure(self) -> go.Figure:
-        """:meth:`violin` of the headline method."""
+        """:meth:`violin` of the headline method.
+
+        Returns:
+            The Plotly violin figure.
+        """
         return self.violin()
 
     def summary(self) -> dict[str, Any]:
-        """The ``summary.json`` of ``tlcap ql consistency``."""
+        """The ``summary.json`` of ``tlcap ql consistency``.
+
+        Returns:
+            A JSON-safe dict: facts, methods and split, the headline method's :meth:`stats`, both thresholds,
+            :meth:`k2_all_methods`, :meth:`stats` per method and split, and per fact its CS1 / CS2 and group.
+        """
         m0 = self.methods[0]
         head = self.stats(m0)
         facts = []

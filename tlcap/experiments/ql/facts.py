@@ -41,7 +41,15 @@ METHODS: tuple[str, ...] = ("ig", "sig", "amig")
 
 
 def union_of(sets: Sequence[NeuronSet], shape: tuple[int, int]) -> NeuronSet:
-    """∪ of neuron sets (empty set of ``shape`` for none)."""
+    """∪ of neuron sets (empty set of ``shape`` for none).
+
+    Args:
+        sets: The neuron sets.
+        shape: ``(n_layers, d_mlp)`` of the result.
+
+    Returns:
+        The neurons in any set.
+    """
     out = NeuronSet((), shape)
     for s in sets:
         out = out | s
@@ -49,7 +57,15 @@ def union_of(sets: Sequence[NeuronSet], shape: tuple[int, int]) -> NeuronSet:
 
 
 def intersection_of(sets: Sequence[NeuronSet], shape: tuple[int, int]) -> NeuronSet:
-    """∩ of neuron sets (empty set of ``shape`` for none)."""
+    """∩ of neuron sets (empty set of ``shape`` for none).
+
+    Args:
+        sets: The neuron sets.
+        shape: ``(n_layers, d_mlp)`` of the empty result.
+
+    Returns:
+        The neurons in every set.
+    """
     if not sets:
         return NeuronSet((), shape)
     out = sets[0]
@@ -143,25 +159,54 @@ class FactKNs(RowFields, Result):
         return dataclasses.replace(self, scores=self.scores[idx], probs=probs, fact=fact)
 
     def sets(self) -> list[NeuronSet]:
-        """The KN set N_i of every query (the method's own rule, or ``score > t · max``)."""
+        """The KN set N_i of every query (the method's own rule, or ``score > t · max``).
+
+        Returns:
+            One :class:`NeuronSet` per query, in query order.
+        """
         return [method_select(self.scores[i], self.method, self.selection, self.threshold, self.tau) for i in range(self.k)]
 
     def global_set(self) -> NeuronSet:
-        """N_g = ∪_j N_j."""
+        """N_g = ∪_j N_j.
+
+        Returns:
+            The union of :meth:`sets`.
+        """
         return union_of(self.sets(), self.shape)
 
     def neighbor_sets(self, i: int) -> dict[str, NeuronSet]:
-        """QL eq. 3: union, intersection and refine (count > 1) over the neighbors j ≠ i."""
+        """QL eq. 3: union, intersection and refine (count > 1) over the neighbors j ≠ i.
+
+        Args:
+            i: The query left out.
+
+        Returns:
+            ``{"union", "intersection", "refine"}`` of the other queries' KN sets (empty sets when there are none).
+        """
         others = [s for j, s in enumerate(self.sets()) if j != i]
         ref = refined_set(others, 2) if others else NeuronSet((), self.shape)
         return {"union": union_of(others, self.shape), "intersection": intersection_of(others, self.shape), "refine": ref}
 
     def cas_set(self, beta1: float = 0.7, beta2: float = 0.3, t: float = 0.3) -> NeuronSet:
-        """Consistency-Aware KNs: CAS > t · max(CAS) (QL eq. 7)."""
+        """Consistency-Aware KNs: CAS > t · max(CAS) (QL eq. 7).
+
+        Args:
+            beta1: Weight of the mean score over the queries.
+            beta2: Weight of the score's standard deviation over the queries (subtracted).
+            t: Threshold as a share of the largest CAS.
+
+        Returns:
+            The neurons above the threshold.
+        """
         return threshold_select(consistency_aware_scores(self.scores, beta1, beta2), t)
 
     def summary(self) -> dict[str, Any]:
-        """The fact, its KN set sizes, union/intersection sizes and CS1/CS2 (``None`` for one query)."""
+        """The fact, its KN set sizes, union/intersection sizes and CS1/CS2 (``None`` for one query).
+
+        Returns:
+            A JSON-safe dict: the fact, queries and settings, probabilities, KN set sizes, union / intersection
+            sizes, ``cs1`` / ``cs2`` and seconds.
+        """
         sets = self.sets()
         return {
             **{k: getattr(self.fact, k) for k in ("relation", "subject", "object", "uuid")},
@@ -174,13 +219,21 @@ class FactKNs(RowFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`QueryRow` per neighbor query."""
+        """One :class:`QueryRow` per neighbor query.
+
+        Returns:
+            A DataFrame of :class:`QueryRow` (index, query, P(target), KN set size).
+        """
         rows = [QueryRow(i, q, float(self.probs[i]) if self.probs else float("nan"), len(s))
                 for i, (q, s) in enumerate(zip(self.queries, self.sets()))]
         return frame(rows, QueryRow)
 
     def figure(self) -> go.Figure:
-        """Mean score over the queries, the union of their KN sets ringed."""
+        """Mean score over the queries, the union of their KN sets ringed.
+
+        Returns:
+            The Plotly layer × neuron heatmap.
+        """
         return neuron_heatmap(self.scores.mean(0), highlight=self.global_set(), score_name=f"{self.method} score",
                               title=f"KNs of {self.fact.subject!r} → {self.target!r} ({self.k} queries, {self.method})")
 

@@ -84,19 +84,35 @@ class MappingResult(RowFields, Result):
     method: str = "ig"
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`MappingRow` per (fact, query, set, operation)."""
+        """One :class:`MappingRow` per (fact, query, set, operation).
+
+        Returns:
+            A DataFrame of :class:`MappingRow`.
+        """
         return frame(self.rows, MappingRow)
 
     def table(self) -> pd.DataFrame:
-        """Mean ΔProb by (group, set) with Enh, Sup and Avg columns (Fig. 4 numbers)."""
+        """Mean ΔProb by (group, set) with Enh, Sup and Avg columns (Fig. 4 numbers).
+
+        Returns:
+            A DataFrame, one row per (group, set).
+        """
         return enh_sup_table(self.to_frame(), "set", "dprob", order=SET_ORDER)
 
     def figure(self) -> go.Figure:
-        """QL Fig. 4: Enh / Sup / Avg ΔProb of N_i vs neighbor KNs, per group."""
+        """QL Fig. 4: Enh / Sup / Avg ΔProb of N_i vs neighbor KNs, per group.
+
+        Returns:
+            The Plotly bar chart of :meth:`table`.
+        """
         return enh_sup_bars(self.table(), "set", "ΔProb", "Query-KN mapping: ΔProb of N_i vs neighbor KNs (QL Fig. 4)")
 
     def summary(self) -> dict[str, Any]:
-        """The ``summary.json`` of ``tlcap ql mapping``."""
+        """The ``summary.json`` of ``tlcap ql mapping``.
+
+        Returns:
+            A JSON-safe dict: method, facts, groups, factor, :meth:`table` and every row.
+        """
         return {"method": self.method, "n_facts": len(self.groups), "groups": list(self.groups), "factor": self.factor,
                 "table": self.table().to_dict("records"), "rows": [row_dict(r) for r in self.rows]}
 

@@ -94,31 +94,59 @@ class ModificationResult(RowFields, Result):
     update_size: float = 1.0
 
     def skipped_frame(self) -> pd.DataFrame:
-        """One :class:`SkipRow` per (fact, query, operation) left out, with the reason."""
+        """One :class:`SkipRow` per (fact, query, operation) left out, with the reason.
+
+        Returns:
+            A DataFrame of :class:`SkipRow`.
+        """
         return frame(self.skipped, SkipRow)
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`EditRow` per edit."""
+        """One :class:`EditRow` per edit.
+
+        Returns:
+            A DataFrame of :class:`EditRow`.
+        """
         return frame(self.rows, EditRow)
 
     def table(self) -> pd.DataFrame:
-        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule."""
+        """Table 2/3 layout: mean Rel, Gen, Loc, Avg, ΔPPL by (operation, set, group); ``rule`` names the Update rule.
+
+        Returns:
+            A DataFrame, one row per (operation, set, group).
+        """
         t = modification_table(self.to_frame())
         t.insert(1, "rule", ["erasure" if op == "erasure" else self.update_rule for op in t.operation])
         return t
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Bars of Rel/Gen/Loc/Avg per (set, group), one panel per operation."""
+        """Bars of Rel/Gen/Loc/Avg per (set, group), one panel per operation.
+
+        Args:
+            title: The figure title (default :attr:`title`).
+
+        Returns:
+            The Plotly bar chart.
+        """
         return modification_bars(self.to_frame(), title or self.title)
 
     def own_prob_drop(self) -> float | None:
-        """Mean drop of the edited query's own P(o) under local erasure (``None`` without such edits)."""
+        """Mean drop of the edited query's own P(o) under local erasure (``None`` without such edits).
+
+        Returns:
+            Mean ``p_before − p_after`` of the local erasure edits, or ``None``.
+        """
         df = self.to_frame()
         sub = df[(df.operation == "erasure") & (df.set == "local")]
         return float((sub.p_before - sub.p_after).mean()) if len(sub) else None
 
     def summary(self) -> dict[str, Any]:
-        """The ``summary.json`` of ``tlcap ql modify`` / ``tlcap ql cas``."""
+        """The ``summary.json`` of ``tlcap ql modify`` / ``tlcap ql cas``.
+
+        Returns:
+            A JSON-safe dict: title, method, facts, groups and update settings, edit and skip counts with the
+            skip reasons, perplexity before, ``lambda1`` / ``lambda2``, :meth:`table`, every edit and :meth:`own_prob_drop`.
+        """
         reasons: dict[str, int] = {}
         for r in self.skipped:
             reasons[r.reason] = reasons.get(r.reason, 0) + 1

@@ -116,36 +116,66 @@ class SynapseResult(RowFields, Result):
     method: str = "ig"
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`SynapseEditRow` per (fact, query, synapses, operation)."""
+        """One :class:`SynapseEditRow` per (fact, query, synapses, operation).
+
+        Returns:
+            A DataFrame of :class:`SynapseEditRow`.
+        """
         return frame(self.rows, SynapseEditRow)
 
     def predominance_frame(self) -> pd.DataFrame:
-        """One :class:`PredominanceRow` per fact."""
+        """One :class:`PredominanceRow` per fact.
+
+        Returns:
+            A DataFrame of :class:`PredominanceRow`.
+        """
         return frame(self.predominance, PredominanceRow)
 
     def table(self) -> pd.DataFrame:
-        """Mean ΔValue and ΔProb by (group, synapses) with Enh/Sup/Avg (Fig. 6 numbers)."""
+        """Mean ΔValue and ΔProb by (group, synapses) with Enh/Sup/Avg (Fig. 6 numbers).
+
+        Returns:
+            A DataFrame: one block per metric (``ΔValue``, ``ΔProb``; column ``metric``) of self / irrelevant
+            synapses by group.
+        """
         df = self.to_frame()
         a = enh_sup_table(df, "synapses", "dvalue", order=["self", "irrelevant"]).assign(metric="ΔValue")
         b = enh_sup_table(df, "synapses", "dprob", order=["self", "irrelevant"]).assign(metric="ΔProb")
         return pd.concat([a, b], ignore_index=True)
 
     def figure(self) -> go.Figure:
-        """QL Fig. 6: ΔValue and ΔProb of self vs irrelevant synapses, per group."""
+        """QL Fig. 6: ΔValue and ΔProb of self vs irrelevant synapses, per group.
+
+        Returns:
+            The Plotly bar chart of :meth:`table`.
+        """
         return synapse_bars(self.table())
 
     def predominance_figure(self) -> go.Figure:
-        """QL Fig. 5: the distribution of the predominance score P per group."""
+        """QL Fig. 5: the distribution of the predominance score P per group.
+
+        Returns:
+            The Plotly violin figure of :meth:`predominance_frame`.
+        """
         return predominance_violin(self.predominance_frame())
 
     def heatmap(self) -> go.Figure:
-        """KN activations before / after suppressing / enhancing the synapses (Figs. 1, 7, 10)."""
+        """KN activations before / after suppressing / enhancing the synapses (Figs. 1, 7, 10).
+
+        Returns:
+            The Plotly heatmap (empty when no activations were recorded).
+        """
         vals = self.heatmap_values if self.heatmap_values is not None else torch.zeros(0, 0)
         return activation_heatmap(vals, list(self.heatmap_rows), list(self.heatmap_cols),
                                   title="KN activations: none / suppressed / enhanced knowledge synapses")
 
     def summary(self) -> dict[str, Any]:
-        """The ``summary.json`` of ``tlcap ql synapses``."""
+        """The ``summary.json`` of ``tlcap ql synapses``.
+
+        Returns:
+            A JSON-safe dict: method, facts and groups, ``alpha`` and ``factor``, mean predominance (``None``
+            without facts), the predominance rows, :meth:`table` and every edit row.
+        """
         pdf = self.predominance_frame()
         return {"method": self.method, "n_facts": len(self.groups), "groups": list(self.groups), "alpha": self.alpha,
                 "factor": self.factor, "mean_predominance": float(pdf.predominance.mean()) if len(pdf) else None,

@@ -49,6 +49,13 @@ class RomeEdit(WeightEdit):
 def check_layer(model: Model, layer: int) -> int:
     """Check that ``layer`` is a layer of ``model``; returns it.
 
+    Args:
+        model: The model.
+        layer: The layer to edit.
+
+    Returns:
+        ``layer`` unchanged.
+
     Raises:
         InvalidConfigError: ``layer`` is negative or beyond the model.
     """

@@ -97,6 +97,19 @@ def unedited_measures(model: Model, prompt: str, target_new: str, target_old: st
     object after the prompt and each paraphrase, and the top next token of each neighbourhood prompt.
 
     (Named for its use before the edit; inside the edit the same call measures the edited model.)
+
+    Args:
+        model: The model (as it is now).
+        prompt: The edit's prompt.
+        target_new: The new object.
+        target_old: The old object.
+        paraphrases: Prompts of the same fact worded differently.
+        neighbourhood: Prompts of other subjects (specificity).
+        bos: Prepend the model's BOS to each prompt.
+
+    Returns:
+        ``(logprobs, next_ids)``: mean token log-probabilities ordered ``(prompt, new), (prompt, old)``, then
+        the same per paraphrase; and each neighbourhood prompt's top next token (``[]`` when there is none).
     """
     items = [(p, t) for p in [prompt, *paraphrases] for t in (target_new, target_old)]
     return target_logprobs(model, items, bos), next_tokens(model, list(neighbourhood), bos) if neighbourhood else []

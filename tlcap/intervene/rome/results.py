@@ -73,18 +73,33 @@ class RomeEditResult(Result):
     model_name: str = ""
 
     def row(self) -> RomeMetricsRow:
-        """This edit's metrics as a :class:`RomeMetricsRow`."""
+        """This edit's metrics as a :class:`RomeMetricsRow`.
+
+        Returns:
+            The layer, efficacy, paraphrase and specificity scores, P(new) / P(old) before and after, ``‖δ‖`` and seconds.
+        """
         return RomeMetricsRow(
             self.layer, self.efficacy, self.paraphrase, self.specificity, self.new_prob_before, self.new_prob_after,
             self.old_prob_before, self.old_prob_after, self.delta_norm, self.seconds,
         )
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`RomeMetricsRow`."""
+        """One :class:`RomeMetricsRow`.
+
+        Returns:
+            A one-row DataFrame of :meth:`row`.
+        """
         return frame([self.row()], RomeMetricsRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """P(new) and P(old) before / after the edit, and the optimisation's loss by step."""
+        """P(new) and P(old) before / after the edit, and the optimisation's loss by step.
+
+        Args:
+            title: The figure title (default: layer, request, efficacy, paraphrase and specificity).
+
+        Returns:
+            The Plotly figure.
+        """
         return edit_result_figure(
             {f"P(new {self.target_new!r})": (self.new_prob_before, self.new_prob_after),
              f"P(old {self.target_old!r})": (self.old_prob_before, self.old_prob_after)},
@@ -95,7 +110,11 @@ class RomeEditResult(Result):
         )
 
     def summary(self) -> dict[str, Any]:
-        """The ``tlcap edit`` summary: every field (metrics, request, per-prompt outcomes, losses)."""
+        """The ``tlcap edit`` summary: every field (metrics, request, per-prompt outcomes, losses).
+
+        Returns:
+            ``{"model", "mode": "single"}`` and every field of :meth:`to_dict`.
+        """
         return {"model": self.model_name, "mode": "single", **self.to_dict()}
 
 
@@ -131,15 +150,33 @@ class RomeSweep(Result):
         return [r.layer for r in self.results]
 
     def column(self, name: str) -> list[Any]:
-        """One field of every layer's result."""
+        """One field of every layer's result.
+
+        Args:
+            name: A :class:`RomeEditResult` field, e.g. ``"efficacy"``.
+
+        Returns:
+            Its value in each result, in layer order.
+        """
         return [getattr(r, name) for r in self.results]
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`RomeMetricsRow` per edited layer."""
+        """One :class:`RomeMetricsRow` per edited layer.
+
+        Returns:
+            A DataFrame of :class:`RomeMetricsRow`, one row per edited layer.
+        """
         return frame([r.row() for r in self.results], RomeMetricsRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Efficacy, paraphrase, specificity and P(new) by edited layer."""
+        """Efficacy, paraphrase, specificity and P(new) by edited layer.
+
+        Args:
+            title: The figure title (default: the request).
+
+        Returns:
+            The Plotly figure.
+        """
         return edit_sweep_figure(
             self.layers, self.column("efficacy"), self.column("paraphrase"), self.column("specificity"),
             self.column("new_prob_before"), self.column("new_prob_after"),
@@ -147,7 +184,12 @@ class RomeSweep(Result):
         )
 
     def summary(self) -> dict[str, Any]:
-        """The ``tlcap edit --all-layers`` summary: per-layer lists of the metrics, efficacy rate."""
+        """The ``tlcap edit --all-layers`` summary: per-layer lists of the metrics, efficacy rate.
+
+        Returns:
+            A JSON-safe dict: the request and layers, a list per metric (one entry per layer), ``target_old``,
+            ``efficacy_rate`` (share of layers whose edit succeeded) and ``seconds_total``.
+        """
         cols = ["efficacy", "paraphrase", "specificity", "new_prob_before", "new_prob_after", "old_prob_after", "seconds"]
         out: dict[str, Any] = {"model": self.model_name, "mode": "all_layers", "prompt": self.prompt,
                                "subject": self.subject, "target_new": self.target_new, "layers": self.layers}

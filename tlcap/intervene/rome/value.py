@@ -148,7 +148,15 @@ class LossTerms:
 
 
 def kl_logprobs(logits: Float[Tensor, "rows pos d_vocab"], rows: ValueRows) -> Float[Tensor, "n_kl d_vocab"]:
-    """Log-probabilities of the next token at the subject's last token of the KL rows."""
+    """Log-probabilities of the next token at the subject's last token of the KL rows.
+
+    Args:
+        logits: ``[rows, pos, d_vocab]`` logits of the value optimisation's batch.
+        rows: The batch's rows (the KL rows follow the ``n_rewrite`` rewriting rows).
+
+    Returns:
+        ``[n_kl, d_vocab]`` float32 log-softmax of each KL row at its ``look`` position.
+    """
     n = rows.n_rewrite
     kl_rows = torch.arange(n, rows.tokens.shape[0], device=logits.device)
     return logits[kl_rows, rows.look[n:]].float().log_softmax(-1)
