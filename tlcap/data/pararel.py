@@ -185,7 +185,7 @@ class ParaRelSample:
         """One row per relation: patterns, candidates, tested, kept, used, hit rate, why it stopped.
 
         Returns:
-            A DataFrame with one row per :class:`RelationReport` plus a ``hit_rate`` column.
+            A DataFrame with the fields of each :class:`RelationScan` plus a ``hit_rate`` column.
         """
         return pd.DataFrame([{**vars(r), "hit_rate": r.hit_rate} for r in self.relations])
 
@@ -193,7 +193,7 @@ class ParaRelSample:
         """Requested vs used facts and the per-relation report (JSON-ready).
 
         Returns:
-            ``{"requested_facts", "used_facts", "relations"}``, one dict per relation.
+            A dict of ``requested_facts``, ``used_facts`` and ``relations`` (one dict per relation, with ``hit_rate``).
         """
         return {"requested_facts": self.requested, "used_facts": self.used,
                 "relations": [{**vars(r), "hit_rate": r.hit_rate} for r in self.relations]}
