@@ -41,7 +41,7 @@ def bundled_dir() -> Path:
     """The folder of the data bundled with tlcap (installed with the package).
 
     Returns:
-        The ``tlcap/data`` package folder of bundled datasets.
+        The ``tlcap/data/bundled`` folder.
     """
     return _BUNDLED
 

@@ -243,7 +243,7 @@ class Circuit(CircuitRunFields, Result):
             title: Figure title (default: edges, nodes, parameter share, prompt and target).
 
         Returns:
-            A plotly figure of the circuit's nodes by layer, edges weighted by ``|score|``.
+            A plotly figure: layers as columns, nodes sized by importance, edge width by ``|score|``.
         """
         edges = self.edges
         g = self.graph
