@@ -79,12 +79,24 @@ class ComparativePair:
     targets: tuple[str, str]
 
     def framing(self, t: int) -> tuple[str, str]:
-        """``(prompt, target)`` of framing ``t`` (1 or 2)."""
+        """``(prompt, target)`` of framing ``t`` (1 or 2).
+
+        Args:
+            t: The framing number, 1 or 2.
+
+        Returns:
+            The prompt and target of that framing.
+        """
         if t not in (1, 2):
             raise InvalidConfigError(f"framing must be 1 or 2, got {t!r}")
         return self.prompts[t - 1], self.targets[t - 1]
 
     def to_dict(self) -> dict[str, Any]:
+        """The pair as a JSON-ready dict (a row of :func:`save_pairs`).
+
+        Returns:
+            The fields, ``prompts`` and ``targets`` as lists.
+        """
         return {"main": self.main, "a": self.a, "op": self.op, "b": self.b, "result": self.result, "source": self.source,
                 "uid": self.uid, "prompts": list(self.prompts), "targets": list(self.targets)}
 
@@ -95,7 +107,22 @@ def _result(a: int, op: str, b: int) -> int:
 
 def make_pair(a: int, op: str, b: int, source: str = "user", uid: str = "",
               framings: Sequence[Framing] = DEFAULT_FRAMINGS) -> ComparativePair:
-    """The pair of framings of ``a op b`` (``op`` one of ``+ - *``)."""
+    """The pair of framings of ``a op b`` (``op`` one of ``+ - *``).
+
+    Args:
+        a: Left operand.
+        op: ``"+"``, ``"-"`` or ``"*"``.
+        b: Right operand.
+        source: Where the problem came from (kept in the pair).
+        uid: Identifier of the pair.
+        framings: Prompt/target templates, formatted with ``main``, ``a``, ``op``, ``b`` and ``result``.
+
+    Returns:
+        The :class:`ComparativePair` with one prompt and target per framing.
+
+    Raises:
+        InvalidConfigError: an unknown ``op``.
+    """
     if op not in OPS:
         raise InvalidConfigError(f"unknown operator {op!r} (--ops); choose one of: {', '.join(OPS)}")
     r = _result(a, op, b)
@@ -107,7 +134,15 @@ def make_pair(a: int, op: str, b: int, source: str = "user", uid: str = "",
 
 
 def problem_numbers(text: str, max_operand: int) -> list[int]:
-    """The distinct whole numbers in ``[1, max_operand]`` written in a word problem, in order."""
+    """The distinct whole numbers in ``[1, max_operand]`` written in a word problem, in order.
+
+    Args:
+        text: The word problem.
+        max_operand: Largest number kept.
+
+    Returns:
+        The numbers, each once, in order of first appearance.
+    """
     out: list[int] = []
     for m in _INT.finditer(text):
         v = int(m.group())
@@ -211,7 +246,18 @@ def comparative_pairs(
 
 def load_pairs(path: str | Path, framings: Sequence[Framing] = DEFAULT_FRAMINGS) -> list[ComparativePair]:
     """Pairs from a JSON list of ``{"a": 17, "op": "+", "b": 25}`` (framings rebuilt from ``framings``)
-    or of rows written by :func:`save_pairs` (kept as written)."""
+    or of rows written by :func:`save_pairs` (kept as written).
+
+    Args:
+        path: The JSON file (a list, or ``{"pairs": [...]}``).
+        framings: The framings used for rows without ``prompts``/``targets``.
+
+    Returns:
+        The pairs, in file order (``uid`` defaults to the row index).
+
+    Raises:
+        DataFormatError: not a non-empty list, or a row without integer ``a``/``b`` and a known ``op``.
+    """
     path = Path(path)
     rows = read_json_rows(path, "pairs", missing=f"pairs file {path} not found")
     if not isinstance(rows, list) or not rows:
@@ -228,7 +274,15 @@ def load_pairs(path: str | Path, framings: Sequence[Framing] = DEFAULT_FRAMINGS)
 
 
 def save_pairs(pairs: Sequence[ComparativePair], path: str | Path) -> Path:
-    """Write pairs as JSON readable by :func:`load_pairs`; returns the path."""
+    """Write pairs as JSON readable by :func:`load_pairs`; returns the path.
+
+    Args:
+        pairs: The pairs to write.
+        path: The JSON file (parent folders are created).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     return write_json_rows(path, "pairs", [p.to_dict() for p in pairs])
 
 

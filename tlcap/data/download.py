@@ -63,7 +63,11 @@ REMOTE: dict[str, tuple[RemoteFile, ...]] = {
 
 
 def offline() -> bool:
-    """Is offline mode on (``TLCAP_OFFLINE`` or ``HF_HUB_OFFLINE`` set to 1/true/yes)?"""
+    """Is offline mode on (``TLCAP_OFFLINE`` or ``HF_HUB_OFFLINE`` set to 1/true/yes)?
+
+    Returns:
+        True when downloads must not be attempted.
+    """
     return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes") for k in ("TLCAP_OFFLINE", "HF_HUB_OFFLINE"))
 
 
@@ -136,7 +140,15 @@ def fetch(name: str, data_home_dir: str | Path | None = None, *, force: bool = F
 
 
 def fetch_emotion(data_home_dir: str | Path | None = None, *, force: bool = False) -> Path:
-    """The full Emotion train/val/test files (16,000 / 2,000 / 2,000 tweets); see :func:`fetch`."""
+    """The full Emotion train/val/test files (16,000 / 2,000 / 2,000 tweets); see :func:`fetch`.
+
+    Args:
+        data_home_dir: Target folder (default :func:`~tlcap.data.files.data_home`).
+        force: Download again even if files with the right checksums are present.
+
+    Returns:
+        The data folder to pass as ``data_dir`` (holding ``emotion/``).
+    """
     return fetch("emotion", data_home_dir, force=force)
 
 
@@ -144,6 +156,13 @@ def fetch_imdb(data_home_dir: str | Path | None = None, *, force: bool = False) 
     """The 2,500-review IMDB file the bundled subset was drawn from; see :func:`fetch`.
 
     The full 50k-review IMDB set is on the Hugging Face hub: ``load_task("imdb", "hf:", ...)``.
+
+    Args:
+        data_home_dir: Target folder (default :func:`~tlcap.data.files.data_home`).
+        force: Download again even if a file with the right checksum is present.
+
+    Returns:
+        The data folder to pass as ``data_dir`` (holding ``imdb/``).
     """
     return fetch("imdb", data_home_dir, force=force)
 

@@ -38,12 +38,20 @@ _BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 
 def bundled_dir() -> Path:
-    """The folder of the data bundled with tlcap (installed with the package)."""
+    """The folder of the data bundled with tlcap (installed with the package).
+
+    Returns:
+        The ``tlcap/data/bundled`` folder.
+    """
     return _BUNDLED
 
 
 def env_data_dir() -> Path | None:
-    """``$TLCAP_DATA`` as a path, or None when unset or empty."""
+    """``$TLCAP_DATA`` as a path, or None when unset or empty.
+
+    Returns:
+        The expanded ``$TLCAP_DATA`` path, or None.
+    """
     env = os.environ.get("TLCAP_DATA", "").strip()
     return Path(env).expanduser() if env else None
 
@@ -53,6 +61,9 @@ def data_home() -> Path:
 
     ``<cache>`` is the root of :func:`tlcap.models.cache_dir` (``$TLCAP_CACHE`` or
     ``~/.cache/tlcap``), so ``make clean-cache`` removes downloaded data too.
+
+    Returns:
+        The download root (it may not exist yet).
     """
     env = env_data_dir()
     if env is not None:
@@ -62,13 +73,27 @@ def data_home() -> Path:
 
 
 def is_hf(data_dir: Any) -> bool:
-    """Does ``data_dir`` ask for the Hugging Face hub (``"hf:"``, also as a ``Path`` from the CLI)?"""
+    """Does ``data_dir`` ask for the Hugging Face hub (``"hf:"``, also as a ``Path`` from the CLI)?
+
+    Args:
+        data_dir: A ``data_dir`` / ``--data-dir`` value (any type).
+
+    Returns:
+        True for ``"hf:"`` (any case, surrounding spaces ignored).
+    """
     return isinstance(data_dir, (str, Path)) and str(data_dir).strip().lower() == HF
 
 
 def local_root(data_dir: str | Path | None, folder: str) -> Path | None:
     """The data folder to read ``folder`` from: explicit ``data_dir``, else ``$TLCAP_DATA``
     when it holds ``folder``, else None (the caller falls back to the bundled copy).
+
+    Args:
+        data_dir: The folder given by the user, or None.
+        folder: The dataset folder looked for in ``$TLCAP_DATA``, e.g. ``"pararel"``.
+
+    Returns:
+        The folder to read from, or None for the bundled copy.
 
     Raises:
         MissingFileError: ``data_dir`` is given but is not a folder.
@@ -86,7 +111,14 @@ def local_root(data_dir: str | Path | None, folder: str) -> Path | None:
 
 
 def find_file(path: str | Path) -> Path | None:
-    """``path`` if it exists, else ``path + ".gz"`` if that exists, else None."""
+    """``path`` if it exists, else ``path + ".gz"`` if that exists, else None.
+
+    Args:
+        path: The file wanted.
+
+    Returns:
+        The existing file (plain or gzipped), or None when neither exists.
+    """
     p = Path(path)
     if p.is_file():
         return p
@@ -98,6 +130,13 @@ def resolve_file(path: str | Path | None, relative: str | Path) -> Path:
     """A single-file dataset (``relative``, e.g. ``rome/known_1000.json``): ``path`` (the file, or a
     folder holding ``relative`` or its file name), else ``$TLCAP_DATA/relative`` when it exists,
     else the bundled copy.
+
+    Args:
+        path: The file, a folder holding it, or None.
+        relative: The file's path under a data folder.
+
+    Returns:
+        The existing file (possibly ``.gz``).
 
     Raises:
         MissingFileError: ``path`` is given but names no such file.
@@ -117,7 +156,18 @@ def resolve_file(path: str | Path | None, relative: str | Path) -> Path:
 
 
 def need_file(path: str | Path, hint: str = "") -> Path:
-    """:func:`find_file`, raising a :class:`MissingFileError` that says what to do."""
+    """:func:`find_file`, raising a :class:`MissingFileError` that says what to do.
+
+    Args:
+        path: The file wanted.
+        hint: What to do when it is missing (default: point ``data_dir`` at the dataset folders).
+
+    Returns:
+        The existing file (``path`` or ``path.gz``).
+
+    Raises:
+        MissingFileError: neither ``path`` nor ``path.gz`` exists.
+    """
     found = find_file(path)
     if found is None:
         raise MissingFileError(f"expected {path} (or {Path(path).name}.gz)" + (f"; {hint}" if hint else
@@ -126,19 +176,40 @@ def need_file(path: str | Path, hint: str = "") -> Path:
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """Bytes of ``path`` (or ``path.gz``, decompressed)."""
+    """Bytes of ``path`` (or ``path.gz``, decompressed).
+
+    Args:
+        path: The file (``path.gz`` is read when only it exists).
+
+    Returns:
+        The file's (decompressed) contents.
+    """
     p = need_file(path)
     data = p.read_bytes()
     return gzip.decompress(data) if p.name.endswith(".gz") else data
 
 
 def read_text(path: str | Path) -> str:
-    """UTF-8 text of ``path`` (or ``path.gz``), line endings as stored (``splitlines`` handles CRLF)."""
+    """UTF-8 text of ``path`` (or ``path.gz``), line endings as stored (``splitlines`` handles CRLF).
+
+    Args:
+        path: The file (``path.gz`` is read when only it exists).
+
+    Returns:
+        The decoded text.
+    """
     return read_bytes(path).decode("utf-8")
 
 
 def text_stream(path: str | Path) -> io.StringIO:
-    """A text stream over ``path`` (or ``path.gz``) that keeps line endings (for ``csv``)."""
+    """A text stream over ``path`` (or ``path.gz``) that keeps line endings (for ``csv``).
+
+    Args:
+        path: The file (``path.gz`` is read when only it exists).
+
+    Returns:
+        An in-memory stream opened with ``newline=""``.
+    """
     return io.StringIO(read_text(path), newline="")
 
 
@@ -147,6 +218,12 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
     Records are split at ``\n`` only: ``str.splitlines`` would also split at characters such as
     U+2028 that JSON strings may hold unescaped.
+
+    Args:
+        path: The ``.jsonl`` file (``path.gz`` is read when only it exists).
+
+    Returns:
+        One decoded object per non-blank line, in file order.
     """
     return [json.loads(line) for line in read_text(path).split("\n") if line.strip()]
 
@@ -194,7 +271,14 @@ def bundled_manifest() -> dict:
 
 
 def bundled_info(name: str) -> dict | None:
-    """The manifest entry of bundled dataset ``name`` (None if nothing of it is bundled)."""
+    """The manifest entry of bundled dataset ``name`` (None if nothing of it is bundled).
+
+    Args:
+        name: Dataset name, e.g. ``"emotion"``.
+
+    Returns:
+        The manifest entry (a dict), or None.
+    """
     return bundled_manifest()["datasets"].get(name)
 
 

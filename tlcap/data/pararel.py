@@ -113,6 +113,12 @@ class ParaRelConfig(Config):
     def check_relations(self, data_dir: str | Path | None = None) -> tuple[str, ...]:
         """The relations to load, checked against the data (before any model is loaded).
 
+        Args:
+            data_dir: Folder holding ``pararel/`` (default ``$TLCAP_DATA`` or the bundled copy).
+
+        Returns:
+            ``relations`` (all relations of the data when empty), in order.
+
         Raises:
             MissingFileError: an unknown relation (the message lists the available ones).
         """
@@ -176,11 +182,19 @@ class ParaRelSample:
         return len(self.facts)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per relation: patterns, candidates, tested, kept, used, hit rate, why it stopped."""
+        """One row per relation: patterns, candidates, tested, kept, used, hit rate, why it stopped.
+
+        Returns:
+            A DataFrame with the fields of each :class:`RelationScan` plus a ``hit_rate`` column.
+        """
         return pd.DataFrame([{**vars(r), "hit_rate": r.hit_rate} for r in self.relations])
 
     def summary(self) -> dict[str, Any]:
-        """Requested vs used facts and the per-relation report (JSON-ready)."""
+        """Requested vs used facts and the per-relation report (JSON-ready).
+
+        Returns:
+            A dict of ``requested_facts``, ``used_facts`` and ``relations`` (one dict per relation, with ``hit_rate``).
+        """
         return {"requested_facts": self.requested, "used_facts": self.used,
                 "relations": [{**vars(r), "hit_rate": r.hit_rate} for r in self.relations]}
 
@@ -368,6 +382,16 @@ def load_pararel(
     **overrides: Any,
 ) -> list[Fact]:
     """The facts of :func:`scan_pararel` (same arguments; same warnings and errors).
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder itself); default ``$TLCAP_DATA/pararel``
+            when it exists, else the copy bundled with tlcap.
+        relations: Relation ids (default all).
+        n_facts: Total number of facts, taken round-robin over the relations (default all).
+        model: Needed for ``single_token`` and ``known_top_k`` filtering.
+        config: A :class:`ParaRelConfig` (the filters); ``relations``/``n_facts`` override it.
+        progress: Show the known-fact scan's progress.
+        **overrides: :class:`ParaRelConfig` fields (``known_top_k=10``, ``max_scan=200``, ...).
 
     Returns:
         A list of :class:`Fact`.

@@ -48,13 +48,28 @@ class Fact:
         return " " + self.object
 
     def to_dict(self) -> dict:
+        """The fact as a JSON-ready dict.
+
+        Returns:
+            ``{"relation", "subject", "object", "queries", "uuid"}`` (``queries`` as a list).
+        """
         return {"relation": self.relation, "subject": self.subject, "object": self.object,
                 "queries": list(self.queries), "uuid": self.uuid}
 
 
 def pararel_root(data_dir: str | Path | None = None) -> Path:
     """The ParaRel folder: ``data_dir/pararel`` or ``data_dir`` itself; default ``$TLCAP_DATA/pararel``
-    when it exists, else the copy bundled with tlcap."""
+    when it exists, else the copy bundled with tlcap.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` or the ParaRel folder itself, None for the default.
+
+    Returns:
+        The folder holding ``graphs_json`` and ``trex_lms_vocab``.
+
+    Raises:
+        MissingFileError: the folder holds no ParaRel data.
+    """
     d = local_root(data_dir, "pararel") or bundled_dir()
     for cand in (d / "pararel", d):
         if (cand / "graphs_json").is_dir() and (cand / "trex_lms_vocab").is_dir():
@@ -65,7 +80,14 @@ def pararel_root(data_dir: str | Path | None = None) -> Path:
 
 
 def list_relations(data_dir: str | Path | None = None) -> list[str]:
-    """Relation ids that have both patterns and facts, sorted by number."""
+    """Relation ids that have both patterns and facts, sorted by number.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder), None for the default.
+
+    Returns:
+        The relation ids, e.g. ``["P17", "P19", ...]``.
+    """
     root = pararel_root(data_dir)
     pats = {_relation(p) for p in (root / "graphs_json").glob("P*.jsonl*")}
     facts = {_relation(p) for p in (root / "trex_lms_vocab").glob("P*.jsonl*")}
@@ -80,6 +102,12 @@ def _relation(path: Path) -> str:
 def query_pattern(pattern: str) -> str | None:
     """A ParaRel pattern as a causal-LM query: cut before ``[Y]``; ``None`` if ``[Y]`` precedes ``[X]``.
 
+    Args:
+        pattern: A ParaRel pattern with ``[X]`` (subject) and ``[Y]`` (object).
+
+    Returns:
+        The query (whitespace normalized), or None.
+
     Examples:
         ``"The capital of [X] is [Y] ."`` → ``"The capital of [X] is"``;
         ``"[X] is a [Y] by profession."`` → ``"[X] is a"``; ``"[Y] is the capital of [X]."`` → ``None``.
@@ -92,7 +120,18 @@ def query_pattern(pattern: str) -> str | None:
 
 
 def causal_patterns(data_dir: str | Path | None, relation: str) -> list[str]:
-    """The relation's patterns as causal-LM queries (:func:`query_pattern`), deduplicated, file order."""
+    """The relation's patterns as causal-LM queries (:func:`query_pattern`), deduplicated, file order.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder), None for the default.
+        relation: Relation id, e.g. ``"P36"``.
+
+    Returns:
+        The queries, still holding ``[X]`` for the subject.
+
+    Raises:
+        MissingFileError: no pattern file for ``relation``.
+    """
     root = pararel_root(data_dir)
     path = root / "graphs_json" / f"{relation}.jsonl"
     if find_file(path) is None:
@@ -113,7 +152,16 @@ def _fact_rows(data_dir: str | Path | None, relation: str) -> list[dict]:
 
 
 def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2) -> Iterator[Fact]:
-    """All facts of ``relation`` with at least ``min_queries`` distinct queries (file order)."""
+    """All facts of ``relation`` with at least ``min_queries`` distinct queries (file order).
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder), None for the default.
+        relation: Relation id, e.g. ``"P36"``.
+        min_queries: Fewest distinct queries a fact needs.
+
+    Yields:
+        Each :class:`Fact` with its queries (subject filled in); nothing when the relation has too few patterns.
+    """
     pats = causal_patterns(data_dir, relation)
     if len(pats) < min_queries:
         return
@@ -129,7 +177,15 @@ def iter_facts(data_dir: str | Path | None, relation: str, min_queries: int = 2)
 
 
 def relation_objects(data_dir: str | Path | None, relation: str) -> list[str]:
-    """The distinct objects of ``relation``'s facts (file order): the candidates for a new object o'."""
+    """The distinct objects of ``relation``'s facts (file order): the candidates for a new object o'.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder), None for the default.
+        relation: Relation id, e.g. ``"P36"``.
+
+    Returns:
+        The ``obj_label`` values, each once.
+    """
     return list(dict.fromkeys(row["obj_label"] for row in _fact_rows(data_dir, relation)))
 
 
@@ -146,6 +202,13 @@ def facts_of_other_relations(data_dir: str | Path | None, relation: str) -> list
 
     The pool from which unrelated prompts are drawn: locality prompts of the modification
     experiments and the irrelevant facts of the synapse experiments.
+
+    Args:
+        data_dir: Folder holding ``pararel/`` (or the ParaRel folder), None for the default.
+        relation: The relation left out.
+
+    Returns:
+        The facts of every other relation, relation by relation in file order.
     """
     return [f for f in _all_facts(None if data_dir is None else str(data_dir)) if f.relation != relation]
 

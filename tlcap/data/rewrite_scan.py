@@ -213,15 +213,42 @@ class RewriteScan:
         os.replace(tmp, self.path)
 
     def fact(self, relation: str, i: int) -> Fact:
-        """The ``i``-th fact of the relation's seeded order."""
+        """The ``i``-th fact of the relation's seeded order.
+
+        Args:
+            relation: Relation id.
+            i: Index in the relation's pool.
+
+        Returns:
+            The :class:`Fact`.
+        """
         return self.pools[relation][i]
 
     def size(self, relation: str) -> int:
-        """Facts of the relation with at least ``n_rewrites`` queries."""
+        """Facts of the relation with at least ``n_rewrites`` queries.
+
+        Args:
+            relation: Relation id.
+
+        Returns:
+            The size of the relation's pool.
+        """
         return len(self.pools[relation])
 
     def outcome(self, relation: str, i: int, limit: int | None = None) -> Outcome:
-        """The outcome of the relation's ``i``-th fact, scanning a chunk ahead (not past ``limit``) if needed."""
+        """The outcome of the relation's ``i``-th fact, scanning a chunk ahead (not past ``limit``) if needed.
+
+        Args:
+            relation: Relation id.
+            i: Index in the relation's pool.
+            limit: Never scan facts at or past this index (None: the whole pool).
+
+        Returns:
+            The fact's first ``n_rewrites`` passing queries, or ``()`` when it fails the filters.
+
+        Raises:
+            IndexError: ``i`` is outside ``[0, min(pool size, limit))``.
+        """
         outs, pool = self.outcomes[relation], self.pools[relation]
         end = min(len(pool), limit) if limit is not None else len(pool)
         if not 0 <= i < end:
@@ -240,7 +267,11 @@ class RewriteScan:
         return outs[i]
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per relation: facts available, outcomes known (from the cache / scanned now), facts kept."""
+        """One row per relation: facts available, outcomes known (from the cache / scanned now), facts kept.
+
+        Returns:
+            A DataFrame with columns relation, facts, known, from_cache, scanned_now and kept.
+        """
         return pd.DataFrame([{"relation": r, "facts": len(self.pools[r]), "known": len(o), "from_cache": self.cached[r],
                               "scanned_now": self.scanned[r], "kept": sum(bool(x) for x in o)}
                              for r, o in self.outcomes.items()])

@@ -84,12 +84,24 @@ class RewriteFact:
     target_new: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The fact as a JSON-ready dict (a row of :func:`save_rewrites`).
+
+        Returns:
+            The fields, ``rewrites`` as a list.
+        """
         return {"subject": self.subject, "target": self.target, "rewrites": list(self.rewrites),
                 "relation": self.relation, "uid": self.uid, "target_new": self.target_new}
 
     @classmethod
     def from_dict(cls, row: Any, where: str = "fact") -> RewriteFact:
         """Build and check a fact from a JSON row (see the module docstring for the fields).
+
+        Args:
+            row: A decoded JSON row (``object`` is accepted for ``target``, with a leading space added).
+            where: What the row is called in error messages, e.g. ``"facts.json fact #3"``.
+
+        Returns:
+            The checked :class:`RewriteFact`.
 
         Raises:
             DataFormatError: a missing or malformed field, fewer than two rewrites, or a rewrite
@@ -258,6 +270,12 @@ def _rates(scan: RewriteScan, cursor: dict[str, int]) -> str:
 def load_rewrites(path: str | Path) -> list[RewriteFact]:
     """A user's rewriting dataset from JSON (format in the module docstring).
 
+    Args:
+        path: The JSON file (a list of facts, or ``{"facts": [...]}``).
+
+    Returns:
+        The facts in file order (``uid`` defaults to the row index).
+
     Raises:
         MissingFileError: no such file.
         DataFormatError: not JSON, or a malformed fact (the message names which).
@@ -278,7 +296,15 @@ def load_rewrites(path: str | Path) -> list[RewriteFact]:
 
 
 def save_rewrites(facts: Sequence[RewriteFact], path: str | Path) -> Path:
-    """Write facts as JSON readable by :func:`load_rewrites`; returns the path."""
+    """Write facts as JSON readable by :func:`load_rewrites`; returns the path.
+
+    Args:
+        facts: The facts to write.
+        path: The JSON file (parent folders are created).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     return write_json_rows(path, "facts", [f.to_dict() for f in facts])
 
 

@@ -110,16 +110,36 @@ class RowIssues:
         self.issues: list[RowIssue] = []
 
     def bad(self, file: str | Path, line: int, reason: str) -> None:
-        """Record a malformed row."""
+        """Record a malformed row.
+
+        Args:
+            file: The file read.
+            line: The row's line (or record) number.
+            reason: What is wrong with the row.
+        """
         self.issues.append(RowIssue(str(file), int(line), "bad_row", reason))
 
     def unknown_label(self, file: str | Path, line: int, label: str, known: Iterable[str]) -> None:
-        """Record a row whose label is not one of ``known``."""
+        """Record a row whose label is not one of ``known``.
+
+        Args:
+            file: The file read.
+            line: The row's line (or record) number.
+            label: The label found.
+            known: The valid labels (listed in the message).
+        """
         self.issues.append(RowIssue(str(file), int(line), "unknown_label",
                                     f"unknown label {label!r} (known: {', '.join(known)})"))
 
     def samples(self, samples: Iterable[Sample]) -> TaskSamples:
-        """The loader's return value: ``samples`` carrying the recorded issues."""
+        """The loader's return value: ``samples`` carrying the recorded issues.
+
+        Args:
+            samples: The rows that were kept.
+
+        Returns:
+            A :class:`TaskSamples` whose ``issues`` are the recorded ones.
+        """
         return TaskSamples(samples, issues=tuple(self.issues))
 
 
@@ -152,7 +172,11 @@ class DataReport:
         return self.bad_rows + self.unknown_labels
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready counts (the ``data`` entry of CNL summaries)."""
+        """JSON-ready counts (the ``data`` entry of CNL summaries).
+
+        Returns:
+            A dict of task, split, requested / available / used counts, skipped rows and the first five issues.
+        """
         return {
             "task": self.task, "split": self.split, "requested": self.requested, "available": self.available,
             "used": self.used, "skipped_bad_rows": self.bad_rows, "skipped_unknown_labels": self.unknown_labels,
@@ -161,7 +185,16 @@ class DataReport:
 
     @classmethod
     def of(cls, samples: Sequence[Sample], task: str = "", split: str = "") -> DataReport:
-        """The report of ``samples``: its own when loaded by ``load_task``, else just its size."""
+        """The report of ``samples``: its own when loaded by ``load_task``, else just its size.
+
+        Args:
+            samples: A task's samples.
+            task: Task name for a report built here.
+            split: Split name for a report built here.
+
+        Returns:
+            ``samples.report`` when it is a :class:`DataReport`, else a report with ``available == used == len(samples)``.
+        """
         rep = getattr(samples, "report", None)
         if isinstance(rep, DataReport):
             return rep
@@ -180,7 +213,15 @@ class TaskSamples(list):
 
 
 def summarize_issues(issues: Sequence[RowIssue], limit: int = 3) -> str:
-    """``"12 malformed rows, 1 unknown label (first: f:3: no ';label' ...; f:9: ...)"``."""
+    """``"12 malformed rows, 1 unknown label (first: f:3: no ';label' ...; f:9: ...)"``.
+
+    Args:
+        issues: The skipped rows.
+        limit: How many issues to quote.
+
+    Returns:
+        The one-line summary.
+    """
     bad = sum(i.kind == "bad_row" for i in issues)
     unk = len(issues) - bad
     parts = []

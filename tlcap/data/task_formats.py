@@ -98,7 +98,16 @@ _NUMBER = re.compile(r"^-?\d[\d,]*(\.\d+)?$")
 
 
 def gsm8k_sample(question: str, solution: str, uid: str = "") -> Sample:
-    """GSM8K record → sample (calculator annotations removed, ``#### N`` → ``The answer is N.``)."""
+    """GSM8K record → sample (calculator annotations removed, ``#### N`` → ``The answer is N.``).
+
+    Args:
+        question: The problem.
+        solution: The worked solution ending in ``#### N``.
+        uid: Sample id.
+
+    Returns:
+        The :class:`Sample` (``gold`` is the final number without commas).
+    """
     body, _, final = solution.rpartition("####")
     final = final.strip().replace(",", "")
     text = _CALC.sub("", body).strip()
@@ -107,6 +116,15 @@ def gsm8k_sample(question: str, solution: str, uid: str = "") -> Sample:
 
 
 def load_gsm8k(d: Path | None, split: str) -> list[Sample]:
+    """GSM8K samples of ``split`` (malformed rows skipped and recorded).
+
+    Args:
+        d: Data folder holding ``gsm8k/``; None: the Hugging Face hub.
+        split: ``"train"`` or ``"test"``.
+
+    Returns:
+        A :class:`TaskSamples` list.
+    """
     check_split(split, ("train", "test"), "gsm8k")
     issues = RowIssues()
     if d is None:
@@ -130,6 +148,18 @@ def load_gsm8k(d: Path | None, split: str) -> list[Sample]:
 
 # --------------------------------------------------------------------------- SVAMP
 def svamp_sample(body: str, question: str, equation: str, answer: float, uid: str = "") -> Sample:
+    """SVAMP record → sample (answer ``" <equation> = N. The answer is N."``).
+
+    Args:
+        body: The problem's body.
+        question: The question.
+        equation: The equation (``.0`` on whole numbers dropped).
+        answer: The numeric answer.
+        uid: Sample id.
+
+    Returns:
+        The :class:`Sample` (``gold`` is the formatted answer).
+    """
     eq = re.sub(r"(\d+)\.0\b", r"\1", equation.strip())
     eq = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", eq))
     n = fmt_number(answer)
@@ -137,6 +167,15 @@ def svamp_sample(body: str, question: str, equation: str, answer: float, uid: st
 
 
 def load_svamp(d: Path | None, split: str) -> list[Sample]:
+    """SVAMP samples of ``split`` (every 5th problem is test; malformed rows skipped and recorded).
+
+    Args:
+        d: Data folder holding ``svamp/SVAMP.json``; None: the Hugging Face hub.
+        split: ``"train"`` or ``"test"``.
+
+    Returns:
+        A :class:`TaskSamples` list.
+    """
     check_split(split, ("train", "test"), "svamp")
     issues = RowIssues()
     if d is None:
@@ -171,6 +210,17 @@ def load_svamp(d: Path | None, split: str) -> list[Sample]:
 
 # --------------------------------------------------------------------------- MBPP
 def mbpp_sample(text: str, code: str, tests: Sequence[str], uid: str = "") -> Sample:
+    """MBPP record → sample (docstring prompt with the first test; the reference code as answer and gold).
+
+    Args:
+        text: The task description.
+        code: The reference solution.
+        tests: The task's asserts (only the first goes in the prompt).
+        uid: Sample id.
+
+    Returns:
+        The :class:`Sample`.
+    """
     first = tests[0] if tests else ""
     prompt = f'"""{text.strip()}\n{first.strip()}\n"""\n'
     ref = code.replace("\r\n", "\n").replace("\r", "\n").rstrip() + "\n"
@@ -178,6 +228,15 @@ def mbpp_sample(text: str, code: str, tests: Sequence[str], uid: str = "") -> Sa
 
 
 def load_mbpp(d: Path | None, split: str) -> list[Sample]:
+    """MBPP samples of ``split`` (test: task ids 11-510; malformed rows skipped and recorded).
+
+    Args:
+        d: Data folder holding ``mbpp/mbpp.jsonl``; None: the Hugging Face hub.
+        split: ``"train"`` or ``"test"``.
+
+    Returns:
+        A :class:`TaskSamples` list, sorted by task id.
+    """
     check_split(split, ("train", "test"), "mbpp")
     issues = RowIssues()
     if d is None:
@@ -206,6 +265,16 @@ def load_mbpp(d: Path | None, split: str) -> list[Sample]:
 
 # --------------------------------------------------------------------------- Emotion
 def emotion_sample(text: str, label: str, uid: str = "") -> Sample:
+    """Emotion tweet → sample (``EMOTION_TEMPLATE``; answer and gold are ``" " + label``).
+
+    Args:
+        text: The tweet.
+        label: The emotion label.
+        uid: Sample id.
+
+    Returns:
+        The :class:`Sample`.
+    """
     return Sample(EMOTION_TEMPLATE.format(text=text.strip()), " " + label, " " + label, uid)
 
 
@@ -225,6 +294,15 @@ def _emotion_row(raw: str, issues: RowIssues, file: str | Path, line: int) -> tu
 
 
 def load_emotion(d: Path | None, split: str) -> list[Sample]:
+    """Emotion samples of ``split`` (full files, else the bundled subset; bad rows skipped and recorded).
+
+    Args:
+        d: Data folder holding ``emotion/``; None: the Hugging Face hub.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+
+    Returns:
+        A :class:`TaskSamples` list (a plain list from the hub).
+    """
     check_split(split, ("train", "val", "test"), "emotion")
     issues = RowIssues()
     if d is None:
@@ -254,6 +332,17 @@ def load_emotion(d: Path | None, split: str) -> list[Sample]:
 
 # --------------------------------------------------------------------------- IMDB
 def imdb_sample(review: str, label: str, uid: str = "", max_words: int = IMDB_MAX_WORDS) -> Sample:
+    """IMDB review → sample (``<br />`` removed, cut to ``max_words`` words; answer and gold are ``" " + label``).
+
+    Args:
+        review: The review text.
+        label: ``"positive"`` or ``"negative"``.
+        uid: Sample id.
+        max_words: Words kept (``" ..."`` marks a cut).
+
+    Returns:
+        The :class:`Sample`.
+    """
     text = re.sub(r"<br\s*/?>", " ", review)
     words = text.split()
     text = " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
@@ -279,6 +368,15 @@ def _imdb_csv(path: Path, issues: RowIssues) -> list[tuple[int, int, dict]]:
 
 
 def load_imdb(d: Path | None, split: str) -> list[Sample]:
+    """IMDB samples of ``split`` (every 5th review is test; bad rows and labels skipped and recorded).
+
+    Args:
+        d: Data folder holding ``imdb/``; None: the Hugging Face hub.
+        split: ``"train"`` or ``"test"``.
+
+    Returns:
+        A :class:`TaskSamples` list (a plain list from the hub).
+    """
     check_split(split, ("train", "test"), "imdb")
     issues = RowIssues()
     if d is None:

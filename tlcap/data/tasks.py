@@ -163,7 +163,17 @@ def register_task(
 
 
 def get_task(name: str) -> Task:
-    """The registered task called ``name``."""
+    """The registered task called ``name``.
+
+    Args:
+        name: A key of ``TASKS`` (built in, or added with ``register_task``).
+
+    Returns:
+        The :class:`Task`.
+
+    Raises:
+        UnknownNameError: no task of that name (the message lists the known ones).
+    """
     if name not in TASKS:
         raise UnknownNameError(f"unknown dataset {name!r}; known: {', '.join(sorted(TASKS))} (or register_task(...))")
     return TASKS[name]
@@ -278,6 +288,14 @@ def encode_sample(model: Any, sample: Sample, max_answer_tokens: int | None = No
     The answer is tokenized in context (``prompt + answer``) so that what is scored is what the
     model would read; if the joint tokenization does not start with the prompt's tokens, the
     answer is tokenized on its own. Only the part that is used must fit the context window.
+
+    Args:
+        model: The model (its ``encode``, ``prepend_bos`` and ``n_ctx``).
+        sample: The sample.
+        max_answer_tokens: Keep at most this many answer tokens (None: all).
+
+    Returns:
+        The prompt's token ids and the answer's token ids.
 
     Raises:
         PromptTooLongError: the prompt plus the used answer tokens do not fit the context.

@@ -51,6 +51,9 @@ def load_wikitext(
         include_headings: Keep `` = Title = `` rows.
         split: Split read from the hub with ``path="hf:"`` (local files are the test split).
 
+    Returns:
+        The paragraphs (stripped), at most ``n_texts`` of them.
+
     Raises:
         MissingFileError: ``path`` names no WikiText-2 file.
 

@@ -38,7 +38,15 @@ AMIG_TAU = 0.01
 
 
 def threshold_select(scores: Float[Tensor, "layer d_mlp"], t: float = 0.2) -> NeuronSet:
-    """Neurons with ``score > t · max(score)`` (max over all layers); empty if max ≤ 0."""
+    """Neurons with ``score > t · max(score)`` (max over all layers); empty if max ≤ 0.
+
+    Args:
+        scores: ``[layer, d_mlp]`` neuron scores.
+        t: Fraction of the maximum score.
+
+    Returns:
+        The selected :class:`NeuronSet`.
+    """
     mx = scores.max()
     if mx <= 0:
         return NeuronSet((), tuple(scores.shape))
@@ -89,7 +97,15 @@ def method_select(
 
 
 def top_k_select(scores: Float[Tensor, "layer d_mlp"], k: int) -> NeuronSet:
-    """The ``k`` highest-scoring neurons."""
+    """The ``k`` highest-scoring neurons.
+
+    Args:
+        scores: ``[layer, d_mlp]`` neuron scores.
+        k: How many neurons (all when ``k`` exceeds their number).
+
+    Returns:
+        The :class:`NeuronSet` in decreasing score order.
+    """
     flat = scores.flatten()
     idx = flat.topk(min(k, flat.numel())).indices
     d = scores.shape[1]
@@ -97,7 +113,18 @@ def top_k_select(scores: Float[Tensor, "layer d_mlp"], k: int) -> NeuronSet:
 
 
 def refine(sets: Sequence[NeuronSet], p: float = 0.5) -> NeuronSet:
-    """Neurons present in more than ``p · k`` of the ``k`` sets (Dai et al.'s refinement)."""
+    """Neurons present in more than ``p · k`` of the ``k`` sets (Dai et al.'s refinement).
+
+    Args:
+        sets: One located set per prompt (same shape).
+        p: Fraction of the sets a neuron must be in (strictly more than).
+
+    Returns:
+        The refined :class:`NeuronSet`, shaped like ``sets[0]``.
+
+    Raises:
+        EmptyDatasetError: ``sets`` is empty.
+    """
     if not sets:
         raise EmptyDatasetError("refine needs at least one neuron set; pass the located set of each prompt")
     counts = Counter(n for s in sets for n in s)
@@ -106,7 +133,16 @@ def refine(sets: Sequence[NeuronSet], p: float = 0.5) -> NeuronSet:
 
 
 def sigma_mask(scores: Float[Tensor, "layer d_mlp"], sigma: float = 3.0, spread: Literal["std", "var"] = "std") -> NeuronSet:
-    """CNL mask: ``|score − mean| > σ · spread`` with spread the std (default) or variance."""
+    """CNL mask: ``|score − mean| > σ · spread`` with spread the std (default) or variance.
+
+    Args:
+        scores: ``[layer, d_mlp]`` neuron scores.
+        sigma: The σ multiplier.
+        spread: ``"std"`` or ``"var"`` (the mean and spread are over all neurons).
+
+    Returns:
+        The :class:`NeuronSet` of outlying neurons (either sign).
+    """
     s = scores.double()
     mu = s.mean()
     sp = s.std() if spread == "std" else s.var()

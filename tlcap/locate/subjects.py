@@ -26,6 +26,14 @@ def count_occurrences(prompt: str, subject: str, start: int = 0) -> int:
     """How many times ``subject`` starts in ``prompt[start:]`` (overlapping ones included).
 
     Counted the way :meth:`tlcap.models.Model.subject_span` numbers occurrences.
+
+    Args:
+        prompt: The prompt.
+        subject: The subject (empty: 0).
+        start: Character index where counting begins.
+
+    Returns:
+        The number of occurrences.
     """
     n, i = 0, prompt.find(subject, start) if subject else -1
     while i >= 0:
@@ -43,6 +51,9 @@ def check_subject(prompt: str, subject: str, occurrence: int | None = None, star
         occurrence: The occurrence to use, 0-based (negative counts from the last); ``None`` =
             the first, with a warning later when there are several.
         start: Character index where the search begins (e.g. after a prefix).
+
+    Returns:
+        How many times the subject occurs in ``prompt[start:]``.
 
     Raises:
         InvalidConfigError: an empty prompt or subject, or an occurrence the prompt does not have.
@@ -71,7 +82,16 @@ ROME_SINK = "a one-token subject's key and value are the attention sink's"
 
 
 def sink_message(prompt: str, subject: str, why: str = TRACE_SINK) -> str:
-    """The warning for a subject that starts the prompt (no BOS before it); ``why`` says what it breaks."""
+    """The warning for a subject that starts the prompt (no BOS before it); ``why`` says what it breaks.
+
+    Args:
+        prompt: The prompt.
+        subject: The subject.
+        why: What the sink breaks (default: the causal trace's corruption).
+
+    Returns:
+        The warning text.
+    """
     return (
         f"subject {subject!r} starts the prompt {prompt!r}: its first token is at position 0, the model's attention "
         f"sink, so {why}; pass bos=True (--bos) to prepend the BOS token"
@@ -79,7 +99,16 @@ def sink_message(prompt: str, subject: str, why: str = TRACE_SINK) -> str:
 
 
 def ambiguity_message(prompt: str, subject: str, n: int) -> str:
-    """The warning for a subject occurring ``n > 1`` times with no occurrence chosen."""
+    """The warning for a subject occurring ``n > 1`` times with no occurrence chosen.
+
+    Args:
+        prompt: The prompt.
+        subject: The subject.
+        n: Its number of occurrences.
+
+    Returns:
+        The warning text.
+    """
     return (
         f"subject {subject!r} occurs {n} times in the prompt {prompt!r}; using the first (occurrence 0); "
         "pass occurrence= (--occurrence) to choose another"

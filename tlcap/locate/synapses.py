@@ -200,7 +200,14 @@ class KnowledgeSynapses(Result):
         return int(self.mask.sum())
 
     def mask_for(self, n_tokens: int) -> Bool[Tensor, "layer head k"]:
-        """The mask cropped or zero-padded to ``n_tokens`` columns (by position index)."""
+        """The mask cropped or zero-padded to ``n_tokens`` columns (by position index).
+
+        Args:
+            n_tokens: Token columns wanted.
+
+        Returns:
+            A ``[layer, head, n_tokens]`` bool mask (CPU).
+        """
         L, Hh, C = self.mask.shape
         out = torch.zeros(L, Hh, n_tokens, dtype=torch.bool)
         c = min(C, n_tokens)
@@ -214,12 +221,19 @@ class KnowledgeSynapses(Result):
             factor: The scale.
             n_tokens: Apply to a prompt of this many tokens (see :meth:`mask_for`); default the
                 query's own length.
+
+        Returns:
+            ``attn_pattern`` hooks (:func:`tlcap.intervene.synapses.scale_synapses`) for a forward pass.
         """
         m = self.mask if n_tokens is None else self.mask_for(n_tokens)
         return scale_synapses(m, factor)
 
     def summary(self) -> dict[str, Any]:
-        """Headline numbers: prompt, τ, number of synapses, synapses per token column."""
+        """Headline numbers: prompt, τ, number of synapses, synapses per token column.
+
+        Returns:
+            A JSON-ready dict (``per_token``: synapse count of each token column).
+        """
         per_col = self.mask.sum((0, 1)).tolist()
         return {
             "prompt": self.prompt, "tokens": list(self.tokens), "alpha": self.alpha, "tau": self.tau,
@@ -227,7 +241,11 @@ class KnowledgeSynapses(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`SynapseRow` per synapse."""
+        """One :class:`SynapseRow` per synapse.
+
+        Returns:
+            A DataFrame of :class:`SynapseRow` (layer, head, column, token, attention mass).
+        """
         rows = [
             SynapseRow(l, h, c, self.tokens[c] if c < len(self.tokens) else "", float(self.col_mass[l, h, c]))
             for l, h, c in self.mask.nonzero().tolist()
@@ -235,7 +253,11 @@ class KnowledgeSynapses(Result):
         return frame(rows, SynapseRow)
 
     def figure(self) -> go.Figure:
-        """Synapses per (layer, token column), summed over heads."""
+        """Synapses per (layer, token column), summed over heads.
+
+        Returns:
+            A plotly ``[layer, token]`` count heatmap.
+        """
         return synapse_count_heatmap(self.mask.sum(1), list(self.tokens),
                                      title=f"Knowledge synapses of {self.prompt!r} (α={self.alpha:g}, τ={self.tau:.3g})")
 

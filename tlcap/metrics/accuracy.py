@@ -99,7 +99,11 @@ class TaskAccuracy(Result):
         return Counter(self.golds).most_common(1)[0][1] / len(self.golds)
 
     def summary(self) -> dict[str, Any]:
-        """Accuracy, counts, and what the model predicted vs the gold labels."""
+        """Accuracy, counts, and what the model predicted vs the gold labels.
+
+        Returns:
+            A JSON-ready dict (prediction and gold counts skip empty strings).
+        """
         return {
             "task": self.task, "metric": self.metric, "accuracy": self.accuracy, "n": self.n, "n_skipped": self.n_skipped,
             "majority_share": self.majority_share, "prediction_counts": dict(Counter(p for p in self.predictions if p)),
@@ -107,12 +111,20 @@ class TaskAccuracy(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`AccuracyRow` per scored sample."""
+        """One :class:`AccuracyRow` per scored sample.
+
+        Returns:
+            A DataFrame of :class:`AccuracyRow` (index, score, prediction, gold).
+        """
         return frame([AccuracyRow(i, float(s), p, g) for i, (s, p, g) in
                       enumerate(zip(self.scores, self.predictions, self.golds))], AccuracyRow)
 
     def figure(self) -> go.Figure:
-        """Predicted vs gold label counts."""
+        """Predicted vs gold label counts.
+
+        Returns:
+            The plotly figure.
+        """
         return accuracy_figure(Counter(p for p in self.predictions if p), Counter(g for g in self.golds if g),
                                title=f"{self.task}: accuracy {self.accuracy:.3f} ({self.metric}, n={self.n})")
 
@@ -131,12 +143,31 @@ def greedy_generate(
     With ``use_cache`` the prompt is encoded once into a key/value cache and every step feeds
     only the newest token; ``use_cache=False`` re-runs the whole sequence each step (the
     reference the cached path is tested against).
+
+    Args:
+        model: The model.
+        prompt_ids: Token ids of the prompt.
+        max_new_tokens: Most tokens generated.
+        hooks: Activation interventions applied at every step.
+        stop_ids: Token ids that end the generation.
+        stop_text: Strings that end the generation once decoded.
+        use_cache: Use a key/value cache.
+
+    Returns:
+        The generated token ids (without the prompt).
     """
     return model.generate(prompt_ids, max_new_tokens, hooks, stop_ids, stop_text, use_cache)
 
 
 def extract_number(text: str) -> str | None:
-    """The answer number in a generation: after "The answer is", after "####", else the last one."""
+    """The answer number in a generation: after "The answer is", after "####", else the last one.
+
+    Args:
+        text: The generated text.
+
+    Returns:
+        The number as a string without thousands commas, or None when the text has none.
+    """
     for pat in (r"[Tt]he answer is\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", r"####\s*(-?\d[\d,]*(?:\.\d+)?)"):
         m = re.search(pat, text)
         if m:
@@ -163,7 +194,17 @@ def _cut(text: str, stops: Sequence[str]) -> str:
 
 @torch.no_grad()
 def choice_logprobs(model: Model, prompt: str, choices: Sequence[str], hooks: HookList = ()) -> Tensor:
-    """Total log-likelihood of each choice string after ``prompt``: ``[n_choices]``."""
+    """Total log-likelihood of each choice string after ``prompt``: ``[n_choices]``.
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+        choices: The choice strings (tokenized in context, as :func:`tlcap.data.tasks.encode_sample`).
+        hooks: Activation interventions applied during scoring.
+
+    Returns:
+        ``[n_choices]`` float32 log-likelihoods on the CPU.
+    """
     p_ids = model.encode(prompt)
     c_ids = [encode_sample(model, Sample(prompt, c))[1] for c in choices]
     if all(len(c) == 1 for c in c_ids):
@@ -179,7 +220,17 @@ def choice_logprobs(model: Model, prompt: str, choices: Sequence[str], hooks: Ho
 
 @torch.no_grad()
 def reference_token_accuracy(model: Model, sample: Sample, max_tokens: int = CODE_TOKENS, hooks: HookList = ()) -> float:
-    """Share of the reference answer's first ``max_tokens`` tokens predicted as argmax (teacher forcing)."""
+    """Share of the reference answer's first ``max_tokens`` tokens predicted as argmax (teacher forcing).
+
+    Args:
+        model: The model.
+        sample: The sample (its ``answer`` is the reference).
+        max_tokens: Reference tokens scored.
+        hooks: Activation interventions applied during scoring.
+
+    Returns:
+        The share in ``[0, 1]``.
+    """
     p_ids, t_ids = encode_sample(model, sample, max_tokens)
     toks: Int[Tensor, "1 pos"] = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
     pred = model.logits(toks, hooks=hooks)[0, len(p_ids) - 1 :].argmax(-1).cpu()
@@ -205,6 +256,12 @@ def task_accuracy(
         max_new_tokens: Generation budget for math tasks (default the task's).
         code_tokens: Reference tokens scored for code tasks.
         progress: Show a progress bar.
+
+    Returns:
+        A :class:`TaskAccuracy` (samples whose prompt does not fit the context are counted in ``n_skipped``).
+
+    Raises:
+        EmptyDatasetError: no samples.
     """
     t = get_task(task) if isinstance(task, str) else task
     if not samples:

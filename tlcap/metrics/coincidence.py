@@ -114,6 +114,12 @@ class CoincidenceRates(Result):
         Args:
             variant: ``"literal"``, ``"overlap"`` or ``"iou"``.
             **bootstrap: Passed to :func:`bootstrap_ci` (``n_boot``, ``level``, ``seed``, ...).
+
+        Returns:
+            The :class:`Estimate` of ``C^{1,2}`` (mean over pairs) with its bootstrap interval.
+
+        Raises:
+            StatisticsError: an unknown ``variant``.
         """
         if variant == "literal":
             vals = np.asarray(self.pair_intersections, float) / (self.n_layers * self.d_mlp)
@@ -130,14 +136,25 @@ class CoincidenceRates(Result):
                 "common1": self.common1, "common2": self.common2}
 
     def to_frame(self) -> pd.DataFrame:
-        """Rows: the three rates; columns: literal, overlap, iou."""
+        """Rows: the three rates; columns: literal, overlap, iou.
+
+        Returns:
+            A 3-row DataFrame (``rate`` column, then ``literal``, ``overlap``, ``iou``).
+        """
         return pd.DataFrame(
             [{"rate": name, **{v or "literal": getattr(self, f"{c}{'_' + v if v else ''}") for v in ("", "overlap", "iou")}}
              for name, c in (("C^{1,2}", "c12"), ("C^{1,1}", "c11"), ("C^{2,2}", "c22"))]
         )
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """The three rates as grouped bars, one bar per variant (literal, overlap, IoU), in %."""
+        """The three rates as grouped bars, one bar per variant (literal, overlap, IoU), in %.
+
+        Args:
+            title: Figure title (default: the number of samples).
+
+        Returns:
+            The plotly grouped-bar figure.
+        """
         rates = ("c12", "c11", "c22")
         series = {name: [getattr(self, f"{c}{suffix}") for c in rates]
                   for name, suffix in (("literal (poster)", ""), ("overlap-normalised", "_overlap"), ("IoU", "_iou"))}

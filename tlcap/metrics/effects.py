@@ -68,6 +68,12 @@ def bootstrap_p(replicates: Sequence[float] | np.ndarray) -> float:
     counted with one more replicate (as a Monte-Carlo p-value, Davison & Hinkley 1997, §4.4), so
     that B replicates never claim a p below their resolution ``2/(B+1)`` (:func:`bootstrap_p_floor`).
 
+    Args:
+        replicates: The bootstrap replicates θ*.
+
+    Returns:
+        The p-value in ``(0, 1]``; NaN when no replicate is left.
+
     Example:
         >>> round(bootstrap_p([1.0, 2.0, 3.0, -1.0]), 3)      # 2 · (1 + 1) / 5
         0.8
@@ -83,13 +89,30 @@ def bootstrap_p(replicates: Sequence[float] | np.ndarray) -> float:
 
 
 def bootstrap_p_floor(n_boot: int) -> float:
-    """The smallest :func:`bootstrap_p` of ``n_boot`` replicates: ``2/(n_boot + 1)``."""
+    """The smallest :func:`bootstrap_p` of ``n_boot`` replicates: ``2/(n_boot + 1)``.
+
+    Args:
+        n_boot: Number of replicates.
+
+    Returns:
+        The floor, at most 1.
+    """
     return min(1.0, 2.0 / (int(n_boot) + 1))
 
 
 def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None = None, n_boot: int = 5000,
                   seed: int = 0) -> Effect:
     """mean(a − b) of paired samples (e.g. the same query under two KN sets).
+
+    Args:
+        a: First values.
+        b: Second values, paired with ``a``.
+        groups: Cluster id of each pair (bootstrap by cluster, test on cluster means); None: pairs independent.
+        n_boot: Bootstrap replicates of the interval.
+        seed: Bootstrap seed.
+
+    Returns:
+        An :class:`Effect`: the estimate, the paired t-test p-value, the test's name and a floor of 0.
 
     Example:
         >>> dprob_self = [0.9, 0.8, 0.7, 0.6, 0.85, 0.75]
@@ -107,7 +130,14 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
 
 
 def paired_p(d: np.ndarray) -> float:
-    """Two-sided p of mean(d) = 0: the t-test; with no spread, the exact sign test on the non-zero differences."""
+    """Two-sided p of mean(d) = 0: the t-test; with no spread, the exact sign test on the non-zero differences.
+
+    Args:
+        d: The paired differences (or cluster means of them).
+
+    Returns:
+        The p-value; NaN for fewer than 2 differences.
+    """
     if len(d) < 2:
         return math.nan
     if np.std(d) > 0:
@@ -119,6 +149,17 @@ def paired_p(d: np.ndarray) -> float:
 def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | None = None,
                      groups_b: Sequence | np.ndarray | None = None, n_boot: int = 5000, seed: int = 0) -> Effect:
     """mean(a) − mean(b) of two independent samples (e.g. K_I facts vs K_II facts).
+
+    Args:
+        a: First sample.
+        b: Second sample.
+        groups_a: Cluster id of each value of ``a`` (resampled by cluster); None: values independent.
+        groups_b: Cluster id of each value of ``b``.
+        n_boot: Bootstrap replicates of the percentile interval.
+        seed: Bootstrap seed.
+
+    Returns:
+        An :class:`Effect` with Welch's t-test p-value (NaN with too few units or no spread).
 
     Raises:
         TooFewSamplesError: an empty sample.
@@ -154,7 +195,15 @@ def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | 
 
 
 def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
-    """share(events) − ``p0`` with the Wilson interval (shifted) and an exact binomial test."""
+    """share(events) − ``p0`` with the Wilson interval (shifted) and an exact binomial test.
+
+    Args:
+        events: 0/1 outcomes.
+        p0: The reference share.
+
+    Returns:
+        An :class:`Effect`; its floor is the test's p-value at the most extreme outcome.
+    """
     est = share_ci(np.asarray(events, dtype=float))
     k = int(round(est.value * est.n))
     p = float(stats.binomtest(k, est.n, p0).pvalue)
@@ -165,6 +214,15 @@ def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
 
 def proportion_diff(k1: int, n1: int, k2: int, n2: int) -> Effect:
     """k1/n1 − k2/n2 with Newcombe's hybrid score interval and a two-proportion z-test.
+
+    Args:
+        k1: Events in the first sample.
+        n1: Size of the first sample.
+        k2: Events in the second sample.
+        n2: Size of the second sample.
+
+    Returns:
+        An :class:`Effect` (method ``"newcombe"``, floor 0).
 
     Raises:
         TooFewSamplesError: ``n1`` or ``n2`` is 0.

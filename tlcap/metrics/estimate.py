@@ -78,7 +78,14 @@ class Estimate(Result):
         return (self.high - self.low) / 2.0
 
     def contains(self, x: float) -> bool:
-        """Whether ``low <= x <= high`` (False without an interval)."""
+        """Whether ``low <= x <= high`` (False without an interval).
+
+        Args:
+            x: The value tested.
+
+        Returns:
+            True when ``x`` lies in the closed interval.
+        """
         return self.has_interval and self.low <= x <= self.high
 
     def format(self, digits: int | None = None, ci_digits: int | None = None, percent: bool = False) -> str:
@@ -111,11 +118,19 @@ class Estimate(Result):
         return self.format()
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready dict (NaN as ``None``) plus the printed form under ``"text"``."""
+        """JSON-ready dict (NaN as ``None``) plus the printed form under ``"text"``.
+
+        Returns:
+            :meth:`to_dict` plus ``"text"``.
+        """
         return {**self.to_dict(), "text": str(self)}
 
     def to_frame(self) -> pd.DataFrame:
-        """One row with every field."""
+        """One row with every field.
+
+        Returns:
+            A one-row DataFrame (``low`` / ``high`` kept as floats, NaN included).
+        """
         return pd.DataFrame([{**self.to_dict(), "low": self.low, "high": self.high}])
 
     def figure(self, label: str | None = None, title: str | None = None) -> go.Figure:
@@ -124,6 +139,9 @@ class Estimate(Result):
         Args:
             label: Row label (default: the interval's method, level and sample size).
             title: Figure title (default: the printed estimate).
+
+        Returns:
+            The plotly interval figure (one row).
         """
         size = f"n={self.n}" if self.n_groups is None else f"n={self.n}, {self.n_groups} groups"
         row = label or (f"{self.method} {self.level:.0%} CI ({size})" if self.has_interval else f"no CI ({size})")

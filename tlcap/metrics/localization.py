@@ -84,6 +84,13 @@ def overlap(a: SetLike, b: SetLike) -> float:
 def iou(a: SetLike, b: SetLike) -> float:
     """Intersection over union ``|a∩b| / |a∪b|``; 1 for two empty sets, 0 if only one is empty.
 
+    Args:
+        a: A :class:`NeuronSet`, a set, or an iterable of items (e.g. JSON ``[layer, index]`` lists).
+        b: The same kinds as ``a``.
+
+    Returns:
+        The IoU in ``[0, 1]``.
+
     Example:
         >>> iou({1, 2, 3}, {2, 3, 4, 5})               # 2 / 5
         0.4
@@ -128,6 +135,9 @@ class PairwiseOverlap(Result):
         Args:
             labels: One label per set (default ``0..k-1``), e.g. the rewrites of a fact.
             title: Figure title.
+
+        Returns:
+            The plotly heatmap.
         """
         return pair_matrix(self.k, self.pairs, self.values, value_name=self.measure, labels=labels,
                            title=title or f"Pairwise {self.measure} of {self.k} sets: mean {self.mean:.3f}")

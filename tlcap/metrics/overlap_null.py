@@ -85,7 +85,15 @@ class OverlapNull:
         return 0.5 * self.mean_intersection * (1.0 / self.size_a + 1.0 / self.size_b)
 
     def tail(self, k: float, side: str) -> float:
-        """``P(K ≥ k)`` (``"greater"``) or ``P(K ≤ k)`` (``"less"``), clipped at :data:`P_MIN`."""
+        """``P(K ≥ k)`` (``"greater"``) or ``P(K ≤ k)`` (``"less"``), clipped at :data:`P_MIN`.
+
+        Args:
+            k: The observed overlap count.
+            side: ``"greater"`` or ``"less"``.
+
+        Returns:
+            The tail probability in ``[P_MIN, 1]``.
+        """
         lp = np.asarray(self.logpmf)
         ks = np.arange(len(lp))
         eps = 1e-9
@@ -117,7 +125,14 @@ class OverlapNull:
         raise StatisticsError(f"unknown alternative {alternative!r}; use 'greater', 'less' or 'two-sided'")
 
     def quantile_overlap(self, q: float) -> float:
-        """The overlap at the ``q`` quantile of the null (for a null band in figures)."""
+        """The overlap at the ``q`` quantile of the null (for a null band in figures).
+
+        Args:
+            q: The quantile, in ``[0, 1]``.
+
+        Returns:
+            The overlap ``k · (1/|A| + 1/|B|) / 2`` at the quantile's count ``k``.
+        """
         cdf = np.cumsum(self.pmf)
         k = int(np.searchsorted(cdf, q - 1e-12))
         return 0.5 * k * (1.0 / max(self.size_a, 1) + 1.0 / max(self.size_b, 1))

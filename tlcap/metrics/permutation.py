@@ -202,7 +202,14 @@ class RandomControlTest(Result):
         return pd.DataFrame(rows, columns=["set", "value"])
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Histogram of the random sets' statistic, the located set's value as a red line."""
+        """Histogram of the random sets' statistic, the located set's value as a red line.
+
+        Args:
+            title: Figure title (default: statistic, number of random sets, p-value and alternative).
+
+        Returns:
+            The plotly histogram.
+        """
         name = self.statistic or "statistic"
         return null_histogram(self.observed, self.null_values, value_name=name,
                               title=title or f"{name}: located vs {self.n_null} random sets (p = {self.p_value:.3g}, "

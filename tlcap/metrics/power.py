@@ -100,7 +100,15 @@ def power_at(effect: float, se: float, alpha: float = 0.05) -> float:
 
 
 def detectable(p_floor: float | None, alpha: float) -> bool:
-    """Whether a p-value with smallest attainable value ``p_floor`` can be significant at ``alpha``."""
+    """Whether a p-value with smallest attainable value ``p_floor`` can be significant at ``alpha``.
+
+    Args:
+        p_floor: Smallest attainable p-value (None or NaN: unknown, taken as detectable).
+        alpha: Significance level.
+
+    Returns:
+        True unless ``p_floor >= alpha``.
+    """
     return p_floor is None or math.isnan(p_floor) or p_floor < alpha
 
 

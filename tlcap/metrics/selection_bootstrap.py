@@ -46,7 +46,15 @@ METHOD = "recentred percentile"
 
 
 def recentre(replicates: Sequence[float] | np.ndarray, theta: float) -> np.ndarray:
-    """``θ* − median(θ*) + θ̂`` (NaN replicates dropped)."""
+    """``θ* − median(θ*) + θ̂`` (NaN replicates dropped).
+
+    Args:
+        replicates: The bootstrap replicates θ*.
+        theta: The point estimate θ̂ (NaN: replicates returned uncentred).
+
+    Returns:
+        The re-centred replicates as a float array.
+    """
     r = np.asarray(replicates, dtype=float)
     r = r[~np.isnan(r)]
     if not len(r) or math.isnan(theta):
@@ -80,7 +88,15 @@ def recentred_estimate(theta: float, replicates: Sequence[float] | np.ndarray, *
 
 
 def recentred_p(theta: float, replicates: Sequence[float] | np.ndarray) -> float:
-    """Two-sided bootstrap p-value of "the statistic is 0" on the re-centred replicates (floor ``2/(B+1)``)."""
+    """Two-sided bootstrap p-value of "the statistic is 0" on the re-centred replicates (floor ``2/(B+1)``).
+
+    Args:
+        theta: The point estimate θ̂.
+        replicates: The bootstrap replicates θ*.
+
+    Returns:
+        The p-value (:func:`tlcap.metrics.effects.bootstrap_p`).
+    """
     return bootstrap_p(recentre(replicates, theta))
 
 

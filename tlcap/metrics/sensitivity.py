@@ -132,6 +132,18 @@ class SensitivityCurve(Result):
                        statistic: str = "") -> SensitivityCurve:
         """A curve from one :class:`Estimate` per grid point (e.g. erase accuracy at each σ).
 
+        Args:
+            x: The grid values of the parameter.
+            estimates: One estimate per grid value (level, method, seed, ... taken from the first).
+            parameter: Name of the varied parameter.
+            statistic: Name of the estimated statistic.
+
+        Returns:
+            The :class:`SensitivityCurve` (``n``: the largest sample size).
+
+        Raises:
+            StatisticsError: no estimates, or not one per grid point.
+
         Example:
             >>> from tlcap.metrics.shares import share_ci
             >>> acc3, acc6, acc12 = share_ci([1, 0, 0, 1, 0]), share_ci([0, 0, 0, 1, 0]), share_ci([0] * 5)
@@ -147,7 +159,11 @@ class SensitivityCurve(Result):
                    n=max(e.n for e in estimates), method=e0.method, n_groups=e0.n_groups, n_boot=e0.n_boot, seed=e0.seed)
 
     def estimates(self) -> list[Estimate]:
-        """One :class:`Estimate` per grid point."""
+        """One :class:`Estimate` per grid point.
+
+        Returns:
+            The estimates, in grid order.
+        """
         return [Estimate(v, lo, hi, level=self.level, n=self.n, method=self.method, n_groups=self.n_groups,
                          n_boot=self.n_boot, seed=self.seed) for v, lo, hi in zip(self.value, self.low, self.high)]
 
@@ -159,7 +175,14 @@ class SensitivityCurve(Result):
         return pd.DataFrame({self.parameter: self.x, "value": self.value, "low": self.low, "high": self.high})
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """The curve with its band (plotly)."""
+        """The curve with its band (plotly).
+
+        Args:
+            title: Figure title (default: statistic vs parameter and ``n``).
+
+        Returns:
+            The plotly figure: the value as a line, the CI as a shaded band.
+        """
         x = list(self.x)
         band = f"{self.level:.0%} CI"
         fig = go.Figure([

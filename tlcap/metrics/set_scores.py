@@ -93,7 +93,15 @@ class SetScores:
 
 
 def common_prefix(seqs: Sequence[Sequence[int]], cap: int) -> int:
-    """Length of the token prefix every sequence starts with, at most ``cap`` (0 when shorter than :data:`MIN_PREFIX`)."""
+    """Length of the token prefix every sequence starts with, at most ``cap`` (0 when shorter than :data:`MIN_PREFIX`).
+
+    Args:
+        seqs: Token id sequences (at least one).
+        cap: Longest prefix counted.
+
+    Returns:
+        The shared prefix length.
+    """
     n = min(cap, *(len(s) for s in seqs))
     first = seqs[0]
     for s in seqs[1:]:
@@ -281,6 +289,15 @@ def scored_items(model: Model, task: Task, samples: Sequence[Sample],
                  code_tokens: int = CODE_TOKENS) -> list[tuple[int, Sample, list[int]]]:
     """``(position, sample, prompt ids)`` of the samples :func:`~tlcap.metrics.accuracy.task_accuracy` scores
     (the others do not fit the context window and are skipped).
+
+    Args:
+        model: The model (tokenizer, context window).
+        task: The task (code tasks also need the reference answer to fit).
+        samples: The samples.
+        code_tokens: Reference tokens scored for code tasks.
+
+    Returns:
+        One tuple per sample that fits, ``position`` being its index in ``samples``.
 
     Raises:
         EmptyDatasetError: no sample fits.

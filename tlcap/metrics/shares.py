@@ -21,6 +21,18 @@ def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
     With ``p = k/n`` and ``z`` the ``1 − α/2`` normal quantile:
     ``(p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n)``.
+
+    Args:
+        k: Number of events, ``0 <= k <= n``.
+        n: Number of samples, ``>= 1``.
+        level: Confidence level.
+
+    Returns:
+        ``(low, high)``, clipped to ``[0, 1]``.
+
+    Raises:
+        TooFewSamplesError: ``n < 1``.
+        StatisticsError: ``k`` outside ``[0, n]``.
     """
     if n < 1:
         raise TooFewSamplesError("a share needs at least one sample")

@@ -33,7 +33,17 @@ def _check_sets(sets: Sequence[NeuronSet]) -> None:
 
 
 def cs1(sets: Sequence[NeuronSet]) -> float:
-    """CS1 = |∩N_i| / |∪N_i| (0 when the union is empty)."""
+    """CS1 = |∩N_i| / |∪N_i| (0 when the union is empty).
+
+    Args:
+        sets: The KN sets of the neighbor queries (at least 2).
+
+    Returns:
+        CS1 in ``[0, 1]``.
+
+    Raises:
+        TooFewSamplesError: fewer than 2 sets.
+    """
     _check_sets(sets)
     union = set().union(*(set(s) for s in sets))
     if not union:
@@ -43,7 +53,17 @@ def cs1(sets: Sequence[NeuronSet]) -> float:
 
 
 def cs2(sets: Sequence[NeuronSet]) -> float:
-    """CS2 = |{n ∈ ∪N_i : n in more than one N_i}| / |∪N_i| (0 when the union is empty)."""
+    """CS2 = |{n ∈ ∪N_i : n in more than one N_i}| / |∪N_i| (0 when the union is empty).
+
+    Args:
+        sets: The KN sets of the neighbor queries (at least 2).
+
+    Returns:
+        CS2 in ``[0, 1]``.
+
+    Raises:
+        TooFewSamplesError: fewer than 2 sets.
+    """
     _check_sets(sets)
     counts = Counter(n for s in sets for n in set(s))
     if not counts:
@@ -101,6 +121,10 @@ def otsu_threshold(values: Iterable[float], nbins: int = 256, backend: str = "sk
 
 def welch_t_test(a: Iterable[float], b: Iterable[float]) -> tuple[float, float]:
     """Welch's t-test (unequal variances) of ``a`` vs ``b``; ``(nan, nan)`` if a group has < 2 values.
+
+    Args:
+        a: The first group's values.
+        b: The second group's values.
 
     Returns:
         ``(t, p)`` with ``t = (mean_a − mean_b) / sqrt(var_a/n_a + var_b/n_b)`` (sample variances)

@@ -47,7 +47,11 @@ _CUT_SITES: tuple[str, ...] = ("unembed_in", "final_out")
 
 
 def transformer_bridge_class() -> Any:
-    """``TransformerBridge`` from TL 4.x (``transformer_lens``) or TL 3.9 (``transformer_lens.model_bridge``)."""
+    """``TransformerBridge`` from TL 4.x (``transformer_lens``) or TL 3.9 (``transformer_lens.model_bridge``).
+
+    Returns:
+        The ``TransformerBridge`` class (after installing :mod:`tlcap.models.hf_compat`).
+    """
     try:
         from transformer_lens import TransformerBridge
     except ImportError:  # TL 3.9 ships the bridge but does not export it at the top level

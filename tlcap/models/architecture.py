@@ -84,12 +84,27 @@ class ArchitectureMixin:
         return kind in ("LN", "LNPre", "RMS", "RMSPre") and all(getattr(attn, f"W_{s}", None) is not None for s in "QKV")
 
     def qkv_weight(self, layer: int, which: str) -> Any:
-        """``W_Q`` / ``W_K`` / ``W_V`` of ``layer`` as ``[heads, d_model, d_head]`` (kv heads for k/v), detached."""
+        """``W_Q`` / ``W_K`` / ``W_V`` of ``layer`` as ``[heads, d_model, d_head]`` (kv heads for k/v), detached.
+
+        Args:
+            layer: The layer.
+            which: ``"q"``, ``"k"`` or ``"v"``.
+
+        Returns:
+            The weight tensor (real values even when the layer is offloaded).
+        """
         with materialized(self.backend.blocks[layer].attn) as attn:  # an offloaded layer's real weights
             return getattr(attn, f"W_{which.upper()}").detach()
 
     def attn_norm(self, layer: int) -> tuple[str, Any]:
-        """``(kind, γ)`` of the norm before ``layer``'s attention: ``"LN"`` or ``"RMS"`` and its weight (``None`` when folded)."""
+        """``(kind, γ)`` of the norm before ``layer``'s attention: ``"LN"`` or ``"RMS"`` and its weight (``None`` when folded).
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The norm kind and its detached weight, or None.
+        """
         kind = "RMS" if str(getattr(self.cfg, "normalization_type", "")).startswith("RMS") else "LN"
         with materialized(self.backend.blocks[layer].ln1) as ln1:
             for name, p in ln1.named_parameters():
@@ -102,6 +117,12 @@ class ArchitectureMixin:
 
         Read from the module itself (``γ = norm(1) · sqrt(1 + ε)``), so a family's weight
         convention (Gemma's ``1 + w``) needs no special case.
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The detached ``[d_model]`` gain γ.
 
         Raises:
             UnsupportedModelError: the blocks have no post-norm, it is not an RMSNorm, or the
@@ -120,7 +141,11 @@ class ArchitectureMixin:
             return (mod(torch.ones(w.shape[-1], device=w.device, dtype=w.dtype)) * (1.0 + eps) ** 0.5).detach()
 
     def require_patchable_attention(self, what: str) -> None:
-        """Raise :class:`UnsupportedModelError` naming ``what`` unless :attr:`attention_internals_patchable`."""
+        """Raise :class:`UnsupportedModelError` naming ``what`` unless :attr:`attention_internals_patchable`.
+
+        Args:
+            what: The feature that needs it, named in the error (e.g. ``"scaling knowledge synapses"``).
+        """
         if not self.attention_internals_patchable:
             raise UnsupportedModelError(
                 f"{what} needs an editable attention pattern; {self.name} ({self.architecture}) runs the HF attention "

@@ -29,6 +29,9 @@ def full_cache() -> Any:
     Prefix caches are built on it: a sliding layer of a config-built cache keeps only the last
     ``window - 1`` positions, which loses the keys of shorter prefixes padded to a longer one.
     The window itself is applied by the attention mask.
+
+    Returns:
+        An empty ``DynamicCache``.
     """
     return DynamicCache()
 
@@ -38,6 +41,13 @@ def fresh_cache(cache: Any, rows: Tensor | None = None) -> Any:
 
     HF appends by ``torch.cat`` into the layer objects, so copies of the cache and of its layers
     keep the stored cache intact without copying any tensor (``rows``: keep those batch rows).
+
+    Args:
+        cache: The stored HF cache.
+        rows: Batch rows to keep (index tensor); None: all.
+
+    Returns:
+        A shallow copy of ``cache`` with copied layer objects.
     """
     out = copy.copy(cache)
     out.layers = [copy.copy(layer) for layer in cache.layers]
@@ -71,6 +81,12 @@ class PrefixCache:
 
     def repeats(self, batch: int) -> int:
         """``k = batch / rows``: how many consecutive batch rows continue each prefix row.
+
+        Args:
+            batch: Rows of the batch run after the prefix.
+
+        Returns:
+            ``k``, ``>= 1``.
 
         Raises:
             ShapeMismatchError: ``batch`` is not a multiple of :attr:`rows`.

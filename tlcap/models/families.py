@@ -56,7 +56,14 @@ def _config(family: str) -> tuple[Any, Any]:
 
 
 def tiny_config(family: str) -> Any:
-    """The HF config a tiny ``family`` model is built from (its shapes without building it)."""
+    """The HF config a tiny ``family`` model is built from (its shapes without building it).
+
+    Args:
+        family: ``"gptj"``, ``"neox"``, ``"qwen2"`` or ``"gemma2"``.
+
+    Returns:
+        The transformers config object (2 layers, d_model 64, 4 heads).
+    """
     return _config(family)[0]
 
 

@@ -115,7 +115,15 @@ class HandWeights:
         return _component(self._backend.pos_embed).weight.data
 
     def head(self, layer: int, head: int) -> HeadWeights:
-        """The parameters of ``head`` in ``layer``."""
+        """The parameters of ``head`` in ``layer``.
+
+        Args:
+            layer: The layer.
+            head: The head.
+
+        Returns:
+            The head's :class:`HeadWeights` (views: writes change the model).
+        """
         attn = self._backend.blocks[layer].attn
         dh = self.model.d_head
         sl = slice(head * dh, (head + 1) * dh)
@@ -127,7 +135,14 @@ class HandWeights:
         return HeadWeights(W_O=_tl(_component(attn.o))[sl, :], **parts)
 
     def mlp(self, layer: int) -> MLPWeights:
-        """The MLP parameters of ``layer``."""
+        """The MLP parameters of ``layer``.
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The layer's :class:`MLPWeights` (views: writes change the model).
+        """
         ins = self.model.mlp_in_weights(layer)
         w_in = next(s for s in ins if s.role == "in").neuron_view().T
         b_in = next(s for s in ins if s.role == "bias").neuron_view()
@@ -135,7 +150,14 @@ class HandWeights:
 
 
 def hand_weights(model: Model) -> HandWeights:
-    """:class:`HandWeights` of ``model`` (see the module docstring)."""
+    """:class:`HandWeights` of ``model`` (see the module docstring).
+
+    Args:
+        model: The model.
+
+    Returns:
+        A :class:`HandWeights` whose views write through to ``model``.
+    """
     return HandWeights(model)
 
 

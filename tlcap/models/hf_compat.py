@@ -34,7 +34,11 @@ def _attention_bridge_class() -> Any:
 
 
 def install() -> bool:
-    """Let the bridge's attention find the KV cache under transformers' new ``cache`` name; returns whether it did."""
+    """Let the bridge's attention find the KV cache under transformers' new ``cache`` name; returns whether it did.
+
+    Returns:
+        True when the patch is in place (idempotent), False when the bridge has no ``_update_kv_cache``.
+    """
     cls = _attention_bridge_class()
     update = getattr(cls, "_update_kv_cache", None) if cls is not None else None
     if update is None:

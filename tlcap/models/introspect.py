@@ -46,6 +46,12 @@ def named_weights(model: Model) -> dict[str, Tensor]:
     Tensors that share storage (tied embeddings; the bridge's GPT-2 ``q``/``k``/``v``, which are
     views of the fused ``qkv``) are given once, as the largest of them, so that the returned
     tensors together cover every weight exactly once.
+
+    Args:
+        model: The model.
+
+    Returns:
+        Parameter name (without ``._original_component``) → tensor, sorted by name.
     """
     best: dict[int, tuple[str, Tensor]] = {}
     for name, p in model.backend.named_parameters(remove_duplicate=False):

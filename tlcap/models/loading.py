@@ -46,6 +46,12 @@ def smollm2_float32_dir(rebuild: bool = False) -> Path:
     """Convert the SmolLM2 GGUF to a float32 HF checkpoint once and return its directory.
 
     The first call dequantizes the GGUF (~15 s); later calls find the cached safetensors.
+
+    Args:
+        rebuild: Convert again even if the cached checkpoint exists.
+
+    Returns:
+        ``cache_dir() / "smollm2-135m-f32"``, holding the weights, config, tokenizer and ``tlcap.json``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -41,7 +41,14 @@ PACKED_KINDS = ("neuron", "resid")
 
 
 def position_major_names(n_layers: int) -> frozenset[str]:
-    """Hook names of every position-major site (:data:`PACKED_KINDS`) at every layer."""
+    """Hook names of every position-major site (:data:`PACKED_KINDS`) at every layer.
+
+    Args:
+        n_layers: Number of layers.
+
+    Returns:
+        The hook names.
+    """
     per_layer = [s for s in SITES.values() if s.kind in PACKED_KINDS and s.per_layer]
     return frozenset(s.hook_name(l) for s in per_layer for l in range(n_layers))
 
@@ -71,6 +78,13 @@ def attention_windows(config: Any, n_layers: int) -> list[int | None]:
 
     ``layer_types`` marks the sliding layers where the config has it (Gemma-2 alternates); a
     ``sliding_window`` without it applies to every layer (Mistral).
+
+    Args:
+        config: The HF config (a multimodal one's text config is read).
+        n_layers: Number of layers.
+
+    Returns:
+        One window size (``int``) or None per layer.
     """
     if hasattr(config, "get_text_config"):  # multimodal configs (Gemma-3) keep the text model's in a sub-config
         config = config.get_text_config()
@@ -148,6 +162,14 @@ def packable(model: Any, hooks: HookList, new_tokens: int) -> bool:
     One new token; every hook of the call at a position-major site; no hook left on the backend
     by an enclosing ``with model.hooks(...)`` block (it would see the packed layout); positions
     encoded from position ids (rotary or learned), not ALiBi.
+
+    Args:
+        model: The model.
+        hooks: The hooks of the call.
+        new_tokens: New tokens per row.
+
+    Returns:
+        True when every condition above holds (and the model allows ``packed_rows``).
     """
     if new_tokens != 1 or not bool(model.packed_rows) or not model.is_bridge:
         return False
@@ -169,6 +191,10 @@ def pieces(counts: Int[Tensor, " g"], n: int) -> tuple[Int[Tensor, " p"], Int[Te
     positions among themselves; each piece carries one copy of the prefix's keys/values. At
     ``W ≈ n`` neither exceeds what the rows need: at most twice the useful scores, one prefix copy
     per ``n`` rows (a short prompt's many rows would otherwise spend most of the work in that block).
+
+    Args:
+        counts: ``[g]`` rows of each context.
+        n: Padded prefix length (``W`` is also capped by the largest count).
 
     Returns:
         ``(context of each piece, rows of each piece, W)``.

@@ -69,7 +69,11 @@ class ParamPart:
     stop: int = 0
 
     def view(self) -> Tensor:
-        """The part as a view of the parameter's data (writes go through)."""
+        """The part as a view of the parameter's data (writes go through).
+
+        Returns:
+            The whole parameter data, or its ``[start, stop)`` slice along ``dim``.
+        """
         if self.dim is None:
             return self.param.data
         return self.param.data.narrow(self.dim, self.start, self.stop - self.start)
@@ -137,7 +141,17 @@ class ParameterGroups:
         return sum(g.numel for g in self.groups if g.key not in ("embed", "unembed"))
 
     def group(self, key: str) -> ParamGroup:
-        """The group called ``key``."""
+        """The group called ``key``.
+
+        Args:
+            key: Group name (module docstring table).
+
+        Returns:
+            The :class:`ParamGroup`.
+
+        Raises:
+            UnknownNodeError: no group of that name.
+        """
         for g in self.groups:
             if g.key == key:
                 return g
@@ -163,7 +177,11 @@ class ParameterGroups:
         return sum(g.numel for g in self.groups if wanted.intersection(g.users))
 
     def node_counts(self) -> dict[str, int]:
-        """One count per node, shared groups split evenly among their users; sums to :attr:`total`."""
+        """One count per node, shared groups split evenly among their users; sums to :attr:`total`.
+
+        Returns:
+            Node name → parameter elements (the remainder of an uneven split goes to the first users).
+        """
         out = {n: 0 for n in self.nodes}
         for g in self.groups:
             q, r = divmod(g.numel, len(g.users))
@@ -172,7 +190,14 @@ class ParameterGroups:
         return out
 
     def node_parts(self, node: str) -> list[ParamPart]:
-        """Every parameter (slice) ``node`` uses, shared ones included."""
+        """Every parameter (slice) ``node`` uses, shared ones included.
+
+        Args:
+            node: A node name (``"input"``, ``"a{l}.h{h}"``, ``"m{l}"`` or ``"logits"``).
+
+        Returns:
+            The :class:`ParamPart` list of every group ``node`` is a user of.
+        """
         self._check([node])
         return [p for g in self.groups if node in g.users for p in g.parts]
 
@@ -305,7 +330,14 @@ def build_parameter_groups(backend: Any, n_layers: int, n_heads: int, n_kv_heads
 
 
 def unique_parameter_count(backend: Any) -> int:
-    """Parameter elements of ``backend``, counting tensors that share storage once."""
+    """Parameter elements of ``backend``, counting tensors that share storage once.
+
+    Args:
+        backend: A torch module.
+
+    Returns:
+        The count (the largest tensor of each storage).
+    """
     seen: dict[int, int] = {}
     for p in backend.parameters():
         s = _storage(p)
@@ -323,7 +355,11 @@ class ParamsMixin:
     is_bridge: bool
 
     def parameter_count(self) -> int:
-        """Number of parameter elements (tensors that share storage, e.g. tied embeddings, once)."""
+        """Number of parameter elements (tensors that share storage, e.g. tied embeddings, once).
+
+        Returns:
+            The count.
+        """
         return unique_parameter_count(self.backend)
 
     def parameter_groups(self) -> ParameterGroups:

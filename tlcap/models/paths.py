@@ -12,7 +12,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def cache_dir() -> Path:
-    """Where tlcap keeps converted weights (``$TLCAP_CACHE`` or ``~/.cache/tlcap``)."""
+    """Where tlcap keeps converted weights (``$TLCAP_CACHE`` or ``~/.cache/tlcap``).
+
+    Returns:
+        The cache root (it may not exist yet).
+    """
     root = os.environ.get("TLCAP_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "tlcap"
 

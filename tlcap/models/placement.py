@@ -66,7 +66,17 @@ class Placement:
 
     @classmethod
     def of(cls, kwargs: dict[str, Any]) -> Placement | None:
-        """The placement asked for in ``load_model``'s keywords (removed from ``kwargs``), or ``None``."""
+        """The placement asked for in ``load_model``'s keywords (removed from ``kwargs``), or ``None``.
+
+        Args:
+            kwargs: Keyword arguments of ``load_model``; ``device_map``, ``n_devices``, ``offload_folder``, ... are popped.
+
+        Returns:
+            The :class:`Placement`, or None when no device map or ``n_devices`` is given.
+
+        Raises:
+            InvalidConfigError: a bad ``n_devices``, or ``offload_folder`` without a device map.
+        """
         got = {k: kwargs.pop(k) for k in PLACEMENT_KEYS if k in kwargs}
         got = {k: v for k, v in got.items() if v is not None}
         n = got.get("n_devices")
@@ -82,6 +92,12 @@ class Placement:
 def gpu_ids(n_devices: int) -> list[int]:
     """The ``n_devices`` GPUs of this process: ``r·n … r·n + n − 1`` for ``torchrun``'s local rank ``r`` (0 alone).
 
+    Args:
+        n_devices: GPUs per process.
+
+    Returns:
+        The CUDA device indices.
+
     Raises:
         InvalidConfigError: fewer GPUs than that on this machine.
     """
@@ -95,7 +111,19 @@ def gpu_ids(n_devices: int) -> list[int]:
 
 
 def device_map_for(hf_model: Any, placement: Placement, dtype: torch.dtype | None = None) -> dict[str, Any]:
-    """The concrete module → device map of ``placement`` for ``hf_model`` (whole decoder layers kept together)."""
+    """The concrete module → device map of ``placement`` for ``hf_model`` (whole decoder layers kept together).
+
+    Args:
+        hf_model: The HF model.
+        placement: The placement (an explicit map, ``"auto"``/``"balanced"``/... or ``n_devices``).
+        dtype: Parameter dtype used for the memory estimate.
+
+    Returns:
+        Module name → device (int GPU index, ``"cpu"`` or ``"disk"``).
+
+    Raises:
+        InvalidConfigError: an unknown device-map strategy.
+    """
     from accelerate import infer_auto_device_map
     from accelerate.utils import get_balanced_memory
 
@@ -117,7 +145,19 @@ def device_map_for(hf_model: Any, placement: Placement, dtype: torch.dtype | Non
 
 
 def dispatch(hf_model: Any, placement: Placement, dtype: torch.dtype | None = None) -> Any:
-    """Place ``hf_model``'s modules per ``placement`` with accelerate (before a TransformerBridge wraps it)."""
+    """Place ``hf_model``'s modules per ``placement`` with accelerate (before a TransformerBridge wraps it).
+
+    Args:
+        hf_model: The HF model.
+        placement: The placement.
+        dtype: Parameter dtype used for the memory estimate.
+
+    Returns:
+        The dispatched model (accelerate hooks attached).
+
+    Raises:
+        InvalidConfigError: ``"disk"`` entries without ``offload_folder``.
+    """
     from accelerate import dispatch_model
 
     dm = device_map_for(hf_model, placement, dtype)
@@ -152,7 +192,14 @@ def _align_hook(module: Any, own: bool = False) -> Any:
 
 
 def execution_device(module: Any) -> torch.device:
-    """Where ``module`` runs: its accelerate hook's execution device, else its first parameter's device."""
+    """Where ``module`` runs: its accelerate hook's execution device, else its first parameter's device.
+
+    Args:
+        module: A torch module.
+
+    Returns:
+        The device (``cpu`` for a module without parameters or hook).
+    """
     hook = _align_hook(module)
     if hook is not None and hook.execution_device is not None:
         dev = hook.execution_device
@@ -163,7 +210,14 @@ def execution_device(module: Any) -> torch.device:
 
 
 def is_offloaded(module: Any) -> bool:
-    """Whether ``module``'s own weights are offloaded (kept in accelerate's weights map, ``meta`` in the module)."""
+    """Whether ``module``'s own weights are offloaded (kept in accelerate's weights map, ``meta`` in the module).
+
+    Args:
+        module: A torch module.
+
+    Returns:
+        True when its weights live in the offload map.
+    """
     hook = _align_hook(module)
     return bool(hook is not None and hook.offload and getattr(hook, "weights_map", None) is not None)
 
@@ -174,6 +228,13 @@ def resident(module: Any, name: str) -> torch.nn.Parameter:
     The module's own parameter when it is not offloaded; else one parameter per (module, name),
     sharing the storage of the tensor in accelerate's weights map (loaded from disk once and pinned
     in the map), so in-place edits reach every later forward.
+
+    Args:
+        module: The module that owns the parameter.
+        name: Parameter name, e.g. ``"weight"`` or ``"bias"``.
+
+    Returns:
+        The parameter (cached on the module when offloaded, not requiring grad).
     """
     if not is_offloaded(module):
         return getattr(module, name)
@@ -201,6 +262,12 @@ def resident_while_running(blocks: Sequence[Any]) -> Iterator[None]:
     edge patching switches on) sees ``meta`` otherwise. Within the block's forward its offloaded
     leaves are materialized once and their offloading paused; they go back to ``meta`` when the
     block returns, so one block's weights are in memory at a time.
+
+    Args:
+        blocks: The transformer blocks (a forward pre-hook and hook are put on each).
+
+    Yields:
+        None; the hooks are removed on exit, also when the body raises.
     """
 
     def pre(block: Any, args: Any) -> None:
@@ -229,7 +296,14 @@ def resident_while_running(blocks: Sequence[Any]) -> Iterator[None]:
 @contextlib.contextmanager
 def materialized(module: Any) -> Iterator[Any]:
     """``module`` with every offloaded leaf under it holding its real weights for the body of a ``with`` block
-    (tensors read there stay valid after it)."""
+    (tensors read there stay valid after it).
+
+    Args:
+        module: A torch module, possibly with offloaded leaves.
+
+    Yields:
+        ``module`` itself; its leaves go back to ``meta`` on exit.
+    """
     leaves = [(m, h) for m in module.modules() if (h := _align_hook(m, own=True)) is not None and h.offload
               and getattr(h, "weights_map", None) is not None]
     for m, h in leaves:
@@ -242,12 +316,26 @@ def materialized(module: Any) -> Iterator[Any]:
 
 
 def has_offloaded(module: Any) -> bool:
-    """Whether any module under ``module`` is offloaded."""
+    """Whether any module under ``module`` is offloaded.
+
+    Args:
+        module: A torch module.
+
+    Returns:
+        True when ``module`` or a submodule has offloaded weights.
+    """
     return any(is_offloaded(m) for m in module.modules())
 
 
 def input_device(model: Any) -> torch.device:
-    """Where a model's inputs go: the embedding's execution device on a dispatched HF model, else the first parameter's."""
+    """Where a model's inputs go: the embedding's execution device on a dispatched HF model, else the first parameter's.
+
+    Args:
+        model: A :class:`tlcap.models.Model` (or an object with ``hf_model`` and ``backend``).
+
+    Returns:
+        The device token ids should be put on.
+    """
     hf = getattr(model, "hf_model", None)
     if hf is not None and getattr(hf, "hf_device_map", None):
         return execution_device(hf.get_input_embeddings())
@@ -255,7 +343,15 @@ def input_device(model: Any) -> torch.device:
 
 
 def layer_devices(model: Any, layers: Any) -> list[torch.device]:
-    """The execution device of each block in ``layers`` (a module list)."""
+    """The execution device of each block in ``layers`` (a module list).
+
+    Args:
+        model: The model (not read: the blocks carry their hooks).
+        layers: The blocks, e.g. ``backend.blocks``.
+
+    Returns:
+        One device per block, in order.
+    """
     return [execution_device(block) for block in layers]
 
 

@@ -107,6 +107,15 @@ class RecordingMixin:
 
         One no-grad forward (after ``prefix`` if given) with ``hooks`` applied, e.g. the clean
         neuron values IG scales, or a baseline sentence's neurons (AMIG, SIG).
+
+        Args:
+            tokens: ``[batch, pos]`` token ids (a 1-D tensor is one row).
+            hook_names: Hook points recorded.
+            hooks: Activation interventions applied during the forward.
+            prefix: Cached keys/values the tokens continue.
+
+        Returns:
+            ``[batch, n_hooks, d]`` activations (hooks in ``hook_names`` order) and ``[batch, d_vocab]`` logits.
         """
         if isinstance(tokens, Tensor) and tokens.ndim == 1:
             tokens = tokens[None]
@@ -121,7 +130,16 @@ class RecordingMixin:
         names: Sequence[str] | Callable[[str], bool] | None = None,
         hooks: HookList = (),
     ) -> tuple[Float[Tensor, "batch pos d_vocab"], dict[str, Tensor]]:
-        """Forward pass recording the given hook points (all if ``names`` is None)."""
+        """Forward pass recording the given hook points (all if ``names`` is None).
+
+        Args:
+            tokens: ``[batch, pos]`` token ids (a 1-D tensor is one row).
+            names: Hook names, a predicate on hook names, or None for every hook point.
+            hooks: Activation interventions applied during the forward.
+
+        Returns:
+            ``[batch, pos, d_vocab]`` logits and hook name → recorded activation.
+        """
         if isinstance(tokens, Tensor) and tokens.ndim == 1:
             tokens = tokens[None]
         if names is None:

@@ -66,6 +66,13 @@ class PaddedPrefix:
 
         Positions of a row beyond its new length are masked out like padding, so the rows of one cached
         run serve each of its prefixes (the answer tokens of one sample).
+
+        Args:
+            rows: Rows of this prefix to keep, in the new order.
+            lengths: New real length of each kept row.
+
+        Returns:
+            The new :class:`PaddedPrefix` (same ``n_tokens``; no cache when this one has none).
         """
         if self.cache is None:
             return PaddedPrefix(None, tuple(0 for _ in rows), 0)
@@ -176,6 +183,13 @@ class RowsMixin:
         (attention is causal), so one run serves every teacher-forced position of a sample
         (:meth:`stack_prefixes`).
 
+        Args:
+            tokens: Token ids of one sequence.
+            hook_names: Hook points recorded.
+
+        Returns:
+            ``[pos, n_hooks, d]`` states, ``[pos, d_vocab]`` logits and the backend's cache of the run.
+
         Raises:
             TlcapError: the backend is not a TransformerBridge.
         """
@@ -188,7 +202,17 @@ class RowsMixin:
         """:meth:`context_run` that also records ``state_names`` (e.g. the residual stream at the
         ``resid_pre`` sites, where :meth:`continue_staged` pieces join; ``None`` when there are none) and
         unembeds only the positions from ``logits_from`` on (the logits' row ``i`` is position
-        ``logits_from + i``)."""
+        ``logits_from + i``).
+
+        Args:
+            tokens: Token ids of one sequence.
+            hook_names: Hook points recorded.
+            state_names: Further hook points stacked separately (e.g. ``resid_pre`` sites).
+            logits_from: First position whose logits are computed.
+
+        Returns:
+            ``[pos, n_hooks, d]`` states, ``[pos, n_states, d_state]`` states or None, the logits and the cache.
+        """
         self._check_rows_backend()
         store: dict[str, Tensor] = {}
         toks = torch.tensor([list(tokens)], device=self.device)
@@ -208,6 +232,12 @@ class RowsMixin:
 
         The same keys/values :meth:`padded_prefix` would compute for those prefixes, without
         running them again; padding is zeros (masked out by :meth:`continue_rows`).
+
+        Args:
+            parts: ``(cache, n)`` pairs: a :meth:`context_run` cache and the prefix length taken from it.
+
+        Returns:
+            The prefixes right-padded to the longest (no cache when every ``n`` is 0).
         """
         self._check_rows_backend()
         lengths = tuple(int(n) for _, n in parts)
@@ -242,7 +272,14 @@ class RowsMixin:
                 h.remove()
 
     def staged_rows_apply(self, hooks: HookList = ()) -> bool:
-        """Whether :meth:`continue_staged` can run these hooks (the conditions of packed rows)."""
+        """Whether :meth:`continue_staged` can run these hooks (the conditions of packed rows).
+
+        Args:
+            hooks: The hooks of the call.
+
+        Returns:
+            True on a TransformerBridge when :func:`~tlcap.models.packed_rows.packable` holds for one new token.
+        """
         return bool(self.is_bridge) and packable(self, hooks, 1)
 
     def continue_staged(

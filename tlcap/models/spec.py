@@ -60,7 +60,15 @@ def _first(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def spec_from_config(name: str, config: dict[str, Any]) -> ModelSpec | None:
-    """A :class:`ModelSpec` from an HF ``config.json`` dict (its text config for multimodal ones), or None."""
+    """A :class:`ModelSpec` from an HF ``config.json`` dict (its text config for multimodal ones), or None.
+
+    Args:
+        name: Model name kept in the spec.
+        config: The parsed ``config.json``.
+
+    Returns:
+        The :class:`ModelSpec` (``n_ctx`` None when unknown), or None when layers, heads or MLP width are missing.
+    """
     config = dict(config.get("text_config") or config)
     layers, heads, width = _first(config, _LAYERS), _first(config, _HEADS), _first(config, _WIDTH)
     mlp = _first(config, _MLP)

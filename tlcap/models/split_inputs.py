@@ -62,7 +62,14 @@ def _set_flag(cfg: Any, name: str, value: bool) -> None:
 
 
 def can_emulate(backend: Any) -> bool:
-    """Whether :func:`emulated_edge_hooks` knows this backend's attention layout (q/k/v/o linears, ``ln1``, MLP)."""
+    """Whether :func:`emulated_edge_hooks` knows this backend's attention layout (q/k/v/o linears, ``ln1``, MLP).
+
+    Args:
+        backend: A TransformerBridge.
+
+    Returns:
+        True when the hooks can be emulated (and the block has no ``ln2``, i.e. parallel attention/MLP).
+    """
     blocks = getattr(backend, "blocks", None)
     if not blocks:
         return False
@@ -86,6 +93,9 @@ def emulated_edge_hooks(backend: Any, n_heads: int, split_inputs: bool = True) -
         split_inputs: Also split the q/k/v inputs (otherwise only results and MLP input).
 
     The module hooks are removed on exit, also when the body raises.
+
+    Yields:
+        None; the hook points fire during forwards in the ``with`` block.
     """
     hp = backend.hook_dict
     handles: list[Any] = []

@@ -64,11 +64,22 @@ class Staging:
         return int(self.ctx.numel())
 
     def active(self, layer: int) -> int:
-        """Pieces present at ``layer`` (those that joined at or below it: the first ones)."""
+        """Pieces present at ``layer`` (those that joined at or below it: the first ones).
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The number of pieces whose ``join`` is ``<= layer``.
+        """
         return int(torch.searchsorted(self.join, torch.tensor([int(layer)]), right=True)[0])
 
     def keep(self) -> Int[Tensor, " rows"]:
-        """Flat indices (``piece · width + slot``) of the real positions, piece-major."""
+        """Flat indices (``piece · width + slot``) of the real positions, piece-major.
+
+        Returns:
+            A ``[rows]`` long tensor of the real positions' flat indices.
+        """
         return (torch.arange(self.width)[None, :] < self.fill[:, None]).flatten().nonzero().flatten()
 
 

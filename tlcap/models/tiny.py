@@ -83,6 +83,12 @@ def make_gpt2(
         dtype: Parameter dtype (weights are drawn in float32, then cast: same seed, same values).
         placement: Dispatch the blocks over devices (:mod:`tlcap.models.placement`) instead of ``device``.
         n_layers: Another number of layers than the size's (the name then says ``-<n>l``).
+
+    Returns:
+        The :class:`Model`.
+
+    Raises:
+        UnknownModelError: an unknown ``size``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -119,6 +125,21 @@ def make_llama(
 
     Used to test Llama-specific paths (gated MLP, GQA reader edges) without the real model.
     With ``placement`` its blocks are dispatched over devices (:mod:`tlcap.models.placement`).
+
+    Args:
+        seed: Seed of the random initialisation.
+        n_layers: Number of layers.
+        d_model: Residual width.
+        n_heads: Query heads.
+        n_kv_heads: Key/value heads (grouped-query attention when fewer than ``n_heads``).
+        d_mlp: MLP width.
+        vocab: Vocabulary size (the SmolLM2 tokenizer's).
+        device: Torch device.
+        dtype: Parameter dtype.
+        placement: Dispatch the blocks over devices instead of ``device``.
+
+    Returns:
+        The :class:`Model`.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 

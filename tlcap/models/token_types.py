@@ -66,7 +66,14 @@ class TokenBatch:
         return torch.where(idx < 0, self.starts + self.lengths + idx, self.starts + idx)
 
     def row(self, i: int) -> list[int]:
-        """The real (unpadded) token ids of row ``i``."""
+        """The real (unpadded) token ids of row ``i``.
+
+        Args:
+            i: Row index.
+
+        Returns:
+            The row's ``lengths[i]`` token ids from ``starts[i]`` on.
+        """
         s = int(self.starts[i])
         return self.tokens[i, s : s + int(self.lengths[i])].tolist()
 

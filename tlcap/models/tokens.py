@@ -123,6 +123,9 @@ class TokensMixin:
         Args:
             texts: The texts.
             prepend_bos: Count a BOS token first (default the model's setting).
+
+        Returns:
+            The token count of each text.
         """
         if not texts:
             return []
@@ -131,7 +134,15 @@ class TokensMixin:
         return [len(x) + int(bool(bos)) for x in ids]
 
     def to_tokens(self, text: str, prepend_bos: bool | None = None) -> Int[Tensor, "1 pos"]:
-        """Tokenize one prompt to a ``[1, pos]`` tensor, checking the context length."""
+        """Tokenize one prompt to a ``[1, pos]`` tensor, checking the context length.
+
+        Args:
+            text: The prompt.
+            prepend_bos: Prepend the BOS token (default the model's setting).
+
+        Returns:
+            A ``[1, pos]`` long tensor on the model's device.
+        """
         ids = self.encode(text, prepend_bos=prepend_bos)
         return torch.tensor([ids], dtype=torch.long, device=self.device)  # type: ignore[attr-defined]
 
@@ -193,13 +204,27 @@ class TokensMixin:
 
     # ------------------------------------------------------------------ decoding
     def decode(self, ids: Sequence[int] | Tensor) -> str:
-        """The text of token ids (one string)."""
+        """The text of token ids (one string).
+
+        Args:
+            ids: Token ids (a tensor is flattened).
+
+        Returns:
+            The decoded text.
+        """
         if isinstance(ids, Tensor):
             ids = ids.flatten().tolist()
         return str(self._need_tokenizer().decode(list(ids)))
 
     def to_str_tokens(self, ids: Sequence[int] | Tensor) -> list[str]:
-        """Each token id decoded on its own."""
+        """Each token id decoded on its own.
+
+        Args:
+            ids: Token ids (a tensor is flattened).
+
+        Returns:
+            One string per token.
+        """
         if isinstance(ids, Tensor):
             ids = ids.flatten().tolist()
         tok = self._need_tokenizer()
@@ -211,6 +236,14 @@ class TokensMixin:
 
         The target is tokenized in context (``prompt + target``) so that a missing leading
         space or a merge across the boundary is noticed instead of silently mis-scored.
+
+        Args:
+            prompt: The prompt the target follows.
+            target: The answer string (usually with a leading space).
+            single_token: Require exactly one token.
+
+        Returns:
+            The target's token ids (no BOS).
 
         Raises:
             TargetTokenizationError: the target merges with the prompt's last token, is
@@ -253,6 +286,12 @@ class TokensMixin:
 
         Taken from the fast tokenizer's offset mapping; for slow tokenizers, from the lengths
         of decoded prefixes. GPT-2's ``" France"`` token covers the space before the word.
+
+        Args:
+            text: The text.
+
+        Returns:
+            One ``(start, end)`` character range per token.
         """
         tok = self._need_tokenizer()
         try:

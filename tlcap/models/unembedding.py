@@ -58,18 +58,41 @@ def _norm_kind(mod: Any) -> tuple[bool, Tensor, float]:
 
 
 def final_norm_gain(model: Model) -> Float[Tensor, " d_model"]:
-    """The final norm's elementwise gain (``γ``; ``1 + w`` for Gemma)."""
+    """The final norm's elementwise gain (``γ``; ``1 + w`` for Gemma).
+
+    Args:
+        model: The model.
+
+    Returns:
+        The ``[d_model]`` gain.
+    """
     return _norm_kind(_norm_module(model))[1]
 
 
 def final_norm(model: Model, resid: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_model"]:
-    """The model's final norm applied to residual-stream states (no hooks run)."""
+    """The model's final norm applied to residual-stream states (no hooks run).
+
+    Args:
+        model: The model.
+        resid: ``[*batch, d_model]`` residual states.
+
+    Returns:
+        The normalised states, in the model's dtype.
+    """
     mod = _norm_module(model)
     return mod(resid.to(model.dtype))
 
 
 def unembed(model: Model, normed: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_vocab"]:
-    """Logits of normalised states: ``W_U``, its bias, and the model's logit soft-capping if any."""
+    """Logits of normalised states: ``W_U``, its bias, and the model's logit soft-capping if any.
+
+    Args:
+        model: The model.
+        normed: ``[*batch, d_model]`` states after the final norm.
+
+    Returns:
+        ``[*batch, d_vocab]`` logits (soft-capped when the model caps them).
+    """
     if model.hf_model is not None:
         logits = model.hf_model.get_output_embeddings()(normed.to(model.dtype))
         cap = getattr(model.hf_model.config, "final_logit_softcapping", None)
@@ -82,7 +105,15 @@ def unembed(model: Model, normed: Float[Tensor, "*batch d_model"]) -> Float[Tens
 
 
 def resid_logits(model: Model, resid: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_vocab"]:
-    """``unembed(final_norm(resid))``: what the model would predict from this residual state."""
+    """``unembed(final_norm(resid))``: what the model would predict from this residual state.
+
+    Args:
+        model: The model.
+        resid: ``[*batch, d_model]`` residual states.
+
+    Returns:
+        ``[*batch, d_vocab]`` logits.
+    """
     return unembed(model, final_norm(model, resid))
 
 
@@ -102,7 +133,15 @@ class FrozenNorm:
     inv_scale: Float[Tensor, " pos"]
 
     def apply(self, write: Float[Tensor, "*batch d_model"], pos: int = -1) -> Float[Tensor, "*batch d_model"]:
-        """What ``write`` (added to the final residual at position ``pos``) adds to the normalised stream."""
+        """What ``write`` (added to the final residual at position ``pos``) adds to the normalised stream.
+
+        Args:
+            write: ``[*batch, d_model]`` vectors written to the residual stream.
+            pos: Position whose frozen scale is used.
+
+        Returns:
+            ``[*batch, d_model]`` float32 contribution (centred if LayerNorm, times gain and 1/σ).
+        """
         v = write.float()
         if self.centered:
             v = v - v.mean(-1, keepdim=True)
@@ -110,7 +149,15 @@ class FrozenNorm:
 
 
 def frozen_final_norm(model: Model, resid: Float[Tensor, "pos d_model"]) -> FrozenNorm:
-    """:class:`FrozenNorm` of the final residual states ``resid`` (the ``final_in`` site of a run)."""
+    """:class:`FrozenNorm` of the final residual states ``resid`` (the ``final_in`` site of a run).
+
+    Args:
+        model: The model.
+        resid: ``[pos, d_model]`` final residual states of a run.
+
+    Returns:
+        The :class:`FrozenNorm` with each position's 1/σ.
+    """
     centered, gain, eps = _norm_kind(_norm_module(model))
     x = resid.detach().float()
     if centered:
@@ -120,7 +167,14 @@ def frozen_final_norm(model: Model, resid: Float[Tensor, "pos d_model"]) -> Froz
 
 
 def unit_final_norm(model: Model) -> FrozenNorm:
-    """The final norm's linear part at unit scale (gain and centring, σ = 1): a neuron's logit weights."""
+    """The final norm's linear part at unit scale (gain and centring, σ = 1): a neuron's logit weights.
+
+    Args:
+        model: The model.
+
+    Returns:
+        A :class:`FrozenNorm` with ``inv_scale`` 1.
+    """
     centered, gain, _ = _norm_kind(_norm_module(model))
     return FrozenNorm(centered, gain, torch.ones(1))
 

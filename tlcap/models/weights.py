@@ -37,7 +37,11 @@ class WeightSlice:
     offloaded: bool = False
 
     def neuron_view(self) -> Tensor:
-        """The parameter with the neuron axis first (a view: writes go through)."""
+        """The parameter with the neuron axis first (a view: writes go through).
+
+        Returns:
+            ``param.data`` with ``neuron_dim`` moved to axis 0.
+        """
         return self.param.data.movedim(self.neuron_dim, 0)
 
 
@@ -98,7 +102,15 @@ _HF_MLP_LAYOUT: dict[str, dict[str, Any]] = {
 
 
 def getattr_path(obj: Any, path: str) -> Any:
-    """``obj.a.b.c`` for ``path="a.b.c"``."""
+    """``obj.a.b.c`` for ``path="a.b.c"``.
+
+    Args:
+        obj: The root object.
+        path: Dotted attribute names.
+
+    Returns:
+        The attribute reached.
+    """
     for part in path.split("."):
         obj = getattr(obj, part)
     return obj
@@ -124,7 +136,14 @@ class WeightsMixin:
         return getattr(layers[layer], layout["mlp"]), layout
 
     def mlp_out_weight(self, layer: int) -> WeightSlice:
-        """The down projection of ``layer`` (neuron -> residual), indexed by neuron."""
+        """The down projection of ``layer`` (neuron -> residual), indexed by neuron.
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The :class:`WeightSlice` (role ``"out"``; the real parameter even when offloaded).
+        """
         if self.hf_model is None:
             return WeightSlice(self.backend.blocks[layer].mlp.W_out, 0, "out")
         mlp, layout = self._hf_mlp(layer)
@@ -133,7 +152,14 @@ class WeightsMixin:
         return WeightSlice(resident(mod, "weight"), dim, "out", is_offloaded(mod))
 
     def mlp_in_weights(self, layer: int) -> list[WeightSlice]:
-        """The weights that read the residual into ``layer``'s neurons (in, gate, biases)."""
+        """The weights that read the residual into ``layer``'s neurons (in, gate, biases).
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            One :class:`WeightSlice` per reading weight (roles ``"in"``, ``"gate"``, ``"bias"``), present ones only.
+        """
         if self.hf_model is None:
             mlp = self.backend.blocks[layer].mlp
             out = [WeightSlice(mlp.W_in, 1, "in"), WeightSlice(mlp.b_in, 0, "bias")]
@@ -152,7 +178,14 @@ class WeightsMixin:
         return out
 
     def mlp_down_matrix(self, layer: int) -> Float[Tensor, "d_model d_mlp"]:
-        """The down projection as a ``[d_model, d_mlp]`` matrix (a view when possible)."""
+        """The down projection as a ``[d_model, d_mlp]`` matrix (a view when possible).
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            The ``[d_model, d_mlp]`` weight (a transpose view of the parameter when needed).
+        """
         ws = self.mlp_out_weight(layer)
         w = ws.param.data
         return w if ws.neuron_dim == 1 else w.T

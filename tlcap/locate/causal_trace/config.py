@@ -131,6 +131,13 @@ class TraceConfig(Config):
     def token_positions(self, n_tokens: int, subject_range: tuple[int, int]) -> tuple[int, ...]:
         """The traced positions of a prompt of ``n_tokens`` tokens whose subject is ``subject_range``.
 
+        Args:
+            n_tokens: Length of the prompt in tokens.
+            subject_range: ``(start, end)`` token positions of the subject (end exclusive).
+
+        Returns:
+            The positions, sorted and made non-negative (``tokens``: ``"all"``, ``"subject"``, ``"last_subject"`` or a list).
+
         Raises:
             InvalidConfigError: a position outside the prompt.
         """
@@ -148,6 +155,13 @@ class TraceConfig(Config):
 
     def check_layers(self, n_layers: int, model_name: str = "the model") -> tuple[int, ...]:
         """The traced layers for a model of ``n_layers`` layers (all when ``layers`` is ``None``).
+
+        Args:
+            n_layers: The model's number of layers.
+            model_name: Name used in the error message.
+
+        Returns:
+            The layers to trace.
 
         Raises:
             InvalidConfigError: a layer is ``>= n_layers``.

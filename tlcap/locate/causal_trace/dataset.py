@@ -108,13 +108,27 @@ class DatasetTrace(Result):
     model_name: str = ""
 
     def effect(self, kind: str) -> Float[Tensor, "cls layer"]:
-        """Average effects of one kind, ``[class, layer]``."""
+        """Average effects of one kind, ``[class, layer]``.
+
+        Args:
+            kind: A traced kind (``"resid"``, ``"mlp"`` or ``"attn"``).
+
+        Returns:
+            The ``[class, layer]`` average indirect effects, classes in :data:`TOKEN_CLASSES` order.
+
+        Raises:
+            UnknownNameError: ``kind`` was not traced.
+        """
         if kind not in self.kinds:
             raise UnknownNameError.of("traced kind", kind, self.kinds)
         return self.effects[self.kinds.index(kind)]
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`DatasetEffectRow` per (kind, token class, layer)."""
+        """One :class:`DatasetEffectRow` per (kind, token class, layer).
+
+        Returns:
+            A DataFrame of :class:`DatasetEffectRow` (kinds, then classes, then layers), with each class's token count.
+        """
         rows = [
             DatasetEffectRow(kind, cls, int(layer), float(self.effects[ki, ci, li]), int(self.counts[ci]))
             for ki, kind in enumerate(self.kinds)
@@ -124,7 +138,14 @@ class DatasetTrace(Result):
         return frame(rows, DatasetEffectRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Average-indirect-effect heatmaps (class × layer) per kind."""
+        """Average-indirect-effect heatmaps (class × layer) per kind.
+
+        Args:
+            title: Figure title (default: the number of facts and the clean / corrupted probabilities).
+
+        Returns:
+            A plotly figure, one heatmap per traced kind.
+        """
         return average_effect_heatmap(
             {k: self.effect(k).float().numpy() for k in self.kinds}, self.classes, self.counts.tolist(), self.layers,
             title=title or (f"Average indirect effect over {self.n_facts} facts "
@@ -132,7 +153,17 @@ class DatasetTrace(Result):
         )
 
     def line_figure(self, token_class: str = "last subject") -> go.Figure:
-        """Average indirect effect by layer at one token class, one line per kind."""
+        """Average indirect effect by layer at one token class, one line per kind.
+
+        Args:
+            token_class: One of :data:`TOKEN_CLASSES`.
+
+        Returns:
+            A plotly line figure over the traced layers.
+
+        Raises:
+            UnknownNameError: an unknown token class.
+        """
         if token_class not in self.classes:
             raise UnknownNameError.of("token class", token_class, self.classes)
         ci = self.classes.index(token_class)
@@ -142,7 +173,11 @@ class DatasetTrace(Result):
         )
 
     def summary(self) -> dict[str, Any]:
-        """The ``tlcap trace --dataset`` summary: average effects per kind and class, counts."""
+        """The ``tlcap trace --dataset`` summary: average effects per kind and class, counts.
+
+        Returns:
+            A JSON-ready dict (``average_effects`` maps each kind to its ``[class][layer]`` lists).
+        """
         return {
             "model": self.model_name, "mode": "dataset",
             "n_facts": self.n_facts, "clean_prob": self.clean_prob, "corrupted_prob": self.corrupted_prob,

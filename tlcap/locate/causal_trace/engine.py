@@ -21,7 +21,16 @@ from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_
 
 
 def trace_result(setup: TraceSetup, scores: Tensor, seconds: float) -> CausalTrace:
-    """The :class:`CausalTrace` of a traced setup (its scores and the seconds it took)."""
+    """The :class:`CausalTrace` of a traced setup (its scores and the seconds it took).
+
+    Args:
+        setup: The prepared trace (model, prompt, config, clean / corrupted probabilities).
+        scores: ``[kind, token, layer]`` restored probabilities.
+        seconds: Wall time of the trace.
+
+    Returns:
+        The :class:`CausalTrace`, with provenance.
+    """
     m, cfg = setup.model, setup.config
     return CausalTrace(
         scores=scores, clean_prob=setup.clean_prob, corrupted_prob=setup.corrupted_prob,

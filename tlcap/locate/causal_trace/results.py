@@ -80,11 +80,31 @@ class CausalTrace(Result):
         return self.kinds.index(kind)
 
     def score(self, kind: str) -> Float[Tensor, "token layer"]:
-        """Restored probabilities of one kind, ``[token, layer]``."""
+        """Restored probabilities of one kind, ``[token, layer]``.
+
+        Args:
+            kind: A traced kind (``"resid"``, ``"mlp"`` or ``"attn"``).
+
+        Returns:
+            The ``[token, layer]`` probabilities of the target with that kind's state restored (NaN: cell not traced).
+
+        Raises:
+            UnknownNameError: ``kind`` was not traced.
+        """
         return self.scores[self._kind(kind)]
 
     def effect(self, kind: str) -> Float[Tensor, "token layer"]:
-        """Indirect effects of one kind, ``[token, layer]``."""
+        """Indirect effects of one kind, ``[token, layer]``.
+
+        Args:
+            kind: A traced kind (``"resid"``, ``"mlp"`` or ``"attn"``).
+
+        Returns:
+            The ``[token, layer]`` restored probability minus the corrupted probability.
+
+        Raises:
+            UnknownNameError: ``kind`` was not traced.
+        """
         return self.indirect_effect[self._kind(kind)]
 
     def top_layers(self, k: int = 3, kind: str = "mlp", token: str | int = "last_subject") -> list[int]:
@@ -119,7 +139,11 @@ class CausalTrace(Result):
         return [int(self.layers[i]) for i in order]
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`TraceCellRow` per (kind, token, layer): score and indirect effect."""
+        """One :class:`TraceCellRow` per (kind, token, layer): score and indirect effect.
+
+        Returns:
+            A DataFrame of :class:`TraceCellRow` (kinds, then tokens, then layers).
+        """
         eff = self.indirect_effect
         rows = [
             TraceCellRow(kind, t, tok, int(layer), float(self.scores[ki, t, li]), float(eff[ki, t, li]))
@@ -130,7 +154,14 @@ class CausalTrace(Result):
         return frame(rows, TraceCellRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """ROME-style heatmaps (residual, MLP, attention) of the restored probability."""
+        """ROME-style heatmaps (residual, MLP, attention) of the restored probability.
+
+        Args:
+            title: Figure title (default: prompt, target and the clean / corrupted probabilities).
+
+        Returns:
+            A plotly figure, one heatmap per traced kind, the subject tokens marked.
+        """
         return trace_heatmap(
             {k: self.score(k).float().numpy() for k in self.kinds},
             {k: self.effect(k).float().numpy() for k in self.kinds},
@@ -145,6 +176,9 @@ class CausalTrace(Result):
 
         Args:
             top_k: Located layers reported (default: the trace's ``top_k``).
+
+        Returns:
+            A JSON-ready dict; ``top_layers`` are read at the last subject token (``"max"`` when it was not traced).
         """
         k = self.top_k if top_k is None else top_k
         last = self.subject_range[1] - 1

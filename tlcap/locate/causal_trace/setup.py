@@ -103,7 +103,11 @@ def subject_noise_std(model: Model, subjects: Sequence[str], factor: float = 3.0
 
 
 def known_subjects() -> list[str]:
-    """The subjects of ROME's known facts (:func:`tlcap.data.load_known_facts`)."""
+    """The subjects of ROME's known facts (:func:`tlcap.data.load_known_facts`).
+
+    Returns:
+        The subject strings, in file order (repeats kept).
+    """
     return [f["subject"] for f in load_known_facts()]
 
 
@@ -183,13 +187,29 @@ class TraceSetup:
         return self.config.seed
 
     def site_layers(self, kind: str, layer: int) -> list[int]:
-        """Layers whose ``kind`` state a cell ``(kind, layer)`` restores."""
+        """Layers whose ``kind`` state a cell ``(kind, layer)`` restores.
+
+        Args:
+            kind: ``"resid"``, ``"mlp"`` or ``"attn"``.
+            layer: The cell's layer.
+
+        Returns:
+            ``[layer]`` for the residual stream, else ROME's window of layers around it (:func:`window_layers`).
+        """
         if kind == "resid":
             return [layer]
         return window_layers(layer, self.model.n_layers, self.window)
 
     def hook(self, kind: str, layer: int) -> str:
-        """The hook name of a ``kind`` state at ``layer``."""
+        """The hook name of a ``kind`` state at ``layer``.
+
+        Args:
+            kind: ``"resid"``, ``"mlp"`` or ``"attn"``.
+            layer: The layer.
+
+        Returns:
+            The TransformerLens hook name (``resid_post``, ``mlp_out`` or ``attn_out`` of ``layer``).
+        """
         return get_site(KIND_SITES[kind]).hook_name(layer)
 
     def noise_hooks(self, rows_per_sample: int = 1, offset: int = 0, upto: int | None = None) -> HookList:
@@ -214,7 +234,14 @@ class TraceSetup:
         return [(get_site("embed").hook_name(), H.add_noise(nz, pos=slice(a - offset, b - offset)))]
 
     def probs(self, last_logits: Float[Tensor, "rows d_vocab"]) -> Float[Tensor, " rows"]:
-        """Target probability of each row from its next-token logits."""
+        """Target probability of each row from its next-token logits.
+
+        Args:
+            last_logits: ``[rows, d_vocab]`` next-token logits at the last position.
+
+        Returns:
+            ``[rows]`` softmax probabilities (float32) of the target token.
+        """
         return last_logits.float().softmax(-1)[:, self.target_id]
 
     @torch.no_grad()

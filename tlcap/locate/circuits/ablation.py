@@ -59,7 +59,16 @@ class AblationSource(Protocol):
     name: str
 
     def run(self, model: Model, graph: EdgeGraph, task: CircuitTask) -> AblatedRun:
-        """The ablated upstream outputs of every item of ``task``."""
+        """The ablated upstream outputs of every item of ``task``.
+
+        Args:
+            model: The model.
+            graph: The edge graph (its upstream nodes).
+            task: The task whose items are ablated.
+
+        Returns:
+            An :class:`AblatedRun` with ``[item, n_up, pos, d_model]`` outputs.
+        """
         ...
 
 
@@ -171,6 +180,14 @@ class MeanAblation:
 
     def run(self, model: Model, graph: EdgeGraph, task: CircuitTask) -> AblatedRun:
         """The fitted means broadcast to ``[item, n_up, pos, d_model]`` (a view; no copy).
+
+        Args:
+            model: The model (unused: the means are fitted).
+            graph: The edge graph (unused: the means are fitted).
+            task: The task whose items are ablated.
+
+        Returns:
+            An :class:`AblatedRun` whose ``upstream`` is the means (cut to the task's length when positional).
 
         Raises:
             InvalidConfigError: not fitted, or (positional) rows longer than any fitted prompt.

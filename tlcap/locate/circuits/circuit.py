@@ -179,7 +179,11 @@ class Circuit(CircuitRunFields, Result):
         return [(self.graph.upstream[int(us[i])], self.graph.readers[int(vs[i])], float(sc[i])) for i in order]
 
     def node_importance(self) -> dict[str, float]:
-        """Sum of ``|score|`` of the circuit edges touching each circuit node (a kv edge split over its heads)."""
+        """Sum of ``|score|`` of the circuit edges touching each circuit node (a kv edge split over its heads).
+
+        Returns:
+            Node name → importance, for every circuit node (0.0 for one no edge touches).
+        """
         imp = {n: 0.0 for n in self.nodes}
         for u, v, s in self.edges:
             imp[u] = imp.get(u, 0.0) + abs(s)
@@ -208,7 +212,11 @@ class Circuit(CircuitRunFields, Result):
                        selection=f"random(seed={seed})", run=self.run)
 
     def summary(self) -> dict[str, Any]:
-        """Selection, size (edges, nodes, parameter shares) and the edges themselves."""
+        """Selection, size (edges, nodes, parameter shares) and the edges themselves.
+
+        Returns:
+            A JSON-ready dict (edges as ``[upstream, reader, score]`` lists).
+        """
         return {
             "model": self.model_name, "prompt": self.prompt, "target": self.target,
             "corrupt_prompt": self.corrupt_prompt, "ablation": self.ablation, "metric": self.metric,
@@ -221,11 +229,22 @@ class Circuit(CircuitRunFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`EdgeRow` per circuit edge, by decreasing ``|score|``."""
+        """One :class:`EdgeRow` per circuit edge, by decreasing ``|score|``.
+
+        Returns:
+            A DataFrame of :class:`EdgeRow`.
+        """
         return frame([EdgeRow(*e) for e in self.edges], EdgeRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """The circuit as a plotly graph (:func:`tlcap.viz.circuit.circuit_graph`)."""
+        """The circuit as a plotly graph (:func:`tlcap.viz.circuit.circuit_graph`).
+
+        Args:
+            title: Figure title (default: edges, nodes, parameter share, prompt and target).
+
+        Returns:
+            A plotly figure: layers as columns, nodes sized by importance, edge width by ``|score|``.
+        """
         edges = self.edges
         g = self.graph
         return circuit_graph(

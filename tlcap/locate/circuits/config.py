@@ -40,7 +40,12 @@ GRANULARITIES: tuple[str, ...] = ("edge", "node", "neuron")
 
 
 def check_node_selection(granularity: str, greedy: bool) -> None:
-    """Refuse ``--greedy`` with a node-granularity dataset circuit (greedy grows edges, not nodes)."""
+    """Refuse ``--greedy`` with a node-granularity dataset circuit (greedy grows edges, not nodes).
+
+    Args:
+        granularity: ``"edge"`` or ``"node"``.
+        greedy: Whether greedy selection was asked for.
+    """
     if granularity == "node" and greedy:
         raise InvalidConfigError("--greedy grows an edge circuit from the logits; with --granularity node the circuit "
                                  "is the --top-n nodes by |node score|: drop --greedy")
@@ -138,6 +143,12 @@ class EAPConfig(Config):
 
 def parse_sizes(text: str) -> tuple[int, ...]:
     """``"10,30,100"`` → ``(10, 30, 100)`` (the ``--sweep`` option).
+
+    Args:
+        text: Comma-separated integers.
+
+    Returns:
+        The sizes, in the order given.
 
     Raises:
         InvalidConfigError: an item that is not an integer (``--sweep 10,abc``).

@@ -76,12 +76,27 @@ class CircuitDataset:
         return bool(self.items) and self.items[0].corrupt_prompt is not None
 
     def batches(self, size: int) -> Iterator[tuple[CircuitItem, ...]]:
-        """The items in consecutive batches of ``size`` (the last one shorter)."""
+        """The items in consecutive batches of ``size`` (the last one shorter).
+
+        Args:
+            size: Items per batch.
+
+        Yields:
+            Tuples of :class:`CircuitItem`, in dataset order.
+        """
         for i in range(0, len(self.items), size):
             yield self.items[i : i + size]
 
     def tasks(self, model: Model, batch_size: int, metric: str = "nll") -> list[CircuitTask]:
         """The dataset tokenized in right-padded batches (token ids only: activations are made per batch).
+
+        Args:
+            model: The model that tokenizes the items.
+            batch_size: Items per task.
+            metric: ``"nll"`` or ``"logit_diff"``.
+
+        Returns:
+            One :class:`CircuitTask` per batch, in dataset order.
 
         Raises:
             EmptyDatasetError: no items.
@@ -92,11 +107,19 @@ class CircuitDataset:
         return [make_items_task(model, list(b), metric) for b in self.batches(batch_size)]
 
     def without_corrupt(self) -> CircuitDataset:
-        """The same items without corrupted prompts (for zero and mean ablation)."""
+        """The same items without corrupted prompts (for zero and mean ablation).
+
+        Returns:
+            A copy of the dataset whose items have ``corrupt_prompt=None``.
+        """
         return replace(self, items=tuple(replace(it, corrupt_prompt=None) for it in self.items))
 
     def to_rows(self) -> list[dict[str, Any]]:
-        """The items as dicts (the JSON format :func:`load_circuit_dataset` reads)."""
+        """The items as dicts (the JSON format :func:`load_circuit_dataset` reads).
+
+        Returns:
+            One dict per item with the item's fields.
+        """
         return [{f: getattr(it, f) for f in _FIELDS} for it in self.items]
 
 
@@ -138,6 +161,12 @@ def _from_rows(rows: Any, path: Path) -> list[CircuitItem]:
 
 def read_items(path: str | Path) -> list[CircuitItem]:
     """Items of a user file: JSON (a list or ``{"items": [...]}``), JSON Lines (``.jsonl``) or CSV (header row).
+
+    Args:
+        path: A ``.json``, ``.jsonl`` or ``.csv`` file.
+
+    Returns:
+        The :class:`CircuitItem` list, in file order.
 
     Raises:
         MissingFileError: no such file.
@@ -239,6 +268,17 @@ def dataset_batch_size(model: Model, dataset: CircuitDataset, batch_size: int | 
     alone, which always split) counts them. Callers run the pass through
     :func:`~tlcap.runtime.batching.run_auto_batched`, which halves the size and reruns on an
     out-of-memory error.
+
+    Args:
+        model: The model (tokenizer, device, ``grouped_reader_grads``).
+        dataset: The dataset; its longest ``prompt + target`` sizes the estimate.
+        batch_size: Items per pass, or ``"auto"``.
+        steps: Integrated-gradient steps per item (EAP-IG), which scale the memory estimate.
+        max_memory: Memory budget in bytes (default: the device's free memory).
+        circuit_runs: Count the per-head split inputs (for circuits run alone).
+
+    Returns:
+        Items per pass, ``>= 1``.
     """
     if batch_size != "auto":
         return int(batch_size)

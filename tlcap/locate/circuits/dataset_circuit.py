@@ -83,7 +83,11 @@ class DatasetCircuit(CircuitRunFields, Result):
         return self.curve.faithfulness[self.curve.n_requested.index(self.top_n)]
 
     def summary(self) -> dict[str, Any]:
-        """Dataset, method, the circuit (size, faithfulness), the curve's areas and pruning, the edges."""
+        """Dataset, method, the circuit (size, faithfulness), the curve's areas and pruning, the edges.
+
+        Returns:
+            A JSON-ready dict (the faithfulness curve as column lists, edges as ``[upstream, reader, score]``).
+        """
         c = self.circuit
         return {
             "model": self.model_name, "dataset": self.dataset, "n_items": self.n_items, "method": self.method,
@@ -98,15 +102,27 @@ class DatasetCircuit(CircuitRunFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """The circuit's edges (:meth:`Circuit.to_frame`)."""
+        """The circuit's edges (:meth:`Circuit.to_frame`).
+
+        Returns:
+            A DataFrame of :class:`EdgeRow`, by decreasing ``|score|``.
+        """
         return self.circuit.to_frame()
 
     def figure(self) -> go.Figure:
-        """The faithfulness curve (:meth:`FaithfulnessCurve.figure`)."""
+        """The faithfulness curve (:meth:`FaithfulnessCurve.figure`).
+
+        Returns:
+            The plotly faithfulness figure.
+        """
         return self.curve.figure()
 
     def figures(self) -> dict[str, go.Figure]:
-        """Every figure by file stem: ``faithfulness``, ``circuit``, ``edge_scores``."""
+        """Every figure by file stem: ``faithfulness``, ``circuit``, ``edge_scores``.
+
+        Returns:
+            File stem → plotly figure.
+        """
         return {"faithfulness": self.figure(), "circuit": self.circuit.figure(
             title=f"{self.dataset} circuit: {self.circuit.n_edges} edges ({self.selection}), {self.n_items} items"),
             "edge_scores": self.edge_scores.heatmap(title=f"Mean edge scores over {self.n_items} items of {self.dataset}")}

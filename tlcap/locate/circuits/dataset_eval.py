@@ -24,7 +24,17 @@ from tlcap.models import Model
 
 
 def ready_source(model: Model, graph: EdgeGraph, tasks: Sequence[CircuitTask], ablation: str) -> AblationSource:
-    """The ablation source called ``ablation``, fitted on ``tasks`` when it needs fitting (the mean schemes)."""
+    """The ablation source called ``ablation``, fitted on ``tasks`` when it needs fitting (the mean schemes).
+
+    Args:
+        model: The model.
+        graph: The edge graph.
+        tasks: The tasks the means are fitted on.
+        ablation: An ablation name (``"zero"``, ``"corrupt"``, ``"mean"``, ``"mean-positional"``, ...).
+
+    Returns:
+        The ready :class:`AblationSource`.
+    """
     return fit_source(ablation_source(ablation), model, graph, tasks)
 
 

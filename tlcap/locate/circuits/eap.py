@@ -84,7 +84,14 @@ class EdgeScores(CircuitRunFields, Result):
         return int(self.valid.sum())
 
     def top_edges(self, k: int | None = None) -> list[tuple[str, str, float]]:
-        """Edges ``(upstream, reader, score)`` by decreasing ``|score|`` (all, or the first ``k``)."""
+        """Edges ``(upstream, reader, score)`` by decreasing ``|score|`` (all, or the first ``k``).
+
+        Args:
+            k: How many edges (None: every edge of the graph).
+
+        Returns:
+            ``(upstream name, reader name, signed score)`` tuples.
+        """
         flat = self.scores.abs().masked_fill(~self.valid, -1.0).flatten()
         k = self.n_edges if k is None else min(k, self.n_edges)
         idx = flat.topk(k).indices.tolist() if k > 0 else []
@@ -125,7 +132,14 @@ class EdgeScores(CircuitRunFields, Result):
                        selection=f"top_n={top_n}" if top_n is not None else f"threshold={threshold}", run=self.run)
 
     def summary(self, top: int = 20) -> dict[str, Any]:
-        """The task, the method, the metric on the clean and ablated runs, and the ``top`` edges."""
+        """The task, the method, the metric on the clean and ablated runs, and the ``top`` edges.
+
+        Args:
+            top: How many top edges to list.
+
+        Returns:
+            A JSON-ready dict (``top_edges`` as ``[upstream, reader, score]`` lists, the config as a dict).
+        """
         return {
             "model": self.model_name, "prompt": self.prompt, "target": self.target,
             "corrupt_prompt": self.corrupt_prompt, "corrupt_target": self.corrupt_target, "ablation": self.ablation,
@@ -136,15 +150,33 @@ class EdgeScores(CircuitRunFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`EdgeRow` per edge, by decreasing ``|score|``."""
+        """One :class:`EdgeRow` per edge, by decreasing ``|score|``.
+
+        Returns:
+            A DataFrame of :class:`EdgeRow` for every edge of the graph.
+        """
         return frame([EdgeRow(*e) for e in self.top_edges()], EdgeRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """The ``[upstream x reader]`` score matrix as a heatmap (:meth:`heatmap`)."""
+        """The ``[upstream x reader]`` score matrix as a heatmap (:meth:`heatmap`).
+
+        Args:
+            title: Figure title (default: method, metric, direction, prompt and target).
+
+        Returns:
+            The plotly heatmap.
+        """
         return self.heatmap(title)
 
     def heatmap(self, title: str | None = None) -> go.Figure:
-        """The ``[upstream x reader]`` score matrix as a plotly heatmap (non-edges blank)."""
+        """The ``[upstream x reader]`` score matrix as a plotly heatmap (non-edges blank).
+
+        Args:
+            title: Figure title (default: method, metric, direction, prompt and target).
+
+        Returns:
+            A plotly figure, upstream nodes as rows and readers as columns.
+        """
         z = self.scores.detach().double().numpy().copy()
         z[~self.valid.numpy()] = float("nan")
         return edge_score_heatmap(
@@ -255,6 +287,13 @@ def edge_attribution(
 
 def check_dataset_config(dataset: CircuitDataset, cfg: EAPConfig) -> EAPConfig:
     """``cfg`` with its ablation resolved for ``dataset`` (``corrupt`` when it has corrupted prompts, else ``zero``).
+
+    Args:
+        dataset: The circuit dataset.
+        cfg: The EAP configuration (``ablation`` None: choose by the dataset).
+
+    Returns:
+        ``cfg`` itself when its ablation is already set, else a copy with the ablation filled in.
 
     Raises:
         InvalidConfigError: corrupted-prompt ablation (or denoising EAP) on a dataset without corrupted prompts.

@@ -124,15 +124,30 @@ class CircuitEvaluation(Result):
     selection: str = ""
 
     def summary(self) -> dict[str, Any]:
-        """Every field (the headline numbers of a circuit-only run)."""
+        """Every field (the headline numbers of a circuit-only run).
+
+        Returns:
+            :meth:`to_dict`.
+        """
         return self.to_dict()
 
     def to_frame(self) -> pd.DataFrame:
-        """One row with every field."""
+        """One row with every field.
+
+        Returns:
+            A one-row DataFrame.
+        """
         return pd.DataFrame([self.to_dict()])
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Target NLL and rank: full model, circuit alone, every edge ablated."""
+        """Target NLL and rank: full model, circuit alone, every edge ablated.
+
+        Args:
+            title: Figure title (default: edges, selection and ablation).
+
+        Returns:
+            A plotly figure of the three runs' NLL and target rank.
+        """
         return evaluation_figure(
             ["full model", "circuit alone", "all edges ablated"], [self.full_nll, self.circuit_nll, self.ablated_nll],
             [self.full_target_rank, self.circuit_target_rank, self.ablated_target_rank],

@@ -36,7 +36,14 @@ _DOT_EDGE = re.compile(r'^\s*"([^"]+)" -> "([^"]+)" \[reader="([^"]+)", score=([
 
 
 def circuit_to_json(circuit: Circuit) -> dict[str, Any]:
-    """The circuit as a JSON-ready dict: ``model``, ``selection``, ``nodes``, ``edges`` (module docstring)."""
+    """The circuit as a JSON-ready dict: ``model``, ``selection``, ``nodes``, ``edges`` (module docstring).
+
+    Args:
+        circuit: The circuit.
+
+    Returns:
+        The dict (nodes with kind, layer, importance; edges with source, target, reader, score).
+    """
     g = circuit.graph
     imp = circuit.node_importance()
     nodes = [{"name": n, "kind": node_kind(n), "layer": g.layer_of(n), "importance": imp.get(n, 0.0)} for n in circuit.nodes]
@@ -48,7 +55,14 @@ def circuit_to_json(circuit: Circuit) -> dict[str, Any]:
 
 
 def circuit_to_dot(circuit: Circuit) -> str:
-    """The circuit in Graphviz DOT (layers left to right; edge width grows with ``|score|``)."""
+    """The circuit in Graphviz DOT (layers left to right; edge width grows with ``|score|``).
+
+    Args:
+        circuit: The circuit.
+
+    Returns:
+        The DOT text: nodes with kind, layer and importance; one edge per reader and node it feeds (score kept).
+    """
     g = circuit.graph
     data = circuit_to_json(circuit)
     top = max((abs(e["score"]) for e in data["edges"]), default=1.0) or 1.0
@@ -73,6 +87,13 @@ def circuit_to_dot(circuit: Circuit) -> str:
 def export_circuit(circuit: Circuit, path: str | Path) -> Path:
     """Write the circuit as ``.dot`` (Graphviz) or ``.json``, by the file's suffix.
 
+    Args:
+        circuit: The circuit.
+        path: A ``.dot``, ``.gv`` or ``.json`` file (parent folders are created).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
     Raises:
         InvalidConfigError: another suffix.
     """
@@ -93,13 +114,26 @@ def _dedupe(edges: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]
 
 
 def read_circuit_json(path: str | Path) -> list[tuple[str, str, float]]:
-    """The ``(upstream, reader, score)`` edges of a circuit JSON file (one per reader, kv fan-out undone)."""
+    """The ``(upstream, reader, score)`` edges of a circuit JSON file (one per reader, kv fan-out undone).
+
+    Args:
+        path: The JSON file written by :func:`export_circuit`.
+
+    Returns:
+        The edges, one per reader.
+    """
     data = json.loads(Path(path).read_text())
     return _dedupe([(e["source"], e["reader"], float(e["score"])) for e in data["edges"]])
 
 
 def read_circuit_dot(path: str | Path) -> list[tuple[str, str, float]]:
     """The ``(upstream, reader, score)`` edges of a circuit DOT file written by :func:`export_circuit`.
+
+    Args:
+        path: The DOT file.
+
+    Returns:
+        The edges, one per reader (kv fan-out undone).
 
     Raises:
         DataFormatError: a file with no ``digraph``.

@@ -71,13 +71,28 @@ MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def curve_area(x: Sequence[float], y: Sequence[float]) -> float:
-    """Trapezoid area under ``y(x)`` over the points sorted by ``x`` (0 for fewer than two points)."""
+    """Trapezoid area under ``y(x)`` over the points sorted by ``x`` (0 for fewer than two points).
+
+    Args:
+        x: The x values.
+        y: The y values, one per ``x``.
+
+    Returns:
+        The area.
+    """
     pts = sorted(zip(x, y))
     return float(sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(pts, pts[1:])))
 
 
 def default_sizes(total: int) -> list[int]:
-    """0 and MIB's fractions of ``total`` (0.1 % … 100 %), rounded, at least 1, without repeats."""
+    """0 and MIB's fractions of ``total`` (0.1 % … 100 %), rounded, at least 1, without repeats.
+
+    Args:
+        total: Edges (or nodes) in the graph.
+
+    Returns:
+        The sizes, increasing.
+    """
     return sorted({0} | {max(1, round(f * total)) for f in MIB_FRACTIONS})
 
 
@@ -119,14 +134,31 @@ def greedy_order(graph: EdgeGraph, scores: Float[Tensor, "n_up n_readers"]) -> I
 
 
 def node_scores(scores: Float[Tensor, "n_up n_readers"]) -> Float[Tensor, " n_up"]:
-    """Each upstream node's score: the sum of its out-edge scores (first-order effect of ablating it everywhere)."""
+    """Each upstream node's score: the sum of its out-edge scores (first-order effect of ablating it everywhere).
+
+    Args:
+        scores: ``[n_up, n_readers]`` edge scores.
+
+    Returns:
+        ``[n_up]`` node scores (summed in float64, returned as float32).
+    """
     return scores.double().sum(1).float()
 
 
 def circuit_masks(
     graph: EdgeGraph, scores: Float[Tensor, "n_up n_readers"], sizes: Sequence[int], selection: str
 ) -> tuple[Bool[Tensor, "size n_up n_readers"], list[int]]:
-    """The circuit of each size under ``selection`` (module docstring) and its size after pruning."""
+    """The circuit of each size under ``selection`` (module docstring) and its size after pruning.
+
+    Args:
+        graph: The edge graph.
+        scores: ``[n_up, n_readers]`` edge scores.
+        sizes: Requested sizes (edges, or nodes for ``"node"``).
+        selection: ``"top_n"``, ``"greedy"`` or ``"node"``.
+
+    Returns:
+        ``[size, n_up, n_readers]`` edge masks and each circuit's size (edges after pruning; nodes kept).
+    """
     valid = graph.valid_mask()
     masks = []
     if selection == "node":
@@ -191,7 +223,21 @@ class FaithfulnessCurve(Result):
     def from_metrics(cls, n_requested: Sequence[int], n: Sequence[int], total: int, circuit_metric: Sequence[float],
                      complement_metric: Sequence[float], full_metric: float, ablated_metric: float,
                      **fields: Any) -> FaithfulnessCurve:
-        """Build a curve from metric values (what :func:`faithfulness_curve` measures)."""
+        """Build a curve from metric values (what :func:`faithfulness_curve` measures).
+
+        Args:
+            n_requested: Requested sizes.
+            n: Edges (nodes) of each circuit after pruning.
+            total: Edges (nodes) in the graph.
+            circuit_metric: Task metric of each circuit run alone.
+            complement_metric: Task metric of each circuit's complement.
+            full_metric: Metric of the full model.
+            ablated_metric: Metric of the empty circuit.
+            **fields: The other fields (``selection``, ``ablation``, ``metric``, ``n_items``, ``dataset``, ``model_name``).
+
+        Returns:
+            The curve, values converted to ``int`` / ``float`` tuples.
+        """
         return cls(tuple(int(v) for v in n_requested), tuple(int(v) for v in n), int(total),
                    tuple(float(v) for v in circuit_metric), tuple(float(v) for v in complement_metric),
                    float(full_metric), float(ablated_metric), **fields)
@@ -236,12 +282,20 @@ class FaithfulnessCurve(Result):
         return PRUNING[self.selection]
 
     def rows(self) -> list[FaithfulnessRow]:
-        """One row per size."""
+        """One row per size.
+
+        Returns:
+            One :class:`FaithfulnessRow` per size, in the order measured.
+        """
         return [FaithfulnessRow(*v) for v in zip(self.n_requested, self.n, self.fraction, self.circuit_metric,
                                                  self.complement_metric, self.faithfulness, self.complement_faithfulness)]
 
     def summary(self) -> dict[str, Any]:
-        """Areas (CPR, CMD, complement), the selection and its pruning, and the curve as lists."""
+        """Areas (CPR, CMD, complement), the selection and its pruning, and the curve as lists.
+
+        Returns:
+            A JSON-ready dict (``unit`` is ``"nodes"`` or ``"edges"``; ``curve`` as column lists).
+        """
         return {
             "cpr": self.cpr, "cmd": self.cmd, "complement_area": self.complement_area, "selection": self.selection,
             "pruning": self.pruning, "unit": "nodes" if self.selection == "node" else "edges", "total": self.total,
@@ -251,11 +305,22 @@ class FaithfulnessCurve(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`FaithfulnessRow` per size."""
+        """One :class:`FaithfulnessRow` per size.
+
+        Returns:
+            A DataFrame of :class:`FaithfulnessRow`.
+        """
         return frame(self.rows(), FaithfulnessRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """Faithfulness of the circuits and their complements vs the fraction kept (:func:`faithfulness_figure`)."""
+        """Faithfulness of the circuits and their complements vs the fraction kept (:func:`faithfulness_figure`).
+
+        Args:
+            title: Figure title (default: selection, ablation, items, CPR and CMD).
+
+        Returns:
+            The plotly figure.
+        """
         unit = "nodes" if self.selection == "node" else "edges"
         return faithfulness_figure(
             self.to_frame(), title or f"Faithfulness ({self.selection}, {self.ablation} ablation, {self.n_items} items"

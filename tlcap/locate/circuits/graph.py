@@ -257,15 +257,34 @@ class EdgeGraph(Result):
         return self.n_heads // self.n_kv_heads
 
     def head_index(self, layer: int, head: int) -> int:
-        """Upstream index of head ``head`` of ``layer``."""
+        """Upstream index of head ``head`` of ``layer``.
+
+        Args:
+            layer: The layer.
+            head: The head within the layer.
+
+        Returns:
+            Its index in :attr:`upstream` (after ``input`` and the earlier layers' heads and MLPs).
+        """
         return 1 + layer * (self.n_heads + 1) + head
 
     def mlp_index(self, layer: int) -> int:
-        """Upstream index of the MLP of ``layer``."""
+        """Upstream index of the MLP of ``layer``.
+
+        Args:
+            layer: The layer.
+
+        Returns:
+            Its index in :attr:`upstream` (right after the layer's heads).
+        """
         return 1 + layer * (self.n_heads + 1) + self.n_heads
 
     def reader_hooks(self) -> list[ReaderHook]:
-        """The reader hook points in firing order, with the readers each holds."""
+        """The reader hook points in firing order, with the readers each holds.
+
+        Returns:
+            One :class:`ReaderHook` per q/k/v/MLP input of each layer, then ``final_in`` (the logits).
+        """
         H, K = self.n_heads, self.n_kv_heads
         out: list[ReaderHook] = []
         r = 0
@@ -281,7 +300,11 @@ class EdgeGraph(Result):
         return out
 
     def upstream_hooks(self) -> list[tuple[str, int, int]]:
-        """``(hook name, first upstream index, count)`` of the upstream outputs, in order."""
+        """``(hook name, first upstream index, count)`` of the upstream outputs, in order.
+
+        Returns:
+            ``resid_pre`` of layer 0 (``input``), then each layer's ``head_result`` and ``mlp_out``.
+        """
         out = [(_hook("resid_pre", 0), 0, 1)]
         for l in range(self.n_layers):
             out.append((_hook("head_result", l), self.head_index(l, 0), self.n_heads))
@@ -289,14 +312,22 @@ class EdgeGraph(Result):
         return out
 
     def valid_mask(self) -> Bool[Tensor, "n_upstream n_readers"]:
-        """``valid[u, v]``: upstream ``u`` is computed before reader ``v`` reads (an edge)."""
+        """``valid[u, v]``: upstream ``u`` is computed before reader ``v`` reads (an edge).
+
+        Returns:
+            A ``[n_upstream, n_readers]`` bool tensor (CPU).
+        """
         mask = torch.zeros(self.n_upstream, self.n_readers, dtype=torch.bool)
         for rh in self.reader_hooks():
             mask[: rh.n_avail, rh.start : rh.start + rh.count] = True
         return mask
 
     def reader_nodes(self) -> Bool[Tensor, "n_readers n_nodes"]:
-        """``rn[v, n]``: reader ``v`` is an input of node ``n`` (kv readers: every head of the group)."""
+        """``rn[v, n]``: reader ``v`` is an input of node ``n`` (kv readers: every head of the group).
+
+        Returns:
+            A ``[n_readers, n_nodes]`` bool tensor (CPU).
+        """
         rn = torch.zeros(self.n_readers, len(self.nodes), dtype=torch.bool)
         H, K, G = self.n_heads, self.n_kv_heads, self.group_size
         for rh in self.reader_hooks():
@@ -316,7 +347,14 @@ class EdgeGraph(Result):
         return rn
 
     def layer_of(self, node: str) -> int:
-        """Column of a node in layer order: input -1, logits n_layers."""
+        """Column of a node in layer order: input -1, logits n_layers.
+
+        Args:
+            node: A node name (``"input"``, ``"a{l}.h{h}"``, ``"m{l}"`` or ``"logits"``).
+
+        Returns:
+            The node's layer, -1 for ``input`` and ``n_layers`` for ``logits``.
+        """
         if node == "input":
             return -1
         if node == "logits":
@@ -324,7 +362,14 @@ class EdgeGraph(Result):
         return int(node[1:].split(".")[0])
 
     def reader_node_names(self, reader: str) -> list[str]:
-        """The node names a reader feeds (several heads for a GQA kv reader)."""
+        """The node names a reader feeds (several heads for a GQA kv reader).
+
+        Args:
+            reader: A reader name (``"a{l}.h{h}<q>"``, ``"a{l}.kv{g}<k>"``, ``"m{l}"`` or ``"logits"``).
+
+        Returns:
+            The names of the nodes it feeds: one, or every head of a kv group.
+        """
         if reader == "logits" or reader.startswith("m"):
             return [reader]
         base, _ = reader.split("<")
@@ -337,7 +382,11 @@ class EdgeGraph(Result):
 
     # ------------------------------------------------------------------ result contract
     def summary(self) -> dict[str, Any]:
-        """Shape facts, the number of edges and the parameter totals."""
+        """Shape facts, the number of edges and the parameter totals.
+
+        Returns:
+            A JSON-ready dict: layers, heads, kv heads, upstream / reader / edge counts and ``n_params`` / ``n_block_params``.
+        """
         return {
             "n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads,
             "n_upstream": self.n_upstream, "n_readers": self.n_readers, "n_edges": int(self.valid_mask().sum()),
@@ -345,7 +394,11 @@ class EdgeGraph(Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`NodeRow` per node (computation order)."""
+        """One :class:`NodeRow` per node (computation order).
+
+        Returns:
+            A DataFrame of :class:`NodeRow`: kind, layer, parameters, in- and out-edges of each node.
+        """
         valid = self.valid_mask()
         in_edges = (valid.sum(0).float() @ self.reader_nodes().float()).long().tolist()
         out_edges = valid.sum(1).tolist() + [0]  # logits: no outgoing edge
@@ -354,7 +407,11 @@ class EdgeGraph(Result):
         return frame(rows, NodeRow)
 
     def figure(self) -> go.Figure:
-        """Parameters per node (:func:`tlcap.viz.circuit.node_parameter_figure`)."""
+        """Parameters per node (:func:`tlcap.viz.circuit.node_parameter_figure`).
+
+        Returns:
+            A plotly bar figure of :attr:`node_params`.
+        """
         return node_parameter_figure(
             list(self.nodes), list(self.node_params),
             f"Parameters per node ({self.n_layers} layers, {self.n_heads} heads / {self.n_kv_heads} kv heads)",

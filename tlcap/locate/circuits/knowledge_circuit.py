@@ -70,7 +70,11 @@ class KnowledgeCircuit(CircuitRunFields, Result):
                        selection=self.selection, run=self.run, provenance=self.provenance)
 
     def summary(self) -> dict[str, Any]:
-        """The ``tlcap circuit`` summary: task, method, circuit size, evaluation, random control, sweep."""
+        """The ``tlcap circuit`` summary: task, method, circuit size, evaluation, random control, sweep.
+
+        Returns:
+            A JSON-ready dict (the sweep as column lists, or None without one).
+        """
         c, ev, rnd = self.circuit, self.evaluation, self.random_evaluation
         return {
             "model": self.model_name, "prompt": self.prompt, "target": self.target,
@@ -92,15 +96,27 @@ class KnowledgeCircuit(CircuitRunFields, Result):
         }
 
     def to_frame(self) -> pd.DataFrame:
-        """The circuit's edges (:meth:`Circuit.to_frame`)."""
+        """The circuit's edges (:meth:`Circuit.to_frame`).
+
+        Returns:
+            A DataFrame of :class:`EdgeRow`, by decreasing ``|score|``.
+        """
         return self.circuit.to_frame()
 
     def figure(self) -> go.Figure:
-        """The circuit graph (:meth:`Circuit.figure`)."""
+        """The circuit graph (:meth:`Circuit.figure`).
+
+        Returns:
+            The plotly figure of the circuit.
+        """
         return self.circuit.figure()
 
     def figures(self) -> dict[str, go.Figure]:
-        """Every figure, by file stem: ``circuit``, ``edge_scores`` and (with a sweep) ``size_sweep``."""
+        """Every figure, by file stem: ``circuit``, ``edge_scores`` and (with a sweep) ``size_sweep``.
+
+        Returns:
+            File stem → plotly figure.
+        """
         figs = {"circuit": self.figure(), "edge_scores": self.edge_scores.heatmap()}
         if self.sweep is not None:
             figs["size_sweep"] = self.sweep.figure()

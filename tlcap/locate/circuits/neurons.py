@@ -71,7 +71,15 @@ class NeuronScores(Result):
     steps: int = 1
 
     def top(self, k: int, layers: Sequence[int] | None = None) -> NeuronSet:
-        """The ``k`` neurons of largest ``|score|`` (only in ``layers`` when given)."""
+        """The ``k`` neurons of largest ``|score|`` (only in ``layers`` when given).
+
+        Args:
+            k: How many neurons.
+            layers: Layers to choose from (None: all).
+
+        Returns:
+            The :class:`NeuronSet`, by decreasing ``|score|``.
+        """
         a = self.scores.abs().clone()
         if layers is not None:
             keep = torch.zeros(a.shape[0], dtype=torch.bool)
@@ -82,20 +90,35 @@ class NeuronScores(Result):
         return NeuronSet.from_list([(i // d, i % d) for i in idx], tuple(a.shape))
 
     def summary(self, top: int = 20) -> dict[str, Any]:
-        """The run and the ``top`` neurons."""
+        """The run and the ``top`` neurons.
+
+        Args:
+            top: How many top neurons to list.
+
+        Returns:
+            A JSON-ready dict (``top_neurons`` as ``[layer, neuron, score]`` rows).
+        """
         rows = self.to_frame().head(top)
         return {"model": self.model_name, "dataset": self.dataset, "n_items": self.n_items, "ablation": self.ablation,
                 "metric": self.metric, "ig_steps": self.steps, "top_neurons": rows.values.tolist()}
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`NeuronRow` per neuron, by decreasing ``|score|``."""
+        """One :class:`NeuronRow` per neuron, by decreasing ``|score|``.
+
+        Returns:
+            A DataFrame of :class:`NeuronRow` (layer, neuron, score).
+        """
         d = self.scores.shape[1]
         order = self.scores.abs().flatten().argsort(descending=True).tolist()
         flat = self.scores.flatten().tolist()
         return frame([NeuronRow(i // d, i % d, flat[i]) for i in order], NeuronRow)
 
     def figure(self) -> go.Figure:
-        """The ``[layer x neuron]`` score matrix as a heatmap."""
+        """The ``[layer x neuron]`` score matrix as a heatmap.
+
+        Returns:
+            A plotly heatmap (layers as rows), centred at 0.
+        """
         fig = go.Figure(go.Heatmap(z=self.scores.double().numpy(), colorscale="RdBu", zmid=0.0))
         fig.update_layout(title=f"MLP-neuron scores ({self.dataset or 'prompt'}, {self.n_items} items)",
                           xaxis_title="neuron", yaxis_title="layer", template="plotly_white")
@@ -229,6 +252,12 @@ def read_neuron_pairs(path: str | Path) -> list[tuple[int, int]]:
     """The ``[layer, neuron]`` pairs of a JSON file: a list of pairs, or an object whose ``"neurons"`` is one
     (the ``summary.json`` of ``tlcap kn``). Checked before any model is loaded; the model's shape is checked
     by :class:`NeuronSet`.
+
+    Args:
+        path: The JSON file.
+
+    Returns:
+        ``(layer, neuron)`` tuples, in file order.
 
     Raises:
         MissingFileError: no such file.

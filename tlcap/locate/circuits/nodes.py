@@ -80,18 +80,36 @@ class NodeScores(Result):
         return self.scores.abs().argsort(descending=True, stable=True).tolist()
 
     def top(self, k: int | None = None) -> list[tuple[str, float]]:
-        """``(node, score)`` of the ``k`` nodes of largest ``|score|`` (all when ``k`` is ``None``)."""
+        """``(node, score)`` of the ``k`` nodes of largest ``|score|`` (all when ``k`` is ``None``).
+
+        Args:
+            k: How many nodes (None: all).
+
+        Returns:
+            ``(upstream node name, signed score)`` pairs, by decreasing ``|score|``.
+        """
         flat = self.scores.tolist()
         return [(self.graph.upstream[i], flat[i]) for i in self.order[:k]]
 
     def summary(self, top: int = 20) -> dict[str, Any]:
-        """The run and the ``top`` nodes as ``[node, score]``."""
+        """The run and the ``top`` nodes as ``[node, score]``.
+
+        Args:
+            top: How many top nodes to list.
+
+        Returns:
+            A JSON-ready dict.
+        """
         return {"model": self.model_name, "dataset": self.dataset, "n_items": self.n_items, "ablation": self.ablation,
                 "metric": self.metric, "method": self.method, "ig_steps": self.steps,
                 "n_nodes": self.graph.n_upstream, "top_nodes": [[n, s] for n, s in self.top(top)]}
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`NodeScoreRow` per node, by rank."""
+        """One :class:`NodeScoreRow` per node, by rank.
+
+        Returns:
+            A DataFrame of :class:`NodeScoreRow` (node, kind, layer, score, rank).
+        """
         flat = self.scores.tolist()
         g = self.graph
         rows = [NodeScoreRow(g.upstream[i], node_kind(g.upstream[i]), g.layer_of(g.upstream[i]), flat[i], r)
@@ -99,7 +117,11 @@ class NodeScores(Result):
         return frame(rows, NodeScoreRow)
 
     def figure(self) -> go.Figure:
-        """Node scores in computation order (bars)."""
+        """Node scores in computation order (bars).
+
+        Returns:
+            A plotly bar figure.
+        """
         fig = go.Figure(go.Bar(x=list(self.graph.upstream), y=self.scores.double().tolist()))
         fig.update_layout(title=f"Node scores ({self.method}, {self.ablation} ablation, {self.n_items} items"
                                 f"{', ' + self.dataset if self.dataset else ''})",

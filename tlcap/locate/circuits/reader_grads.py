@@ -65,6 +65,9 @@ def reader_grad_hook(model: Any, layer: int, which: str, store: MutableMapping[s
         key: Its key (the split-input hook name the reader stands for).
         saved: The forward's records: ``x{layer}`` (the norm's input) and ``s{layer}`` (its scale).
         mean_rows: As :func:`tlcap.runtime.hooks.capture_grad` (EAP-IG's mean over each item's rows).
+
+    Returns:
+        The backward hook (TransformerLens ``(grad, hook)`` signature); it writes ``store[key]`` and returns None.
     """
     kind, gamma = model.attn_norm(layer)
     W = model.qkv_weight(layer, which)

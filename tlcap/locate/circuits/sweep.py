@@ -70,28 +70,54 @@ class SizeSweep(Result):
     total_edges: int
 
     def rows(self) -> list[SweepRow]:
-        """One :class:`SweepRow` per size."""
+        """One :class:`SweepRow` per size.
+
+        Returns:
+            The rows, in increasing size.
+        """
         return [SweepRow(*vals) for vals in zip(self.top_n, self.n_edges, self.n_nodes, self.param_fraction, self.nll,
                                                 self.rank, self.hit_at_1, self.hit_at_10, self.recovered,
                                                 self.random_nll, self.random_rank)]
 
     def summary(self) -> dict[str, Any]:
-        """Every size's row (as lists per column), the full and ablated NLL, the graph's edge count."""
+        """Every size's row (as lists per column), the full and ablated NLL, the graph's edge count.
+
+        Returns:
+            A JSON-ready dict: the :meth:`to_frame` columns plus ``full_nll``, ``ablated_nll`` and ``total_edges``.
+        """
         return {**self.to_frame().to_dict(orient="list"), "full_nll": self.full_nll, "ablated_nll": self.ablated_nll,
                 "total_edges": self.total_edges}
 
     def to_frame(self) -> pd.DataFrame:
-        """One :class:`SweepRow` per size."""
+        """One :class:`SweepRow` per size.
+
+        Returns:
+            A DataFrame of :class:`SweepRow`, in increasing size.
+        """
         return frame(self.rows(), SweepRow)
 
     def figure(self, title: str | None = None) -> go.Figure:
-        """NLL and rank of the circuit alone vs its size, with random circuits of equal size."""
+        """NLL and rank of the circuit alone vs its size, with random circuits of equal size.
+
+        Args:
+            title: Figure title (default: the graph's edge count).
+
+        Returns:
+            A plotly figure of NLL and target rank vs circuit size.
+        """
         return size_sweep_figure(self.to_frame(), self.full_nll, self.ablated_nll,
                                  title or f"Circuit size vs faithfulness ({self.total_edges} edges in the graph)")
 
 
 def default_sizes(total: int) -> list[int]:
-    """10 log-spaced sizes from 10 to ``total`` edges."""
+    """10 log-spaced sizes from 10 to ``total`` edges.
+
+    Args:
+        total: Edges in the graph.
+
+    Returns:
+        The distinct sizes, increasing.
+    """
     return sorted({int(round(x)) for x in torch.logspace(1, torch.log10(torch.tensor(float(total))), 10).tolist()})
 
 

@@ -61,14 +61,28 @@ class CircuitTask:
         return int(self.clean.shape[0])
 
     def real_positions(self) -> Bool[Tensor, "item pos"]:
-        """``[item, pos]``: which positions of each row are real tokens (not right padding)."""
+        """``[item, pos]``: which positions of each row are real tokens (not right padding).
+
+        Returns:
+            A ``[item, pos]`` bool mask (all True when ``lengths`` is None).
+        """
         pos = torch.arange(self.clean.shape[1], device=self.clean.device)
         if self.lengths is None:
             return torch.ones_like(self.clean, dtype=torch.bool)
         return pos[None, :] < self.lengths.to(pos.device)[:, None]
 
     def rows(self, batch: int) -> Int[Tensor, " batch"]:
-        """The item of each of ``batch`` rows: all item 0 for a one-item task, else one row per item."""
+        """The item of each of ``batch`` rows: all item 0 for a one-item task, else one row per item.
+
+        Args:
+            batch: Number of rows.
+
+        Returns:
+            ``[batch]`` item indices: zeros for a one-item task, else ``0 .. n_items-1``.
+
+        Raises:
+            ShapeMismatchError: several items and ``batch != n_items``.
+        """
         if self.n_items == 1:
             return torch.zeros(batch, dtype=torch.long, device=self.clean.device)
         if batch != self.n_items:
