@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tlcap"
-MAX_LINES = 400
+MAX_LINES = 400  # of code and comments: docstrings do not count (every public function documents Args/Returns)
 # Function-level imports of tlcap modules are allowed only where they keep `tlcap --help` and the
 # CLI start fast (the CLI imports a method family when its command runs).
 LAZY_IMPORT_PREFIXES = ("tlcap.cli",)
@@ -121,10 +121,26 @@ def test_function_level_imports_only_for_lazy_cli() -> None:
     assert [site for site in function_level if not site.startswith(LAZY_IMPORT_PREFIXES)] == []
 
 
+def code_lines(source: str) -> int:
+    """Lines of ``source`` outside module, class and function docstrings."""
+    doc: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                doc.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return len(source.splitlines()) - len(doc)
+
+
+def test_code_lines_skip_docstrings_only() -> None:
+    src = 'x = 1\n\n\ndef f():\n    """A\n\n    Args: none.\n    """\n    # a comment\n    return 2\n'
+    assert code_lines(src) == 10 - 4  # the four docstring lines; the comment and blank lines count
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_is_small(module: str) -> None:
-    lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it into modules named for what they hold"
+    lines = code_lines(MODULES[module].read_text())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines of code; split it into modules named for what they hold"
 
 
 def test_ruff_is_clean() -> None:
