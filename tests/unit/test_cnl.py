@@ -108,11 +108,11 @@ def _dist_worker(rank: int, world: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = make_gpt2("tiny", seed=0)
-    res = score_dataset(model, _samples(), **KW, run=RunControl(distributed=True))
+    res = score_dataset(model, _samples(), **KW, run=RunControl(distributed=True, progress=False))
     if rank == 0:
         res.save(out + "/dist")
         # the single-process reference, computed in the same process settings (threads change float rounding)
-        score_dataset(model, _samples(), **KW).save(out + "/single")
+        score_dataset(model, _samples(), **KW, run=RunControl(progress=False)).save(out + "/single")
     dist.destroy_process_group()
 
 
