@@ -113,6 +113,7 @@ def _dist_worker(rank: int, world: int, port: int, out: str) -> None:
         res.save(out + "/dist")
         # the single-process reference, computed in the same process settings (threads change float rounding)
         score_dataset(model, _samples(), **KW, run=RunControl(progress=False)).save(out + "/single")
+    dist.barrier()  # both ranks leave the group together (rank 1 no longer exits while rank 0 still computes)
     dist.destroy_process_group()
 
 
