@@ -29,7 +29,10 @@ each layer after prefix reuse and late expansion), and the achieved fraction of 
 matmul throughput = FLOPs/sample × samples/s ÷ matmul FLOP/s.
 
 Every section has a wall-clock cap (``--section-seconds``): it times whole samples until the cap
-or ``--samples`` is reached and reports how many it ran. The JSON is rewritten after every
+or ``--samples`` is reached and reports how many it ran. A ``batch_rows="auto"`` plateau probe
+that falls into a timed call (5–9 s at 7B, once per context length per process, which a dataset
+pays once) is left out of the per-sample time and reported as ``probe_seconds`` (with
+``seconds_with_probes``; before 2026-11-27 it was counted in). The JSON is rewritten after every
 section, so a run cut short keeps what it measured; a section that fails records its error.
 
 ``--quick`` runs the whole GPU verification in one short slot instead (``benchmarks/gpu_quick.py``:
@@ -80,6 +83,7 @@ from tlcap.locate.causal_trace import causal_trace, causal_trace_facts  # noqa: 
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
 from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
+from tlcap.runtime.plateau import cached_plateaus  # noqa: E402
 from tlcap.runtime.run_control import RunControl  # noqa: E402
 
 GSM8K_TRAIN = 7473
@@ -148,6 +152,7 @@ def run_timed(fns: list[Callable[[], Any]], device: torch.device, cap: float, wa
         fns = fns[1:]
     reset_peak(device)
     times: list[float] = []
+    probes_before = cached_plateaus()
     t_start = time.perf_counter()
     for fn in fns:
         t0 = time.perf_counter()
@@ -156,9 +161,12 @@ def run_timed(fns: list[Callable[[], Any]], device: torch.device, cap: float, wa
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - t_start > cap:
             break
-    total = sum(times)
+    # batch_rows="auto" probes a context length once per process (6-9 s at 7B): a dataset of thousands of
+    # samples pays it once, so the per-sample time leaves out the probes that fell into the timed calls
+    probe_s = sum(p.seconds for k, p in cached_plateaus().items() if probes_before.get(k) is not p)
+    total = max(sum(times) - probe_s, 1e-9)
     out.update(n=len(times), seconds=total, seconds_per_sample=total / len(times), samples_per_s=len(times) / total,
-               peak_gib=peak_gib(device))
+               probe_seconds=probe_s, seconds_with_probes=sum(times), peak_gib=peak_gib(device))
     return out
 
 

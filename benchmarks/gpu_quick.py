@@ -170,7 +170,7 @@ def repro_check(model: Model, cal_path: Path, tiny: bool) -> dict[str, Any]:
     """Two cheap ``reproduce`` stages on ``model`` with the replayed probe: predicted vs measured per stage."""
     scale = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=8 if not tiny else 4,
                         cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=1, cnl_groups=4, ql_relations=("P36",), ql_n_facts=4,
-                        ql_max_queries=2, ql_known_top_k=None, ql_ig=IGConfig(steps=20), ql_sig_facts=1, ql_amig_facts=1,
+                        ql_max_queries=3, ql_known_top_k=None, ql_ig=IGConfig(steps=20), ql_sig_facts=1, ql_amig_facts=1,
                         n_boot=200)
     only = ["cnl.locate.emotion", "ql.localize.ig"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -103,3 +103,41 @@ def test_gpu_table_rows_and_block(tmp_path):
     assert text.startswith(f"intro\n{T.START}\nMeasured on") and text.endswith(f"{T.END}\noutro\n") and "old table" not in text
     with pytest.raises(ValueError, match="no <!-- gpu-table:start -->"):
         T.replace_block("no markers", "x")
+
+
+def test_run_timed_leaves_out_the_plateau_probes_of_its_timed_calls():
+    """A probe that falls into a timed call is reported (``probe_seconds``) and not counted per sample."""
+    import torch
+
+    from benchmarks import bench_gpu as B
+    from tlcap.runtime import plateau as P
+
+    P.clear_plateaus()
+
+    def with_probe() -> None:  # a call whose batch_rows="auto" probe takes 0.2 s of its time
+        time.sleep(0.2)
+        P._CACHE[("fake",)] = P.Plateau(rows=64, rates=((8, 1.0), (64, 2.0)), cap=64, limited=False, seconds=0.2)
+
+    try:
+        res = B.run_timed([lambda: None, with_probe, lambda: time.sleep(0.05)], torch.device("cpu"), cap=10.0)
+    finally:
+        P.clear_plateaus()
+    assert res["n"] == 2 and res["probe_seconds"] == pytest.approx(0.2)
+    assert res["seconds"] == pytest.approx(res["seconds_with_probes"] - 0.2)
+    assert 0.04 < res["seconds"] < 0.2  # the 0.05 s call and the probe call's own work, not the probe
+    assert res["samples_per_s"] == pytest.approx(2 / res["seconds"])
+
+
+@pytest.mark.heavy
+def test_gpu_goals_tiny_runs_the_chosen_sections(tmp_path):
+    """``gpu_goals.py --tiny --only ...``: the chosen sections, auto at the fixed run's completeness."""
+    from benchmarks import gpu_goals as G
+
+    out = tmp_path / "goals.json"
+    G.main(["--device", "cpu", "--tiny", "--out", str(out), "--only", "cnl_fixed_b8,cnl_auto_b8", "--cap", "2"])
+    got = json.loads(out.read_text())["llama7b_shape"]
+    assert set(got) == {"model", "cnl_fixed_b8", "cnl_auto_b8"}
+    fixed, auto = got["cnl_fixed_b8"], got["cnl_auto_b8"]
+    assert "error" not in fixed and "error" not in auto
+    assert auto["tol"] == pytest.approx(fixed["completeness_rel_error"]) and auto["steps"] == "auto"
+    assert fixed["evaluations_per_sample"] == 504.0  # 21 rows (20 nodes + baseline) x 3 layers x 8 answer tokens

@@ -101,7 +101,7 @@ def test_plateau_limited_by_the_cap_and_by_out_of_memory():
         P.find_plateau(broken, cap=64)
 
 
-def test_plateau_rows_caches_per_key_and_reprobes_a_limited_one(tiny_llama):
+def test_plateau_rows_caches_per_key_and_continues_a_limited_one(tiny_llama):
     P.clear_plateaus()
     calls: list[int] = []
 
@@ -121,7 +121,8 @@ def test_plateau_rows_caches_per_key_and_reprobes_a_limited_one(tiny_llama):
         calls.clear()
         assert P.plateau_rows(tiny_llama, "ig", 100, 30, rate_of=lambda b: calls.append(b) or float(b)) == 30
         assert P.plateau_rows(tiny_llama, "ig", 100, 300, rate_of=lambda b: calls.append(b) or float(b)) == 300
-        assert calls.count(8) == 2
+        assert calls == [8, 16, 30, 32, 64, 128, 256, 300]  # continued above 30, the smaller sizes not redone
+        assert P.cached_plateaus()[P.plateau_key(tiny_llama, "ig", 100)].rates[:3] == ((8, 8.0), (16, 16.0), (30, 30.0))
     finally:
         P.clear_plateaus()
 
@@ -170,3 +171,14 @@ def test_fit_is_taken_on_every_device_of_the_model():
     assert batching.auto_batch_rows(100, 10**6, max_memory=10_000, model=two) == 106
     one = SimpleNamespace(device=torch.device("cpu"), layer_devices=[torch.device("cpu")] * 2)
     assert batching.auto_batch_rows(100, 10**6, max_memory=10_000, model=one) == 80  # the CPU cap 256 is above
+
+
+def test_find_plateau_continues_a_prior_probe():
+    """Sizes at or below the prior's largest are not measured; the choice sees all rates."""
+    seen: list[int] = []
+    rates = {8: 10.0, 16: 20.0, 32: 40.0, 64: 80.0, 128: 85.0, 256: 86.0, 512: 86.0}
+    found = P.find_plateau(lambda b: seen.append(b) or rates[b], cap=512, prior=((8, 10.0), (16, 20.0), (32, 40.0)))
+    assert seen == [64, 128, 256]  # 128 and 256 gain < 10 % over 80: stop after two flat doublings
+    assert found.rows == 64 and found.rates[:3] == ((8, 10.0), (16, 20.0), (32, 40.0))
+    # a smaller cap than the prior's sizes: the choice stays within the cap
+    assert P.find_plateau(lambda b: rates[b], cap=16, prior=((8, 10.0), (16, 20.0), (32, 40.0))).rows == 16

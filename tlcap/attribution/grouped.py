@@ -36,7 +36,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.quadrature import quadrature
+from tlcap.attribution.quadrature import n_points, quadrature
 from tlcap.attribution.staged import run_staged, staged_applies
 from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.runtime import hooks as H
@@ -286,7 +286,7 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
             attr[redo] = a2[redo]
         steps = torch.where(redo, bigger, steps)
         rule = "midpoint" if nested else cfg.rule
-        evaluations += torch.tensor([sum(len(quadrature(int(m), rule)[0]) for m in row if m > 0) for row in run.tolist()],
+        evaluations += torch.tensor([sum(n_points(int(m), rule) for m in row if m > 0) for row in run.tolist()],
                                     dtype=torch.long)
     return UnitsIG(attr=attr, p_base=p_base, steps_used=steps, evaluations=evaluations)
 

@@ -19,7 +19,9 @@ last position after a cached prefix, through ``Model.last_logits``, the path IG,
 AMIG take; forward and backward for ``"ig"``, forward only for ``"trace"``), on a random context of
 the run's length rounded up to a power of two. The choice is cached per model, device, dtype, kind
 and context bucket for the life of the process (:func:`plateau_rows`), so a dataset of thousands
-of samples probes once. ``batch_rows="auto"`` does not probe on a CPU
+of samples probes once; a probe that was still rising at its cap (the rows one call had) is
+continued, not redone, when a later call has more rows (only the larger sizes are measured: at 7B
+a probe costs 6–9 s on an H200). ``batch_rows="auto"`` does not probe on a CPU
 (:func:`tlcap.runtime.batching.auto_batch_rows` uses the fixed cap
 :data:`tlcap.runtime.batching.CPU_MAX_ROWS` there); :func:`plateau_rows` called directly probes on
 any device.
@@ -96,7 +98,8 @@ def candidates(cap: int, start: int = START) -> list[int]:
 
 def find_plateau(rate_of: Callable[[int], float], cap: int, *, start: int = START, tol: float = TOL,
                  patience: int = PATIENCE, budget_s: float | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> Plateau:
+                 clock: Callable[[], float] = time.perf_counter,
+                 prior: tuple[tuple[int, float], ...] = ()) -> Plateau:
     """The smallest batch whose throughput is within ``tol`` of the best measured (module docstring).
 
     Args:
@@ -108,17 +111,20 @@ def find_plateau(rate_of: Callable[[int], float], cap: int, *, start: int = STAR
         patience: Doublings in a row without such a gain before stopping.
         budget_s: Stop measuring after this many seconds (by ``clock``); ``None``: no limit.
         clock: The clock of the budget (a fake one in tests).
+        prior: Rates an earlier probe of the same rows measured (a probe that was still rising at a
+            smaller cap): kept, and only sizes above the largest of them are measured.
 
     Returns:
         A :class:`Plateau` (``rows == cap`` without measuring when ``cap <= start``).
     """
     sizes = candidates(cap, start)
-    if len(sizes) == 1:
+    if len(sizes) == 1 and not prior:
         return Plateau(sizes[0], (), int(cap), False)
     t0 = clock()
-    rates: list[tuple[int, float]] = []
-    flat = 0
-    for b in sizes:
+    rates: list[tuple[int, float]] = [(int(b), float(r)) for b, r in prior]
+    done = max((b for b, _ in rates), default=0)
+    flat = 0  # a prior probe was still rising at its end (else it is not continued)
+    for b in (x for x in sizes if x > done):
         try:
             r = float(rate_of(b))
         except (RuntimeError, MemoryError) as exc:
@@ -130,8 +136,9 @@ def find_plateau(rate_of: Callable[[int], float], cap: int, *, start: int = STAR
         rates.append((b, r))
         if flat >= patience or (budget_s is not None and clock() - t0 > budget_s):
             break
-    best = max(x for _, x in rates)
-    rows = min(b for b, x in rates if x * (1 + tol) >= best)
+    within = [(b, x) for b, x in rates if b <= cap] or [(int(cap), 0.0)]  # a prior may have measured above cap
+    best = max(x for _, x in within)
+    rows = min(b for b, x in within if x * (1 + tol) >= best)
     limited = rates[-1][0] == sizes[-1] and len(rates) >= 2 and rates[-1][1] >= rates[-2][1] * (1 + tol)
     return Plateau(rows, tuple(rates), int(cap), bool(limited), clock() - t0)
 
@@ -267,7 +274,8 @@ def plateau_rows(model: Any, kind: str, context_len: int, cap: int, *,
         dev = torch.device(model.device)
         sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else None
         rate_of = lambda b: timed_rate(run, b, sync=sync)  # noqa: E731
-    found = find_plateau(rate_of, cap, budget_s=BUDGET_S)
+    # a limited probe is continued above its cap, not redone: its smaller sizes were measured already
+    found = find_plateau(rate_of, cap, budget_s=BUDGET_S, prior=hit.rates if hit is not None else ())
     _CACHE[key] = found
     if torch.device(model.device).type == "cuda":
         torch.cuda.empty_cache()  # give back the probe's largest batch
