@@ -106,6 +106,26 @@ def _from_json(value: Any) -> Any:
     return value
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Value equality that tensors, NaN, nested containers and dataclass rows take part in (:meth:`Result.__eq__`)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        return bool(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f")))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if (dataclasses.is_dataclass(a) and not isinstance(a, (type, Result)) and type(a) is type(b)):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a) if f.compare)
+    return bool(a == b)
+
+
 @dataclass(frozen=True)
 class Result:
     """Base of frozen result dataclasses: ``save``/``load``, provenance, and the contract.
@@ -121,6 +141,26 @@ class Result:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _RESULT_TYPES[cls.__name__] = cls
+        if "__eq__" not in cls.__dict__:  # before @dataclass runs: it then keeps this one (tensor fields compare)
+            cls.__eq__ = Result.__eq__  # type: ignore[method-assign]
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field (``provenance`` and ``compare=False`` fields left out): tensors equal in dtype, shape and
+        every value (NaN equal to NaN), floats NaN-equal, lists, tuples and dicts element by element.
+
+        Dataclass equality would compare tensor fields with ``==`` and raise; a result equals its saved
+        and loaded copy (``Result.load(path) == result``).
+
+        Args:
+            other: Another object.
+
+        Returns:
+            Whether ``other`` is a result of the same type with equal fields (``NotImplemented`` for other types).
+        """
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name))
+                   for f in dataclasses.fields(self) if f.compare and f.name != "provenance")
 
     # ------------------------------------------------------------------ contract
     def summary(self) -> dict[str, Any]:

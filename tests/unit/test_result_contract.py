@@ -216,3 +216,28 @@ def test_frame_of_typed_rows_keeps_columns_when_empty():
     assert frame([Row(1, 0.5)], Row).to_dict("list") == {"layer": [1], "score": [0.5]}
     empty = frame([], Row)
     assert isinstance(empty, pd.DataFrame) and list(empty.columns) == ["layer", "score"] and len(empty) == 0
+
+
+def test_results_compare_by_value_tensors_included(tmp_path):
+    """``==`` on a result compares tensor fields by value (dataclass equality would raise), rows field by field,
+    NaN equal to NaN; a saved and loaded result equals the original; one changed value makes them differ."""
+    import dataclasses
+
+    import torch
+
+    from tlcap.models import make_gpt2
+
+    model = make_gpt2("tiny", seed=0)
+    a = tlcap.integrated_gradients(model, "The capital of France is", " Paris", steps=2)
+    a.save(tmp_path / "r")
+    b = type(a).load(tmp_path / "r")
+    assert a == b and not (a != b)
+    changed = a.scores.clone()
+    changed[0, 0] += 1e-3
+    assert a != dataclasses.replace(a, scores=changed)
+    assert a != dataclasses.replace(a, scores=a.scores.double())  # dtype is part of the value
+    nan = a.scores.clone()
+    nan[0, 0] = float("nan")
+    assert dataclasses.replace(a, scores=nan) == dataclasses.replace(a, scores=nan.clone())
+    assert (a == "not a result") is False
+    assert torch.equal(a.scores, b.scores)
