@@ -93,6 +93,17 @@ def test_kc_by_hand(hand):
     # random draws: draw d hits fact (5 − d) mod 5 if < 4 → draws 0, 2, 3, 4 hit one fact each, draw 1 hits fact 4 (absent)
     assert k["random_recall_at_1"].value == pytest.approx(4 / 20)
     assert hand.kc_ipp().value == pytest.approx(0.5 - 0.25)
+    assert k["test"] is None  # 5 random draws: fewer than the 20 a test needs
+    # 20 draws (draw d's rows copied from draw d % 5): recall 0.5 above every draw's (≤ 0.25) → two-sided floor 2/21
+    import dataclasses
+
+    recs = hand.kc_records()
+    loc = [r for r in recs if r.set == "located"]
+    rnd = [dataclasses.replace(r, draw=r.draw + 5 * j) for j in range(4) for r in recs if r.set == "random"]
+    rows = tuple(dataclasses.astuple(r) for r in loc + rnd)
+    t = dataclasses.replace(hand, kc_rows=rows).kc_stats()["test"]
+    assert t.alternative == "two-sided" and t.observed == pytest.approx(0.5) and len(t.null_values) == 20
+    assert t.p_value == pytest.approx(2 / 21)
 
 
 def test_hand_result_contract(hand, tmp_path):

@@ -33,12 +33,11 @@ VERDICT_MARK = {"agrees": "✅ agrees", "disagrees": "❌ disagrees", "undecided
 COLUMNS = ("row", "paper", "ours [95 % CI]", "matched control", "n", "p (floor)", "p adj.", "MDE", "verdict", "reason")
 
 
-def fmt_num(x: float | None, unit: str = "fraction") -> str:
+def fmt_num(x: float | None) -> str:
     """A number of a report cell (``–`` for none); fractions with 3 significant digits.
 
     Args:
         x: The number, or ``None``/NaN for none.
-        unit: The number's unit; unused (every unit prints the same way).
 
     Returns:
         ``–``, the number to 3 significant digits, or a whole number from ``1e4`` up.

@@ -258,7 +258,8 @@ class ReliabilityResult(Result):
         Returns:
             :class:`Estimate` per key: ``recall_at_1``, ``hit_at_10`` (Wilson), ``param_share``, ``n_edges`` and
             ``param_share_recalled`` (bootstrap; ``None`` when no circuit recalls), and with random circuits
-            ``random_recall_at_1`` and ``test`` (a :class:`RandomControlTest`, ``None`` with too few draws).
+            ``random_recall_at_1`` and ``test`` (a two-sided :class:`RandomControlTest` of recall@1 against the
+            random draws, ``None`` with too few draws).
         """
         rows = self.kc_records()
         loc = [r for r in rows if r.set == "located"]
@@ -273,7 +274,7 @@ class ReliabilityResult(Result):
             out["random_recall_at_1"] = share_ci([r.hit_at_1 for r in rnd], groups=[r.fact for r in rnd])
             draws = sorted({r.draw for r in rnd})
             null = [float(np.mean([r.hit_at_1 for r in rnd if r.draw == d])) for d in draws]
-            out["test"] = _test(float(np.mean([r.hit_at_1 for r in loc])), null, "greater", "recall@1 of the circuit alone")
+            out["test"] = _test(float(np.mean([r.hit_at_1 for r in loc])), null, "two-sided", "recall@1 of the circuit alone")
         return out
 
     def kc_ipp(self, min_draws: int = 5) -> Estimate:
