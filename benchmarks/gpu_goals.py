@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,7 +53,7 @@ def profiled(fn: Any, device: torch.device, top: int = 12) -> dict[str, Any]:
         top: Operators listed per table.
 
     Returns:
-        ``wall_s``, ``kernel_s`` (device self time summed over operators), ``kernel_over_wall``, ``launches``
+        ``wall_s``, ``kernel_s`` (device time of the kernels), ``kernel_over_wall``, ``launches``
         (cudaLaunchKernel calls), and the ``top_device`` / ``top_cpu`` operators with self times in seconds.
     """
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -64,7 +65,9 @@ def profiled(fn: Any, device: torch.device, top: int = 12) -> dict[str, Any]:
         wall = time.perf_counter() - t0
     ka = prof.key_averages()
     dev_attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
-    kern = sum(getattr(e, dev_attr, 0) for e in ka) / 1e6
+    # kernels only: an operator's row carries its kernels' device time too (summing every row counts them twice,
+    # as the 2026-11-27 H200 JSON's kernel_s did)
+    kern = sum(getattr(e, dev_attr, 0) for e in ka if getattr(e, "device_type", None) == DeviceType.CUDA) / 1e6
     launches = sum(e.count for e in ka if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel"))
     by_dev = sorted(ka, key=lambda e: getattr(e, dev_attr, 0), reverse=True)[:top]
     by_cpu = sorted(ka, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
