@@ -249,16 +249,19 @@ def synapse_experiment(
         >>> from tlcap.experiments.ql import groups_for
         >>> groups, _ = groups_for(locs, split="otsu")
         >>> syn = synapse_experiment(model, locs, groups, alpha=0.3, progress=False)
-        >>> syn.table()
-          group    synapses  Enh  Sup  Avg  metric
-        0   K_I        self  0.0  0.0  0.0  ΔValue
-        1   K_I  irrelevant  0.0  0.0  0.0  ΔValue
-        2  K_II        self  0.0  0.0  0.0  ΔValue
-        3  K_II  irrelevant  0.0  0.0  0.0  ΔValue
-        4   K_I        self  0.0  0.0  0.0   ΔProb
-        5   K_I  irrelevant  0.0  0.0  0.0   ΔProb
-        6  K_II        self  0.0  0.0  0.0   ΔProb
-        7  K_II  irrelevant  0.0  0.0  0.0   ΔProb
+        >>> {r.n_synapses for r in syn.rows}    # the flat attention of a random model: no weight above τ = 0.3·n
+        {0}
+        >>> syn = synapse_experiment(model, locs, groups, alpha=0.1, progress=False)
+        >>> syn.table().round(3)                # 23-24 synapses per query at α = 0.1
+          group    synapses    Enh    Sup    Avg  metric
+        0   K_I        self -0.002  0.006  0.002  ΔValue
+        1   K_I  irrelevant -0.003  0.005  0.001  ΔValue
+        2  K_II        self -0.001  0.006  0.003  ΔValue
+        3  K_II  irrelevant -0.000  0.007  0.003  ΔValue
+        4   K_I        self  0.037  0.032  0.034   ΔProb
+        5   K_I  irrelevant  0.034  0.029  0.031   ΔProb
+        6  K_II        self  0.015  0.018  0.016   ΔProb
+        7  K_II  irrelevant  0.016  0.020  0.018   ΔProb
 
     Raises:
         UnsupportedModelError: the model's attention pattern cannot be edited (GPT-J on
