@@ -111,6 +111,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape):
             return False
+        b = b.to(a.device)  # a result computed on a GPU equals its copy loaded on the CPU
         return bool(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
@@ -141,8 +142,8 @@ class Result:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _RESULT_TYPES[cls.__name__] = cls
-        if "__eq__" not in cls.__dict__:  # before @dataclass runs: it then keeps this one (tensor fields compare)
-            cls.__eq__ = Result.__eq__  # type: ignore[method-assign]
+        if "__eq__" not in cls.__dict__:  # before @dataclass runs: it then keeps the inherited value equality
+            cls.__eq__ = cls.__eq__  # type: ignore[method-assign]  # Result's, or a parent result's own
 
     def __eq__(self, other: object) -> bool:
         """Field by field (``provenance`` and ``compare=False`` fields left out): tensors equal in dtype, shape and

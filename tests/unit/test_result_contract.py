@@ -241,3 +241,30 @@ def test_results_compare_by_value_tensors_included(tmp_path):
     assert dataclasses.replace(a, scores=nan) == dataclasses.replace(a, scores=nan.clone())
     assert (a == "not a result") is False
     assert torch.equal(a.scores, b.scores)
+
+
+def test_result_equality_is_inherited_by_subclasses_of_results():
+    """A result subclass keeps its parent's equality: the value equality, or a parent's own ``__eq__``."""
+    from dataclasses import dataclass
+
+    import torch
+
+    from tlcap.results import Result
+
+    @dataclass(frozen=True)
+    class Own(Result):
+        x: torch.Tensor
+
+        def __eq__(self, other):  # a result type with its own equality
+            return isinstance(other, Own)
+
+    @dataclass(frozen=True)
+    class Child(Own):
+        y: int = 0
+
+    @dataclass(frozen=True)
+    class Plain(Result):
+        x: torch.Tensor
+
+    assert Child(torch.ones(2), 1) == Child(torch.zeros(2), 2)  # Own's equality, not the dataclass' or Result's
+    assert Plain(torch.ones(2)) == Plain(torch.ones(2)) and Plain(torch.ones(2)) != Plain(torch.zeros(2))
