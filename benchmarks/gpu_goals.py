@@ -131,25 +131,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def need_model(fn: Any) -> Any:
         return lambda: fn(holder["m"]) if "m" in holder else {"skipped": "no model"}
 
-    run_all = q.run
+    def section(k: tuple[str, ...], fn: Any, budget: float, need: float) -> Any:
+        """``q.run`` for the sections ``--only`` names (all of them without it)."""
+        return q.run(k, fn, budget, need) if not only or k[-1] in only or k[0] in only else None
 
-    def run(k: tuple[str, ...], fn: Any, budget: float, need: float) -> Any:
-        return run_all(k, fn, budget, need) if not only or k[-1] in only or k[0] in only else None
-
-    q.run = run  # type: ignore[method-assign]
-    run_all(("matmul",), matmul, 15, 5)
-    run_all((key, "model"), load, 60, 10)
-    fixed = q.run((key, "cnl_fixed_b8"), need_model(lambda m: bg.bench_cnl_batched(m, 2, S, 8, cap, peak["t"])), 70, 30)
+    q.run(("matmul",), matmul, 15, 5)
+    q.run((key, "model"), load, 60, 10)
+    fixed = section((key, "cnl_fixed_b8"), need_model(lambda m: bg.bench_cnl_batched(m, 2, S, 8, cap, peak["t"])), 70, 30)
     for k in (8, 4):  # fixed Gauss-Legendre nodes: the completeness error beside midpoint S = 20's, at fewer rows
-        q.run((key, f"cnl_gl{k}_b8"), need_model(lambda m, k=k: bg.bench_cnl_batched(
+        section((key, f"cnl_gl{k}_b8"), need_model(lambda m, k=k: bg.bench_cnl_batched(
             m, 1, k, 8, cap, peak["t"], rule="gauss_legendre")), 50, 20)
     tol = args.tol if args.tol is not None else bg.auto_tol("match", fixed)
     if tol is not None:  # the completeness S = 20 reached, at the rows auto needs; more samples per call fill the rounds
         for b, n, budget in ((8, 2, 70), (16, 1, 70), (32, 1, 90)):
-            q.run((key, f"cnl_auto_b{b}"), need_model(lambda m, b=b, n=n: bg.bench_cnl_batched(
+            section((key, f"cnl_auto_b{b}"), need_model(lambda m, b=b, n=n: bg.bench_cnl_batched(
                 m, n, "auto", b, cap, peak["t"], tol, "gauss_legendre")), budget, 30)
-    q.run((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
-    q.run((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
+    section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
+    section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
 
     def prof_kn(m: Any) -> dict[str, Any]:
         facts = [bg.FACTS[i % len(bg.FACTS)] for i in range(8)]
@@ -160,18 +158,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return profiled(lambda: score_dataset(m, samples, steps=S, sample_batch=8, run=RunControl(progress=False)),
                         device)
 
-    q.run((key, "profile_kn_facts"), need_model(prof_kn), 30, 10)
-    q.run((key, "profile_cnl_b8"), need_model(prof_cnl), 40, 15)
-    q.run((key, "cnl_fixed_b16"), need_model(lambda m: bg.bench_cnl_batched(m, 1, S, 16, cap, peak["t"])), 60, 30)
+    section((key, "profile_kn_facts"), need_model(prof_kn), 30, 10)
+    section((key, "profile_cnl_b8"), need_model(prof_cnl), 40, 15)
+    section((key, "cnl_fixed_b16"), need_model(lambda m: bg.bench_cnl_batched(m, 1, S, 16, cap, peak["t"])), 60, 30)
     cals: dict[str, Any] = {}
-    q.run(("calibration", key), need_model(lambda m: probe(m, cal_path, cals)), 60, 20)
+    section(("calibration", key), need_model(lambda m: probe(m, cal_path, cals)), 60, 20)
     if cal_path.exists():
-        q.run(("reproduce_check",), need_model(lambda m: repro_check(m, cal_path, args.tiny)), 100, 45)
-    q.run(("plateaus",), plateau_record, 5, 0)
+        section(("reproduce_check",), need_model(lambda m: repro_check(m, cal_path, args.tiny)), 100, 45)
+    section(("plateaus",), plateau_record, 5, 0)
     holder.clear()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    q.run(("cuda_tests",), lambda: cuda_tests(args.tiny, max(q.left() - 5, 20)), 90, 30)
+    section(("cuda_tests",), lambda: cuda_tests(args.tiny, max(q.left() - 5, 20)), 90, 30)
     payload["wall_seconds_total"] = time.perf_counter() - q.t0
     rep.write()
     print(f"[gpu_goals] wrote {args.out} ({payload['wall_seconds_total']:.0f} s)", flush=True)
