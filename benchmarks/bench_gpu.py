@@ -203,28 +203,37 @@ def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) 
 
 
 def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: float, peak: float | None,
-                      tol: float = 0.01, rule: str = "midpoint") -> dict[str, Any]:
+                      tol: float = 0.01, rule: str = "midpoint", windows: int = 1,
+                      stream_depth: int | None = None) -> dict[str, Any]:
     """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; staged rows).
 
     ``steps="auto"``: Gauss–Legendre (or ``rule``) nodes doubled per token and layer until the completeness
     error is at most ``tol``. Records the completeness error and the gradient rows per sample either way.
+    ``windows``: windows of ``batch`` samples per call (``steps="auto"`` streams their rounds, ``stream_depth``
+    of them in flight; 1 runs each window alone).
     """
-    samples = load_task("gsm8k", split="train", n=batch * (n + 1), seed=0)
-    groups = [samples[i:i + batch] for i in range(0, len(samples), batch)]
+    per_call = batch * windows
+    samples = load_task("gsm8k", split="train", n=per_call * (n + 1), seed=0)
+    groups = [samples[i:i + per_call] for i in range(0, len(samples), per_call)]
     kw: dict[str, Any] = {"steps": steps, "rule": rule} | ({"tol": tol} if steps == "auto" else {})
+    if stream_depth is not None:
+        kw["stream_depth"] = stream_depth
     done: list[Any] = []
     fns = [lambda g=g: done.append(score_dataset(model, g, sample_batch=batch, **kw,
                                                  run=RunControl(progress=False))) for g in groups]
     res = run_timed(fns, model.device, cap)
     timed = done[1:] if len(done) > 1 else done  # the warm-up's result is left out, as its time is
-    res["seconds_per_sample"] /= batch  # run_timed counts calls: one call is `batch` samples
-    res["samples_per_s"] *= batch
-    res = with_flops(res, fns[0], peak, per_call=batch)
+    res["seconds_per_sample"] /= per_call  # run_timed counts calls: one call is `per_call` samples
+    res["samples_per_s"] *= per_call
+    one = groups[0][:batch]  # FLOPs counted on one window (the counting pass runs the call again)
+    res = with_flops(res, lambda: score_dataset(model, one, sample_batch=batch, **kw, run=RunControl(progress=False)),
+                     peak, per_call=batch)
     err = sum(d.meta.get("completeness_abs_error", 0.0) for d in timed)
     den = sum(d.meta.get("completeness_delta", 0.0) for d in timed)
-    res.update(sample_batch=batch, steps=steps, rule=rule, tol=tol if steps == "auto" else None,
+    res.update(sample_batch=batch, windows_per_call=windows, stream_depth=stream_depth, steps=steps, rule=rule,
+               tol=tol if steps == "auto" else None,
                completeness_rel_error=err / den if den else None,
-               evaluations_per_sample=sum(d.meta.get("evaluations", 0) for d in timed) / max(1, batch * len(timed)),
+               evaluations_per_sample=sum(d.meta.get("evaluations", 0) for d in timed) / max(1, per_call * len(timed)),
                gsm8k_train_hours_extrapolated=GSM8K_TRAIN * res["seconds_per_sample"] / 3600)
     return res
 

@@ -8,6 +8,9 @@ measures them, most important first, each section with a time budget (``gpu_quic
    55-GPU-minute baseline), ``cnl_auto_b8`` (``steps="auto"``, Gauss–Legendre, to the completeness error
    the fixed run measured: the 20-GPU-minute goal; also with 16 and 32 samples per call), ``cnl_gl8_b8`` /
    ``cnl_gl4_b8`` (fixed Gauss–Legendre nodes at fewer rows), ``cnl_fixed_b16`` (why batch 16 was slower per sample);
+   ``cnl_auto_stream_w4`` / ``cnl_auto_alone_w4``: ``steps="auto"`` on 4 windows of 8 samples per call, their
+   rounds streamed (a window's refinements in the next windows' batches) against each window alone;
+   ``enhance_memory``: the peak of CNL's masked fine-tuning ("w/o located") against the cost model;
 3. ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
@@ -40,7 +43,10 @@ from benchmarks import bench_gpu as bg  # noqa: E402
 from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repro_check  # noqa: E402
 from tlcap.attribution import integrated_gradients_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
-from tlcap.data.tasks import load_task  # noqa: E402
+from tlcap.data.tasks import encode_sample, load_task  # noqa: E402
+from tlcap.intervene.finetune import masked_finetune, trained_fraction  # noqa: E402
+from tlcap.metrics.sets import NeuronSet  # noqa: E402
+from tlcap.reproduce.cost import ModelShape  # noqa: E402
 from tlcap.runtime.run_control import RunControl  # noqa: E402
 
 
@@ -74,6 +80,38 @@ def profiled(fn: Any, device: torch.device, top: int = 12) -> dict[str, Any]:
     return {"wall_s": wall, "kernel_s": kern, "kernel_over_wall": kern / wall if wall else None, "launches": launches,
             "top_device": [[e.key, e.count, getattr(e, dev_attr, 0) / 1e6] for e in by_dev],
             "top_cpu": [[e.key, e.count, e.self_cpu_time_total / 1e6] for e in by_cpu]}
+
+
+def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
+    """Peak memory of CNL's masked fine-tuning in its largest mode ("w/o located": every MLP neuron but one per
+    layer trains) on two GSM8K samples, against the cost model's prediction of it.
+
+    Args:
+        model: The model.
+        device: Where it runs.
+
+    Returns:
+        Peak and base memory (GiB), the modelled working memory, the seconds and the steps.
+    """
+    samples = load_task("gsm8k", split="train", n=2, seed=0)
+    ns = NeuronSet(tuple((l, 0) for l in range(model.n_layers)), (model.n_layers, model.d_mlp))
+    shape = ModelShape.of(model)
+    longest = max(len(p) + len(t) for p, t in (encode_sample(model, s, 16) for s in samples))
+    trainable = round(trained_fraction(model, ns, "except") * shape.n_mlp_params)
+    bg.sync(device)
+    base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    bg.reset_peak(device)
+    t0 = time.perf_counter()
+    edit = masked_finetune(model, samples, ns, mode="except", epochs=1, max_answer_tokens=16, progress=False)
+    bg.sync(device)
+    seconds = time.perf_counter() - t0
+    peak = bg.peak_gib(device)
+    edit.undo()
+    modelled = shape.train_bytes(trainable, longest, model.dtype.itemsize)
+    return {"mode": "except", "trainable": trainable, "longest_tokens": longest, "seconds": seconds,
+            "steps": edit.meta["steps"], "base_gib": base / 2**30, "peak_gib": peak,
+            "extra_gib": None if peak is None else peak - base / 2**30, "modelled_extra_gib": modelled / 2**30,
+            "fits_80gb_card": None if peak is None else peak < 79.0}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -146,6 +184,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for b, n, budget in ((8, 2, 70), (16, 1, 70), (32, 1, 90)):
             section((key, f"cnl_auto_b{b}"), need_model(lambda m, b=b, n=n: bg.bench_cnl_batched(
                 m, n, "auto", b, cap, peak["t"], tol, "gauss_legendre")), budget, 30)
+    if tol is not None:  # several windows per call: their rounds streamed (depth 4) against each window alone
+        for name, depth, budget in (("cnl_auto_stream_w4", 4, 80), ("cnl_auto_alone_w4", 1, 90)):
+            section((key, name), need_model(lambda m, depth=depth: bg.bench_cnl_batched(
+                m, 1, "auto", 8, cap, peak["t"], tol, "gauss_legendre", windows=4, stream_depth=depth)), budget, 40)
+    section((key, "enhance_memory"), need_model(lambda m: enhance_memory(m, device)), 40, 15)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
 

@@ -242,7 +242,11 @@ def test_masked_finetune_changes_only_chosen_neurons(tiny_llama):
     assert torch.equal(w.neuron_view()[[3, 7]], before[id(w.param)].movedim(w.neuron_dim, 0)[[3, 7]])
     assert not torch.equal(w.param.data, before[id(w.param)])
     edit.undo()
-    assert 0 < trained_fraction(m, ns) < 0.02
+    # Llama MLPs have no biases: each neuron owns the same number of weights (a row of gate/up, a column of down)
+    assert trained_fraction(m, ns) == pytest.approx(3 / (m.n_layers * m.d_mlp))
+    assert trained_fraction(m, ns, "except") == pytest.approx(1 - 3 / (m.n_layers * m.d_mlp))
+    # the masks are one value per neuron, broadcast along the parameter (not a copy of each matrix's size)
+    assert all(mask.numel() == m.d_mlp for _, mask in neuron_params(m, ns, "except"))
 
 
 # --------------------------------------------------------------------------- experiments + CLI

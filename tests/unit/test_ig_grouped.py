@@ -106,3 +106,51 @@ def test_steps_auto_is_for_exact_ig():
         IGConfig(steps="auto", tol=0)
     with pytest.raises(InvalidConfigError, match="sample_batch"):
         IGConfig(sample_batch=0)
+
+
+@pytest.mark.parametrize("rule", ["left", "trapezoid"])  # trapezoid: its refinements run another rule (midpoint)
+def test_auto_stream_equals_each_window_alone(model, rule, monkeypatch):
+    import tlcap.attribution.grouped as grouped
+
+    # a sample with an empty answer between the others: its window scores nothing and keeps its place
+    samples = [*SAMPLES, Sample("Nothing", "", uid="e"), Sample("Red green blue", " yellow", uid="4")]
+    kw = dict(max_answer_tokens=2, steps="auto", tol=1e-4, rule=rule, batch_rows=9, run=RunControl(progress=False))
+    calls = []
+    real = grouped.run_rows
+    monkeypatch.setattr(grouped, "run_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    alone = score_dataset(model, samples, sample_batch=1, stream_depth=1, **kw)
+    n_alone, calls[:] = len(calls), []
+    streamed = score_dataset(model, samples, sample_batch=1, stream_depth=3, **kw)
+    # refinement rounds shared the next windows' calls (trapezoid's midpoint rounds share only with each other)
+    assert len(calls) < n_alone if rule == "left" else len(calls) <= n_alone
+    assert (streamed.n_samples, streamed.n_skipped, streamed.sample_ids) == (alone.n_samples, 1, alone.sample_ids)
+    assert streamed.meta["evaluations"] == alone.meta["evaluations"] > 4 * 4 * model.n_layers  # same refinements
+    scale = float(alone.scores.abs().max())
+    torch.testing.assert_close(streamed.scores, alone.scores, rtol=1e-4, atol=1e-5 * scale)
+    assert streamed.completeness_rel_error == pytest.approx(alone.completeness_rel_error, rel=1e-3, abs=1e-7)
+    pair = score_dataset(model, samples, sample_batch=2, stream_depth=2, **kw)  # windows of two samples
+    torch.testing.assert_close(pair.scores, alone.scores, rtol=1e-4, atol=1e-5 * scale)
+    with pytest.raises(InvalidConfigError, match="stream_depth"):
+        IGConfig(stream_depth=0)
+
+
+def test_ig_units_stream_returns_every_window_in_order(tiny_llama):
+    from tlcap.attribution.batched import fact_tokens
+    from tlcap.attribution.grouped import ig_units, ig_units_stream, make_units
+    from tlcap.data.tasks import encode_sample
+    from tlcap.runtime.sites import get_site
+
+    m = tiny_llama
+    li = list(range(m.n_layers))
+    hooks = [get_site("mlp_post").hook_name(l) for l in li]
+    cfg = IGConfig(steps="auto", tol=1e-4, rule="left", batch_rows=9)
+    items = [fact_tokens(m, s.prompt, encode_sample(m, s, 2)[1]) for s in [*SAMPLES, Sample("Red green", " blue", uid="4")]]
+    windows = [make_units(m, w, hooks, li) for w in (items[0:2], items[2:3], items[3:4])]
+    ref = [ig_units(m, u, p, hooks, li, cfg, 9) for u, p in windows]
+    for depth in (1, 2, 5):  # 2: a window waits while the stream is full, then the next is admitted
+        got = list(ig_units_stream(m, iter(windows), hooks, li, cfg, 9, depth=depth))
+        assert len(got) == 3
+        for r, g in zip(ref, got):
+            assert torch.equal(r.steps_used, g.steps_used) and torch.equal(r.evaluations, g.evaluations)
+            torch.testing.assert_close(g.attr, r.attr, rtol=1e-5, atol=1e-12)
+    assert int(max(r.steps_used.max() for r in ref)) > 4  # it refined

@@ -64,6 +64,22 @@ def test_workload_helpers_count_passes_and_add():
         Workload(passes={"ig_rows": 1})
 
 
+def test_fine_tuning_memory_takes_its_own_ratio_and_the_parameter_dtype():
+    # gradient, two Adam moments and a snapshot per trained parameter in its dtype (bfloat16: 2 bytes each), plus the
+    # longest sequence's activations in float32 units
+    acts = 4 * 100 * SHAPE.n_layers * (12 * SHAPE.d_model + 4 * SHAPE.d_mlp)
+    assert SHAPE.train_bytes(10**9, 100, 2) == 8 * 10**9 + acts
+    assert SHAPE.train_bytes(10**9, 100) == 16 * 10**9 + acts  # float32 parameters
+    w = train(SHAPE, 100, 10**9, 50, 100, steps=4, param_bytes=2) + ig_rows(SHAPE, 64, batch_rows=64)
+    assert w.train_bytes == 8 * 10**9 + acts and w.extra_bytes == 64 * SHAPE.ig_row_bytes()
+    cal = Calibration(dict.fromkeys(UNITS, 1e-12), base_bytes=1000, memory_scale=0.5)
+    assert predict(w, cal).peak_bytes == 1000 + w.train_bytes  # not measured: the model's bytes as they are
+    cal2 = Calibration.from_dict({**cal.to_dict(), "train_memory_scale": 0.25})
+    assert cal2.train_memory_scale == 0.25 and cal2.to_dict()["train_memory_scale"] == 0.25
+    assert predict(w, cal2).peak_bytes == 1000 + max(-(-w.train_bytes // 4), 32 * SHAPE.ig_row_bytes())
+    assert predict(ig_rows(SHAPE, 64, batch_rows=64), cal2).peak_bytes == 1000 + 32 * SHAPE.ig_row_bytes()
+
+
 def test_dominant_stages():
     secs = {"a": 50.0, "b": 30.0, "c": 15.0, "d": 5.0, "e": 0.0}
     assert dominant(secs) == [("a", 0.5), ("b", 0.3)]  # 80 % of 100 s

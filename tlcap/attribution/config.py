@@ -69,6 +69,10 @@ class IGConfig(Config):
             depend on it (beyond float rounding).
         layer_chunks: Split the layers into at least this many groups, one batch each, ``>= 1``
             (exact; the batch-row layout only: staged rows hold every layer in one pass).
+        stream_depth: ``steps="auto"`` in dataset scoring: windows of ``sample_batch`` samples in flight,
+            ``>= 1``; a window's refinement rounds share batches with the next windows' first rounds
+            (:func:`~tlcap.attribution.grouped.ig_units_stream`) instead of running as small batches of
+            their own. 1: each window alone. Exact: results do not depend on it (beyond float rounding).
     """
 
     steps: int | str = 20
@@ -84,6 +88,7 @@ class IGConfig(Config):
     tol: float = 0.01
     max_steps: int = 64
     sample_batch: int = 1
+    stream_depth: int = 4
 
     def validate(self) -> None:
         check_choice("rule", self.rule, RULES)
@@ -97,6 +102,7 @@ class IGConfig(Config):
         check_float("tol", self.tol, gt=0, lt=1)
         check_int("max_steps", self.max_steps, min=1)
         check_int("sample_batch", self.sample_batch, min=1)
+        check_int("stream_depth", self.stream_depth, min=1, cli=None)
         check_choice("site", self.site, NEURON_SITES)
         if self.layers is not None:
             self._set(

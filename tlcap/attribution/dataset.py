@@ -48,7 +48,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ from tlcap.attribution.dataset_scores import (
     sample_id,
 )
 from tlcap.attribution.fixed_point import FIXED_POINT_BITS, from_fixed, to_fixed
-from tlcap.attribution.grouped import ig_units, make_units
+from tlcap.attribution.grouped import Unit, UnitsIG, ig_units, ig_units_stream, make_units
 from tlcap.attribution.ig import integrated_gradients
 from tlcap.attribution.quadrature import quadrature
 from tlcap.config import check_int
@@ -86,7 +87,7 @@ from tlcap.errors import (
     PromptTooLongError,
     TargetTokenizationError,
 )
-from tlcap.models.adapter import Model
+from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.run_control import RunControl, parse_shard
 from tlcap.runtime.sites import get_site
@@ -213,13 +214,7 @@ def score_dataset(
     label = (desc or f"CNL {task or 'scores'}") + (f" [{sh[0]}/{sh[1]}]" if sh[1] > 1 else "")
     bar = tqdm(total=len(mine), initial=n_seen, desc=label, disable=not rc.progress, unit="sample")
     grouped = cfg.method == "ig" and (cfg.sample_batch > 1 or cfg.steps == "auto")
-    pos = n_seen
-    while pos < len(mine):
-        window = list(range(pos, min(pos + (cfg.sample_batch if grouped else 1), len(mine))))
-        for p in window:
-            if on_sample is not None:
-                on_sample(p, mine[p])
-        outcome = _score_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
+    for window, outcome in _outcomes(model, mine, n_seen, max_answer_tokens, cfg, layer_list, grouped, on_sample):
         for p, out in zip(window, outcome):
             if isinstance(out, str):
                 skipped[out] += 1
@@ -236,7 +231,6 @@ def score_dataset(
             if ckpt is not None and (n_seen % checkpoint_every == 0 or n_seen == len(mine)):
                 snap = snapshot()
                 save_checkpoint(ckpt, {"sums": snap.sums}, snap.to_dict())
-        pos = window[-1] + 1
     bar.close()
     result = snapshot()
     if dist is not None:
@@ -285,12 +279,71 @@ def all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int)
     return f"{too_long} too long for the {model.n_ctx}-token context of {model.name}, {empty} with an empty answer"
 
 
-def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,
-                  layer_list: tuple[int, ...], grouped: bool) -> list[_Scored | str]:
-    """Score the samples of a window: each alone, or (``grouped``) all their rows batched together.
+def _outcomes(model: Model, mine: Sequence[Sample], start: int, max_answer_tokens: int, cfg: IGConfig,
+              layer_list: tuple[int, ...], grouped: bool, on_sample: Callable[[int, Sample], None] | None
+              ) -> Iterator[tuple[list[int], list[_Scored | str]]]:
+    """``(window, outcome per sample)`` for the windows of ``mine`` from ``start`` on, in order.
 
-    Returns, per sample, a :class:`_Scored` or the skip kind (``too_long``, ``empty_answer``).
+    Windows are ``sample_batch`` samples (grouped) or one. With ``steps="auto"`` and ``stream_depth > 1`` the
+    windows' rounds run through :func:`ig_units_stream` (a window's refinements share batches with the next
+    windows' first rounds); otherwise each window is scored alone (:func:`_score_window`).
     """
+    size = cfg.sample_batch if grouped else 1
+
+    def prepared() -> Iterator[tuple[list[int], list[_Scored | str | None], list[tuple[list[int], list[int]]]]]:
+        for s in range(start, len(mine), size):
+            window = list(range(s, min(s + size, len(mine))))
+            for p in window:
+                if on_sample is not None:
+                    on_sample(p, mine[p])
+            yield window, *_encode_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
+
+    if not (grouped and cfg.steps == "auto" and cfg.stream_depth > 1):
+        for window, out, items in prepared():
+            yield window, _fill(out, _grouped(model, items, cfg, layer_list) if items else [])
+        return
+    li = list(layer_list)
+    hook_names = [get_site(cfg.site).hook_name(l) for l in li]
+    pending: deque = deque()  # every prepared window, in order; those with items wait for their stream result
+
+    def feed() -> Iterator[tuple[list[Unit], PaddedPrefix]]:
+        for window, out, items in prepared():
+            units, prefix = make_units(model, items, hook_names, li) if items else ([], None)
+            pending.append((window, out, items, units))
+            if items:
+                yield units, prefix
+
+    for res in ig_units_stream(model, feed(), hook_names, li, cfg, _stream_rows(model, cfg), cfg.stream_depth):
+        while not pending[0][2]:  # windows with nothing to score before this one
+            window, out, _, _ = pending.popleft()
+            yield window, _fill(out, [])
+        window, out, items, units = pending.popleft()
+        yield window, _fill(out, _scored(model, items, units, res, li))
+    for window, out, _, _ in pending:
+        yield window, _fill(out, [])
+
+
+def _stream_rows(model: Model, cfg: IGConfig) -> int | Callable[[int, int], int]:
+    """Rows per batch of a stream step: ``cfg.batch_rows``, or with ``"auto"`` a function of the step's rows and
+    longest context giving the size :func:`auto_batch_rows` picks (as :func:`_grouped` does for one window)."""
+    if cfg.batch_rows != "auto":
+        return int(cfg.batch_rows)
+    return lambda rows, longest: auto_batch_rows(ig_row_bytes(model, longest), rows, cfg.max_memory, model.device,
+                                                 model=model, kind="ig", context_len=longest)
+
+
+def _fill(out: list[_Scored | str | None], scored: list[_Scored]) -> list[_Scored | str]:
+    """``out`` with its ``None`` entries (the scored samples) replaced by ``scored``, in order."""
+    it = iter(scored)
+    return [next(it) if o is None else o for o in out]
+
+
+def _encode_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,
+                   layer_list: tuple[int, ...], grouped: bool
+                   ) -> tuple[list[_Scored | str | None], list[tuple[list[int], list[int]]]]:
+    """Encode a window's samples: per sample its skip kind (``too_long``, ``empty_answer``), its :class:`_Scored`
+    (not ``grouped``: scored alone at once) or ``None`` (``grouped``: its ``(prompt ids, answer ids)`` is in the
+    returned items, to be scored with the others)."""
     out: list[_Scored | str | None] = []
     items: list[tuple[list[int], list[int]]] = []
     for s in window:
@@ -317,10 +370,7 @@ def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int
             continue
         items.append((p_ids, t_ids))
         out.append(None)
-    if not items:
-        return [o for o in out if o is not None]
-    res = _grouped(model, items, cfg, layer_list)
-    return [res.pop(0) if o is None else o for o in out]
+    return out, items
 
 
 def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConfig,
@@ -337,6 +387,12 @@ def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConf
         res = run_auto_batched(lambda b: ig_units(model, units, prefix, hook_names, li, cfg, b), rows, model.device)
     else:
         res = ig_units(model, units, prefix, hook_names, li, cfg, int(cfg.batch_rows))
+    return _scored(model, items, units, res, li)
+
+
+def _scored(model: Model, items: list[tuple[list[int], list[int]]], units: Sequence[Unit], res: UnitsIG,
+            li: list[int]) -> list[_Scored]:
+    """Per sample of ``items``: its mean-over-answer-tokens scores and counters from its units' :class:`UnitsIG`."""
     out, k = [], 0
     p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
     for _, t in items:

@@ -27,8 +27,9 @@ completeness check instead of running a second one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,11 +40,15 @@ from tlcap.attribution.config import IGConfig
 from tlcap.attribution.quadrature import n_points, quadrature
 from tlcap.attribution.staged import run_staged, staged_applies
 from tlcap.models.adapter import Model, PaddedPrefix
+from tlcap.models.rows import concat_prefixes
 from tlcap.runtime import hooks as H
+from tlcap.runtime.batching import run_auto_batched
 from tlcap.runtime.sites import get_site
 
 AUTO_START = 4
 """Quadrature nodes per layer of the first ``steps="auto"`` round."""
+STREAM_DEPTH = 4
+"""Windows in flight in :func:`ig_units_stream` (each keeps its prefix's keys/values until it returns)."""
 DELTA_FLOOR = 1e-6
 """A unit whose Σ_l |ΔP_l| is below this is accepted when its absolute error is below ``tol`` times it."""
 
@@ -138,7 +143,7 @@ def _layer_groups(n_li: int, n_chunks: int) -> list[range]:
 
 def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str],
              layers: Sequence[int], cfg: IGConfig, batch_rows: int, steps: Int[Tensor, "unit layer"],
-             with_base: bool) -> tuple[Float[Tensor, "unit layer d"], Float[Tensor, "unit layer"]]:
+             with_base: bool | Sequence[bool]) -> tuple[Float[Tensor, "unit layer d"], Float[Tensor, "unit layer"]]:
     """One round: layer ``i`` of unit ``g`` at ``steps[g, i]`` nodes (0: skipped), batched across units.
 
     Staged rows (:mod:`tlcap.attribution.staged`: every row joins the pass at its own layer) where the
@@ -153,11 +158,12 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         cfg: The settings (``rule``, ``late_expand``).
         batch_rows: Rows per batch.
         steps: ``[units, layers]`` quadrature nodes per layer this round (0: skipped).
-        with_base: Also run each layer's baseline row (``p_base``).
+        with_base: Also run each layer's baseline row (``p_base``): for every unit, or per unit.
 
     Returns:
         ``attr`` (zero where skipped) and ``p_base`` (NaN where not computed).
     """
+    with_base = [bool(with_base)] * len(units) if isinstance(with_base, bool) else [bool(b) for b in with_base]
     if cfg.late_expand and all(u.at < 0 for u in units) and staged_applies(model, hook_names):
         return run_staged(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base)
     n_u, n_li = steps.shape
@@ -168,14 +174,14 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         sel = [g for g, c in enumerate(conts) if len(c) == q]
         sub = prefix.select([units[g].row for g in sel], [len(units[g].context) - len(conts[g]) for g in sel])
         a_q, p_q = _rows_after_prefixes(model, [units[g] for g in sel], [list(conts[g]) for g in sel], sub, hook_names,
-                                        layers, cfg, batch_rows, steps[sel], with_base)
+                                        layers, cfg, batch_rows, steps[sel], [with_base[g] for g in sel])
         attr[sel], p_base[sel] = a_q, p_q
     return attr, p_base
 
 
 def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[int]], prefix: PaddedPrefix,
                          hook_names: Sequence[str], layers: Sequence[int], cfg: IGConfig, batch_rows: int,
-                         steps: Tensor, with_base: bool) -> tuple[Tensor, Tensor]:
+                         steps: Tensor, with_base: list[bool]) -> tuple[Tensor, Tensor]:
     """:func:`run_rows` as rows after per-unit prefixes (:meth:`Model.continue_rows`), in layer groups; every
     unit continues its prefix with ``conts[g]`` (equal lengths), the first of which is scaled."""
     n_u, n_li = steps.shape
@@ -196,13 +202,13 @@ def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[i
                 if m == 0:
                     continue
                 a, w = rules[m]
-                extra = int(with_base and not zero_first[m])
+                extra = int(with_base[g] and not zero_first[m])
                 k = len(a) + extra
                 ru += [g] * k
                 rl += [i] * k
                 ra += a.tolist() + [0.0] * extra
                 rw += w.tolist() + [0.0] * extra
-                rb += ([with_base] + [False] * (len(a) - 1) if zero_first[m] else [False] * len(a)) + [True] * extra
+                rb += ([with_base[g]] + [False] * (len(a) - 1) if zero_first[m] else [False] * len(a)) + [True] * extra
         for s in range(0, len(ru), batch_rows):
             u_ = torch.tensor(ru[s:s + batch_rows])
             l_ = torch.tensor(rl[s:s + batch_rows])
@@ -238,6 +244,60 @@ def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit
     return torch.zeros_like(allowed).scatter(1, order, pick)
 
 
+Round = tuple[Tensor, IGConfig, bool]
+"""A round a :func:`ig_rounds` generator asks for: ``(steps [units, layers], settings, with_base)``."""
+
+
+def ig_rounds(units: Sequence[Unit], n_layers: int, cfg: IGConfig) -> Generator[Round, tuple[Tensor, Tensor], UnitsIG]:
+    """The rounds of :func:`ig_units` as a generator: it yields each round it needs (:data:`Round`), is sent that
+    round's ``(attr, p_base)`` (:func:`run_rows`), and returns the :class:`UnitsIG`.
+
+    The rounds of several generators can run in one :func:`run_rows` call (:func:`ig_units_stream`): a round's
+    result does not depend on what else shares its batches.
+
+    Args:
+        units: The units.
+        n_layers: Scored layers per unit.
+        cfg: The settings (``steps`` fixed or ``"auto"``).
+
+    Returns:
+        The :class:`UnitsIG` (as the generator's return value).
+    """
+    n_u, n_li = len(units), n_layers
+    auto = cfg.steps == "auto"
+    nested = auto and cfg.rule == "trapezoid"  # refined by adding midpoints (module docstring)
+    m0 = min(AUTO_START + int(nested), int(cfg.max_steps)) if auto else int(cfg.steps)
+    steps = torch.full((n_u, n_li), m0, dtype=torch.long)
+    attr, p_base = yield steps, cfg, True
+    a0 = quadrature(m0, cfg.rule)[0]
+    evaluations = torch.full((n_u,), n_li * (len(a0) + int(bool(a0[0] != 0.0))), dtype=torch.long)
+    p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
+    delta = p_clean[:, None] - p_base
+    mid = cfg.replace(rule="midpoint")
+    while auto:
+        err = (attr.sum(-1) - delta).abs()
+        den = delta.abs().sum(1)
+        budget = cfg.tol * den.clamp_min(DELTA_FLOOR)
+        bigger = steps * 2 - 1 if nested else steps * 2
+        cap = cfg.max_steps + int(nested)  # trapezoid: max_steps intervals (max_steps + 1 points)
+        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (bigger <= cap) & (steps > 1))
+        if not bool(redo.any()):
+            break
+        if nested:  # the midpoints of the current intervals: T_2n = (T_n + M_n) / 2
+            run = torch.where(redo, steps - 1, torch.zeros_like(steps))
+            a2, _ = yield run, mid, False
+            attr[redo] = 0.5 * (attr[redo] + a2[redo])
+        else:
+            run = torch.where(redo, bigger, torch.zeros_like(steps))
+            a2, _ = yield run, cfg, False
+            attr[redo] = a2[redo]
+        steps = torch.where(redo, bigger, steps)
+        rule = "midpoint" if nested else cfg.rule
+        evaluations += torch.tensor([sum(n_points(int(m), rule) for m in row if m > 0) for row in run.tolist()],
+                                    dtype=torch.long)
+    return UnitsIG(attr=attr, p_base=p_base, steps_used=steps, evaluations=evaluations)
+
+
 def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str],
              layers: Sequence[int], cfg: IGConfig, batch_rows: int) -> UnitsIG:
     """Exact IG of every unit (``prefix``: their prefixes, from :func:`make_units`), rows batched
@@ -256,39 +316,105 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         A :class:`UnitsIG`: attribution, baseline probability and steps used per unit and layer, and
         the gradient rows run per unit.
     """
-    n_u, n_li = len(units), len(layers)
-    auto = cfg.steps == "auto"
-    nested = auto and cfg.rule == "trapezoid"  # refined by adding midpoints (module docstring)
-    m0 = min(AUTO_START + int(nested), int(cfg.max_steps)) if auto else int(cfg.steps)
-    steps = torch.full((n_u, n_li), m0, dtype=torch.long)
-    attr, p_base = run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base=True)
-    a0 = quadrature(m0, cfg.rule)[0]
-    evaluations = torch.full((n_u,), n_li * (len(a0) + int(bool(a0[0] != 0.0))), dtype=torch.long)
-    p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
-    delta = p_clean[:, None] - p_base
-    mid = cfg.replace(rule="midpoint")
-    while auto:
-        err = (attr.sum(-1) - delta).abs()
-        den = delta.abs().sum(1)
-        budget = cfg.tol * den.clamp_min(DELTA_FLOOR)
-        bigger = steps * 2 - 1 if nested else steps * 2
-        cap = cfg.max_steps + int(nested)  # trapezoid: max_steps intervals (max_steps + 1 points)
-        redo = _worst_layers(err, budget, (err > cfg.tol * delta.abs()) & (bigger <= cap) & (steps > 1))
-        if not bool(redo.any()):
-            break
-        if nested:  # the midpoints of the current intervals: T_2n = (T_n + M_n) / 2
-            run = torch.where(redo, steps - 1, torch.zeros_like(steps))
-            a2, _ = run_rows(model, units, prefix, hook_names, layers, mid, batch_rows, run, with_base=False)
-            attr[redo] = 0.5 * (attr[redo] + a2[redo])
-        else:
-            run = torch.where(redo, bigger, torch.zeros_like(steps))
-            a2, _ = run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, run, with_base=False)
-            attr[redo] = a2[redo]
-        steps = torch.where(redo, bigger, steps)
-        rule = "midpoint" if nested else cfg.rule
-        evaluations += torch.tensor([sum(n_points(int(m), rule) for m in row if m > 0) for row in run.tolist()],
-                                    dtype=torch.long)
-    return UnitsIG(attr=attr, p_base=p_base, steps_used=steps, evaluations=evaluations)
+    gen = ig_rounds(units, len(layers), cfg)
+    request = next(gen)
+    while True:
+        steps, c, with_base = request
+        try:
+            request = gen.send(run_rows(model, units, prefix, hook_names, layers, c, batch_rows, steps, with_base))
+        except StopIteration as done:
+            return done.value
 
 
-__all__ = ["Unit", "UnitsIG", "make_units", "run_rows", "ig_units", "AUTO_START"]
+def _step(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str], layers: Sequence[int],
+          cfg: IGConfig, batch_rows: int | Callable[[int, int], int], steps: Tensor,
+          with_base: list[bool]) -> tuple[Tensor, Tensor]:
+    """One :func:`run_rows` call of a stream step (``batch_rows`` a function: sized, and halved on out-of-memory)."""
+    if not callable(batch_rows):
+        return run_rows(model, units, prefix, hook_names, layers, cfg, int(batch_rows), steps, with_base)
+    rows = int(steps.sum()) + sum(with_base) * len(layers)
+    start = batch_rows(rows, max(len(u.context) for u in units))
+    return run_auto_batched(lambda b: run_rows(model, units, prefix, hook_names, layers, cfg, b, steps, with_base),
+                            start, model.device)
+
+
+@dataclass
+class _Job:
+    """A window of units in :func:`ig_units_stream`: its rounds, its prefix, the round it waits for."""
+
+    gen: Generator[Round, tuple[Tensor, Tensor], UnitsIG]
+    units: Sequence[Unit]
+    prefix: PaddedPrefix
+    request: Round | None
+    result: UnitsIG | None = None
+
+
+def ig_units_stream(model: Model, windows: Iterable[tuple[Sequence[Unit], PaddedPrefix]], hook_names: Sequence[str],
+                    layers: Sequence[int], cfg: IGConfig, batch_rows: int | Callable[[int, int], int],
+                    depth: int = STREAM_DEPTH) -> Iterator[UnitsIG]:
+    """:func:`ig_units` of a stream of windows (each ``(units, prefix)`` of :func:`make_units`), rounds of
+    several windows in one call, results in window order.
+
+    Every step admits the next window and runs, in one :func:`run_rows` call (one set of batches), its
+    first round together with the round every earlier unfinished window waits for (with ``steps="auto"``:
+    the refinements of the windows before it), so a refinement round of a few units does not run as
+    small batches of its own. At most ``depth`` windows are in flight (admitted and not yet returned).
+    Each window's result is exactly :func:`ig_units`' (a round's rows do not depend on what shares
+    their batches; equal up to float rounding, tested).
+
+    Args:
+        model: The model.
+        windows: ``(units, prefix)`` per window, consumed one per step.
+        hook_names: The neuron site's hook of each scored layer.
+        layers: The scored layers.
+        cfg: The settings (as :func:`ig_units`).
+        batch_rows: Rows per batch; or a function of a step's rows and longest context giving the rows per batch,
+            then halved and the step rerun on out-of-memory (:func:`tlcap.runtime.batching.run_auto_batched`).
+        depth: Windows in flight at most (``>= 1``; 1 runs each window alone, as :func:`ig_units`).
+
+    Yields:
+        One :class:`UnitsIG` per window, in order.
+    """
+    todo = iter(windows)
+    active: list[_Job] = []
+    more = True
+    while True:
+        if more and len(active) < max(1, depth):
+            nxt = next(todo, None)
+            if nxt is None:
+                more = False
+            else:
+                gen = ig_rounds(nxt[0], len(layers), cfg)
+                active.append(_Job(gen, nxt[0], nxt[1], next(gen)))
+        while active and active[0].result is not None:
+            res = active.pop(0).result
+            assert res is not None
+            yield res
+        if not active:
+            if more:
+                continue
+            return
+        waiting = [j for j in active if j.result is None]
+        for key in dict.fromkeys(j.request[1].rule for j in waiting if j.request is not None):  # one call per rule
+            group = [j for j in waiting if j.request is not None and j.request[1].rule == key]
+            units, rows, offset = [], [], 0
+            for j in group:
+                units += [dataclasses.replace(u, row=u.row + offset) for u in j.units]
+                rows.append(len(j.units))
+                offset += j.prefix.rows
+            steps = torch.cat([j.request[0] for j in group if j.request is not None])
+            with_base = [bool(j.request[2]) for j in group if j.request is not None for _ in j.units]
+            c = group[0].request[1] if group[0].request is not None else cfg
+            attr, p_base = _step(model, units, concat_prefixes([j.prefix for j in group]), hook_names, layers, c,
+                                 batch_rows, steps, with_base)
+            k = 0
+            for j, n in zip(group, rows):
+                try:
+                    j.request = j.gen.send((attr[k:k + n], p_base[k:k + n]))
+                except StopIteration as done:
+                    j.request, j.result = None, done.value
+                k += n
+
+
+__all__ = ["Unit", "UnitsIG", "make_units", "run_rows", "ig_rounds", "ig_units", "ig_units_stream", "AUTO_START",
+           "STREAM_DEPTH"]

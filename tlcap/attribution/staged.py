@@ -95,7 +95,7 @@ def choose_width(model: Model, seg_layers: Sequence[Tensor], seg_prefix: Sequenc
 
 def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_names: Sequence[str],
                layers: Sequence[int], cfg: IGConfig, batch_rows: int, steps: Int[Tensor, "unit layer"],
-               with_base: bool) -> tuple[Float[Tensor, "unit layer d"], Float[Tensor, "unit layer"]]:
+               with_base: bool | Sequence[bool]) -> tuple[Float[Tensor, "unit layer d"], Float[Tensor, "unit layer"]]:
     """:func:`tlcap.attribution.grouped.run_rows` with staged rows (module docstring).
 
     Rows are laid out layer-major (layers ascending, then units) and cut into batches of ``batch_rows``
@@ -110,13 +110,14 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
         cfg: The settings (``rule``).
         batch_rows: Rows per batch.
         steps: ``[units, layers]`` quadrature nodes per layer (0: skipped).
-        with_base: Also run each layer's baseline row (``p_base``).
+        with_base: Also run each layer's baseline row (``p_base``): for every unit, or per unit.
 
     Returns:
         ``(attr, p_base)``: ``[units, layers, d]`` attribution (zero where skipped) and ``[units, layers]``
         P(target) at the baseline (NaN where not computed), float64.
     """
     n_u, n_li = steps.shape
+    wb = [bool(with_base)] * n_u if isinstance(with_base, bool) else [bool(b) for b in with_base]
     W_ = torch.stack([u.w_bar for u in units])
     B_ = torch.stack([u.base for u in units])
     D = W_ - B_
@@ -141,12 +142,12 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
                 al, wl = al[:-1], wl[:-1]
             elif al[-1] == 1.0:
                 clean_row[g] = len(ru) + len(al) - 1
-            extra = int(with_base and not zero_first[m])
+            extra = int(wb[g] and not zero_first[m])
             ru += [g] * (len(al) + extra)
             rl += [i] * (len(al) + extra)
             ra += al + [0.0] * extra
             rw += wl + [0.0] * extra
-            rb += ([with_base] + [False] * (len(al) - 1) if zero_first[m] else [False] * len(al)) + [True] * extra
+            rb += ([wb[g]] + [False] * (len(al) - 1) if zero_first[m] else [False] * len(al)) + [True] * extra
     plan = _Plan(model, units, prefix, hook_names, layers, W_.dtype, B_, D, torch.stack([u.states for u in units]))
     u_all, l_all = np.asarray(ru, dtype=np.int64), np.asarray(rl, dtype=np.int64)
     for s in range(0, len(ru), batch_rows):

@@ -72,8 +72,9 @@ def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> l
         mode: ``"located"`` trains ``neurons``; ``"except"`` trains all other neurons.
 
     Returns:
-        ``(weight slice, mask)`` per trained MLP in/out weight of every layer with a trained neuron;
-        offloaded weights are left out.
+        ``(weight slice, mask)`` per trained MLP in/out weight of every layer with a trained neuron; the
+        mask is ``d_mlp`` long along the parameter's neuron axis and 1 along the others (it broadcasts
+        against the parameter and its gradient, and costs ``d_mlp`` bytes, not the parameter's size).
 
     Raises:
         UnknownNameError: ``mode`` is neither ``"located"`` nor ``"except"``.
@@ -97,8 +98,7 @@ def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> l
                     "device map); load the model split over GPUs only (n_devices=, or a device_map without cpu/disk)")
             shape = [1] * ws.param.ndim
             shape[ws.neuron_dim] = model.d_mlp
-            mask = sel.reshape(shape).to(ws.param.device).expand_as(ws.param).contiguous()
-            out.append((ws, mask))
+            out.append((ws, sel.reshape(shape).to(ws.param.device)))
     return out
 
 
@@ -166,7 +166,8 @@ def masked_finetune(
         masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
     for p in uniq:
         edit.touch(p)
-    opt = torch.optim.Adam(uniq, lr=lr)
+    # one parameter at a time: the multi-tensor path allocates temporaries as large as every trained matrix at once
+    opt = torch.optim.Adam(uniq, lr=lr, foreach=False)
     rng = random.Random(seed)
     model.eval()
     steps = 0
@@ -220,8 +221,8 @@ def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -
     Returns:
         Trained MLP-neuron parameters over all of them, in ``[0, 1]``.
     """
-    n = sum(int(m.sum()) for _, m in neuron_params(model, neurons, mode))
-    total = sum(int(m.numel()) for _, m in neuron_params(model, NeuronSet((), neurons.shape), "except"))
+    n = sum(int(m.sum()) * ws.param.numel() // m.numel() for ws, m in neuron_params(model, neurons, mode))
+    total = sum(ws.param.numel() for ws, _ in neuron_params(model, NeuronSet((), neurons.shape), "except"))
     return n / total
 
 

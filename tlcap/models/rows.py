@@ -81,6 +81,53 @@ class PaddedPrefix:
         return PaddedPrefix(out, tuple(int(n) for n in lengths), self.n_tokens)
 
 
+def concat_prefixes(prefixes: Sequence[PaddedPrefix]) -> PaddedPrefix:
+    """The rows of several prefixes as one, right-padded to the longest (keys/values copied).
+
+    Row ``i`` of ``prefixes[k]`` becomes row ``sum(p.rows for p in prefixes[:k]) + i``; its keys, values and
+    length are unchanged (the padding is zeros, masked out like any padding).
+
+    Args:
+        prefixes: Prefixes of one model (:meth:`RowsMixin.stack_prefixes`, :meth:`RowsMixin.padded_prefix`).
+
+    Returns:
+        One :class:`PaddedPrefix` with every row (the one prefix itself when given one).
+
+    Example:
+        >>> a, b = model.padded_prefix([[464, 3139]]), model.padded_prefix([[383, 3797, 3332], [40]])
+        >>> both = concat_prefixes([a, b])
+        >>> both.rows, both.lengths, both.n_tokens
+        (3, (2, 3, 1), 3)
+        >>> torch.equal(both.cache.layers[0].keys[1:], b.cache.layers[0].keys)
+        True
+        >>> torch.equal(both.cache.layers[0].keys[0, :, :2], a.cache.layers[0].keys[0])
+        True
+    """
+    if len(prefixes) == 1:
+        return prefixes[0]
+    lengths = tuple(n for p in prefixes for n in p.lengths)
+    with_cache = [p for p in prefixes if p.cache is not None]
+    if not with_cache:
+        return PaddedPrefix(None, lengths, 0)
+    big = max(p.n_tokens for p in with_cache)
+    out = fresh_cache(with_cache[0].cache)  # every layer's keys/values are replaced below
+    for i, layer in enumerate(out.layers):
+        if getattr(layer, "keys", None) is None or not layer.keys.numel():
+            continue
+        k0 = layer.keys
+        keys = k0.new_zeros(len(lengths), k0.shape[1], big, k0.shape[3])
+        values = keys.clone()
+        r = 0
+        for p in prefixes:
+            if p.cache is not None:
+                src = p.cache.layers[i]
+                keys[r:r + p.rows, :, :p.n_tokens] = src.keys
+                values[r:r + p.rows, :, :p.n_tokens] = src.values
+            r += p.rows
+        layer.keys, layer.values = keys, values
+    return PaddedPrefix(out, lengths, big)
+
+
 def _repeat(x: Any, counts: Tensor, rows: int) -> Any:
     if isinstance(x, Tensor) and x.ndim >= 1 and x.shape[0] == rows and rows != int(counts.sum()):
         return x.repeat_interleave(counts.to(x.device), 0)
@@ -387,4 +434,4 @@ class RowsMixin:
         return out[:, -1]
 
 
-__all__ = ["PaddedPrefix", "RowsMixin", "Staging"]
+__all__ = ["PaddedPrefix", "RowsMixin", "Staging", "concat_prefixes"]

@@ -266,7 +266,7 @@ def _enhance_work(ctx: StageContext) -> Workload:
         longest = max(longest, len(p) + len(t))
     modes = 3
     steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest,
-                  len(train_s) * max(cfg.epochs) * modes)
+                  len(train_s) * max(cfg.epochs) * modes, m.dtype.itemsize)
     return steps + eval_work(m, cfg.dataset, test_s, 1 + modes * len(cfg.epochs))
 
 

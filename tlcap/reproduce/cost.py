@@ -32,8 +32,10 @@ part. On a CPU the per-pass part is 0 (one size; the FLOPs dominate).
 
 **Memory.** Peak = the memory with the model loaded (measured by the probe: the process's
 resident set on a CPU, CUDA's allocated bytes on a GPU) + the largest working set of the stage
-(:attr:`Workload.extra_bytes`: IG batches, logits of a sequence, gradients and Adam moments of the
-parameters being fine-tuned) × the probe's measured / modelled ratio of an IG batch.
+(:attr:`Workload.extra_bytes`: IG batches, logits of a sequence) × the probe's measured / modelled ratio
+of an IG batch, or, for fine-tuning, the gradients, Adam moments and snapshot of the trained parameters
+in their dtype plus the kept activations (:attr:`Workload.train_bytes`) × the probe's measured / modelled
+ratio of its fine-tuning step, whichever is larger.
 
 **Replaying a probe.** :func:`save_calibrations` writes probes to a JSON file
 (``{"format": "tlcap-calibration/1", "calibrations": [...]}``, one per model shape and dtype);
@@ -211,17 +213,19 @@ class ModelShape:
         """
         return FLOAT_BYTES * tokens * (4 * self.d_model + self.d_mlp + 2 * self.d_vocab)
 
-    def train_bytes(self, trainable: int, tokens: int) -> int:
+    def train_bytes(self, trainable: int, tokens: int, param_bytes: int = FLOAT_BYTES) -> int:
         """Fine-tuning: gradient, two Adam moments and a snapshot per trainable parameter, plus activations.
 
         Args:
             trainable: Trainable parameters.
             tokens: Tokens of the longest training sequence (its activations are kept for the backward pass).
+            param_bytes: Bytes of one parameter (the gradient, the Adam moments and the snapshot take the
+                parameter's dtype: 2 for bfloat16).
 
         Returns:
             Bytes above the loaded model.
         """
-        return FLOAT_BYTES * (4 * trainable + tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp))
+        return 4 * param_bytes * trainable + FLOAT_BYTES * tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp)
 
 
 @dataclass(frozen=True)
@@ -231,14 +235,17 @@ class Workload:
     Attributes:
         flops: ``{unit: FLOPs}`` (units of :data:`UNITS`).
         units: ``{unit: count}`` (rows, tokens) for the plan table.
-        extra_bytes: Largest working memory above the loaded model.
+        extra_bytes: Largest working memory above the loaded model (IG batches, sequences).
         passes: ``{unit: passes}`` (module docstring: IG evaluations, forward calls, fine-tuning steps).
+        train_bytes: Largest working memory of a fine-tuning step above the loaded model (scaled by the
+            probe's own fine-tuning ratio, :attr:`Calibration.train_memory_scale`).
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
     units: Mapping[str, float] = field(default_factory=dict)
     extra_bytes: int = 0
     passes: Mapping[str, float] = field(default_factory=dict)
+    train_bytes: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units) | set(self.passes)) - set(UNITS))
@@ -263,7 +270,8 @@ class Workload:
             return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
 
         return Workload(add(self.flops, other.flops), add(self.units, other.units),
-                        max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes))
+                        max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
+                        max(self.train_bytes, other.train_bytes))
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -275,7 +283,7 @@ class Workload:
             A new :class:`Workload`.
         """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
-                        self.extra_bytes, {k: v * times for k, v in self.passes.items()})
+                        self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes)
 
 
 def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0, evals: float = 0.0) -> Workload:
@@ -348,7 +356,7 @@ def set_rows(shape: ModelShape, tokens: float, reads: float, ctx: float = 0.0) -
 
 
 def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, longest: int = 0,
-          steps: float = 0.0) -> Workload:
+          steps: float = 0.0, param_bytes: int = FLOAT_BYTES) -> Workload:
     """Fine-tuning over ``tokens`` tokens in total with ``trainable`` parameters, in ``steps`` forward + backward passes.
 
     Args:
@@ -358,12 +366,13 @@ def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, lo
         ctx: Mean context a token attends to.
         longest: Tokens of the longest training sequence.
         steps: Forward + backward passes.
+        param_bytes: Bytes of one parameter (:meth:`ModelShape.train_bytes`).
 
     Returns:
-        The ``train_token`` :class:`Workload`.
+        The ``train_token`` :class:`Workload` (its memory in :attr:`Workload.train_bytes`).
     """
-    return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens},
-                    shape.train_bytes(trainable, longest), {"train_token": steps})
+    return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens}, 0,
+                    {"train_token": steps}, shape.train_bytes(trainable, longest, param_bytes))
 
 
 @dataclass(frozen=True)
@@ -383,6 +392,8 @@ class Calibration:
         shape: Its :meth:`ModelShape.dims` (what :func:`load_calibration` matches).
         dtype: Its parameter dtype (``"bfloat16"``).
         meta: Free-form provenance (date, torch version, peak memory of each probe).
+        train_memory_scale: Measured / modelled working memory of the probe's fine-tuning step (``None``: not
+            measured, the model's bytes are used as they are).
     """
 
     seconds_per_flop: Mapping[str, float]
@@ -397,6 +408,7 @@ class Calibration:
     shape: Mapping[str, int] = field(default_factory=dict)
     dtype: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    train_memory_scale: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (the entries of a calibration file).
@@ -407,7 +419,8 @@ class Calibration:
         return {"seconds_per_flop": dict(self.seconds_per_flop), "seconds_per_pass": dict(self.seconds_per_pass),
                 "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
                 "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
-                "shape": dict(self.shape), "dtype": self.dtype, "meta": dict(self.meta)}
+                "shape": dict(self.shape), "dtype": self.dtype, "meta": dict(self.meta),
+                "train_memory_scale": self.train_memory_scale}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
@@ -422,7 +435,8 @@ class Calibration:
         return cls(dict(d["seconds_per_flop"]), int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
                    dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
                    dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
-                   str(d.get("dtype", "")), dict(d.get("meta", {})))
+                   str(d.get("dtype", "")), dict(d.get("meta", {})),
+                   None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]))
 
     def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
         """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
@@ -529,7 +543,8 @@ class Prediction:
 
 
 def predict(work: Workload, cal: Calibration) -> Prediction:
-    """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + memory_scale × working memory.
+    """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + the larger of memory_scale × working
+    memory and train_memory_scale × fine-tuning memory.
 
     Args:
         work: The stage's workload.
@@ -549,7 +564,9 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
         if unit not in cal.seconds_per_flop:
             raise InvalidConfigError(f"the calibration has no measurement for {unit!r}; re-run the probe")
         by_unit[unit] = fl * cal.seconds_per_flop[unit] + n * cal.seconds_per_pass.get(unit, 0.0)
-    peak = cal.base_bytes + int(math.ceil(cal.memory_scale * work.extra_bytes))
+    train_scale = 1.0 if cal.train_memory_scale is None else cal.train_memory_scale
+    peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * work.extra_bytes)),
+                                int(math.ceil(train_scale * work.train_bytes)))
     return Prediction(sum(by_unit.values()), peak, by_unit)
 
 

@@ -34,7 +34,7 @@ import torch
 from tlcap.attribution.ig import integrated_gradients
 from tlcap.data.tasks import Sample, encode_sample
 from tlcap.errors import InvalidConfigError
-from tlcap.intervene.finetune import masked_finetune
+from tlcap.intervene.finetune import masked_finetune, trained_fraction
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.metrics.set_scores import teacher_forced
 from tlcap.metrics.sets import NeuronSet
@@ -162,13 +162,18 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         sample_sets = [[Sample(PROMPT, TARGET, uid=f"probe{i}") for i in range(2)],
                        [Sample(TEXT, " city", uid=f"probe{i + 2}") for i in range(2)]]
     tr_runs, tr_units = [], []
+    train_peak, longest = 0, 0
     for samples in sample_sets:
-        ntok = sum(len(p) + len(t) for p, t in (encode_sample(model, x, 16) for x in samples))
+        enc = [encode_sample(model, x, 16) for x in samples]
+        ntok = sum(len(p) + len(t) for p, t in enc)
+        longest = max(len(p) + len(t) for p, t in enc)
 
         def tune(samples: list[Sample] = samples) -> None:
             masked_finetune(model, samples, neurons, mode="except", epochs=1, progress=False).undo()
 
+        meter.reset(dev)
         s = _timed(tune, sync=sync)
+        train_peak = meter.peak_bytes() - base  # the larger (last) run's
         tr_runs.append((float(len(samples)), ntok * shape.train_token_flops(ntok / (2 * len(samples))), s))
         tr_units.append(ntok)
     record("train_token", tr_runs, tr_units)
@@ -191,6 +196,9 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
 
     modelled = min(ig_units[-1], 128) * shape.ig_row_bytes()
     scale = max(ig_peak, 0) / modelled if modelled and ig_peak > 0 else 1.0
+    trainable = round(trained_fraction(model, neurons, "except") * shape.n_mlp_params)
+    t_modelled = shape.train_bytes(trainable, longest, model.dtype.itemsize)  # type: ignore[attr-defined]
+    train_scale = train_peak / t_modelled if cuda and t_modelled and train_peak > 0 else None  # a CPU's RSS: too coarse
     if cuda:
         where = f"cuda ({torch.cuda.get_device_name(dev)})"
     elif dev.type == "cpu":
@@ -202,9 +210,10 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     except OSError:
         load = None
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
-            "ig_peak_bytes": int(ig_peak), "two_sizes": two}
+            "ig_peak_bytes": int(ig_peak), "train_peak_bytes": int(train_peak), "two_sizes": two}
     return Calibration(spf, int(base), scale, probe, where, load, time.perf_counter() - t_start, spp,
-                       str(getattr(model, "name", "")), shape.dims(), dtype_name(model.dtype), meta)  # type: ignore[attr-defined]
+                       str(getattr(model, "name", "")), shape.dims(), dtype_name(model.dtype), meta,  # type: ignore[attr-defined]
+                       train_scale)
 
 
 __all__ = ["calibrate", "split_pass_flop"]
