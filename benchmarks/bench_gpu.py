@@ -204,7 +204,7 @@ def bench_cnl(model: Model, n: int, steps: int, cap: float, peak: float | None) 
 
 def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: float, peak: float | None,
                       tol: float = 0.01, rule: str = "midpoint", windows: int = 1,
-                      stream_depth: int | None = None) -> dict[str, Any]:
+                      stream_depth: int | None = None, count: bool = True) -> dict[str, Any]:
     """``bench_cnl`` with the rows of ``batch`` samples in shared batches (``sample_batch``; staged rows).
 
     ``steps="auto"``: Gauss–Legendre (or ``rule``) nodes doubled per token and layer until the completeness
@@ -225,9 +225,10 @@ def bench_cnl_batched(model: Model, n: int, steps: int | str, batch: int, cap: f
     timed = done[1:] if len(done) > 1 else done  # the warm-up's result is left out, as its time is
     res["seconds_per_sample"] /= per_call  # run_timed counts calls: one call is `per_call` samples
     res["samples_per_s"] *= per_call
-    one = groups[0][:batch]  # FLOPs counted on one window (the counting pass runs the call again)
-    res = with_flops(res, lambda: score_dataset(model, one, sample_batch=batch, **kw, run=RunControl(progress=False)),
-                     peak, per_call=batch)
+    one = groups[0][:batch]  # FLOPs counted on one window (the counting pass runs the call again); count=False: not
+    if count:
+        res = with_flops(res, lambda: score_dataset(model, one, sample_batch=batch, **kw, run=RunControl(progress=False)),
+                         peak, per_call=batch)
     err = sum(d.meta.get("completeness_abs_error", 0.0) for d in timed)
     den = sum(d.meta.get("completeness_delta", 0.0) for d in timed)
     res.update(sample_batch=batch, windows_per_call=windows, stream_depth=stream_depth, steps=steps, rule=rule,

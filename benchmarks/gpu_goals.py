@@ -38,6 +38,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import tlcap.attribution.staged as staged  # noqa: E402
 import tlcap.runtime.batching as batching  # noqa: E402
 from benchmarks import bench_gpu as bg  # noqa: E402
 from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repro_check  # noqa: E402
@@ -80,6 +81,54 @@ def profiled(fn: Any, device: torch.device, top: int = 12) -> dict[str, Any]:
     return {"wall_s": wall, "kernel_s": kern, "kernel_over_wall": kern / wall if wall else None, "launches": launches,
             "top_device": [[e.key, e.count, getattr(e, dev_attr, 0) / 1e6] for e in by_dev],
             "top_cpu": [[e.key, e.count, e.self_cpu_time_total / 1e6] for e in by_cpu]}
+
+
+def auto_phases(model: Any, device: torch.device, tol: float) -> dict[str, Any]:
+    """Where one ``steps="auto"`` call's wall time goes (16 GSM8K samples, 8 per window, streamed): the units'
+    clean runs (``make_units``), the rounds' ``run_rows`` calls and, inside them, the staged batches' forward
+    and backward passes (each timed between device synchronizations; the rest is host-side work).
+
+    Args:
+        model: The model.
+        device: Where it runs.
+        tol: The completeness target.
+
+    Returns:
+        Seconds and counts per phase.
+    """
+    import tlcap.attribution.dataset as ds
+    import tlcap.attribution.grouped as grouped
+
+    samples = load_task("gsm8k", split="train", n=16, seed=3)
+    t = {"make_units": [0.0, 0], "run_rows": [0.0, 0], "batch": [0.0, 0]}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrap(*a: Any, **k: Any) -> Any:
+            bg.sync(device)
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            bg.sync(device)
+            t[name][0] += time.perf_counter() - t0
+            t[name][1] += 1
+            return out
+        return wrap
+
+    real = ds.make_units, grouped.run_rows, staged._Plan.batch
+    ds.make_units, grouped.run_rows = timed("make_units", real[0]), timed("run_rows", real[1])
+    staged._Plan.batch = timed("batch", real[2])  # type: ignore[method-assign]
+    try:
+        bg.sync(device)
+        t0 = time.perf_counter()
+        d = score_dataset(model, samples, steps="auto", rule="gauss_legendre", tol=tol, sample_batch=8,
+                          run=RunControl(progress=False))
+        bg.sync(device)
+        wall = time.perf_counter() - t0
+    finally:
+        ds.make_units, grouped.run_rows, staged._Plan.batch = real  # type: ignore[method-assign]
+    return {"wall_s": wall, "rows": d.meta["evaluations"], **{f"{k}_s": v[0] for k, v in t.items()},
+            **{f"{k}_calls": v[1] for k, v in t.items()},
+            "host_other_s": wall - t["make_units"][0] - t["run_rows"][0],
+            "in_run_rows_outside_batches_s": t["run_rows"][0] - t["batch"][0]}
 
 
 def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
@@ -188,6 +237,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, depth, budget in (("cnl_auto_stream_w4", 4, 80), ("cnl_auto_alone_w4", 1, 90)):
             section((key, name), need_model(lambda m, depth=depth: bg.bench_cnl_batched(
                 m, 1, "auto", 8, cap, peak["t"], tol, "gauss_legendre", windows=4, stream_depth=depth)), budget, 40)
+    if tol is not None:  # the piece cost choose_width weighs, raised: wider pieces, fewer prefix copies
+        for w in (4.0, 16.0):
+            def wide(m: Any, w: float = w) -> dict[str, Any]:
+                staged.PIECE_WEIGHT = w
+                try:
+                    return bg.bench_cnl_batched(m, 1, "auto", 8, cap, None, tol, "gauss_legendre", windows=4,
+                                                stream_depth=4, count=False) | {"piece_weight": w}
+                finally:
+                    staged.PIECE_WEIGHT = 1.0
+            section((key, f"cnl_auto_stream_w4_pw{int(w)}"), need_model(wide), 60, 30)
+    if tol is not None:  # attr moved to the host after every round, as before this stop's change (the A/B)
+        def host_attr(m: Any) -> dict[str, Any]:
+            import tlcap.attribution.grouped as grouped
+            real = grouped.run_rows
+            grouped.run_rows = lambda *a, **k: (lambda r: (r[0].cpu(), r[1]))(real(*a, **k))
+            try:
+                return bg.bench_cnl_batched(m, 1, "auto", 8, cap, None, tol, "gauss_legendre", windows=4,
+                                            stream_depth=4, count=False) | {"attr": "host after every round"}
+            finally:
+                grouped.run_rows = real
+        section((key, "cnl_auto_stream_w4_hostattr"), need_model(host_attr), 70, 30)
+        section((key, "auto_phases"), need_model(lambda m: auto_phases(m, device, tol)), 40, 15)
     section((key, "enhance_memory"), need_model(lambda m: enhance_memory(m, device)), 40, 15)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)

@@ -392,17 +392,19 @@ def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConf
 
 def _scored(model: Model, items: list[tuple[list[int], list[int]]], units: Sequence[Unit], res: UnitsIG,
             li: list[int]) -> list[_Scored]:
-    """Per sample of ``items``: its mean-over-answer-tokens scores and counters from its units' :class:`UnitsIG`."""
+    """Per sample of ``items``: its mean-over-answer-tokens scores (float64 mean, then float32 on the CPU) and
+    counters from its units' :class:`UnitsIG`."""
     out, k = [], 0
     p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
     for _, t in items:
         sl = slice(k, k + len(t))
         k += len(t)
-        scores = torch.zeros(len(t), model.n_layers, model.d_mlp, dtype=torch.float64)
-        scores[:, li] = res.attr[sl]
+        attr = res.attr[sl]  # on the device the rows ran on (a stream's result): reduced there
+        scores = torch.zeros(model.n_layers, model.d_mlp, dtype=torch.float64, device=attr.device)
+        scores[li] = attr.mean(0)
         delta = p_clean[sl, None] - res.p_base[sl]
-        err = (res.attr[sl].sum(-1) - delta).abs().sum()
-        out.append(_Scored(scores.mean(0).float(), len(t), float(p_clean[sl].float().double().mean()),
+        err = (attr.sum(-1).cpu() - delta).abs().sum()
+        out.append(_Scored(scores.float().cpu(), len(t), float(p_clean[sl].float().double().mean()),
                            {"completeness_abs_error": float(err), "completeness_delta": float(delta.abs().sum()),
                             "evaluations": int(res.evaluations[sl].sum())}))
     return out

@@ -161,13 +161,14 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         with_base: Also run each layer's baseline row (``p_base``): for every unit, or per unit.
 
     Returns:
-        ``attr`` (zero where skipped) and ``p_base`` (NaN where not computed).
+        ``attr`` (zero where skipped; on the units' device: a round's dense result is not copied to the host)
+        and ``p_base`` (NaN where not computed; CPU), float64.
     """
     with_base = [bool(with_base)] * len(units) if isinstance(with_base, bool) else [bool(b) for b in with_base]
     if cfg.late_expand and all(u.at < 0 for u in units) and staged_applies(model, hook_names):
         return run_staged(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base)
     n_u, n_li = steps.shape
-    attr = torch.zeros(n_u, n_li, units[0].w_bar.shape[-1], dtype=torch.float64)
+    attr = torch.zeros(n_u, n_li, units[0].w_bar.shape[-1], dtype=torch.float64, device=units[0].w_bar.device)
     p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
     conts = [u.context[u.at:] if u.at >= 0 else u.context[-1:] for u in units]
     for q in sorted({len(c) for c in conts}):  # rows after their prefixes, one continuation length per pass
@@ -230,7 +231,7 @@ def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[i
             grad_acc.index_add_(0, (u_ * n_li + l_).to(dev), grad.double() * w_[:, None])
             idx = b_.nonzero().flatten()
             p_base[u_[idx], l_[idx]] = probs.detach()[idx.to(probs.device)].double().cpu()
-    return (D.double() * grad_acc.view(n_u, n_li, -1)).cpu(), p_base
+    return D.double() * grad_acc.view(n_u, n_li, -1), p_base
 
 
 def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit"],
@@ -275,7 +276,7 @@ def ig_rounds(units: Sequence[Unit], n_layers: int, cfg: IGConfig) -> Generator[
     delta = p_clean[:, None] - p_base
     mid = cfg.replace(rule="midpoint")
     while auto:
-        err = (attr.sum(-1) - delta).abs()
+        err = (attr.sum(-1).cpu() - delta).abs()
         den = delta.abs().sum(1)
         budget = cfg.tol * den.clamp_min(DELTA_FLOOR)
         bigger = steps * 2 - 1 if nested else steps * 2
@@ -286,11 +287,13 @@ def ig_rounds(units: Sequence[Unit], n_layers: int, cfg: IGConfig) -> Generator[
         if nested:  # the midpoints of the current intervals: T_2n = (T_n + M_n) / 2
             run = torch.where(redo, steps - 1, torch.zeros_like(steps))
             a2, _ = yield run, mid, False
-            attr[redo] = 0.5 * (attr[redo] + a2[redo])
+            r = redo.to(attr.device)
+            attr[r] = 0.5 * (attr[r] + a2[r])
         else:
             run = torch.where(redo, bigger, torch.zeros_like(steps))
             a2, _ = yield run, cfg, False
-            attr[redo] = a2[redo]
+            r = redo.to(attr.device)
+            attr[r] = a2[r]
         steps = torch.where(redo, bigger, steps)
         rule = "midpoint" if nested else cfg.rule
         evaluations += torch.tensor([sum(n_points(int(m), rule) for m in row if m > 0) for row in run.tolist()],
@@ -313,7 +316,7 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         batch_rows: Rows per batch.
 
     Returns:
-        A :class:`UnitsIG`: attribution, baseline probability and steps used per unit and layer, and
+        A :class:`UnitsIG`: attribution (CPU), baseline probability and steps used per unit and layer, and
         the gradient rows run per unit.
     """
     gen = ig_rounds(units, len(layers), cfg)
@@ -323,7 +326,7 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         try:
             request = gen.send(run_rows(model, units, prefix, hook_names, layers, c, batch_rows, steps, with_base))
         except StopIteration as done:
-            return done.value
+            return dataclasses.replace(done.value, attr=done.value.attr.cpu())
 
 
 def _step(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str], layers: Sequence[int],
@@ -373,7 +376,8 @@ def ig_units_stream(model: Model, windows: Iterable[tuple[Sequence[Unit], Padded
         depth: Windows in flight at most (``>= 1``; 1 runs each window alone, as :func:`ig_units`).
 
     Yields:
-        One :class:`UnitsIG` per window, in order.
+        One :class:`UnitsIG` per window, in order (its ``attr`` on the model's device: the caller reduces it
+        there).
     """
     todo = iter(windows)
     active: list[_Job] = []

@@ -30,6 +30,10 @@ from tlcap.attribution.quadrature import quadrature
 from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.models.staged_rows import Staging
 
+PIECE_WEIGHT = 1.0
+"""Multiplier of a piece's own cost (its prefix copy) in :func:`choose_width` against the rows' layers (1.0: the
+compute model below; a device where many narrow pieces cost more than modelled wants more)."""
+
 
 def staged_applies(model: Model, hook_names: Sequence[str]) -> bool:
     """Whether the rows of these hooks can run staged (a TransformerBridge that packs rows).
@@ -86,7 +90,7 @@ def choose_width(model: Model, seg_layers: Sequence[Tensor], seg_prefix: Sequenc
         starts = torch.arange(0, R, w)
         valid = starts[None, :] < counts[:, None]
         depth = (L - lay[:, starts]) * valid
-        per_piece = w * (1 + (n + w) / (6 * d)) + n * kappa
+        per_piece = w * (1 + (n + w) / (6 * d)) + n * kappa * PIECE_WEIGHT
         cost = float((depth * per_piece[:, None]).sum())
         if cost < best - 1e-9:
             best, best_w = cost, w
@@ -113,8 +117,8 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
         with_base: Also run each layer's baseline row (``p_base``): for every unit, or per unit.
 
     Returns:
-        ``(attr, p_base)``: ``[units, layers, d]`` attribution (zero where skipped) and ``[units, layers]``
-        P(target) at the baseline (NaN where not computed), float64.
+        ``(attr, p_base)``: ``[units, layers, d]`` attribution (zero where skipped; on the units' device) and
+        ``[units, layers]`` P(target) at the baseline (NaN where not computed; CPU), float64.
     """
     n_u, n_li = steps.shape
     wb = [bool(with_base)] * n_u if isinstance(with_base, bool) else [bool(b) for b in with_base]
@@ -162,8 +166,7 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
         if len(idx):
             p_base[torch.from_numpy(u_all[sl][idx]), torch.from_numpy(l_all[sl][idx])] = (
                 probs[torch.from_numpy(idx).to(probs.device)].double().cpu())
-    attr = (D.double() * grad_acc.view(n_u, n_li, -1)).cpu()
-    return attr, p_base
+    return D.double() * grad_acc.view(n_u, n_li, -1), p_base  # attr stays on the device (grouped.run_rows)
 
 
 class _Plan:
