@@ -154,3 +154,28 @@ def test_ig_units_stream_returns_every_window_in_order(tiny_llama):
             assert torch.equal(r.steps_used, g.steps_used) and torch.equal(r.evaluations, g.evaluations)
             torch.testing.assert_close(g.attr, r.attr, rtol=1e-5, atol=1e-12)
     assert int(max(r.steps_used.max() for r in ref)) > 4  # it refined
+
+
+def test_units_from_one_padded_pass_equal_each_sample_alone(model):
+    from tlcap.attribution.batched import fact_tokens
+    from tlcap.attribution.grouped import ig_units, make_units
+    from tlcap.data.tasks import encode_sample
+    from tlcap.runtime.sites import get_site
+
+    li = list(range(model.n_layers))
+    hooks = [get_site("mlp_post").hook_name(l) for l in li]
+    items = [fact_tokens(model, s.prompt, encode_sample(model, s, 3)[1]) for s in SAMPLES]  # lengths 6 to 10
+    alone, p_alone = make_units(model, items, hooks, li, one_pass=False)
+    one, p_one = make_units(model, items, hooks, li, one_pass=True)  # what an accelerator runs
+    assert [u.context for u in one] == [u.context for u in alone] and p_one.lengths == p_alone.lengths
+    for a, b in zip(alone, one):
+        torch.testing.assert_close(b.w_bar, a.w_bar, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b.states, a.states, rtol=1e-5, atol=1e-6)
+        assert b.p_clean == pytest.approx(a.p_clean, rel=1e-5)
+    for la, lb in zip(p_alone.cache.layers, p_one.cache.layers):  # every real position's keys and values
+        for r, n in enumerate(p_alone.lengths):
+            torch.testing.assert_close(lb.keys[r, :, :n], la.keys[r, :, :n], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(lb.values[r, :, :n], la.values[r, :, :n], rtol=1e-5, atol=1e-6)
+    cfg = IGConfig(steps=3, batch_rows=16)
+    ra, rb = ig_units(model, alone, p_alone, hooks, li, cfg, 16), ig_units(model, one, p_one, hooks, li, cfg, 16)
+    torch.testing.assert_close(rb.attr, ra.attr, rtol=1e-4, atol=1e-6 * float(ra.attr.abs().max()))

@@ -299,8 +299,12 @@ def _outcomes(model: Model, mine: Sequence[Sample], start: int, max_answer_token
             yield window, *_encode_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
 
     if not (grouped and cfg.steps == "auto" and cfg.stream_depth > 1):
-        for window, out, items in prepared():
-            yield window, _fill(out, _grouped(model, items, cfg, layer_list) if items else [])
+        for s in range(start, len(mine), size):
+            window = list(range(s, min(s + size, len(mine))))
+            for p in window:
+                if on_sample is not None:
+                    on_sample(p, mine[p])
+            yield window, _score_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
         return
     li = list(layer_list)
     hook_names = [get_site(cfg.site).hook_name(l) for l in li]
@@ -330,6 +334,16 @@ def _stream_rows(model: Model, cfg: IGConfig) -> int | Callable[[int, int], int]
         return int(cfg.batch_rows)
     return lambda rows, longest: auto_batch_rows(ig_row_bytes(model, longest), rows, cfg.max_memory, model.device,
                                                  model=model, kind="ig", context_len=longest)
+
+
+def _score_window(model: Model, window: Sequence[Sample], max_answer_tokens: int, cfg: IGConfig,
+                  layer_list: tuple[int, ...], grouped: bool) -> list[_Scored | str]:
+    """Score the samples of a window: each alone, or (``grouped``) all their rows batched together.
+
+    Returns, per sample, a :class:`_Scored` or the skip kind (``too_long``, ``empty_answer``).
+    """
+    out, items = _encode_window(model, window, max_answer_tokens, cfg, layer_list, grouped)
+    return _fill(out, _grouped(model, items, cfg, layer_list) if items else [])
 
 
 def _fill(out: list[_Scored | str | None], scored: list[_Scored]) -> list[_Scored | str]:

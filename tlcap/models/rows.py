@@ -274,6 +274,65 @@ class RowsMixin:
         states = torch.stack([store[n][0].to(dev) for n in state_names], 1) if state_names else None
         return torch.stack([store[n][0].to(dev) for n in hook_names], 1), states, logits, cache
 
+    def context_states_many(
+        self, seqs: Sequence[Sequence[int]], hook_names: Sequence[str], state_names: Sequence[str],
+        logits_from: Sequence[int],
+    ) -> tuple[list[tuple[Tensor, Tensor | None, Tensor]], PaddedPrefix]:
+        """:meth:`context_states` of several sequences in one right-padded forward pass.
+
+        Right padding never changes a real position (attention is causal), so each sequence's states and
+        logits are its own run's (up to float rounding), and the run's cache is at once the
+        :class:`PaddedPrefix` of every sequence (row ``i``: sequence ``i``, its real length; padding is masked
+        out by the callers). Only the positions ``logits_from[i]`` to the end of each sequence are unembedded.
+
+        Args:
+            seqs: Token ids of each sequence (non-empty).
+            hook_names: Hook points recorded (stacked per sequence as ``[pos, n_hooks, d]``).
+            state_names: Further hook points stacked separately (``[pos, n_states, d_state]``; none: ``None``).
+            logits_from: Per sequence, the first position whose logits are returned.
+
+        Returns:
+            ``([(states, further states, logits), ...] per sequence, prefix)``: the logits' row ``j`` of
+            sequence ``i`` is position ``logits_from[i] + j``.
+
+        Raises:
+            TlcapError: the backend is not a TransformerBridge.
+
+        Example:
+            >>> per_seq, prefix = model.context_states_many([[464, 3139, 286], [40]], ["blocks.0.mlp.hook_post"], (),
+            ...                                             logits_from=[1, 0])
+            >>> a, _, lg = per_seq[0]
+            >>> a.shape[:2], lg.shape[0], prefix.lengths
+            (torch.Size([3, 1]), 2, (3, 1))
+            >>> alone = model.context_states([464, 3139, 286], ["blocks.0.mlp.hook_post"], (), logits_from=1)
+            >>> torch.allclose(a, alone[0], atol=1e-5) and torch.allclose(lg, alone[2], atol=1e-4)
+            True
+        """
+        self._check_rows_backend()
+        lengths = [len(q) for q in seqs]
+        n, pad = max(lengths), self.pad_token_id
+        toks = torch.tensor([list(q) + [pad] * (n - len(q)) for q in seqs], device=self.device)
+        store: dict[str, Tensor] = {}
+        names = list(dict.fromkeys([*hook_names, *state_names]))
+        fwd: list = [(nm, H.record(store, nm)) for nm in names]
+        flat = torch.tensor([r * n + p for r, q in enumerate(seqs) for p in range(int(logits_from[r]), len(q))],
+                            dtype=torch.long)
+        if self._cut_name is not None:  # unembed the read positions only: [positions, 1, d]
+            fwd.append((self._cut_name,
+                        lambda act, hook=None: act.reshape(-1, act.shape[-1]).index_select(0, flat.to(act.device))[:, None]))
+        with torch.no_grad(), self.hooks(fwd=fwd):
+            logits, cache = self.backend(toks, return_type="logits_and_cache", past_key_values=full_cache())
+        logits = logits[:, 0] if self._cut_name is not None else logits.reshape(-1, logits.shape[-1])[flat.to(logits.device)]
+        dev = logits.device  # layers may sit on different devices: the records meet on the output's
+        out, k = [], 0
+        for r, m in enumerate(lengths):
+            acts = torch.stack([store[nm][r, :m].to(dev) for nm in hook_names], 1)
+            states = torch.stack([store[nm][r, :m].to(dev) for nm in state_names], 1) if state_names else None
+            j = m - int(logits_from[r])
+            out.append((acts, states, logits[k:k + j]))
+            k += j
+        return out, PaddedPrefix(cache, tuple(lengths), n)
+
     def stack_prefixes(self, parts: Sequence[tuple[Any, int]]) -> PaddedPrefix:
         """A :class:`PaddedPrefix` of the first ``n`` positions of each ``(cache, n)`` (from :meth:`context_run`).
 
