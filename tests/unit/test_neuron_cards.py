@@ -117,3 +117,34 @@ def test_html_views_of_sets_attributions_and_experiment_results(planted):
 
     kn = locate_knowledge_neurons(model, truth.prompt, truth.target, steps=4, n_random=1, progress=False)
     assert "KnowledgeNeurons" in kn._repr_html_() and "suppress_located_rel_change" in kn._repr_html_()
+
+
+def test_merge_sparse_and_dense_paths_equal_a_brute_force_top_k():
+    ai = sys.modules["tlcap.explore.activation_index"]  # the package's name is taken by the function
+    torch.manual_seed(0)
+    B, T, D, k = 3, 20, 7, 4
+    batches = [torch.randn(B, T, D).bfloat16().float() for _ in range(6)]  # bfloat16 values: many ties
+    valid = (torch.arange(T) >= 1).expand(B, -1)
+    W = ai.BEFORE + ai.AFTER + 1
+    best = torch.full((D, 0), float("-inf")), torch.zeros((D, 0), dtype=torch.long), torch.zeros((D, 0, W))
+    sparse = []
+    real = ai._merge_sparse
+    ai._merge_sparse = lambda *a: sparse.append(1) or real(*a)
+    try:
+        for n, acts in enumerate(batches):
+            best = ai._merge(*best, acts, torch.arange(n * B, (n + 1) * B) * T, k, valid)
+    finally:
+        ai._merge_sparse = real
+    assert sparse  # later batches took the sparse path
+    allv = torch.cat([a[:, 1:].reshape(-1, D) for a in batches])
+    torch.testing.assert_close(best[0], allv.topk(k, dim=0).values.T)
+    flat = torch.cat(batches).reshape(-1, D)  # each kept position holds its value, and its window is the tokens around it
+    assert torch.equal(flat.gather(0, best[1].T).T, best[0])
+    for d in range(D):
+        for j in range(k):
+            c, t = divmod(int(best[1][d, j]), T)
+            win = best[2][d, j]
+            assert win[ai.BEFORE] == best[0][d, j]
+            lo = max(0, t - ai.BEFORE)
+            torch.testing.assert_close(win[lo - t + ai.BEFORE:min(T, t + ai.AFTER + 1) - t + ai.BEFORE],
+                                       torch.cat(batches)[c, lo:t + ai.AFTER + 1, d])
