@@ -179,3 +179,24 @@ def test_units_from_one_padded_pass_equal_each_sample_alone(model):
     cfg = IGConfig(steps=3, batch_rows=16)
     ra, rb = ig_units(model, alone, p_alone, hooks, li, cfg, 16), ig_units(model, one, p_one, hooks, li, cfg, 16)
     torch.testing.assert_close(rb.attr, ra.attr, rtol=1e-4, atol=1e-6 * float(ra.attr.abs().max()))
+
+
+def test_streamed_auto_run_resumes_to_the_same_sums(tiny_llama, tmp_path):
+    words = ["red", "green", "blue", "up", "down", "left", "right", "north", "south", "east", "west"]
+    samples = [*SAMPLES, *(Sample(f"The {w} one is", f" {words[(k + 3) % 11]}", uid=f"w{k}") for k, w in enumerate(words))]
+    kw = dict(max_answer_tokens=2, steps="auto", tol=1e-5, rule="left", sample_batch=2, batch_rows=16)
+    full = score_dataset(tiny_llama, samples, run=RunControl(progress=False), **kw)
+
+    def boom(i, s):  # windows are prepared ahead of their results: stop while later windows are in flight
+        if i == 12:
+            raise KeyboardInterrupt
+
+    rc = RunControl(progress=False, checkpoint_dir=tmp_path, checkpoint_every=1)
+    with pytest.raises(KeyboardInterrupt):
+        score_dataset(tiny_llama, samples, run=rc, on_sample=boom, **kw)
+    from tlcap.attribution.checkpoint import load_checkpoint
+
+    assert 0 < load_checkpoint(tmp_path)[1]["n_seen"] < len(samples)  # stopped part-way, with windows saved
+    again = score_dataset(tiny_llama, samples, run=rc, **kw)
+    assert again.meta["evaluations"] == full.meta["evaluations"] > 14 * 4 * tiny_llama.n_layers
+    assert torch.equal(again.sums, full.sums) and again.sample_ids == full.sample_ids
