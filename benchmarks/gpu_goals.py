@@ -45,9 +45,9 @@ from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repr
 from tlcap.attribution import integrated_gradients_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import encode_sample, load_task  # noqa: E402
-from tlcap.intervene.finetune import masked_finetune, trained_fraction  # noqa: E402
+from tlcap.intervene.finetune import masked_finetune  # noqa: E402
 from tlcap.metrics.sets import NeuronSet  # noqa: E402
-from tlcap.reproduce.cost import ModelShape  # noqa: E402
+from tlcap.reproduce.probe import modelled_train_bytes  # noqa: E402
 from tlcap.runtime.run_control import RunControl  # noqa: E402
 
 
@@ -144,9 +144,8 @@ def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
     """
     samples = load_task("gsm8k", split="train", n=2, seed=0)
     ns = NeuronSet(tuple((l, 0) for l in range(model.n_layers)), (model.n_layers, model.d_mlp))
-    shape = ModelShape.of(model)
     longest = max(len(p) + len(t) for p, t in (encode_sample(model, s, 16) for s in samples))
-    trainable = round(trained_fraction(model, ns, "except") * shape.n_mlp_params)
+    trainable, modelled = modelled_train_bytes(model, ns, longest)
     bg.sync(device)
     base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     bg.reset_peak(device)
@@ -156,7 +155,6 @@ def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     peak = bg.peak_gib(device)
     edit.undo()
-    modelled = shape.train_bytes(trainable, longest, model.dtype.itemsize)
     return {"mode": "except", "trainable": trainable, "longest_tokens": longest, "seconds": seconds,
             "steps": edit.meta["steps"], "base_gib": base / 2**30, "peak_gib": peak,
             "extra_gib": None if peak is None else peak - base / 2**30, "modelled_extra_gib": modelled / 2**30,

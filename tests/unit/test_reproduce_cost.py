@@ -186,3 +186,14 @@ def test_save_calibration_writes_the_probe(tmp_path, monkeypatch):
                  "--only", "ql.localize.ig", "--save-calibration", str(path), "--out", str(tmp_path / "o")])
     assert r.code == 0, r.stderr
     assert read_calibrations(path) == [fake] and f"probe written to {path}" in r.stdout
+
+
+def test_modelled_train_bytes_counts_the_trained_neurons_in_the_model_dtype(tiny_llama):
+    from tlcap.metrics.sets import NeuronSet
+    from tlcap.reproduce.probe import modelled_train_bytes
+
+    m, shape = tiny_llama, ModelShape.of(tiny_llama)
+    ns = NeuronSet(tuple((l, 0) for l in range(m.n_layers)), (m.n_layers, m.d_mlp))  # one neuron per layer kept out
+    trainable = round(shape.n_mlp_params * (m.d_mlp - 1) / m.d_mlp)  # Llama MLPs: every neuron owns as many weights
+    assert modelled_train_bytes(m, ns, 10) == (trainable, shape.train_bytes(trainable, 10, 4))
+    assert modelled_train_bytes(m, ns, 10, "located")[0] == round(shape.n_mlp_params / m.d_mlp)

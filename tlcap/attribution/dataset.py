@@ -290,34 +290,31 @@ def _outcomes(model: Model, mine: Sequence[Sample], start: int, max_answer_token
     """
     size = cfg.sample_batch if grouped else 1
 
-    def prepared() -> Iterator[tuple[list[int], list[_Scored | str | None], list[tuple[list[int], list[int]]]]]:
+    def windows() -> Iterator[tuple[list[int], list[Sample]]]:
         for s in range(start, len(mine), size):
             window = list(range(s, min(s + size, len(mine))))
             for p in window:
                 if on_sample is not None:
                     on_sample(p, mine[p])
-            yield window, *_encode_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
+            yield window, [mine[p] for p in window]
 
     if not (grouped and cfg.steps == "auto" and cfg.stream_depth > 1):
-        for s in range(start, len(mine), size):
-            window = list(range(s, min(s + size, len(mine))))
-            for p in window:
-                if on_sample is not None:
-                    on_sample(p, mine[p])
-            yield window, _score_window(model, [mine[p] for p in window], max_answer_tokens, cfg, layer_list, grouped)
+        for window, samples in windows():
+            yield window, _score_window(model, samples, max_answer_tokens, cfg, layer_list, grouped)
         return
     li = list(layer_list)
     hook_names = [get_site(cfg.site).hook_name(l) for l in li]
     pending: deque = deque()  # every prepared window, in order; those with items wait for their stream result
 
     def feed() -> Iterator[tuple[list[Unit], PaddedPrefix]]:
-        for window, out, items in prepared():
+        for window, samples in windows():
+            out, items = _encode_window(model, samples, max_answer_tokens, cfg, layer_list, grouped)
             units, prefix = make_units(model, items, hook_names, li) if items else ([], None)
             pending.append((window, out, items, units))
             if items:
                 yield units, prefix
 
-    for res in ig_units_stream(model, feed(), hook_names, li, cfg, _stream_rows(model, cfg), cfg.stream_depth):
+    for res in ig_units_stream(model, feed(), hook_names, li, cfg, _batch_rows(model, cfg), cfg.stream_depth):
         while not pending[0][2]:  # windows with nothing to score before this one
             window, out, _, _ = pending.popleft()
             yield window, _fill(out, [])
@@ -327,9 +324,9 @@ def _outcomes(model: Model, mine: Sequence[Sample], start: int, max_answer_token
         yield window, _fill(out, [])
 
 
-def _stream_rows(model: Model, cfg: IGConfig) -> int | Callable[[int, int], int]:
-    """Rows per batch of a stream step: ``cfg.batch_rows``, or with ``"auto"`` a function of the step's rows and
-    longest context giving the size :func:`auto_batch_rows` picks (as :func:`_grouped` does for one window)."""
+def _batch_rows(model: Model, cfg: IGConfig) -> int | Callable[[int, int], int]:
+    """Rows per batch: ``cfg.batch_rows``, or with ``"auto"`` a function of the rows to run and the longest context
+    giving the size :func:`auto_batch_rows` picks (a window's, or a stream step's)."""
     if cfg.batch_rows != "auto":
         return int(cfg.batch_rows)
     return lambda rows, longest: auto_batch_rows(ig_row_bytes(model, longest), rows, cfg.max_memory, model.device,
@@ -393,14 +390,13 @@ def _grouped(model: Model, items: list[tuple[list[int], list[int]]], cfg: IGConf
     li = list(layer_list)
     hook_names = [get_site(cfg.site).hook_name(l) for l in li]
     units, prefix = make_units(model, items, hook_names, li)
-    if cfg.batch_rows == "auto":
-        longest = max(len(p) + len(t) for p, t in items)
+    sized = _batch_rows(model, cfg)
+    if callable(sized):
         m = cfg.max_steps if cfg.steps == "auto" else int(cfg.steps)
-        rows = auto_batch_rows(ig_row_bytes(model, longest), len(units) * len(li) * (m + 1), cfg.max_memory, model.device,
-                               model=model, kind="ig", context_len=longest)
+        rows = sized(len(units) * len(li) * (m + 1), max(len(p) + len(t) for p, t in items))
         res = run_auto_batched(lambda b: ig_units(model, units, prefix, hook_names, li, cfg, b), rows, model.device)
     else:
-        res = ig_units(model, units, prefix, hook_names, li, cfg, int(cfg.batch_rows))
+        res = ig_units(model, units, prefix, hook_names, li, cfg, sized)
     return _scored(model, items, units, res, li)
 
 

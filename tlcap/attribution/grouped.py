@@ -331,14 +331,8 @@ def ig_units(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         A :class:`UnitsIG`: attribution (CPU), baseline probability and steps used per unit and layer, and
         the gradient rows run per unit.
     """
-    gen = ig_rounds(units, len(layers), cfg)
-    request = next(gen)
-    while True:
-        steps, c, with_base = request
-        try:
-            request = gen.send(run_rows(model, units, prefix, hook_names, layers, c, batch_rows, steps, with_base))
-        except StopIteration as done:
-            return dataclasses.replace(done.value, attr=done.value.attr.cpu())
+    res = next(ig_units_stream(model, [(units, prefix)], hook_names, layers, cfg, batch_rows, depth=1))
+    return dataclasses.replace(res, attr=res.attr.cpu())
 
 
 def _step(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str], layers: Sequence[int],
@@ -410,21 +404,20 @@ def ig_units_stream(model: Model, windows: Iterable[tuple[Sequence[Unit], Padded
             if more:
                 continue
             return
-        waiting = [j for j in active if j.result is None]
-        for key in dict.fromkeys(j.request[1].rule for j in waiting if j.request is not None):  # one call per rule
-            group = [j for j in waiting if j.request is not None and j.request[1].rule == key]
-            units, rows, offset = [], [], 0
-            for j in group:
-                units += [dataclasses.replace(u, row=u.row + offset) for u in j.units]
-                rows.append(len(j.units))
+        waiting = [(j, j.request) for j in active if j.request is not None]  # this step's round of each window
+        for rule in dict.fromkeys(r[1].rule for _, r in waiting):  # one call per rule (trapezoid refines by midpoints)
+            group = [(j, r) for j, r in waiting if r[1].rule == rule]
+            units, offset = [], 0
+            for j, _ in group:
+                units += [dataclasses.replace(u, row=u.row + offset) for u in j.units] if offset else list(j.units)
                 offset += j.prefix.rows
-            steps = torch.cat([j.request[0] for j in group if j.request is not None])
-            with_base = [bool(j.request[2]) for j in group if j.request is not None for _ in j.units]
-            c = group[0].request[1] if group[0].request is not None else cfg
-            attr, p_base = _step(model, units, concat_prefixes([j.prefix for j in group]), hook_names, layers, c,
-                                 batch_rows, steps, with_base)
+            steps = torch.cat([r[0] for _, r in group])
+            with_base = [bool(r[2]) for j, r in group for _ in j.units]
+            attr, p_base = _step(model, units, concat_prefixes([j.prefix for j, _ in group]), hook_names, layers,
+                                 group[0][1][1], batch_rows, steps, with_base)
             k = 0
-            for j, n in zip(group, rows):
+            for j, _ in group:
+                n = len(j.units)
                 try:
                     j.request = j.gen.send((attr[k:k + n], p_base[k:k + n]))
                 except StopIteration as done:

@@ -28,6 +28,7 @@ import datetime
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -86,6 +87,24 @@ def split_pass_flop(a: tuple[float, float, float], b: tuple[float, float, float]
     if c < 0:
         return 0.0, t2 / f2
     return c, s
+
+
+def modelled_train_bytes(model: Any, neurons: NeuronSet, longest: int, mode: str = "except") -> tuple[int, int]:
+    """The parameters :func:`~tlcap.intervene.finetune.masked_finetune` trains in ``mode`` and the fine-tuning
+    working memory the cost model gives them (:meth:`ModelShape.train_bytes`, in the model's dtype).
+
+    Args:
+        model: The model.
+        neurons: The neuron set of the fine-tuning.
+        longest: Tokens of the longest training sequence.
+        mode: ``"located"`` or ``"except"``.
+
+    Returns:
+        ``(trainable parameters, modelled bytes above the loaded model)``.
+    """
+    shape = ModelShape.of(model)
+    trainable = round(trained_fraction(model, neurons, mode) * shape.n_mlp_params)  # type: ignore[arg-type]
+    return trainable, shape.train_bytes(trainable, longest, model.dtype.itemsize)
 
 
 def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tokens: int = 8,
@@ -196,8 +215,7 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
 
     modelled = min(ig_units[-1], 128) * shape.ig_row_bytes()
     scale = max(ig_peak, 0) / modelled if modelled and ig_peak > 0 else 1.0
-    trainable = round(trained_fraction(model, neurons, "except") * shape.n_mlp_params)
-    t_modelled = shape.train_bytes(trainable, longest, model.dtype.itemsize)  # type: ignore[attr-defined]
+    t_modelled = modelled_train_bytes(model, neurons, longest)[1]
     train_scale = train_peak / t_modelled if cuda and t_modelled and train_peak > 0 else None  # a CPU's RSS: too coarse
     if cuda:
         where = f"cuda ({torch.cuda.get_device_name(dev)})"
@@ -216,4 +234,4 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
                        train_scale)
 
 
-__all__ = ["calibrate", "split_pass_flop"]
+__all__ = ["calibrate", "modelled_train_bytes", "split_pass_flop"]
