@@ -36,3 +36,29 @@ def test_a_pass_after_a_cached_prefix_equals_the_full_pass(tiny_llama):
         pc = tiny_llama.prefix_cache(ids[:, :-1])
         cached = tiny_llama.logits(ids[:, -1:], prefix=pc)[0, -1]
     torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_new_runs_fused_and_equals_the_formula(tiny_gpt2):
+    """GPT-2's ``gelu_new`` modules are transformers' fused ``GELUTanh`` once wrapped; both equal the float64
+    formula to float rounding, and the model's logits equal a pass with the original activation."""
+    import math
+
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    mlp = tiny_gpt2.hf_model.transformer.h[0].mlp
+    mlp = getattr(mlp, "_original_component", mlp)
+    assert type(mlp.act) is GELUTanh
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 4
+    exact = 0.5 * x.double() * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x.double() + 0.044715 * x.double() ** 3)))
+    assert float((mlp.act(x).double() - exact).abs().max()) < 2e-6
+    ids = torch.tensor([tiny_gpt2.encode("The capital of France is")])
+    acts = [getattr(b.mlp, "_original_component", b.mlp) for b in tiny_gpt2.hf_model.transformer.h]
+    with torch.no_grad():
+        fused = tiny_gpt2.logits(ids)
+        for a in acts:
+            a.act = NewGELUActivation()
+        try:
+            plain = tiny_gpt2.logits(ids)
+        finally:
+            assert hf_compat.fuse_gelu(tiny_gpt2.hf_model) == len(acts)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)

@@ -29,6 +29,7 @@ from tlcap.attribution.config import IGConfig
 from tlcap.attribution.quadrature import quadrature
 from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.models.staged_rows import Staging
+from tlcap.models.unembedding import target_prob, target_probs
 
 PIECE_WEIGHT = 1.0
 """Multiplier of a piece's own cost (its prefix copy) in :func:`choose_width` against the rows' layers (1.0: the
@@ -243,51 +244,13 @@ class _Plan:
         row_out = torch.from_numpy(np.argsort(keep_order, kind="stable"))  # and logits row of each batch row
         tids = torch.from_numpy(self.tids[u_[keep_order]]).to(dev)
         with torch.enable_grad():
-            logits = model.continue_staged(self.prefix, torch.from_numpy(self.rows[ctx_units]),
+            normed = model.continue_staged(self.prefix, torch.from_numpy(self.rows[ctx_units]),
                                            torch.from_numpy(self.lengths[ctx_units]), torch.from_numpy(self.last[ctx_units]),
-                                           staging, piece_states, hooks=fwd)
-            probs = target_prob(logits, tids)
+                                           staging, piece_states, hooks=fwd, normed=True)
+            probs = target_probs(model, normed, tids)
             grads = torch.autograd.grad(probs.sum(), leaves)
         return (probs.detach()[row_out.to(probs.device)], torch.cat(grads[:n_set]),
                 [(k, g[0]) for k, g in zip(add_keys, grads[n_set:])])
-
-
-class _TargetProb(torch.autograd.Function):
-    """``softmax(logits)[r, tids[r]]`` with a backward that allocates nothing of the vocabulary's size.
-
-    Autograd's softmax-then-gather allocates and fills two ``[rows, d_vocab]`` gradients (the gather's
-    scatter and the softmax's); here ``d P_y / d z = P_y (onehot(y) - p)`` is written into the saved
-    softmax in place (the backward runs once: :func:`target_prob` is for single-use graphs).
-    """
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, tids: Tensor) -> Tensor:
-        p = torch.softmax(logits.float(), -1)
-        py = p.gather(1, tids[:, None])[:, 0]
-        ctx.save_for_backward(p, py, tids)
-        ctx.dtype = logits.dtype
-        return py
-
-    @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
-        p, py, tids = ctx.saved_tensors
-        coef = (g * py)[:, None]
-        grad = p.mul_(-coef)
-        grad.scatter_add_(1, tids[:, None], coef)
-        return grad.to(ctx.dtype), None
-
-
-def target_prob(logits: Float[Tensor, "rows d_vocab"], tids: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
-    """The probability of ``tids[r]`` under ``softmax(logits[r])`` (float32), differentiable once (:class:`_TargetProb`).
-
-    Args:
-        logits: ``[rows, d_vocab]`` logits.
-        tids: ``[rows]`` target token of each row.
-
-    Returns:
-        ``[rows]`` float32 probabilities.
-    """
-    return _TargetProb.apply(logits, tids)
 
 
 def _set_rows(idx: Tensor | None, leaf: Tensor | None, add_idx: Tensor | None = None,

@@ -123,6 +123,8 @@ class Model(TokensMixin, RecordingMixin, GenerationMixin, WeightsMixin, ParamsMi
         if self.is_bridge:
             hf_compat.install()
         self.hf_model = backend.original_model if self.is_bridge else None
+        if self.hf_model is not None:
+            hf_compat.fuse_gelu(self.hf_model)  # the same activation in one kernel (tlcap.models.hf_compat)
         self.architecture = self._architecture()
         names = set(getattr(backend, "hook_dict", {}))
         cut = [get_site(s).hook_name() for s in _CUT_SITES if get_site(s).hook_name() in names]

@@ -14,6 +14,13 @@ computation in float32 and bfloat16 alike, and the two agreed on only 9 of their
 the bridge already does, or on TL 3.9), and silences the deprecation warning the bridge's own
 ``past_key_values`` argument raises under 5.24 (nothing a tlcap user can act on). The adapter
 calls it whenever it wraps a bridge; ``tests/unit/test_adapter.py`` pins it.
+
+:func:`fuse_gelu` swaps transformers' ``NewGELUActivation`` (GPT-2, GPT-J: ``gelu_new``, seven elementwise
+kernels forward and more backward) for its own ``GELUTanh`` (``gelu_pytorch_tanh``: torch's fused
+``gelu(x, approximate="tanh")``, the same formula). Measured on a 2-core CPU over the MLP rows of one
+GPT-2-small knowledge-neuron attribution (20 steps, 12 layers): 28.7 ms forward + backward vs 13.4 ms; both
+are as close to the float64 function (max error 5.9e-7 on 1,000 × 3,072 normal inputs). Results change at
+float rounding only (``docs/deviations.md``).
 """
 
 from __future__ import annotations
@@ -57,4 +64,26 @@ def install() -> bool:
     return True
 
 
-__all__ = ["install"]
+def fuse_gelu(hf_model: Any) -> int:
+    """Replace every ``NewGELUActivation`` module of ``hf_model`` by the fused ``GELUTanh`` (module docstring).
+
+    Args:
+        hf_model: A transformers model (the bridge's ``original_model``).
+
+    Returns:
+        How many activation modules were replaced (0 where there are none, or on transformers without them).
+    """
+    try:
+        from transformers.activations import GELUTanh, NewGELUActivation
+    except ImportError:
+        return 0
+    n = 0
+    for module in hf_model.modules():
+        for name, child in list(module.named_children()):
+            if type(child) is NewGELUActivation:
+                setattr(module, name, GELUTanh())
+                n += 1
+    return n
+
+
+__all__ = ["fuse_gelu", "install"]

@@ -397,7 +397,8 @@ class RowsMixin:
         staging: Staging,
         states: Float[Tensor, "pieces d_model"],
         hooks: HookList = (),
-    ) -> Float[Tensor, "out_rows d_vocab"]:
+        normed: bool = False,
+    ) -> Float[Tensor, "out_rows d_out"]:
         """Rows that join one forward pass at different layers (:mod:`tlcap.models.staged_rows`).
 
         Args:
@@ -408,9 +409,12 @@ class RowsMixin:
             staging: The pieces: their context, join layer, real rows and width.
             states: The clean ``resid_pre`` of each piece's context at its join layer.
             hooks: Forward hooks on position-major sites, handed ``[active pieces, width, ...]``.
+            normed: Return the states after the final norm instead of logits (the unembedding is skipped;
+                :func:`tlcap.models.unembedding.target_probs` reads them out).
 
         Returns:
-            Logits of the real positions, piece-major (:meth:`Staging.keep`).
+            Logits (with ``normed``: ``[rows, d_model]`` normalised states) of the real positions, piece-major
+            (:meth:`Staging.keep`).
 
         Raises:
             TlcapError: the backend is not a TransformerBridge.
@@ -418,7 +422,7 @@ class RowsMixin:
         self._check_rows_backend()
         return _continue_staged(self, prefix, torch.as_tensor(rows, dtype=torch.long).cpu(),
                                 torch.as_tensor(lengths, dtype=torch.long).cpu(), torch.as_tensor(last, dtype=torch.long).cpu(),
-                                staging, states, hooks)
+                                staging, states, hooks, normed=normed)
 
     def continue_rows(
         self,

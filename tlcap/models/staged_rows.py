@@ -37,6 +37,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tlcap.errors import UnsupportedModelError
 from tlcap.models.cache import fresh_cache
 from tlcap.models.packed_rows import _mask, _widen, attention_windows
 from tlcap.runtime.hooks import HookList
@@ -112,8 +113,9 @@ def _attention_inputs(attn_modules: Sequence[Any], masks: Sequence[Tensor], ctxs
 
 def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths: Int[Tensor, " ctx"],
                     last: Int[Tensor, " ctx"], staging: Staging, states: Float[Tensor, "piece d_model"],
-                    hooks: HookList = ()) -> Float[Tensor, "rows d_vocab"]:
-    """Logits of the real positions of a staged run (module docstring), piece-major.
+                    hooks: HookList = (), normed: bool = False) -> Float[Tensor, "rows d_out"]:
+    """Logits (or the states the unembedding reads) of the real positions of a staged run (module docstring),
+    piece-major.
 
     Args:
         model: The :class:`tlcap.models.Model` (TransformerBridge backend).
@@ -124,10 +126,18 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
         staging: The pieces (:class:`Staging`).
         states: Each piece's clean ``resid_pre`` at its join layer (its context's last position).
         hooks: Forward hooks on position-major sites, handed ``[active pieces, width, ...]``.
+        normed: Return the states after the final norm (the unembedding's input, ``[real rows, d_model]``)
+            and skip the unembedding (:func:`tlcap.models.unembedding.target_probs` reads them out).
 
     Returns:
-        ``[real rows, d_vocab]`` logits in the order of :meth:`Staging.keep`.
+        ``[real rows, d_vocab]`` logits (``[real rows, d_model]`` states with ``normed``) in the order of
+        :meth:`Staging.keep`.
+
+    Raises:
+        UnsupportedModelError: ``normed`` on a backend without an unembedding input hook.
     """
+    if normed and model._cut_name is None:
+        raise UnsupportedModelError("this backend has no unembedding input hook to stop a staged run at")
     dev, n, width = model.device, int(prefix.n_tokens), staging.width
     n_ctx = int(rows.numel())
     joins = sorted({int(j) for j in staging.join.tolist()})
@@ -160,9 +170,17 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
         fwd.append((get_site("resid_pre").hook_name(j), _join(states[a:b], width, replace=j == first)))
     fwd += list(hooks)
     keep = staging.keep().to(dev)
+    stash: list[Tensor] = []
+
+    def cut(act: Tensor, hook: Any = None) -> Tensor:
+        real = act.reshape(-1, *act.shape[2:]).index_select(0, keep.to(act.device))[:, None]
+        if not normed:
+            return real
+        stash.append(real[:, 0])
+        return real[:0]  # the unembedding runs on no rows
+
     if model._cut_name is not None:
-        fwd.append((model._cut_name,
-                    lambda act, hook=None: act.reshape(-1, *act.shape[2:]).index_select(0, keep.to(act.device))[:, None]))
+        fwd.append((model._cut_name, cut))
     kw: dict[str, Any] = {"attention_mask": torch.ones(n_ctx, n + 1, dtype=torch.long, device=dev),
                           "position_ids": lengths[:, None].to(dev)}
     if cache is not None:
@@ -170,6 +188,8 @@ def continue_staged(model: Any, prefix: Any, rows: Int[Tensor, " ctx"], lengths:
     attn = [model.backend.blocks[l].attn for l in range(model.n_layers)]
     with _attention_inputs(attn, masks, ctxs, n_ctx, width), model.hooks(fwd=fwd):
         out = model.backend(last[:, None].to(dev), **kw)
+    if normed:
+        return stash[0]
     if model._cut_name is None:
         return out.reshape(-1, out.shape[-1]).index_select(0, keep)
     return out.reshape(out.shape[0], out.shape[-1])  # a view: its backward allocates nothing
