@@ -302,3 +302,26 @@ def test_table2_names_the_update_rule_and_size(tiny_gpt2):
         assert (s["update_rule"], s["update_size"]) == (rule, size)
         assert {r["rule"] for r in s["table"]} == {"erasure", rule}
         assert set(res.to_frame().rule) == {"erasure", rule}
+
+
+def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2):
+    """``ql.table2``'s plan counts the experiment's forward calls as it makes them (each a batch): per fact 2,
+    per edited query 2, per edit 3 (:func:`tlcap.reproduce.ql_stages.modification_calls`)."""
+    from tlcap.reproduce.ql_stages import modification_calls
+
+    m = tiny_gpt2
+    locs = [_fk(m, "P36", "France", "Paris", ["The capital of France is", "France's capital is", "Paris is in"], 0),
+            _fk(m, "P36", "Italy", "Rome", ["The capital of Italy is", "Italy's capital is"], 1),
+            _fk(m, "P103", "Victor Hugo", "French", ["The native language of Victor Hugo is", "Hugo spoke"], 2)]
+    pool = [f"Text number {i} is about the weather in a city on day {i}." for i in range(200)]
+    calls = []
+    handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    try:
+        res = modification_experiment(m, locs, ["K_I"] * 3, operations=("erasure", "update"), sets=("local", "global"),
+                                      ppl_texts=pool, n_ppl_texts=2, only_known=False, edit_queries=2,
+                                      new_objects={"P103": ["English", "German"]}, progress=False)
+    finally:
+        handle.remove()
+    edited = len({(r.fact, r.query) for r in res.rows})
+    assert edited == 6 and len(res.rows) == 6 * 2 * 2 and not res.skipped
+    assert len(calls) == modification_calls(3, edited, len(res.rows)) == 2 * 3 + 2 * 6 + 3 * 24

@@ -15,9 +15,11 @@ from tlcap.reproduce.cost import (
     Calibration,
     ModelShape,
     Workload,
+    batched_passes,
     dominant,
     forward,
     ig_rows,
+    ig_rows_batched,
     load_calibration,
     predict,
     read_calibrations,
@@ -126,9 +128,49 @@ def test_calibrate_two_sizes_splits_what_it_measured(tiny_llama):
         a, b = cal.probe[f"{unit}@0"], cal.probe[unit]
         assert b["flops"] > a["flops"] and a["passes"] == b["passes"]
         c, s = split_pass_flop((a["passes"], a["flops"], a["seconds"]), (b["passes"], b["flops"], b["seconds"]))
-        assert cal.seconds_per_pass[unit] == c and cal.seconds_per_flop[unit] == s
+        floor = 1.0 / cal.peak_flops  # the matrix-product peak the probe measured bounds s from below
+        if s < floor:  # refitted through the larger run
+            c, s = max(0.0, (b["seconds"] - b["flops"] * floor) / b["passes"]), floor
+        assert cal.seconds_per_pass[unit] == pytest.approx(c, rel=1e-12, abs=1e-15)
+        assert cal.seconds_per_flop[unit] == pytest.approx(s, rel=1e-12)
+    assert 1e9 < cal.peak_flops < 1e16
     assert "gen_token" not in cal.seconds_per_pass and cal.seconds_per_flop["gen_token"] > 0
     assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+
+
+def test_a_launch_bound_fit_is_floored_at_the_matmul_peak_and_refitted():
+    """Two launch-bound probe sizes fit s/FLOP = 0 (7B on an H200: 16 and 128 tokens both 48 ms): the peak bounds it,
+    and the per-pass part is refitted through the larger run, so that run is still predicted as measured."""
+    probe = {"fwd_token@0": {"units": 16, "flops": 2.1e11, "seconds": 0.0483, "passes": 1.0},
+             "fwd_token": {"units": 128, "flops": 1.7e12, "seconds": 0.0473, "passes": 1.0}}
+    raw = split_pass_flop((1.0, 2.1e11, 0.0483), (1.0, 1.7e12, 0.0473))
+    assert raw == (pytest.approx(0.0478), 0.0)  # what the committed H200 calibration holds
+    cal = Calibration({"fwd_token": raw[1]}, probe=probe, seconds_per_pass={"fwd_token": raw[0]}, peak_flops=800e12)
+    assert cal.seconds_per_flop["fwd_token"] == 1 / 800e12
+    assert cal.seconds_per_pass["fwd_token"] == pytest.approx(0.0473 - 1.7e12 / 800e12)
+    big = Workload({"fwd_token": 1.7e12}, {}, 0, {"fwd_token": 1.0})
+    assert predict(big, cal).seconds == pytest.approx(0.0473)  # the larger run, as measured
+    huge = Workload({"fwd_token": 1.7e15}, {}, 0, {"fwd_token": 1.0})
+    assert predict(huge, cal).seconds > 2.0  # 1,000 × the FLOPs is no longer free
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal  # the floor is idempotent
+    cpu = Calibration({"fwd_token": 1e-10}, peak_flops=1e11)
+    assert cpu.seconds_per_flop == {"fwd_token": 1e-10}  # above the floor: unchanged
+
+
+def test_batched_rows_take_passes_of_the_probe_size():
+    """Rows batched across items (dataset / fact windows) take calls × ceil(rows per call / B) passes, B the rows of the
+    probe's larger IG run; unbatched evaluations keep one pass each."""
+    cal = Calibration({"ig_row": 1e-15}, probe={"ig_row": {"units": 2048, "flops": 1.0, "seconds": 1.0, "passes": 1.0}},
+                      seconds_per_pass={"ig_row": 0.2})
+    w = ig_rows_batched(SHAPE, 10 * 5000, 10)  # 10 calls of 5,000 rows: 3 passes each
+    assert batched_passes(w, cal, "ig_row") == 30
+    assert predict(w, cal).seconds == pytest.approx(30 * 0.2 + w.flops["ig_row"] * 1e-15)
+    assert batched_passes(ig_rows_batched(SHAPE, 10 * 100, 10), cal, "ig_row") == 10  # a small call: one pass
+    assert batched_passes(ig_rows(SHAPE, 1000, evals=7), cal, "ig_row") == 0
+    assert batched_passes(w, Calibration({"ig_row": 1e-15}), "ig_row") == 10  # no probe size: one pass per call
+    assert w.scaled(2).batched == {"ig_row": 20.0}
+    with pytest.raises(InvalidConfigError, match="batched"):
+        w + w
 
 
 def test_calibrate_refuses_a_shape_only_model():

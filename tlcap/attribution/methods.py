@@ -80,6 +80,10 @@ def localize(
     return amig(model, prompt, target, config=cfg, words=amig_words, progress=progress)
 
 
+PROMPT_BATCH = 16
+"""Prompts (IG, AMIG) or (prompt, word) pairs (SIG) whose rows share one call of :func:`localize_prompts` by default."""
+
+
 def localize_prompts(
     model: Model,
     prompts: Sequence[tuple[str, str | Sequence[int]]],
@@ -88,7 +92,7 @@ def localize_prompts(
     config: IGConfig | None = None,
     progress: bool = False,
     amig_words: str = "all",
-    fact_batch: int = 16,
+    fact_batch: int = PROMPT_BATCH,
     **overrides: Any,
 ) -> list[NeuronAttribution]:
     """:func:`localize` of every ``(prompt, target)`` pair, the rows of several prompts in shared batches.

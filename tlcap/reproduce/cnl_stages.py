@@ -26,6 +26,7 @@ fixed-point sums add exactly, the located set and the split-half overlap are tho
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,17 @@ from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, er
 from tlcap.experiments.cnl.erase import located_accuracy
 from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
 from tlcap.metrics.set_scores import common_prefix
-from tlcap.reproduce.cost import ModelShape, Workload, forward, generate, ig_rows, n_tokens, set_rows, train
+from tlcap.reproduce.cost import (
+    ModelShape,
+    Workload,
+    forward,
+    generate,
+    ig_rows,
+    ig_rows_batched,
+    n_tokens,
+    set_rows,
+    train,
+)
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.reproduce.suite_stages import suite_stages
@@ -128,12 +139,16 @@ def _locate_work(ctx: StageContext) -> Workload:
     m = ctx.model
     shape = ModelShape.of(m)
     rows, toks, longest, evals = 0.0, 0.0, 0, 0
-    for s in ctx.inputs():
+    inputs = list(ctx.inputs())
+    for s in inputs:
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
         rows += len(t) * (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
         evals += len(t)  # one IG evaluation per answer token (its clean run is part of it)
+    if cfg.ig.sample_batch > 1 and cfg.ig.method == "ig":  # windows of samples whose rows share passes
+        windows = math.ceil(len(inputs) / cfg.ig.sample_batch)
+        return ig_rows_batched(shape, rows, windows, ctx=longest) + forward(shape, toks, longest / 2, longest)
     return ig_rows(shape, rows, ctx=longest, evals=evals) + forward(shape, toks, longest / 2, longest)
 
 

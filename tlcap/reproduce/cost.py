@@ -239,6 +239,9 @@ class Workload:
         passes: ``{unit: passes}`` (module docstring: IG evaluations, forward calls, fine-tuning steps).
         train_bytes: Largest working memory of a fine-tuning step above the loaded model (scaled by the
             probe's own fine-tuning ratio, :attr:`Calibration.train_memory_scale`).
+        batched: ``{unit: calls}`` for units whose rows the caller batches across items (dataset windows, fact
+            windows): each call's rows take ``ceil(rows per call / B)`` passes, ``B`` the rows of the probe's
+            larger run of that unit (:func:`predict`), on top of :attr:`passes`.
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
@@ -246,9 +249,10 @@ class Workload:
     extra_bytes: int = 0
     passes: Mapping[str, float] = field(default_factory=dict)
     train_bytes: int = 0
+    batched: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted((set(self.flops) | set(self.units) | set(self.passes)) - set(UNITS))
+        unknown = sorted((set(self.flops) | set(self.units) | set(self.passes) | set(self.batched)) - set(UNITS))
         if unknown:
             raise InvalidConfigError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
 
@@ -269,9 +273,11 @@ class Workload:
         def add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
             return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
 
+        if set(self.batched) & set(other.batched):
+            raise InvalidConfigError("two batched workloads of one unit cannot be added (their calls' rows differ)")
         return Workload(add(self.flops, other.flops), add(self.units, other.units),
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
-                        max(self.train_bytes, other.train_bytes))
+                        max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched})
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -283,7 +289,8 @@ class Workload:
             A new :class:`Workload`.
         """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
-                        self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes)
+                        self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes,
+                        {k: v * times for k, v in self.batched.items()})
 
 
 def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0, evals: float = 0.0) -> Workload:
@@ -301,6 +308,25 @@ def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 
     """
     return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows},
                     min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)), {"ig_row": evals})
+
+
+def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0.0) -> Workload:
+    """``rows`` IG rows in ``calls`` calls that batch the rows of several items (samples, facts) together.
+
+    A call runs its items' clean runs and their rows in passes of as many rows as the device takes; the
+    number of passes is known only with the calibration (:func:`predict`: ``calls · ceil(rows per call / B)``).
+
+    Args:
+        shape: The model's shape.
+        rows: IG rows in total.
+        calls: Calls that each batch the rows of their items (``ceil(items / items per call)``).
+        ctx: Tokens of the context (its forward pass's memory counts).
+
+    Returns:
+        The ``ig_row`` :class:`Workload`, its passes left to :func:`predict`.
+    """
+    w = ig_rows(shape, rows, ctx=ctx)
+    return Workload(w.flops, w.units, w.extra_bytes, {}, 0, {"ig_row": float(calls)})
 
 
 def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0) -> Workload:
@@ -394,6 +420,9 @@ class Calibration:
         meta: Free-form provenance (date, torch version, peak memory of each probe).
         train_memory_scale: Measured / modelled working memory of the probe's fine-tuning step (``None``: not
             measured, the model's bytes are used as they are).
+        peak_flops: The measured matrix-product peak of the model's dtype on the device (FLOP/s; ``None``: not
+            measured). No unit runs faster: a seconds-per-FLOP below ``1 / peak_flops`` (two launch-bound probe
+            sizes fit a zero) is raised to it and the per-pass part refitted (:func:`floor_at_peak`).
     """
 
     seconds_per_flop: Mapping[str, float]
@@ -409,6 +438,13 @@ class Calibration:
     dtype: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
     train_memory_scale: float | None = None
+    peak_flops: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.peak_flops:
+            spf, spp = floor_at_peak(self.seconds_per_flop, self.seconds_per_pass, self.probe, float(self.peak_flops))
+            object.__setattr__(self, "seconds_per_flop", spf)
+            object.__setattr__(self, "seconds_per_pass", spp)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (the entries of a calibration file).
@@ -420,7 +456,7 @@ class Calibration:
                 "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
                 "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
                 "shape": dict(self.shape), "dtype": self.dtype, "meta": dict(self.meta),
-                "train_memory_scale": self.train_memory_scale}
+                "train_memory_scale": self.train_memory_scale, "peak_flops": self.peak_flops}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
@@ -436,7 +472,8 @@ class Calibration:
                    dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
                    dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
                    str(d.get("dtype", "")), dict(d.get("meta", {})),
-                   None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]))
+                   None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]),
+                   None if d.get("peak_flops") is None else float(d["peak_flops"]))
 
     def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
         """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
@@ -455,6 +492,41 @@ class Calibration:
             mine.pop("d_vocab", None)
             want.pop("d_vocab")
         return mine == want and (dtype is None or not self.dtype or self.dtype == dtype)
+
+
+def floor_at_peak(spf: Mapping[str, float], spp: Mapping[str, float], probe: Mapping[str, Any],
+                  peak: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per FLOP raised to ``1 / peak`` where the fit gave less, the per-pass part refitted through the
+    probe's larger run (``seconds = passes · c + flops / peak``, ``c >= 0``).
+
+    Two probe sizes that are both launch-bound (7B on an H200: 16 and 128 tokens of a forward pass both take
+    48 ms) fit a zero seconds per FLOP, which makes any batch free; the matrix-product peak bounds it.
+
+    Args:
+        spf: ``{unit: s/FLOP}`` as fitted.
+        spp: ``{unit: s/pass}`` as fitted.
+        probe: The probe runs (``{unit: {"passes", "flops", "seconds"}}``, the larger run under the unit's name).
+        peak: Measured matrix-product peak, FLOP/s.
+
+    Returns:
+        ``(seconds per FLOP, seconds per pass)``, new dicts.
+
+    Example:
+        >>> probe = {"fwd_token": {"passes": 1.0, "flops": 2e12, "seconds": 0.05}}
+        >>> floor_at_peak({"fwd_token": 0.0}, {"fwd_token": 0.05}, probe, 800e12)
+        ({'fwd_token': 1.25e-15}, {'fwd_token': 0.0475})
+    """
+    floor = 1.0 / float(peak)
+    out_f, out_p = dict(spf), dict(spp)
+    for unit, s in spf.items():
+        if s >= floor:
+            continue
+        out_f[unit] = floor
+        run = probe.get(unit) or {}
+        passes, flops, secs = float(run.get("passes", 0) or 0), float(run.get("flops", 0) or 0), float(run.get("seconds", 0) or 0)
+        if unit in spp and passes > 0:
+            out_p[unit] = max(0.0, (secs - flops * floor) / passes)
+    return out_f, out_p
 
 
 def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
@@ -558,7 +630,7 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     """
     by_unit: dict[str, float] = {}
     for unit in set(work.flops) | set(work.passes):
-        fl, n = work.flops.get(unit, 0.0), work.passes.get(unit, 0.0)
+        fl, n = work.flops.get(unit, 0.0), work.passes.get(unit, 0.0) + batched_passes(work, cal, unit)
         if fl == 0 and n == 0:
             continue
         if unit not in cal.seconds_per_flop:
@@ -568,6 +640,29 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * work.extra_bytes)),
                                 int(math.ceil(train_scale * work.train_bytes)))
     return Prediction(sum(by_unit.values()), peak, by_unit)
+
+
+def batched_passes(work: Workload, cal: Calibration, unit: str) -> float:
+    """Passes of ``work``'s batched ``unit`` rows (:attr:`Workload.batched`) on the calibrated machine.
+
+    Each of the ``calls`` calls holds ``rows / calls`` rows and runs them in ``ceil(rows per call / B)`` passes,
+    ``B`` the rows of the probe's larger run of the unit (a pass the machine was timed on); without a probe
+    size, one pass per call.
+
+    Args:
+        work: The workload.
+        cal: The calibration.
+        unit: The unit.
+
+    Returns:
+        The passes (0 where the unit is not batched).
+    """
+    calls = float(work.batched.get(unit, 0.0))
+    if calls <= 0:
+        return 0.0
+    per_call = work.units.get(unit, 0.0) / calls
+    b = float(cal.probe.get(unit, {}).get("units", 0.0) or 0.0)
+    return calls * (max(1, math.ceil(per_call / b - 1e-9)) if b > 0 else 1)
 
 
 def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:
@@ -626,4 +721,5 @@ def fmt_bytes(b: float) -> str:
 
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
-           "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS"]
+           "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
+           "floor_at_peak"]

@@ -7,9 +7,11 @@ turns each timing into seconds per FLOP of its unit (:class:`tlcap.reproduce.cos
 Each op runs once to warm up, then is timed.
 
 On an accelerator every unit but generation is timed at two sizes with the same number of passes
-(IG with 5 and 20 steps, forward over 16 and 128 tokens, fine-tuning on two short and two long
-samples), and the two timings are split into seconds per pass and seconds per FLOP
-(:func:`split_pass_flop`): a small model's GPU pass costs its kernel launches whatever its size.
+(IG with 5 and 63 steps, the larger in one pass; forward over 16 and 2,048 tokens; fine-tuning on two short and
+two long samples), and the two timings are split into seconds per pass and seconds per FLOP
+(:func:`split_pass_flop`): a small model's GPU pass costs its kernel launches whatever its size. The probe also
+times a square matrix product (:func:`matmul_peak`): no unit's seconds per FLOP may fall below its inverse
+(:func:`tlcap.reproduce.cost.floor_at_peak`).
 Memory is CUDA's allocator there: the base is what the loaded model holds, the IG batch's working
 memory its peak above that. On a CPU one size is timed (the per-pass part is 0) and memory is the
 process's resident set, as before.
@@ -47,8 +49,39 @@ PROMPT = "The capital of France is"
 TARGET = " Paris"
 TEXT = ("The history of the city goes back to the Roman period, when a small settlement grew on an island in the river. "
         "Over the following centuries it became the seat of kings, a centre of learning and trade, and one of the")
-ACCEL_IG_STEPS = (5, 20)
-ACCEL_FWD_TOKENS = (16, 128)
+ACCEL_IG_STEPS = (5, 63)
+"""IG steps of the two accelerator sizes; the larger runs its ``64 · L`` rows in one pass (2,048 at 7B, about 80 % of
+the measured rows/s plateau on an H200; 5 and 20 steps were both launch-bound there and fitted no per-row cost)."""
+ACCEL_FWD_TOKENS = (16, 2048)
+"""Tokens of the two accelerator forward sizes (capped by the context window; 16 and 128 took the same 48 ms at 7B)."""
+PEAK_N = {"cpu": 1024}
+"""Side of the square matrix product timed for the peak (8,192 on an accelerator)."""
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, repeat: int = 3) -> float:
+    """The best FLOP/s of an ``n × n`` matrix product in ``dtype`` on ``device`` (``n`` from :data:`PEAK_N`).
+
+    Args:
+        device: The device.
+        dtype: The model's dtype.
+        repeat: Timed products (after one warm-up); the fastest counts.
+
+    Returns:
+        FLOP/s (``2 n³`` per product).
+    """
+    n = PEAK_N.get(device.type, 8192)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    best = float("inf")
+    for k in range(repeat + 1):
+        sync()
+        t0 = time.perf_counter()
+        a @ b
+        sync()
+        if k:
+            best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best
 
 
 def _timed(fn: Callable[[], object], repeat: int = 1, sync: Callable[[], None] | None = None) -> float:
@@ -154,7 +187,9 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     for steps in (ACCEL_IG_STEPS if two else (ig_steps,)):
         rows = (steps + 1) * L
         meter.reset(dev)
-        s = _timed(lambda steps=steps: integrated_gradients(model, PROMPT, TARGET, steps=steps), sync=sync)
+        one_pass = {"batch_rows": rows} if two else {}  # the timed run is one pass of its rows
+        s = _timed(lambda steps=steps, kw=one_pass: integrated_gradients(model, PROMPT, TARGET, steps=steps, **kw),
+                   sync=sync)
         ig_peak = meter.peak_bytes() - base
         ig_runs.append((1.0, rows * shape.ig_row_flops(), s))
         ig_units.append(rows)
@@ -162,7 +197,8 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
 
     fwd_runs, fwd_units = [], []
     for n_tok in (ACCEL_FWD_TOKENS if two else (fwd_tokens,)):
-        ids = model.encode(" ".join([TEXT] * 4), prepend_bos=False, max_tokens=n_tok, check_length=False)
+        n_tok = min(n_tok, int(model.n_ctx))  # type: ignore[attr-defined]
+        ids = model.encode(" ".join([TEXT] * (4 + n_tok // 40)), prepend_bos=False, max_tokens=n_tok, check_length=False)
         toks = torch.tensor([ids], device=dev)
         n = len(ids)
         with torch.no_grad():
@@ -213,7 +249,7 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     record("set_token", [(1.0, st * shape.set_token_flops(n / 2) + len(sets) * len(seqs) * shape.unembed_flops(), s)], [st])
 
 
-    modelled = min(ig_units[-1], 128) * shape.ig_row_bytes()
+    modelled = (ig_units[-1] if two else min(ig_units[-1], 128)) * shape.ig_row_bytes()  # two sizes: one pass of all
     scale = max(ig_peak, 0) / modelled if modelled and ig_peak > 0 else 1.0
     t_modelled = modelled_train_bytes(model, neurons, longest)[1]
     train_scale = train_peak / t_modelled if cuda and t_modelled and train_peak > 0 else None  # a CPU's RSS: too coarse
@@ -229,9 +265,10 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         load = None
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
             "ig_peak_bytes": int(ig_peak), "train_peak_bytes": int(train_peak), "two_sizes": two}
+    peak = matmul_peak(dev, model.dtype)  # type: ignore[attr-defined]
     return Calibration(spf, int(base), scale, probe, where, load, time.perf_counter() - t_start, spp,
                        str(getattr(model, "name", "")), shape.dims(), dtype_name(model.dtype), meta,  # type: ignore[attr-defined]
-                       train_scale)
+                       train_scale, peak)
 
 
-__all__ = ["calibrate", "modelled_train_bytes", "split_pass_flop"]
+__all__ = ["calibrate", "matmul_peak", "modelled_train_bytes", "split_pass_flop"]

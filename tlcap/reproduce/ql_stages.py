@@ -25,6 +25,7 @@ consistency test); facts with fewer than 3 queries are ``"excluded"`` there and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,6 +33,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.methods import PROMPT_BATCH
 from tlcap.config import Config, check_choice, check_int, check_nested
 from tlcap.data.pararel import KNOWN_POLICIES, Fact, causal_patterns, iter_facts, list_relations, load_pararel
 from tlcap.experiments.ql import (
@@ -42,7 +44,7 @@ from tlcap.experiments.ql import (
     query_kn_mapping,
     synapse_experiment,
 )
-from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, n_tokens, prefill_tokens
+from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows_batched, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
 from tlcap.results import Result
@@ -258,19 +260,22 @@ def _localize_work(ctx: StageContext) -> Workload:
     cfg: LocalizeConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    rows, toks, evals, calls = 0.0, 0.0, 0.0, 0.0
+    rows, toks, items, calls = 0.0, 0.0, 0, 0.0
     facts = _first_queries(_candidate_facts(ctx, cfg.n_facts), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
-    for f in facts:
-        for q in f.queries:
-            n = n_tokens(m, q)
-            per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
-            # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
-            rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
-            toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
-            evals += 1 if cfg.method == "ig" else n
-            calls += 1 if cfg.method == "ig" else 2
-    return ig_rows(shape, rows, ctx=16, evals=evals) + forward(shape, toks, 8, 32, calls)
+    for s in range(0, len(facts), LOCALIZE_WINDOW):  # a window of facts: its queries' rows share passes
+        window_items = 0.0
+        for f in facts[s:s + LOCALIZE_WINDOW]:
+            for q in f.queries:
+                n = n_tokens(m, q)
+                per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
+                # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
+                rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
+                toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
+                window_items += n if cfg.method == "sig" else 1  # a (query, word) pair (SIG) or a query
+                calls += 1 if cfg.method == "ig" else 2
+        items += math.ceil(window_items / PROMPT_BATCH)  # localize_prompts' calls of up to PROMPT_BATCH items
+    return ig_rows_batched(shape, rows, items, ctx=16) + forward(shape, toks, 8, 32, calls)
 
 
 def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
@@ -315,6 +320,24 @@ def _analysis(ctx: StageContext) -> dict[str, Result]:
     return {"synapses": synapse_experiment(m, locs, groups, alpha=cfg.alpha, factor=cfg.factor, progress=ctx.progress)}
 
 
+def modification_calls(facts: int, edited: int, edits: int) -> int:
+    """Forward calls of :func:`~tlcap.experiments.ql.modification_experiment` (each a batch of prompts or texts).
+
+    Per fact: its queries and its locality prompts, unedited; per edited query: the unedited perplexity of its
+    ΔPPL texts and the activations the ``activation`` update rule reads; per edit: the queries, the ΔPPL texts
+    and the locality prompts under the edit (tested against a counted run).
+
+    Args:
+        facts: Facts of the experiment.
+        edited: Queries edited (over every fact).
+        edits: Edits (edited queries × operations × neuron sets).
+
+    Returns:
+        The number of forward calls.
+    """
+    return 2 * facts + 2 * edited + 3 * edits
+
+
 def _analysis_work(ctx: StageContext) -> Workload:
     cfg: EditConfig = ctx.config
     m = ctx.model
@@ -329,7 +352,7 @@ def _analysis_work(ctx: StageContext) -> Workload:
         edits = edited * 2 * sets
         per_q = q_tok / max(n_q, 1)
         per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
-        calls = edits * (4 + PPL_TEXTS + N_LOCALITY) + edited * PPL_TEXTS + n_q * 2
+        calls = modification_calls(len(facts), edited, edits)
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
         return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
     if cfg.analysis == "fig4":

@@ -213,7 +213,8 @@ SCALES: dict[str, ScaleConfig] = {
     ),
     "full": ScaleConfig(
         name="full", cnl_eval_known_top_k=1,
-        cnl_locate_n=None, cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
+        # 8 samples' rows share passes (exact; 0.39–0.51 s vs 4.4 s per GSM8K sample at 7B on an H200, README)
+        cnl_locate_n=None, cnl_ig=IGConfig(steps=20, sample_batch=8), cnl_max_answer_tokens=32, cnl_groups=20, cnl_eval_n=1000,
         cnl_eval_n_code=1000,
         cnl_ppl_texts=64, cnl_ppl_n_random=200,
         cnl_eval_datasets=("gsm8k", "emotion", "mbpp", "svamp", "imdb"), cnl_eval_facts=200, cnl_eval_pairs=1000,

@@ -1,0 +1,50 @@
+"""Derive a replayable calibration from a GPU run's own measurements (no new device time).
+
+The H200 probe of ``gpu_goals3`` timed IG at 192 and 672 rows, both launch-bound (0.229 s and 0.176 s), so its
+fit gave IG rows no per-row cost and a pass of 672 rows. The same run also measured (a) the bf16 matrix-product
+peak (``matmul``: 799.5 TFLOP/s) and (b) IG rows per second from 8 to 8,175 rows (``plateaus``). This script
+writes the probe with ``peak_flops`` from (a) (every unit's seconds per FLOP floored at it,
+:func:`tlcap.reproduce.cost.floor_at_peak`) and the IG two sizes from (b): 8 rows and the batch
+``batch_rows="auto"`` chose there (4,096 rows at context 128).
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/calibration_from_plateau.py \
+        benchmarks/results/gpu_goals3_h200.calibration.json benchmarks/results/gpu_goals3_h200.json \
+        benchmarks/results/gpu_goals3_h200.calibration_v3.json
+"""
+
+import json
+import sys
+
+from tlcap.reproduce.cost import Calibration
+from tlcap.reproduce.probe import split_pass_flop
+
+
+def main(cal_path: str, run_path: str, out: str) -> None:
+    d = json.load(open(cal_path))
+    g = json.load(open(run_path))
+    peak = g["matmul"]["tflops"] * 1e12
+    pl = [p for p in g["plateaus"]["probes"] if p["kind"] == "ig" and p["context_bucket"] == 128][0]
+    rates = {int(r): v for r, v in pl["rates_rows_per_s"]}
+    c = d["calibrations"][0]
+    c["peak_flops"] = peak
+    c.setdefault("meta", {})["peak_flops_from"] = f"{run_path} 'matmul' (same run: 8192^3 bf16, {peak / 1e12:.1f} TFLOP/s)"
+    old = Calibration.from_dict(c)
+    per_row = old.probe["ig_row"]["flops"] / old.probe["ig_row"]["units"]  # ig_row_flops of the shape
+    small, big = 8, int(pl["rows"])  # the plateau's choice: what batch_rows="auto" runs per pass there
+    runs = [(1.0, n * per_row, n / rates[n]) for n in (small, big)]
+    c["probe"]["ig_row@0"] = {"units": small, "flops": runs[0][1], "seconds": runs[0][2], "passes": 1.0}
+    c["probe"]["ig_row"] = {"units": big, "flops": runs[1][1], "seconds": runs[1][2], "passes": 1.0}
+    c["seconds_per_pass"]["ig_row"], c["seconds_per_flop"]["ig_row"] = split_pass_flop(*runs)
+    c["meta"]["ig_row_from"] = (f"{run_path} 'plateaus' (same run, IG rows at context 128: {small} rows {runs[0][2]:.4f} s, "
+                                f"{big} rows {runs[1][2]:.4f} s, the batch batch_rows='auto' chose); the probe's own IG "
+                                "sizes (192 and 672 rows) were both launch-bound")
+    d["calibrations"][0] = Calibration.from_dict(c).to_dict()
+    with open(out, "w") as f:
+        json.dump(d, f, indent=1)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
