@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import sys
 import time
 import traceback
@@ -82,6 +81,7 @@ from tlcap.data.tasks import load_task  # noqa: E402
 from tlcap.locate.causal_trace import causal_trace, causal_trace_facts  # noqa: E402
 from tlcap.locate.circuits.eap import edge_attribution  # noqa: E402
 from tlcap.models import Model, load_model, make_llama, transformer_bridge_class  # noqa: E402
+from tlcap.reproduce.probe import matmul_peak  # noqa: E402
 from tlcap.runtime.device import dtype_name, resolve_device, resolve_dtype  # noqa: E402
 from tlcap.runtime.plateau import cached_plateaus  # noqa: E402
 from tlcap.runtime.run_control import RunControl  # noqa: E402
@@ -117,20 +117,10 @@ def peak_gib(device: torch.device) -> float | None:
 
 
 def matmul_tflops(device: torch.device, n: int, seconds: float = 3.0) -> dict[str, Any]:
-    """Measured bf16 ``n×n @ n×n`` throughput (TFLOP/s = 2·n³ / seconds), best of repeated runs."""
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    best, t_end = math.inf, time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        for _ in range(10):
-            a @ b
-        sync(device)
-        best = min(best, (time.perf_counter() - t0) / 10)
-    return {"n": n, "dtype": "bfloat16", "seconds": best, "tflops": 2 * n**3 / best / 1e12,
+    """Measured bf16 ``n×n @ n×n`` throughput (TFLOP/s = 2·n³ / seconds), best of repeated runs
+    (:func:`tlcap.reproduce.probe.matmul_peak`, the probe's own measurement)."""
+    flops = matmul_peak(device, torch.bfloat16, n, seconds)
+    return {"n": n, "dtype": "bfloat16", "seconds": 2 * n**3 / flops, "tflops": flops / 1e12,
             "formula": "2*n^3 / seconds per matmul"}
 
 

@@ -58,29 +58,37 @@ PEAK_N = {"cpu": 1024}
 """Side of the square matrix product timed for the peak (8,192 on an accelerator)."""
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, repeat: int = 3) -> float:
-    """The best FLOP/s of an ``n × n`` matrix product in ``dtype`` on ``device`` (``n`` from :data:`PEAK_N`).
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None, seconds: float = 0.2) -> float:
+    """The best FLOP/s of an ``n × n`` matrix product in ``dtype`` on ``device``: ten back-to-back products per
+    timing (launches amortised), timings repeated for ``seconds`` (at least one), after three warm-up products.
 
     Args:
         device: The device.
         dtype: The model's dtype.
-        repeat: Timed products (after one warm-up); the fastest counts.
+        n: Side of the matrices (default :data:`PEAK_N`: 1,024 on a CPU, 8,192 on an accelerator).
+        seconds: Time budget of the timings.
 
     Returns:
         FLOP/s (``2 n³`` per product).
+
+    Example:
+        >>> matmul_peak(torch.device("cpu"), torch.float32, n=256, seconds=0.05) > 1e8
+        True
     """
-    n = PEAK_N.get(device.type, 8192)
+    n = int(n or PEAK_N.get(device.type, 8192))
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    best = float("inf")
-    for k in range(repeat + 1):
-        sync()
-        t0 = time.perf_counter()
+    for _ in range(3):
         a @ b
+    sync()
+    best, t_end = float("inf"), time.perf_counter() + seconds
+    while best == float("inf") or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        for _ in range(10):
+            a @ b
         sync()
-        if k:
-            best = min(best, time.perf_counter() - t0)
+        best = min(best, (time.perf_counter() - t0) / 10)
     return 2.0 * n ** 3 / best
 
 
