@@ -185,10 +185,12 @@ class _FusedTargetProb(torch.autograd.Function):
         zy = torch.empty(n, dtype=h.dtype, device=h.device)
         order = torch.argsort(tids)  # rows by target: each chunk's targets are one slice
         sorted_t = tids[order]
-        for c0 in range(0, weight.shape[0], READOUT_CHUNK):
+        starts = list(range(0, weight.shape[0], READOUT_CHUNK))
+        edges = torch.searchsorted(sorted_t, torch.tensor([*starts, weight.shape[0]], device=tids.device)).tolist()
+        for k, c0 in enumerate(starts):
             wc = weight[c0:c0 + READOUT_CHUNK]
             z = h @ wc.T if bias is None else torch.addmm(bias[c0:c0 + READOUT_CHUNK], h, wc.T)
-            lo, hi = torch.searchsorted(sorted_t, torch.tensor([c0, c0 + wc.shape[0]], device=tids.device)).tolist()
+            lo, hi = edges[k], edges[k + 1]
             rows, cols = order[lo:hi], sorted_t[lo:hi] - c0
             zy[rows] = z[rows, cols]
             new_m = torch.maximum(m, z.amax(1))
