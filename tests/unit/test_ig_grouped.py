@@ -127,7 +127,9 @@ def test_auto_stream_equals_each_window_alone(model, rule, monkeypatch):
     assert streamed.meta["evaluations"] == alone.meta["evaluations"] > 4 * 4 * model.n_layers  # same refinements
     scale = float(alone.scores.abs().max())
     torch.testing.assert_close(streamed.scores, alone.scores, rtol=1e-4, atol=1e-5 * scale)
-    assert streamed.completeness_rel_error == pytest.approx(alone.completeness_rel_error, rel=1e-3, abs=1e-7)
+    # |Σ attr − ΔP| / |ΔP| with Σ attr ≈ ΔP: float32 sums that agree to 1e-5 of ΔP (the batches differ, so does
+    # the rounding) move it by up to 1e-5; a round more or less would move it by about the tolerance (1e-4)
+    assert streamed.completeness_rel_error == pytest.approx(alone.completeness_rel_error, abs=1e-5)
     pair = score_dataset(model, samples, sample_batch=2, stream_depth=2, **kw)  # windows of two samples
     torch.testing.assert_close(pair.scores, alone.scores, rtol=1e-4, atol=1e-5 * scale)
     with pytest.raises(InvalidConfigError, match="stream_depth"):
