@@ -148,16 +148,16 @@ def query_kn_mapping(
         >>> locs = localize_facts(model, facts, "ig", steps=2, progress=False)
         >>> from tlcap.experiments.ql import groups_for
         >>> groups, _ = groups_for(locs, split="otsu")
-        >>> query_kn_mapping(model, locs, groups, progress=False).table()
-          group           set       Enh       Sup       Avg
-        0   K_I          self  0.446586  0.373834  0.410210
-        1   K_I         union  0.421685  0.352947  0.387316
-        2   K_I  intersection  0.279573  0.257881  0.268727
-        3   K_I        refine  0.279573  0.257881  0.268727
-        4  K_II          self  0.338432  0.308477  0.323455
-        5  K_II         union  0.230101  0.226606  0.228353
-        6  K_II  intersection  0.125030  0.135985  0.130508
-        7  K_II        refine  0.125030  0.135985  0.130508
+        >>> query_kn_mapping(model, locs, groups, progress=False).table().round(4)
+          group           set     Enh     Sup     Avg
+        0   K_I          self  0.4466  0.3738  0.4102
+        1   K_I         union  0.4217  0.3529  0.3873
+        2   K_I  intersection  0.2796  0.2579  0.2687
+        3   K_I        refine  0.2796  0.2579  0.2687
+        4  K_II          self  0.3384  0.3085  0.3235
+        5  K_II         union  0.2301  0.2266  0.2284
+        6  K_II  intersection  0.1250  0.1360  0.1305
+        7  K_II        refine  0.1250  0.1360  0.1305
     """
     cfg = MappingConfig.resolve(config, **overrides)
     rows: list[MappingRow] = []
