@@ -29,7 +29,9 @@ Usage::
     python benchmarks/bench_kn.py --quick     # ~7-10 min on the shared 2-core CPU
     python benchmarks/bench_kn.py             # more layers timed, 3 repeats
     python benchmarks/bench_kn.py --pair      # single-fact latency vs knowledge-neurons only: every layer,
-                                              # alternating in one process, min of 2 (bench_kn_pair.json)
+                                              # alternating in one process, min of 2 (bench_kn_pair.json);
+                                              # knowledge-neurons runs on a plain transformers GPT2LMHeadModel
+                                              # with the same weights (stock_gpt2), as its users run it
 
 Writes ``benchmarks/results/bench_kn.json``.
 """
@@ -80,11 +82,33 @@ def kn_available() -> tuple[bool, str]:
         return False, repr(exc)
 
 
-def kn_scores(model: Model, prompt: str, target: str, layers: Sequence[int], batch_size: int) -> torch.Tensor:
-    """EleutherAI knowledge-neurons' per-layer IG on ``model.hf_model`` (GPT-2: ``mlp.c_fc``)."""
+def stock_gpt2(model: Model) -> Any:
+    """A plain transformers ``GPT2LMHeadModel`` with ``model``'s weights: what a knowledge-neurons user runs (no
+    TransformerLens bridge around its modules, transformers' own ``gelu_new``); its logits are checked against
+    ``model``'s (float rounding: tlcap runs the same GELU fused)."""
+    from transformers import GPT2LMHeadModel
+
+    state = {k.replace("._original_component", ""): v for k, v in model.hf_model.state_dict().items()}
+    stock = GPT2LMHeadModel(model.hf_model.config)
+    missing, _ = stock.load_state_dict(state, strict=False)  # the bridge's own extra entries are left out
+    if missing:
+        raise RuntimeError(f"stock GPT-2 lacks weights {missing[:4]}")
+    stock.eval()
+    ids = torch.tensor([model.encode("The capital city of France is")])
+    with torch.no_grad():
+        diff = float((stock(ids).logits - model.logits(ids)).abs().max())
+    if diff > 1e-3:
+        raise RuntimeError(f"stock GPT-2 logits differ from the model's by {diff}")
+    return stock
+
+
+def kn_scores(model: Model, prompt: str, target: str, layers: Sequence[int], batch_size: int,
+              hf_model: Any = None) -> torch.Tensor:
+    """EleutherAI knowledge-neurons' per-layer IG on ``hf_model`` (default ``model.hf_model``; GPT-2: ``mlp.c_fc``)."""
     from knowledge_neurons import KnowledgeNeurons
 
-    kn = KnowledgeNeurons(model.hf_model, model.tokenizer, model_type="gpt2", device=str(model.device))
+    hf = model.hf_model if hf_model is None else hf_model
+    kn = KnowledgeNeurons(hf, model.tokenizer, model_type="gpt2", device=str(model.device))
     enc = kn.tokenizer(prompt, return_tensors="pt").to(kn.device)
     out = torch.zeros(model.n_layers, model.d_mlp)
     for l in layers:
@@ -171,12 +195,13 @@ def bench_pair(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Single-fact latency, tlcap vs knowledge-neurons, all layers of the GPT-2-small shape, alternating in one
     process: ``--pair-repeats`` rounds of (ours, knowledge-neurons), the minimum of each kept."""
     model = make_gpt2("small", seed=0)
+    stock = stock_gpt2(model)  # knowledge-neurons runs on a plain transformers GPT-2 with the same weights
     integrated_gradients(model, "Hello there", " world", steps=2, layers=[0])  # warm-up
-    kn_scores(model, "Hello there", " world", [0], args.kn_batch_size)
+    kn_scores(model, "Hello there", " world", [0], args.kn_batch_size, stock)
     rows = []
     for kind, (prompt, target) in (("short", SHORT), ("long", LONG)):
         ig = partial(integrated_gradients, model, prompt, target, steps=STEPS, rule="linspace", site="mlp_pre")
-        kn = partial(kn_scores, model, prompt, target, range(model.n_layers), args.kn_batch_size)
+        kn = partial(kn_scores, model, prompt, target, range(model.n_layers), args.kn_batch_size, stock)
         t_ours, t_kn, load = [], [], [os.getloadavg()[0]]
         for _ in range(args.pair_repeats):
             t, ours = timed(ig, 1)
@@ -184,7 +209,8 @@ def bench_pair(args: argparse.Namespace) -> list[dict[str, Any]]:
             t, ref = timed(kn, 1)
             t_kn.append(t)
             load.append(os.getloadavg()[0])
-        row = {"model": "gpt2-small-random", "prompt": kind, "n_tokens": len(model.encode(prompt)), "steps": STEPS,
+        row = {"model": "gpt2-small-random", "kn_model": "transformers GPT2LMHeadModel, same weights",
+               "prompt": kind, "n_tokens": len(model.encode(prompt)), "steps": STEPS,
                "rule": "linspace", "site": "mlp_pre", "ours_s": min(t_ours), "kn_s": min(t_kn),
                "ratio_vs_kn": min(t_kn) / min(t_ours), "ours_runs_s": t_ours, "kn_runs_s": t_kn,
                "loadavg_1min": load, **{f"kn_{k}": v for k, v in diff_stats(ours.scores, ref, range(model.n_layers)).items()}}
