@@ -213,7 +213,7 @@ def score_dataset(
 
     label = (desc or f"CNL {task or 'scores'}") + (f" [{sh[0]}/{sh[1]}]" if sh[1] > 1 else "")
     bar = tqdm(total=len(mine), initial=n_seen, desc=label, disable=not rc.progress, unit="sample")
-    grouped = cfg.method == "ig" and (cfg.sample_batch > 1 or cfg.steps == "auto")
+    grouped = grouped_scoring(cfg)
     for window, outcome in _outcomes(model, mine, n_seen, max_answer_tokens, cfg, layer_list, grouped, on_sample):
         for p, out in zip(window, outcome):
             if isinstance(out, str):
@@ -277,6 +277,19 @@ def all_skipped(model: Model, samples: Sequence[Sample], max_answer_tokens: int)
         except TargetTokenizationError:
             empty += 1
     return f"{too_long} too long for the {model.n_ctx}-token context of {model.name}, {empty} with an empty answer"
+
+
+def grouped_scoring(cfg: IGConfig) -> bool:
+    """Whether dataset scoring batches the rows of a window of ``cfg.sample_batch`` samples in one call (exact IG with
+    ``sample_batch > 1`` or ``steps="auto"``) rather than running each answer token alone.
+
+    Args:
+        cfg: The attribution settings.
+
+    Returns:
+        True for windowed (grouped) scoring.
+    """
+    return cfg.method == "ig" and (cfg.sample_batch > 1 or cfg.steps == "auto")
 
 
 def _outcomes(model: Model, mine: Sequence[Sample], start: int, max_answer_tokens: int, cfg: IGConfig,
@@ -465,6 +478,6 @@ def score_in_memory(
 __all__ = [
     "DatasetScores", "ScoreRow", "score_dataset", "merge_scores", "check_disjoint", "score_in_memory",
     "check_sigma", "sample_id", "all_skipped", "CheckpointMismatchError", "FIXED_POINT_BITS", "to_fixed", "from_fixed",
-    "SKIP_KINDS",
+    "SKIP_KINDS", "grouped_scoring",
     "SPREADS",
 ]

@@ -237,12 +237,10 @@ def target_probs(model: Model, normed: Float[Tensor, "rows d_model"], tids: Int[
         True
     """
     lin = _readout_linear(model) if normed.dtype in (torch.float32, torch.float64) else None
-    if lin is None:
+    if lin is None or lin[0].dtype != normed.dtype:
         return target_prob(unembed(model, normed), tids.to(normed.device))
     weight, bias = lin
     h = normed.to(weight.device)
-    if weight.dtype != h.dtype:
-        return target_prob(unembed(model, normed), tids.to(normed.device))
     return _FusedTargetProb.apply(h, weight.detach(), None if bias is None else bias.detach(), tids.to(h.device))
 
 

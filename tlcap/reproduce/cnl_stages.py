@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
-from tlcap.attribution.dataset import DatasetScores, score_dataset
+from tlcap.attribution.dataset import DatasetScores, grouped_scoring, score_dataset
 from tlcap.config import Config, check_int, check_nested, check_sequence
 from tlcap.data.tasks import encode_sample, get_task, load_task
 from tlcap.data.wikitext import load_wikitext
@@ -146,7 +146,7 @@ def _locate_work(ctx: StageContext) -> Workload:
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
         evals += len(t)  # one IG evaluation per answer token (its clean run is part of it)
-    if cfg.ig.sample_batch > 1 and cfg.ig.method == "ig":  # windows of samples whose rows share passes
+    if grouped_scoring(cfg.ig):  # windows of samples whose rows share passes (as score_dataset runs them)
         windows = math.ceil(len(inputs) / cfg.ig.sample_batch)
         return ig_rows_batched(shape, rows, windows, ctx=longest) + forward(shape, toks, longest / 2, longest)
     return ig_rows(shape, rows, ctx=longest, evals=evals) + forward(shape, toks, longest / 2, longest)

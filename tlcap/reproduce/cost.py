@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -325,8 +325,7 @@ def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0
     Returns:
         The ``ig_row`` :class:`Workload`, its passes left to :func:`predict`.
     """
-    w = ig_rows(shape, rows, ctx=ctx)
-    return Workload(w.flops, w.units, w.extra_bytes, {}, 0, {"ig_row": float(calls)})
+    return replace(ig_rows(shape, rows, ctx=ctx), passes={}, batched={"ig_row": float(calls)})
 
 
 def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0) -> Workload:
