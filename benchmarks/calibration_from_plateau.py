@@ -5,7 +5,10 @@ fit gave IG rows no per-row cost and a pass of 672 rows. The same run also measu
 peak (``matmul``: 799.5 TFLOP/s) and (b) IG rows per second from 8 to 8,175 rows (``plateaus``). This script
 writes the probe with ``peak_flops`` from (a) (every unit's seconds per FLOP floored at it,
 :func:`tlcap.reproduce.cost.floor_at_peak`) and the IG two sizes from (b): 8 rows and the batch
-``batch_rows="auto"`` chose there (4,096 rows at context 128).
+``batch_rows="auto"`` chose there (4,096 rows at context 128). Its ``memory_scale`` was measured against 128
+modelled rows (the probe of that day); the probe now measures it against all the rows of the larger run's one pass
+(a batched pass of ``B`` rows is predicted at ``memory_scale · B`` rows, :func:`tlcap.reproduce.cost.batched_bytes`),
+so it is rescaled to the 672 rows that run held in its one pass (``ig_peak_bytes / (672 · ig_row_bytes)``).
 
 Usage::
 
@@ -17,7 +20,7 @@ Usage::
 import json
 import sys
 
-from tlcap.reproduce.cost import Calibration
+from tlcap.reproduce.cost import Calibration, ModelShape
 from tlcap.reproduce.probe import split_pass_flop
 
 
@@ -32,6 +35,12 @@ def main(cal_path: str, run_path: str, out: str) -> None:
     c.setdefault("meta", {})["peak_flops_from"] = f"{run_path} 'matmul' (same run: 8192^3 bf16, {peak / 1e12:.1f} TFLOP/s)"
     old = Calibration.from_dict(c)
     per_row = old.probe["ig_row"]["flops"] / old.probe["ig_row"]["units"]  # ig_row_flops of the shape
+    held = int(old.probe["ig_row"]["units"])  # the rows of the probe's larger IG run (one pass)
+    if c["meta"].get("memory_rows") is None:  # per row of that pass, not of 128 modelled rows
+        row_bytes = ModelShape.from_config(**c["shape"]).ig_row_bytes()
+        c["memory_scale"] = c["meta"]["ig_peak_bytes"] / (held * row_bytes)
+        c["meta"]["memory_rows"] = (f"memory_scale = ig_peak_bytes / ({held} rows x {row_bytes} modelled bytes): the "
+                                    "probe's larger IG run held its rows in one pass")
     small, big = 8, int(pl["rows"])  # the plateau's choice: what batch_rows="auto" runs per pass there
     runs = [(1.0, n * per_row, n / rates[n]) for n in (small, big)]
     c["probe"]["ig_row@0"] = {"units": small, "flops": runs[0][1], "seconds": runs[0][2], "passes": 1.0}

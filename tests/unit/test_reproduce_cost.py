@@ -18,9 +18,11 @@ from tlcap.reproduce.cost import (
     batched_passes,
     dominant,
     forward,
+    held_bytes,
     ig_rows,
     ig_rows_batched,
     load_calibration,
+    memory_rows,
     predict,
     read_calibrations,
     save_calibrations,
@@ -72,14 +74,14 @@ def test_fine_tuning_memory_takes_its_own_ratio_and_the_parameter_dtype():
     acts = 4 * 100 * SHAPE.n_layers * (12 * SHAPE.d_model + 4 * SHAPE.d_mlp)
     assert SHAPE.train_bytes(10**9, 100, 2) == 8 * 10**9 + acts
     assert SHAPE.train_bytes(10**9, 100) == 16 * 10**9 + acts  # float32 parameters
-    w = train(SHAPE, 100, 10**9, 50, 100, steps=4, param_bytes=2) + ig_rows(SHAPE, 64, batch_rows=64)
-    assert w.train_bytes == 8 * 10**9 + acts and w.extra_bytes == 64 * SHAPE.ig_row_bytes()
+    w = train(SHAPE, 100, 10**9, 50, 100, steps=4, param_bytes=2) + ig_rows(SHAPE, 64)
+    assert w.train_bytes == 8 * 10**9 + acts and w.extra_bytes == 0 and w.row_bytes == {"ig_row": SHAPE.ig_row_bytes()}
     cal = Calibration(dict.fromkeys(UNITS, 1e-12), base_bytes=1000, memory_scale=0.5)
     assert predict(w, cal).peak_bytes == 1000 + w.train_bytes  # not measured: the model's bytes as they are
     cal2 = Calibration.from_dict({**cal.to_dict(), "train_memory_scale": 0.25})
     assert cal2.train_memory_scale == 0.25 and cal2.to_dict()["train_memory_scale"] == 0.25
     assert predict(w, cal2).peak_bytes == 1000 + max(-(-w.train_bytes // 4), 32 * SHAPE.ig_row_bytes())
-    assert predict(ig_rows(SHAPE, 64, batch_rows=64), cal2).peak_bytes == 1000 + 32 * SHAPE.ig_row_bytes()
+    assert predict(ig_rows(SHAPE, 64), cal2).peak_bytes == 1000 + 32 * SHAPE.ig_row_bytes()
 
 
 def test_dominant_stages():
@@ -171,6 +173,24 @@ def test_batched_rows_take_passes_of_the_probe_size():
     assert w.scaled(2).batched == {"ig_row": 20.0}
     with pytest.raises(InvalidConfigError, match="batched"):
         w + w
+
+
+def test_a_pass_of_the_probe_rows_is_predicted_at_the_memory_the_probe_measured():
+    """Working memory = the rows one pass holds: an evaluation's or a batched call's rows, at most the rows the
+    probe measured (an accelerator probe: its larger run's one pass; a CPU probe: 128 modelled rows)."""
+    rb, measured = SHAPE.ig_row_bytes(), 6_000_000_000
+    probe = {"ig_row": {"units": 2048, "flops": 1.0, "seconds": 1.0, "passes": 1.0}}
+    gpu = Calibration({"ig_row": 1e-15}, base_bytes=10**9, memory_scale=measured / (2048 * rb), probe=probe,
+                      meta={"two_sizes": True})
+    assert memory_rows(gpu, "ig_row") == 2048
+    assert predict(ig_rows_batched(SHAPE, 10 * 5000, 10), gpu).peak_bytes == pytest.approx(10**9 + measured, abs=2)
+    assert held_bytes(ig_rows_batched(SHAPE, 10 * 100, 10), gpu) == 100 * rb  # a small call holds its own rows
+    assert held_bytes(ig_rows(SHAPE, 21 * 32 * 5, evals=5), gpu) == 21 * 32 * rb  # one evaluation's rows per pass
+    seq = ig_rows(SHAPE, 672, ctx=40) + forward(SHAPE, 10, 5, 10)
+    assert held_bytes(seq, gpu) == 672 * rb and seq.extra_bytes == SHAPE.sequence_bytes(40)
+    cpu = Calibration({"ig_row": 1e-12}, memory_scale=2.0, probe=probe)  # one size: 128 modelled rows
+    assert memory_rows(cpu, "ig_row") == 128 and held_bytes(ig_rows_batched(SHAPE, 5000, 1), cpu) == 128 * rb
+    assert predict(ig_rows(SHAPE, 64), cpu).peak_bytes == 2 * 64 * rb
 
 
 def test_calibrate_refuses_a_shape_only_model():

@@ -32,8 +32,9 @@ part. On a CPU the per-pass part is 0 (one size; the FLOPs dominate).
 
 **Memory.** Peak = the memory with the model loaded (measured by the probe: the process's
 resident set on a CPU, CUDA's allocated bytes on a GPU) + the largest working set of the stage
-(:attr:`Workload.extra_bytes`: IG batches, logits of a sequence) × the probe's measured / modelled ratio
-of an IG batch, or, for fine-tuning, the gradients, Adam moments and snapshot of the trained parameters
+(:attr:`Workload.extra_bytes`: logits of a sequence, plus the IG rows one pass holds, :func:`held_bytes`:
+an evaluation's or a batched call's rows, at most as many as the probe measured in one pass) × the probe's
+measured / modelled ratio of an IG batch, or, for fine-tuning, the gradients, Adam moments and snapshot of the trained parameters
 in their dtype plus the kept activations (:attr:`Workload.train_bytes`) × the probe's measured / modelled
 ratio of its fine-tuning step, whichever is larger.
 
@@ -242,6 +243,9 @@ class Workload:
         batched: ``{unit: calls}`` for units whose rows the caller batches across items (dataset windows, fact
             windows): each call's rows take ``ceil(rows per call / B)`` passes, ``B`` the rows of the probe's
             larger run of that unit (:func:`predict`), on top of :attr:`passes`.
+        row_bytes: ``{unit: bytes}`` one row of the unit keeps for its backward pass: a pass holds up to an
+            evaluation's (a batched call's) rows of them, at most the rows the calibration measured, on top of
+            :attr:`extra_bytes` (:func:`held_bytes`).
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
@@ -250,6 +254,7 @@ class Workload:
     passes: Mapping[str, float] = field(default_factory=dict)
     train_bytes: int = 0
     batched: Mapping[str, float] = field(default_factory=dict)
+    row_bytes: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units) | set(self.passes) | set(self.batched)) - set(UNITS))
@@ -277,7 +282,8 @@ class Workload:
             raise InvalidConfigError("two batched workloads of one unit cannot be added (their calls' rows differ)")
         return Workload(add(self.flops, other.flops), add(self.units, other.units),
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
-                        max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched})
+                        max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched},
+                        {**self.row_bytes, **other.row_bytes})
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -290,31 +296,33 @@ class Workload:
         """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
                         self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes,
-                        {k: v * times for k, v in self.batched.items()})
+                        {k: v * times for k, v in self.batched.items()}, self.row_bytes)
 
 
-def ig_rows(shape: ModelShape, rows: float, batch_rows: int = 128, ctx: float = 0.0, evals: float = 0.0) -> Workload:
+def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0) -> Workload:
     """``rows`` IG rows (plus the clean forward of the context they share) in ``evals`` IG evaluations (passes).
+
+    An evaluation's rows run in passes of at most the rows the calibration measured memory on (:func:`held_bytes`).
 
     Args:
         shape: The model's shape.
         rows: IG rows in total.
-        batch_rows: Rows per batch (bounds the working memory).
         ctx: Tokens of the context (its forward pass's memory counts).
-        evals: IG evaluations (passes).
+        evals: IG evaluations (passes; 0: one evaluation of all ``rows``).
 
     Returns:
         The ``ig_row`` :class:`Workload`.
     """
-    return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows},
-                    min(int(rows), batch_rows) * shape.ig_row_bytes() + shape.sequence_bytes(int(ctx)), {"ig_row": evals})
+    return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows}, shape.sequence_bytes(int(ctx)),
+                    {"ig_row": evals}, row_bytes={"ig_row": shape.ig_row_bytes()})
 
 
 def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0.0) -> Workload:
     """``rows`` IG rows in ``calls`` calls that batch the rows of several items (samples, facts) together.
 
     A call runs its items' clean runs and their rows in passes of as many rows as the device takes; the
-    number of passes is known only with the calibration (:func:`predict`: ``calls · ceil(rows per call / B)``).
+    number of passes and the rows one pass holds are known only with the calibration (:func:`predict`:
+    ``calls · ceil(rows per call / B)`` passes of ``min(rows per call, B)`` rows, :func:`held_bytes`).
 
     Args:
         shape: The model's shape.
@@ -416,7 +424,8 @@ class Calibration:
         model: The probed model's name.
         shape: Its :meth:`ModelShape.dims` (what :func:`load_calibration` matches).
         dtype: Its parameter dtype (``"bfloat16"``).
-        meta: Free-form provenance (date, torch version, peak memory of each probe).
+        meta: Provenance (date, torch version, peak memory of each probe); ``two_sizes``: the probe ran each unit at
+            two sizes, its larger IG run as one pass (:func:`memory_rows`).
         train_memory_scale: Measured / modelled working memory of the probe's fine-tuning step (``None``: not
             measured, the model's bytes are used as they are).
         peak_flops: The measured matrix-product peak of the model's dtype on the device (FLOP/s; ``None``: not
@@ -615,7 +624,7 @@ class Prediction:
 
 def predict(work: Workload, cal: Calibration) -> Prediction:
     """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + the larger of memory_scale × working
-    memory and train_memory_scale × fine-tuning memory.
+    memory (with the rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory.
 
     Args:
         work: The stage's workload.
@@ -636,7 +645,7 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
             raise InvalidConfigError(f"the calibration has no measurement for {unit!r}; re-run the probe")
         by_unit[unit] = fl * cal.seconds_per_flop[unit] + n * cal.seconds_per_pass.get(unit, 0.0)
     train_scale = 1.0 if cal.train_memory_scale is None else cal.train_memory_scale
-    peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * work.extra_bytes)),
+    peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * (work.extra_bytes + held_bytes(work, cal)))),
                                 int(math.ceil(train_scale * work.train_bytes)))
     return Prediction(sum(by_unit.values()), peak, by_unit)
 
@@ -662,6 +671,58 @@ def batched_passes(work: Workload, cal: Calibration, unit: str) -> float:
     per_call = work.units.get(unit, 0.0) / calls
     b = float(cal.probe.get(unit, {}).get("units", 0.0) or 0.0)
     return calls * (max(1, math.ceil(per_call / b - 1e-9)) if b > 0 else 1)
+
+
+def memory_rows(cal: Calibration, unit: str) -> float:
+    """The most rows of ``unit`` one pass holds on the calibrated machine, as the probe measured memory.
+
+    An accelerator's probe (``meta["two_sizes"]``) runs its larger size as one pass and measures ``memory_scale``
+    on all its rows, so a pass holds up to those rows (``B``, :func:`batched_passes`); a CPU probe measures it
+    on 128 modelled rows (:func:`tlcap.reproduce.probe.calibrate`).
+
+    Args:
+        cal: The calibration.
+        unit: The unit.
+
+    Returns:
+        Rows (``inf`` for an accelerator probe without a size of the unit).
+    """
+    if not cal.meta.get("two_sizes"):
+        return 128.0
+    b = float(cal.probe.get(unit, {}).get("units", 0.0) or 0.0)
+    return b if b > 0 else math.inf
+
+
+def held_bytes(work: Workload, cal: Calibration) -> int:
+    """Working memory (modelled, before ``memory_scale``) of the rows one pass of ``work`` holds.
+
+    A pass holds an evaluation's rows (:attr:`Workload.passes`), or a batched call's (:attr:`Workload.batched`),
+    at most :func:`memory_rows`, each of :attr:`Workload.row_bytes`; so a pass of the probe's rows is predicted
+    at the memory the probe measured. The largest over the units.
+
+    Args:
+        work: The workload.
+        cal: The calibration.
+
+    Returns:
+        Bytes (0 without rows).
+
+    Example:
+        >>> shape = ModelShape.from_config(n_layers=2, d_model=8, d_mlp=32, d_vocab=50)
+        >>> cal = Calibration({"ig_row": 1e-12}, probe={"ig_row": {"units": 100, "flops": 1.0, "seconds": 1.0}},
+        ...                   meta={"two_sizes": True})
+        >>> w = ig_rows_batched(shape, rows=3 * 250, calls=3)      # 250 rows per call: passes of 100 rows
+        >>> held_bytes(w, cal) == 100 * shape.ig_row_bytes(), batched_passes(w, cal, "ig_row")
+        (True, 9.0)
+        >>> held_bytes(ig_rows(shape, rows=60, evals=2), cal) == 30 * shape.ig_row_bytes()  # 30 rows per evaluation
+        True
+    """
+    out = 0
+    for unit, row in work.row_bytes.items():
+        groups = float(work.batched.get(unit, 0.0)) or float(work.passes.get(unit, 0.0)) or 1.0
+        held = min(work.units.get(unit, 0.0) / groups, memory_rows(cal, unit))
+        out = max(out, int(math.ceil(held)) * int(row))
+    return out
 
 
 def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:
@@ -721,4 +782,4 @@ def fmt_bytes(b: float) -> str:
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
-           "floor_at_peak"]
+           "held_bytes", "memory_rows", "floor_at_peak"]
