@@ -106,26 +106,44 @@ def concat_prefixes(prefixes: Sequence[PaddedPrefix]) -> PaddedPrefix:
     if len(prefixes) == 1:
         return prefixes[0]
     lengths = tuple(n for p in prefixes for n in p.lengths)
-    with_cache = [p for p in prefixes if p.cache is not None]
-    if not with_cache:
+    if all(p.cache is None for p in prefixes):
         return PaddedPrefix(None, lengths, 0)
-    big = max(p.n_tokens for p in with_cache)
-    out = fresh_cache(with_cache[0].cache)  # every layer's keys/values are replaced below
+    return _pad_caches([(p.cache, p.rows, p.n_tokens) for p in prefixes], lengths)
+
+
+def _pad_caches(parts: Sequence[tuple[Any, int, int]], lengths: Sequence[int]) -> PaddedPrefix:
+    """One :class:`PaddedPrefix` from the first ``rows`` rows and ``n`` positions of each ``(cache, rows, n)``, in order.
+
+    Keys/values are copied into a fresh cache right-padded with zeros to the longest ``n`` (masked out like any
+    padding); a part without a cache (``None``) or with ``n = 0`` gives zero rows. Layers without keys are left as
+    they are.
+
+    Args:
+        parts: ``(cache or None, rows, n positions)`` per part; at least one has a cache and ``n > 0``.
+        lengths: The real length of every row of the result (``sum(rows)`` of them).
+
+    Returns:
+        The :class:`PaddedPrefix` (its ``n_tokens`` the longest ``n``).
+    """
+    big = max(n for c, _, n in parts if c is not None)
+    cached = [c for c, _, n in parts if c is not None]
+    out = fresh_cache(next((c for c, _, n in parts if c is not None and n > 0), cached[0]))  # keys/values replaced below
+    total = sum(r for _, r, _ in parts)
     for i, layer in enumerate(out.layers):
         if getattr(layer, "keys", None) is None or not layer.keys.numel():
             continue
         k0 = layer.keys
-        keys = k0.new_zeros(len(lengths), k0.shape[1], big, k0.shape[3])
+        keys = k0.new_zeros(total, k0.shape[1], big, k0.shape[3])
         values = keys.clone()
         r = 0
-        for p in prefixes:
-            if p.cache is not None:
-                src = p.cache.layers[i]
-                keys[r:r + p.rows, :, :p.n_tokens] = src.keys
-                values[r:r + p.rows, :, :p.n_tokens] = src.values
-            r += p.rows
+        for c, rows, n in parts:
+            if c is not None and n:
+                src = c.layers[i]
+                keys[r:r + rows, :, :n] = src.keys[:rows, :, :n]
+                values[r:r + rows, :, :n] = src.values[:rows, :, :n]
+            r += rows
         layer.keys, layer.values = keys, values
-    return PaddedPrefix(out, lengths, big)
+    return PaddedPrefix(out, tuple(int(n) for n in lengths), big)
 
 
 def _repeat(x: Any, counts: Tensor, rows: int) -> Any:
@@ -347,20 +365,9 @@ class RowsMixin:
         """
         self._check_rows_backend()
         lengths = tuple(int(n) for _, n in parts)
-        big = max(lengths) if lengths else 0
-        if big == 0:
+        if not lengths or max(lengths) == 0:
             return PaddedPrefix(None, lengths, 0)
-        out = fresh_cache(next(c for c, n in parts if n > 0))  # every layer's keys/values are replaced below
-        for i, layer in enumerate(out.layers):
-            k0 = layer.keys
-            keys = k0.new_zeros(len(parts), k0.shape[1], big, k0.shape[3])
-            values = keys.clone()
-            for g, (c, n) in enumerate(parts):
-                if n:
-                    keys[g, :, :n] = c.layers[i].keys[0, :, :n]
-                    values[g, :, :n] = c.layers[i].values[0, :, :n]
-            layer.keys, layer.values = keys, values
-        return PaddedPrefix(out, lengths, big)
+        return _pad_caches([(c, 1, int(n)) for c, n in parts], lengths)
 
     @contextlib.contextmanager
     def _repeat_attention_inputs(self, counts: Tensor, rows: int, from_layer: int) -> Iterator[None]:
