@@ -9,6 +9,11 @@ writes the probe with ``peak_flops`` from (a) (every unit's seconds per FLOP flo
 modelled rows (the probe of that day); the probe now measures it against all the rows of the larger run's one pass
 (a batched pass of ``B`` rows is predicted at ``memory_scale · B`` rows, :func:`tlcap.reproduce.cost.batched_bytes`),
 so it is rescaled to the 672 rows that run held in its one pass (``ig_peak_bytes / (672 · ig_row_bytes)``).
+That probe did not record the card's memory (``meta["device_bytes"]``, which caps the rows a pass may hold,
+:func:`tlcap.reproduce.cost.memory_rows`); it is taken from the same run's plateau record: at context 128
+``batch_rows="auto"`` capped the batch at 8,175 rows, ``0.8 · free / row bytes`` with the runtime's row estimate
+(:func:`tlcap.runtime.batching.ig_row_bytes`: 4 bytes per value, 32 heads), so ``free = 8,175 · row bytes / 0.8``
+and ``device_bytes = base_bytes + free``.
 
 Usage::
 
@@ -49,6 +54,13 @@ def main(cal_path: str, run_path: str, out: str) -> None:
     c["meta"]["ig_row_from"] = (f"{run_path} 'plateaus' (same run, IG rows at context 128: {small} rows {runs[0][2]:.4f} s, "
                                 f"{big} rows {runs[1][2]:.4f} s, the batch batch_rows='auto' chose); the probe's own IG "
                                 "sizes (192 and 672 rows) were both launch-bound")
+    if "device_bytes" not in c["meta"]:
+        capped = pl  # its cap (8,175) is the memory fit: the call had more rows
+        sh, heads, ctx = c["shape"], 32, capped["context_bucket"]
+        rt_row = 4 * (sh["n_layers"] * (12 * sh["d_model"] + 4 * sh["d_mlp"] + 2 * heads * ctx) + 3 * sh["d_vocab"])
+        c["meta"]["device_bytes"] = int(c["base_bytes"] + capped["cap"] * rt_row / 0.8)
+        c["meta"]["device_bytes_from"] = (f"{run_path} 'plateaus': batch_rows='auto' capped IG at {capped['cap']} rows "
+                                          f"at context {ctx} (0.8 x free / {rt_row} bytes per row): base + free")
     d["calibrations"][0] = Calibration.from_dict(c).to_dict()
     with open(out, "w") as f:
         json.dump(d, f, indent=1)

@@ -176,20 +176,29 @@ def test_batched_rows_take_passes_of_the_probe_size():
 
 
 def test_a_pass_of_the_probe_rows_is_predicted_at_the_memory_the_probe_measured():
-    """Working memory = the rows one pass holds: an evaluation's or a batched call's rows, at most the rows the
-    probe measured (an accelerator probe: its larger run's one pass; a CPU probe: 128 modelled rows)."""
+    """Working memory = the most rows one pass holds: an evaluation's or a batched call's rows (on an accelerator the
+    plateau probe may run a whole call's rows once), at most what fits the card; a CPU probe: 128 modelled rows."""
     rb, measured = SHAPE.ig_row_bytes(), 6_000_000_000
     probe = {"ig_row": {"units": 2048, "flops": 1.0, "seconds": 1.0, "passes": 1.0}}
     gpu = Calibration({"ig_row": 1e-15}, base_bytes=10**9, memory_scale=measured / (2048 * rb), probe=probe,
                       meta={"two_sizes": True})
-    assert memory_rows(gpu, "ig_row") == 2048
-    assert predict(ig_rows_batched(SHAPE, 10 * 5000, 10), gpu).peak_bytes == pytest.approx(10**9 + measured, abs=2)
+    assert memory_rows(gpu, rb) == float("inf")  # the card's memory not recorded: no cap
+    assert predict(ig_rows_batched(SHAPE, 10 * 2048, 10), gpu).peak_bytes == pytest.approx(10**9 + measured, abs=2)
+    assert predict(ig_rows_batched(SHAPE, 10 * 5000, 10), gpu).peak_bytes == pytest.approx(
+        10**9 + measured * 5000 / 2048, abs=2)  # a call of 5,000 rows: the plateau probe may run them at once
     assert held_bytes(ig_rows_batched(SHAPE, 10 * 100, 10), gpu) == 100 * rb  # a small call holds its own rows
     assert held_bytes(ig_rows(SHAPE, 21 * 32 * 5, evals=5), gpu) == 21 * 32 * rb  # one evaluation's rows per pass
     seq = ig_rows(SHAPE, 672, ctx=40) + forward(SHAPE, 10, 5, 10)
     assert held_bytes(seq, gpu) == 672 * rb and seq.extra_bytes == SHAPE.sequence_bytes(40)
+    # the card records its memory: at most the rows whose modelled bytes fit 0.8 of it above the loaded model
+    card = Calibration.from_dict({**gpu.to_dict(), "meta": {"two_sizes": True, "device_bytes": 80 * 10**9}})
+    fit = int(0.8 * (80e9 - 1e9)) // rb
+    assert memory_rows(card, rb) == fit and 2048 < fit < 50_000
+    assert held_bytes(ig_rows_batched(SHAPE, 50_000, 1), card) == fit * rb
+    assert predict(ig_rows_batched(SHAPE, 50_000, 1), card).peak_bytes == pytest.approx(10**9 + measured * fit / 2048,
+                                                                                         abs=2)
     cpu = Calibration({"ig_row": 1e-12}, memory_scale=2.0, probe=probe)  # one size: 128 modelled rows
-    assert memory_rows(cpu, "ig_row") == 128 and held_bytes(ig_rows_batched(SHAPE, 5000, 1), cpu) == 128 * rb
+    assert memory_rows(cpu, rb) == 128 and held_bytes(ig_rows_batched(SHAPE, 5000, 1), cpu) == 128 * rb
     assert predict(ig_rows(SHAPE, 64), cpu).peak_bytes == 2 * 64 * rb
 
 

@@ -33,7 +33,7 @@ part. On a CPU the per-pass part is 0 (one size; the FLOPs dominate).
 **Memory.** Peak = the memory with the model loaded (measured by the probe: the process's
 resident set on a CPU, CUDA's allocated bytes on a GPU) + the largest working set of the stage
 (:attr:`Workload.extra_bytes`: logits of a sequence, plus the IG rows one pass holds, :func:`held_bytes`:
-an evaluation's or a batched call's rows, at most as many as the probe measured in one pass) × the probe's
+an evaluation's or a batched call's rows, at most what fits) × the probe's
 measured / modelled ratio of an IG batch, or, for fine-tuning, the gradients, Adam moments and snapshot of the trained parameters
 in their dtype plus the kept activations (:attr:`Workload.train_bytes`) × the probe's measured / modelled
 ratio of its fine-tuning step, whichever is larger.
@@ -425,7 +425,7 @@ class Calibration:
         shape: Its :meth:`ModelShape.dims` (what :func:`load_calibration` matches).
         dtype: Its parameter dtype (``"bfloat16"``).
         meta: Provenance (date, torch version, peak memory of each probe); ``two_sizes``: the probe ran each unit at
-            two sizes, its larger IG run as one pass (:func:`memory_rows`).
+            two sizes, its larger IG run as one pass; ``device_bytes``: the card's memory (:func:`memory_rows`).
         train_memory_scale: Measured / modelled working memory of the probe's fine-tuning step (``None``: not
             measured, the model's bytes are used as they are).
         peak_flops: The measured matrix-product peak of the model's dtype on the device (FLOP/s; ``None``: not
@@ -673,32 +673,40 @@ def batched_passes(work: Workload, cal: Calibration, unit: str) -> float:
     return calls * (max(1, math.ceil(per_call / b - 1e-9)) if b > 0 else 1)
 
 
-def memory_rows(cal: Calibration, unit: str) -> float:
-    """The most rows of ``unit`` one pass holds on the calibrated machine, as the probe measured memory.
+def memory_rows(cal: Calibration, row_bytes: int) -> float:
+    """The most IG rows one pass holds on the calibrated machine (the cap :func:`held_bytes` applies).
 
-    An accelerator's probe (``meta["two_sizes"]``) runs its larger size as one pass and measures ``memory_scale``
-    on all its rows, so a pass holds up to those rows (``B``, :func:`batched_passes`); a CPU probe measures it
-    on 128 modelled rows (:func:`tlcap.reproduce.probe.calibrate`).
+    A CPU probe measures ``memory_scale`` on 128 modelled rows: 128 (the CPU's resident set is too coarse to
+    tell more). On an accelerator (``meta["two_sizes"]``) ``batch_rows="auto"`` probes the throughput plateau up
+    to every row of a call that fits before it picks the batch, so a pass may hold that many: the rows whose
+    modelled bytes fit in ``SAFETY`` (0.8) of the card's memory above the loaded model (``meta["device_bytes"]``),
+    the rule :func:`tlcap.runtime.batching.auto_batch_rows` sizes by (without its attention term, which grows with
+    the context); no cap where the probe did not record the card's memory.
 
     Args:
         cal: The calibration.
-        unit: The unit.
+        row_bytes: Modelled bytes of one row (before ``memory_scale``).
 
     Returns:
-        Rows (``inf`` for an accelerator probe without a size of the unit).
+        Rows (``inf``: no cap).
     """
     if not cal.meta.get("two_sizes"):
         return 128.0
-    b = float(cal.probe.get(unit, {}).get("units", 0.0) or 0.0)
-    return b if b > 0 else math.inf
+    dev = cal.meta.get("device_bytes")
+    if not dev:
+        return math.inf
+    return max(1.0, float(int(0.8 * (float(dev) - cal.base_bytes)) // max(int(row_bytes), 1)))
 
 
 def held_bytes(work: Workload, cal: Calibration) -> int:
-    """Working memory (modelled, before ``memory_scale``) of the rows one pass of ``work`` holds.
+    """Working memory (modelled, before ``memory_scale``) of the most rows one pass of ``work`` holds.
 
     A pass holds an evaluation's rows (:attr:`Workload.passes`), or a batched call's (:attr:`Workload.batched`),
-    at most :func:`memory_rows`, each of :attr:`Workload.row_bytes`; so a pass of the probe's rows is predicted
-    at the memory the probe measured. The largest over the units.
+    at most :func:`memory_rows`, each of :attr:`Workload.row_bytes`. On an accelerator this is the peak of
+    ``batch_rows="auto"``'s plateau probe, which may run a whole call's rows once (it stops at the rows there are,
+    at what fits, or two doublings without a 10 % gain) before the chosen batch (the probe's ``B`` rows,
+    :func:`batched_passes`) runs; the accelerator probe measures ``memory_scale`` on one pass of all its rows, so a
+    pass of ``n`` rows is predicted at ``n`` / ``B`` times the memory it measured. The largest over the units.
 
     Args:
         work: The workload.
@@ -709,18 +717,21 @@ def held_bytes(work: Workload, cal: Calibration) -> int:
 
     Example:
         >>> shape = ModelShape.from_config(n_layers=2, d_model=8, d_mlp=32, d_vocab=50)
-        >>> cal = Calibration({"ig_row": 1e-12}, probe={"ig_row": {"units": 100, "flops": 1.0, "seconds": 1.0}},
+        >>> cpu = Calibration({"ig_row": 1e-12})
+        >>> held_bytes(ig_rows_batched(shape, rows=3 * 250, calls=3), cpu) == 128 * shape.ig_row_bytes()
+        True
+        >>> gpu = Calibration({"ig_row": 1e-12}, probe={"ig_row": {"units": 100, "flops": 1.0, "seconds": 1.0}},
         ...                   meta={"two_sizes": True})
         >>> w = ig_rows_batched(shape, rows=3 * 250, calls=3)      # 250 rows per call: passes of 100 rows
-        >>> held_bytes(w, cal) == 100 * shape.ig_row_bytes(), batched_passes(w, cal, "ig_row")
+        >>> held_bytes(w, gpu) == 250 * shape.ig_row_bytes(), batched_passes(w, gpu, "ig_row")
         (True, 9.0)
-        >>> held_bytes(ig_rows(shape, rows=60, evals=2), cal) == 30 * shape.ig_row_bytes()  # 30 rows per evaluation
+        >>> held_bytes(ig_rows(shape, rows=60, evals=2), gpu) == 30 * shape.ig_row_bytes()  # 30 rows per evaluation
         True
     """
     out = 0
     for unit, row in work.row_bytes.items():
         groups = float(work.batched.get(unit, 0.0)) or float(work.passes.get(unit, 0.0)) or 1.0
-        held = min(work.units.get(unit, 0.0) / groups, memory_rows(cal, unit))
+        held = min(work.units.get(unit, 0.0) / groups, memory_rows(cal, int(row)))
         out = max(out, int(math.ceil(held)) * int(row))
     return out
 

@@ -273,6 +273,8 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         load = None
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
             "ig_peak_bytes": int(ig_peak), "train_peak_bytes": int(train_peak), "two_sizes": two}
+    if cuda:  # what a pass may hold: the rows that fit the card (tlcap.reproduce.cost.memory_rows)
+        meta["device_bytes"] = int(torch.cuda.get_device_properties(dev).total_memory)
     peak = matmul_peak(dev, model.dtype)  # type: ignore[attr-defined]
     return Calibration(spf, int(base), scale, probe, where, load, time.perf_counter() - t_start, spp,
                        str(getattr(model, "name", "")), shape.dims(), dtype_name(model.dtype), meta,  # type: ignore[attr-defined]
