@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +269,27 @@ def test_modelled_train_bytes_counts_the_trained_neurons_in_the_model_dtype(tiny
     trainable = round(shape.n_mlp_params * (m.d_mlp - 1) / m.d_mlp)  # Llama MLPs: every neuron owns as many weights
     assert modelled_train_bytes(m, ns, 10) == (trainable, shape.train_bytes(trainable, 10, 4))
     assert modelled_train_bytes(m, ns, 10, "located")[0] == round(shape.n_mlp_params / m.d_mlp)
+
+
+def test_replayed_h200_probe_predicts_the_peak_memory_that_run_measured(tmp_path):
+    """The committed H200 probe (``gpu_goals3_h200.calibration_v3.json``), replayed for the meta 7B shape on the
+    configuration of that run's ``reproduce_check``, predicts the two stages' measured peak memory within 5 %
+    (``ql.localize.ig``: one call of 8,064 IG rows, the plateau probe's peak)."""
+    import torch
+
+    from tlcap.attribution.config import IGConfig
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    run = json.loads((results / "gpu_goals3_h200.json").read_text())["reproduce_check"]
+    measured = {s["name"]: s["measured_bytes"] for s in run["stages"]}
+    m = load_model("llama-7b-shape", device="meta", dtype=torch.bfloat16)
+    cal = load_calibration(results / "gpu_goals3_h200.calibration_v3.json", ModelShape.of(m), "bfloat16")
+    scale = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=8,
+                        cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=1, cnl_groups=4, ql_relations=("P36",),
+                        ql_n_facts=4, ql_max_queries=3, ql_known_top_k=None, ql_ig=IGConfig(steps=20), ql_sig_facts=1,
+                        ql_amig_facts=1, n_boot=200)  # benchmarks/gpu_quick.py repro_check
+    runner = Runner(build_stages(("cnl", "ql"), scale), tmp_path, m, plan_only=True)
+    got = predictions(runner, runner.plan(["cnl.locate.emotion", "ql.localize.ig"]), cal)
+    for name in ("cnl.locate.emotion", "ql.localize.ig"):
+        assert got[name].peak_bytes == pytest.approx(measured[name], rel=0.05), name
+    assert measured["ql.localize.ig"] > 3 * (measured["cnl.locate.emotion"] - cal.base_bytes)  # not a trivial match
