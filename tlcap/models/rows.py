@@ -115,7 +115,7 @@ def _pad_caches(parts: Sequence[tuple[Any, int, int]], lengths: Sequence[int]) -
     """One :class:`PaddedPrefix` from the first ``rows`` rows and ``n`` positions of each ``(cache, rows, n)``, in order.
 
     Keys/values are copied into a fresh cache right-padded with zeros to the longest ``n`` (masked out like any
-    padding); a part without a cache (``None``) or with ``n = 0`` gives zero rows. Layers without keys are left as
+    padding); a part without a cache (``None``) or with ``n = 0`` gives rows of zeros. Layers without keys are left as
     they are.
 
     Args:
