@@ -32,6 +32,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from tlcap.reproduce.run import reproduce  # noqa: E402
 from tlcap.reproduce.scales import ScaleConfig  # noqa: E402
 
 _load_commands()
-tqdm.get_lock()  # created here once: a child would create (and, killed, leak) a semaphore of its own
+tqdm.get_lock()  # created here once (the server's own); every child replaces it (_own_tqdm_lock)
 GPT2 = make_gpt2("tiny", seed=0)
 LLAMA = make_llama(seed=0)
 loading.REGISTRY["gpt2-tiny"] = lambda **_: GPT2  # the CLI's load("gpt2-tiny") gets the pre-built model
@@ -148,12 +149,34 @@ def _reproduce(job: dict[str, Any]) -> dict[str, Any]:
     return {"code": 0, "records": {r.name: r.status for r in run.records}}
 
 
+def _own_tqdm_lock() -> None:
+    """Give this child a progress-bar write lock of its own: a thread lock, not the semaphore forked from the server.
+
+    That semaphore is shared by every child; one SIGKILLed while holding it (its tqdm monitor thread takes it every
+    10 s, so a kill at a file-system event can land then) left every later child waiting for it forever (a CI run
+    stalled in ``tqdm.__new__``). A thread lock is copied at fork, never shared.
+    """
+    from tqdm.auto import tqdm as auto_tqdm
+
+    lock = threading.RLock()
+    for cls in {tqdm, auto_tqdm}:
+        cls.set_lock(lock)
+
+
+def die_holding_tqdm_lock() -> None:
+    """A child that takes the progress bars' write lock and is SIGKILLed holding it (the stalled-run regression)."""
+    _own_tqdm_lock()
+    tqdm.get_lock().acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def run_job(job: dict[str, Any], report: str, log: Any) -> None:
     """Run one job in this (forked) process; see the module docstring. Writes ``report`` unless killed.
 
     ``log`` is the write end of a pipe (a ``multiprocessing`` connection) that takes stdout and
     stderr: a pipe, like a terminal, is not limited by ``ulimit -f``.
     """
+    _own_tqdm_lock()
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)

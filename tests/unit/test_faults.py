@@ -103,7 +103,10 @@ class Run:
 
     def wait(self, timeout: float = 300) -> Run:
         self.proc.join(timeout)
-        assert self.proc.exitcode is not None, f"a child ran longer than {timeout} s"
+        if self.proc.exitcode is None:  # killed, so that a stalled child fails its test instead of hanging pytest's exit
+            self.proc.kill()
+            self.proc.join(30)
+            raise AssertionError(f"a child ran longer than {timeout} s")
         self._reader.join(30)
         self.log = b"".join(self._chunks).decode(errors="replace")
         self.report = json.loads(self.report_path.read_text()) if self.report_path.exists() else None
@@ -276,6 +279,21 @@ def test_sigkill_from_outside_at_a_random_time(ctx, tmp_path, locate_reference):
         again = run(ctx, where / "runs", pipeline="cli", args=args)
         assert again.code == 0 or "already holds a finished run" in again.log, again.log[-3000:]
         assert results(where / "loc") == reference
+
+
+def test_a_child_killed_holding_the_progress_lock_does_not_stall_the_next(ctx, tmp_path, locate_reference):
+    """Every child has a progress-bar lock of its own: one killed holding it (as a kill can land while tqdm's monitor
+    thread holds it) leaves the next run free (with the server's shared semaphore the next run waited forever)."""
+    from tests import fault_zygote
+
+    dead = ctx.Process(target=fault_zygote.die_holding_tqdm_lock)
+    dead.start()
+    dead.join(60)
+    assert dead.exitcode == -9
+    args = [str(tmp_path / "loc") if a == "{{out}}" else a for a in _cli_job(LOCATE)["args"]]
+    r = Run(ctx, {"pipeline": "cli", "args": args}, tmp_path / "runs").wait(timeout=120)
+    assert r.code == 0, r.log[-3000:]
+    assert results(tmp_path / "loc") == locate_reference[1]
 
 
 # ------------------------------------------------------------------ two processes, one cache
