@@ -7,7 +7,7 @@ writes the probe with ``peak_flops`` from (a) (every unit's seconds per FLOP flo
 :func:`tlcap.reproduce.cost.floor_at_peak`) and the IG two sizes from (b): 8 rows and the batch
 ``batch_rows="auto"`` chose there (4,096 rows at context 128). Its ``memory_scale`` was measured against 128
 modelled rows (the probe of that day); the probe now measures it against all the rows of the larger run's one pass
-(a batched pass of ``B`` rows is predicted at ``memory_scale · B`` rows, :func:`tlcap.reproduce.cost.batched_bytes`),
+(a batched pass of ``B`` rows is predicted at ``memory_scale · B`` rows, :func:`tlcap.reproduce.cost.held_bytes`),
 so it is rescaled to the 672 rows that run held in its one pass (``ig_peak_bytes / (672 · ig_row_bytes)``).
 That probe did not record the card's memory (``meta["device_bytes"]``, which caps the rows a pass may hold,
 :func:`tlcap.reproduce.cost.memory_rows`); it is taken from the same run's plateau record: at context 128
@@ -24,9 +24,13 @@ Usage::
 
 import json
 import sys
+from types import SimpleNamespace
+
+import torch
 
 from tlcap.reproduce.cost import Calibration, ModelShape
 from tlcap.reproduce.probe import split_pass_flop
+from tlcap.runtime.batching import SAFETY, ig_row_bytes
 
 
 def main(cal_path: str, run_path: str, out: str) -> None:
@@ -55,12 +59,13 @@ def main(cal_path: str, run_path: str, out: str) -> None:
                                 f"{big} rows {runs[1][2]:.4f} s, the batch batch_rows='auto' chose); the probe's own IG "
                                 "sizes (192 and 672 rows) were both launch-bound")
     if "device_bytes" not in c["meta"]:
-        capped = pl  # its cap (8,175) is the memory fit: the call had more rows
-        sh, heads, ctx = c["shape"], 32, capped["context_bucket"]
-        rt_row = 4 * (sh["n_layers"] * (12 * sh["d_model"] + 4 * sh["d_mlp"] + 2 * heads * ctx) + 3 * sh["d_vocab"])
-        c["meta"]["device_bytes"] = int(c["base_bytes"] + capped["cap"] * rt_row / 0.8)
-        c["meta"]["device_bytes_from"] = (f"{run_path} 'plateaus': batch_rows='auto' capped IG at {capped['cap']} rows "
-                                          f"at context {ctx} (0.8 x free / {rt_row} bytes per row): base + free")
+        # pl's cap (8,175) is the memory fit (the call had more rows); the probed model: Llama-2-7B's 32 heads
+        shaped = SimpleNamespace(**c["shape"], n_heads=32, dtype=torch.bfloat16)
+        ctx = pl["context_bucket"]
+        rt_row = ig_row_bytes(shaped, ctx)
+        c["meta"]["device_bytes"] = int(c["base_bytes"] + pl["cap"] * rt_row / SAFETY)
+        c["meta"]["device_bytes_from"] = (f"{run_path} 'plateaus': batch_rows='auto' capped IG at {pl['cap']} rows "
+                                          f"at context {ctx} ({SAFETY} x free / {rt_row} bytes per row): base + free")
     d["calibrations"][0] = Calibration.from_dict(c).to_dict()
     with open(out, "w") as f:
         json.dump(d, f, indent=1)

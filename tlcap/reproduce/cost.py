@@ -65,6 +65,11 @@ from typing import Any
 
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.reproduce.token_counts import n_tokens, prefill_tokens  # noqa: F401  (re-exported)
+from tlcap.runtime.batching import SAFETY
+
+CPU_MEMORY_ROWS = 128
+"""IG rows a CPU probe models its measured memory on (:func:`tlcap.reproduce.probe.calibrate`), and so the most
+rows :func:`memory_rows` lets one pass hold on a CPU calibration."""
 
 UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
 FORMAT = "tlcap-calibration/1"
@@ -676,11 +681,12 @@ def batched_passes(work: Workload, cal: Calibration, unit: str) -> float:
 def memory_rows(cal: Calibration, row_bytes: int) -> float:
     """The most IG rows one pass holds on the calibrated machine (the cap :func:`held_bytes` applies).
 
-    A CPU probe measures ``memory_scale`` on 128 modelled rows: 128 (the CPU's resident set is too coarse to
-    tell more). On an accelerator (``meta["two_sizes"]``) ``batch_rows="auto"`` probes the throughput plateau up
-    to every row of a call that fits before it picks the batch, so a pass may hold that many: the rows whose
-    modelled bytes fit in ``SAFETY`` (0.8) of the card's memory above the loaded model (``meta["device_bytes"]``),
-    the rule :func:`tlcap.runtime.batching.auto_batch_rows` sizes by (without its attention term, which grows with
+    A CPU probe measures ``memory_scale`` on :data:`CPU_MEMORY_ROWS` (128) modelled rows: that many (the CPU's
+    resident set is too coarse to tell more). On an accelerator (``meta["two_sizes"]``) ``batch_rows="auto"``
+    probes the throughput plateau up to every row of a call that fits before it picks the batch, so a pass may hold
+    that many: the rows whose modelled bytes fit in :data:`tlcap.runtime.batching.SAFETY` (0.8) of the card's
+    memory above the loaded model (``meta["device_bytes"]``), the rule :func:`tlcap.runtime.batching.auto_batch_rows`
+    sizes by (without its attention term, which grows with
     the context); no cap where the probe did not record the card's memory.
 
     Args:
@@ -691,11 +697,11 @@ def memory_rows(cal: Calibration, row_bytes: int) -> float:
         Rows (``inf``: no cap).
     """
     if not cal.meta.get("two_sizes"):
-        return 128.0
+        return float(CPU_MEMORY_ROWS)
     dev = cal.meta.get("device_bytes")
     if not dev:
         return math.inf
-    return max(1.0, float(int(0.8 * (float(dev) - cal.base_bytes)) // max(int(row_bytes), 1)))
+    return max(1.0, float(int(SAFETY * (float(dev) - cal.base_bytes)) // max(int(row_bytes), 1)))
 
 
 def held_bytes(work: Workload, cal: Calibration) -> int:
@@ -793,4 +799,4 @@ def fmt_bytes(b: float) -> str:
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
-           "held_bytes", "memory_rows", "floor_at_peak"]
+           "held_bytes", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak"]

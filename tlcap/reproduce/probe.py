@@ -41,7 +41,7 @@ from tlcap.intervene.finetune import masked_finetune, trained_fraction
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.metrics.set_scores import teacher_forced
 from tlcap.metrics.sets import NeuronSet
-from tlcap.reproduce.cost import Calibration, ModelShape
+from tlcap.reproduce.cost import CPU_MEMORY_ROWS, Calibration, ModelShape
 from tlcap.reproduce.memory import PeakMemory, rss_bytes
 from tlcap.runtime.device import dtype_name
 
@@ -257,7 +257,7 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     record("set_token", [(1.0, st * shape.set_token_flops(n / 2) + len(sets) * len(seqs) * shape.unembed_flops(), s)], [st])
 
 
-    modelled = (ig_units[-1] if two else min(ig_units[-1], 128)) * shape.ig_row_bytes()  # two sizes: one pass of all
+    modelled = (ig_units[-1] if two else min(ig_units[-1], CPU_MEMORY_ROWS)) * shape.ig_row_bytes()  # two sizes: one pass of all
     scale = max(ig_peak, 0) / modelled if modelled and ig_peak > 0 else 1.0
     t_modelled = modelled_train_bytes(model, neurons, longest)[1]
     train_scale = train_peak / t_modelled if cuda and t_modelled and train_peak > 0 else None  # a CPU's RSS: too coarse
