@@ -24,6 +24,7 @@ from tlcap.reproduce.cost import (
     ig_rows_batched,
     load_calibration,
     memory_rows,
+    plateau_probe_seconds,
     predict,
     read_calibrations,
     save_calibrations,
@@ -293,3 +294,51 @@ def test_replayed_h200_probe_predicts_the_peak_memory_that_run_measured(tmp_path
     for name in ("cnl.locate.emotion", "ql.localize.ig"):
         assert got[name].peak_bytes == pytest.approx(measured[name], rel=0.05), name
     assert measured["ql.localize.ig"] > 3 * (measured["cnl.locate.emotion"] - cal.base_bytes)  # not a trivial match
+
+
+def test_plateau_probe_seconds_follows_the_probe_rule_on_the_calibrated_times():
+    """Hand-computed: a batch of ``b`` rows takes ``s/pass + b · s/row``; each measured size costs 3 batches."""
+    shape = ModelShape.from_config(n_layers=2, d_model=8, d_mlp=32, d_vocab=50)
+    f = shape.ig_row_flops()
+
+    def gpu(per_row: float, per_pass: float) -> Calibration:
+        return Calibration({"ig_row": per_row / f}, seconds_per_pass={"ig_row": per_pass}, meta={"two_sizes": True})
+
+    # flat rate from the start: 8 rows, then two doublings (16, 32) without a 10 % gain, then stop
+    assert plateau_probe_seconds(ig_rows(shape, rows=4096), gpu(1e-3, 0.0)) == pytest.approx(3 * 1e-3 * (8 + 16 + 32))
+    # launch-bound to the cap: 8 … 256, then the cap 300 (still rising 10 % or more at every size)
+    sizes = [8, 16, 32, 64, 128, 256, 300]
+    assert plateau_probe_seconds(ig_rows(shape, rows=300), gpu(1e-6, 0.5)) == pytest.approx(
+        sum(3 * (0.5 + 1e-6 * b) for b in sizes))
+    # the 20 s budget: the first size already takes 30 s
+    assert plateau_probe_seconds(ig_rows(shape, rows=300), gpu(1e-6, 10.0)) == pytest.approx(3 * (10.0 + 8e-6))
+    # the cap is the rows one pass holds: an evaluation's (2 evaluations of 64 rows), not the stage's 128
+    assert plateau_probe_seconds(ig_rows(shape, rows=128, evals=2), gpu(1e-6, 0.5)) == pytest.approx(
+        sum(3 * (0.5 + 1e-6 * b) for b in (8, 16, 32, 64)))
+    # a CPU probes nothing; predict adds the probe under its own key on an accelerator only
+    cpu = Calibration({"ig_row": 1e-3 / f})
+    assert plateau_probe_seconds(ig_rows(shape, rows=64), cpu) == 0.0
+    assert "plateau_probe" not in predict(ig_rows(shape, rows=64), cpu).by_unit
+    pred = predict(ig_rows(shape, rows=300), gpu(1e-6, 0.5))
+    assert pred.by_unit["plateau_probe"] == pytest.approx(sum(3 * (0.5 + 1e-6 * b) for b in sizes))
+    assert pred.seconds == pytest.approx(sum(pred.by_unit.values()))
+
+
+def test_replayed_h200_probe_predicts_the_plateau_probes_that_run_measured():
+    """The committed H200 calibration prices ``batch_rows="auto"``'s throughput probe within 20 % of the probes that
+    same run timed (``gpu_goals3_h200.json`` ``plateaus``: the three that started fresh, 672 to 8,175 rows, 3.3–7.8 s;
+    the fourth continued an earlier probe and is left out)."""
+    import torch
+
+    from tlcap.runtime.plateau import candidates
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    probes = json.loads((results / "gpu_goals3_h200.json").read_text())["plateaus"]["probes"]
+    m = load_model("llama-7b-shape", device="meta", dtype=torch.bfloat16)
+    shape = ModelShape.of(m)
+    cal = load_calibration(results / "gpu_goals3_h200.calibration_v3.json", shape, "bfloat16")
+    fresh = [p for p in probes if [b for b, _ in p["rates_rows_per_s"]] == candidates(p["cap"])[:len(p["rates_rows_per_s"])]]
+    assert sorted(p["cap"] for p in fresh) == [672, 7821, 8175]
+    for p in fresh:
+        got = plateau_probe_seconds(ig_rows(shape, rows=p["cap"]), cal)
+        assert got == pytest.approx(p["seconds"], rel=0.2), p["cap"]

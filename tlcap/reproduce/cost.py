@@ -66,6 +66,7 @@ from typing import Any
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.reproduce.token_counts import n_tokens, prefill_tokens  # noqa: F401  (re-exported)
 from tlcap.runtime.batching import SAFETY
+from tlcap.runtime.plateau import BUDGET_S, REPEAT, find_plateau
 
 CPU_MEMORY_ROWS = 128
 """IG rows a CPU probe models its measured memory on (:func:`tlcap.reproduce.probe.calibrate`), and so the most
@@ -75,6 +76,8 @@ UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
 FORMAT = "tlcap-calibration/1"
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
+PROBE_KEY = "plateau_probe"
+"""The key of ``batch_rows="auto"``'s throughput probe in :attr:`Prediction.by_unit` (:func:`plateau_probe_seconds`)."""
 
 
 @dataclass(frozen=True)
@@ -620,7 +623,13 @@ def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = No
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted wall time and peak memory of a workload."""
+    """Predicted wall time and peak memory of a workload.
+
+    Attributes:
+        seconds: Wall time, the sum of :attr:`by_unit`.
+        peak_bytes: Peak memory of the process (device memory on an accelerator).
+        by_unit: Seconds per unit of :data:`UNITS`, and under :data:`PROBE_KEY` the throughput probe's.
+    """
 
     seconds: float
     peak_bytes: int
@@ -628,8 +637,9 @@ class Prediction:
 
 
 def predict(work: Workload, cal: Calibration) -> Prediction:
-    """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass; peak = base + the larger of memory_scale × working
-    memory (with the rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory.
+    """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass (+ ``batch_rows="auto"``'s throughput probe on an
+    accelerator, :func:`plateau_probe_seconds`); peak = base + the larger of memory_scale × working memory (with the
+    rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory.
 
     Args:
         work: The stage's workload.
@@ -649,6 +659,9 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
         if unit not in cal.seconds_per_flop:
             raise InvalidConfigError(f"the calibration has no measurement for {unit!r}; re-run the probe")
         by_unit[unit] = fl * cal.seconds_per_flop[unit] + n * cal.seconds_per_pass.get(unit, 0.0)
+    probe = plateau_probe_seconds(work, cal)
+    if probe > 0:
+        by_unit[PROBE_KEY] = probe
     train_scale = 1.0 if cal.train_memory_scale is None else cal.train_memory_scale
     peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * (work.extra_bytes + held_bytes(work, cal)))),
                                 int(math.ceil(train_scale * work.train_bytes)))
@@ -734,12 +747,73 @@ def held_bytes(work: Workload, cal: Calibration) -> int:
         >>> held_bytes(ig_rows(shape, rows=60, evals=2), gpu) == 30 * shape.ig_row_bytes()  # 30 rows per evaluation
         True
     """
-    out = 0
-    for unit, row in work.row_bytes.items():
-        groups = float(work.batched.get(unit, 0.0)) or float(work.passes.get(unit, 0.0)) or 1.0
-        held = min(work.units.get(unit, 0.0) / groups, memory_rows(cal, int(row)))
-        out = max(out, int(math.ceil(held)) * int(row))
-    return out
+    return max((int(math.ceil(held_rows(work, cal, unit))) * int(row) for unit, row in work.row_bytes.items()),
+               default=0)
+
+
+def held_rows(work: Workload, cal: Calibration, unit: str) -> float:
+    """The most rows of ``unit`` one pass of ``work`` holds: an evaluation's or a batched call's, at most
+    :func:`memory_rows` (:func:`held_bytes`).
+
+    Args:
+        work: The workload.
+        cal: The calibration.
+        unit: A unit with :attr:`Workload.row_bytes`.
+
+    Returns:
+        Rows (0 where ``work`` has no rows of ``unit``).
+    """
+    groups = float(work.batched.get(unit, 0.0)) or float(work.passes.get(unit, 0.0)) or 1.0
+    return min(work.units.get(unit, 0.0) / groups, memory_rows(cal, int(work.row_bytes.get(unit, 0))))
+
+
+def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
+    """Seconds of ``batch_rows="auto"``'s throughput probe (:mod:`tlcap.runtime.plateau`) for ``work``'s IG rows.
+
+    On an accelerator (``meta["two_sizes"]``) the first IG call of a process probes the rows-per-second
+    plateau before it runs: each size ``START, 2·START, …`` up to the rows one pass may hold
+    (:func:`held_rows`, the probe's cap) runs ``1 + REPEAT`` batches, and the probe stops as
+    :func:`tlcap.runtime.plateau.find_plateau` does (two doublings without a 10 % gain, the cap, or
+    ``BUDGET_S``). Here the rule runs on the calibration's own time of a batch of ``b`` rows
+    (``s/pass + b · FLOPs per row · s/FLOP``), so the sizes, the stop and the seconds are those the
+    calibrated machine would take. One probe per stage: an upper bound where stages of one process share
+    a context length (the process probes once per power-of-two context length and kind). Zero on a CPU
+    (no probe there) and without IG rows.
+
+    Args:
+        work: The stage's workload.
+        cal: The calibration.
+
+    Returns:
+        Predicted seconds of the probe.
+
+    Example:
+        >>> shape = ModelShape.from_config(n_layers=2, d_model=8, d_mlp=32, d_vocab=50)
+        >>> f = shape.ig_row_flops()
+        >>> gpu = Calibration({"ig_row": 1e-3 / f}, seconds_per_pass={"ig_row": 0.1}, meta={"two_sizes": True})
+        >>> round(plateau_probe_seconds(ig_rows(shape, rows=64), gpu), 3)   # sizes 8, 16, 32, 64: 3 batches each
+        1.56
+        >>> plateau_probe_seconds(ig_rows(shape, rows=64), Calibration({"ig_row": 1e-3 / f}))   # a CPU: none
+        0.0
+    """
+    unit = "ig_row"
+    rows = work.units.get(unit, 0.0)
+    if not cal.meta.get("two_sizes") or rows <= 0 or unit not in cal.seconds_per_flop:
+        return 0.0
+    per_row = work.flops.get(unit, 0.0) / rows * cal.seconds_per_flop[unit]
+    per_pass = cal.seconds_per_pass.get(unit, 0.0)
+    clock = [0.0]
+
+    def rate_of(b: int) -> float:
+        t = per_pass + b * per_row
+        clock[0] += (1 + REPEAT) * t
+        return b / max(t, 1e-12)
+
+    cap = max(1, int(math.floor(held_rows(work, cal, unit))))
+    find_plateau(rate_of, cap, budget_s=BUDGET_S, clock=lambda: clock[0])
+    return clock[0]
+
+
 
 
 def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:
@@ -799,4 +873,5 @@ def fmt_bytes(b: float) -> str:
 __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
-           "held_bytes", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak"]
+           "held_bytes", "held_rows", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak", "plateau_probe_seconds",
+           "PROBE_KEY"]
