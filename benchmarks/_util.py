@@ -26,6 +26,18 @@ def timed(fn: Callable[[], Any], repeats: int = 1) -> tuple[float, Any]:
     return best, out
 
 
+def cpu_model() -> str:
+    """The CPU's model name and its widest vector extension (``"AMD EPYC (avx2)"``; ``"?"`` where unknown)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "?"
+    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    vec = next((f for f in ("avx512f", "avx2", "avx") if f in flags), "")
+    return f"{name} ({vec})" if vec else name
+
+
 def env_info() -> dict[str, Any]:
     """Versions and machine facts recorded next to the numbers."""
     import torch
@@ -46,6 +58,7 @@ def env_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "transformer_lens": tl,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "loadavg": load,

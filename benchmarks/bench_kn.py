@@ -286,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     help="only the single-fact latency pair: tlcap vs knowledge-neurons on the GPT-2-small shape, every "
                          "layer, alternating in one process (min of --pair-repeats); writes bench_kn_pair.json")
     ap.add_argument("--pair-repeats", type=int, default=2, help="alternating rounds of --pair")
+    ap.add_argument("--tag", default="", help="--pair writes bench_kn_pair_<tag>.json (another machine's record)")
     ap.add_argument(
         "--threads", type=int, default=1,
         help="torch intra-op threads for every method (default 1: on a shared, oversubscribed CPU, 2 threads "
@@ -309,9 +310,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             raise SystemExit("--pair needs knowledge-neurons (pip install --no-deps knowledge-neurons)")
         t0 = time.time()
         pair = bench_pair(args)
-        path = write_json("bench_kn_pair", {"benchmark": "bench_kn --pair", "env": env_info(), "args": vars(args),
-                                            "knowledge_neurons": kn_version, "prompts": {"short": SHORT, "long": LONG},
-                                            "pair": pair, "total_s": time.time() - t0})
+        name = "bench_kn_pair" + (f"_{args.tag}" if args.tag else "")
+        path = write_json(name, {"benchmark": "bench_kn --pair", "env": env_info(), "args": vars(args),
+                                 "knowledge_neurons": kn_version, "prompts": {"short": SHORT, "long": LONG},
+                                 "pair": pair, "total_s": time.time() - t0})
         print(f"wrote {path}")
         return {"pair": pair}
     payload: dict[str, Any] = {
