@@ -323,6 +323,17 @@ def test_plateau_probe_seconds_follows_the_probe_rule_on_the_calibrated_times():
     assert pred.by_unit["plateau_probe"] == pytest.approx(sum(3 * (0.5 + 1e-6 * b) for b in sizes))
     assert pred.seconds == pytest.approx(sum(pred.by_unit.values()))
 
+    # a trace's forward rows: timed as fwd_token, capped at their own rows; a sum keeps the largest call's probe
+    fwd = Calibration({"fwd_token": 1e-6 / 1e3, "ig_row": 1.0}, seconds_per_pass={"fwd_token": 0.5},
+                      meta={"two_sizes": True})
+    trace = Workload(probes={"trace": (300.0, 1e3)})
+    assert plateau_probe_seconds(trace, fwd) == pytest.approx(sum(3 * (0.5 + 1e-6 * b) for b in sizes))
+    both = Workload(probes={"trace": (20.0, 1e3)}) + trace + Workload(probes={"trace": (40.0, 1e3)})
+    assert both.probes == {"trace": (300.0, 1e3)} and both.scaled(3).probes == both.probes
+    assert plateau_probe_seconds(both, cpu) == 0.0
+    with pytest.raises(InvalidConfigError, match="unknown probe kinds"):
+        Workload(probes={"eap": (8.0, 1.0)})
+
 
 def test_replayed_h200_probe_predicts_the_plateau_probes_that_run_measured():
     """The committed H200 calibration prices ``batch_rows="auto"``'s throughput probe within 20 % of the probes that

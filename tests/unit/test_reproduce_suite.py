@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from tlcap.attribution.config import IGConfig
 from tlcap.locate.causal_trace import causal_trace
-from tlcap.reproduce.cost import UNITS, Calibration
+from tlcap.reproduce.cost import UNITS, Calibration, ModelShape
 from tlcap.reproduce.run import build_stages, predictions
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Runner
@@ -34,6 +36,25 @@ def test_trace_workload_counts_the_tokens_the_engine_runs(tiny_llama, monkeypatc
     causal_trace(m, prompt, subject, TARGET, kinds=("mlp",), samples=2, window=10, warn=False, late_expand=False,
                  tokens=tokens)
     assert trace_work(m, prompt, subject, 2, tokens).units["fwd_token"] == seen["tokens"]
+
+
+def test_trace_workload_probes_the_rows_the_engine_asks_batch_rows_auto_for(tiny_llama, monkeypatch):
+    """The trace's throughput probe (priced on an accelerator) is capped at the rows the engine sizes its batch for."""
+    engine = importlib.import_module("tlcap.locate.causal_trace.engine")
+
+    asked = []
+    real = engine.auto_batch_rows
+
+    def spy(row_bytes, total, *a, **k):
+        asked.append((total, k.get("kind")))
+        return real(row_bytes, total, *a, **k)
+
+    monkeypatch.setattr(engine, "auto_batch_rows", spy)
+    causal_trace(tiny_llama, PROMPT, SUBJECT, TARGET, kinds=("mlp",), samples=3, window=10, warn=False,
+                 tokens="last_subject")
+    rows, flops = trace_work(tiny_llama, PROMPT, SUBJECT, 3, "last_subject").probes["trace"]
+    assert asked == [(rows, "trace")] and rows == 3 * tiny_llama.n_layers
+    assert flops == ModelShape.of(tiny_llama).fwd_token_flops(len(tiny_llama.to_tokens(PROMPT, prepend_bos=False)[0]))
 
 
 def test_kn_workload_is_rows_per_target_token(tiny_llama):

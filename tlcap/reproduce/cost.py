@@ -76,6 +76,8 @@ UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
 FORMAT = "tlcap-calibration/1"
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
+PROBE_UNITS = {"trace": "fwd_token"}
+"""The unit whose calibrated times a throughput probe of each kind in :attr:`Workload.probes` runs at."""
 PROBE_KEY = "plateau_probe"
 """The key of ``batch_rows="auto"``'s throughput probe in :attr:`Prediction.by_unit` (:func:`plateau_probe_seconds`)."""
 
@@ -254,6 +256,9 @@ class Workload:
         row_bytes: ``{unit: bytes}`` one row of the unit keeps for its backward pass: a pass holds up to an
             evaluation's (a batched call's) rows of them, at most the rows the calibration measured, on top of
             :attr:`extra_bytes` (:func:`held_bytes`).
+        probes: ``{kind: (rows, FLOPs per row)}`` of ``batch_rows="auto"`` throughput probes other than IG's (whose
+            rows the ``ig_row`` unit gives): ``"trace"``, a causal trace's forward rows, timed as ``fwd_token``
+            (:func:`plateau_probe_seconds`); the rows are one call's, the probe's cap.
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
@@ -263,11 +268,15 @@ class Workload:
     train_bytes: int = 0
     batched: Mapping[str, float] = field(default_factory=dict)
     row_bytes: Mapping[str, int] = field(default_factory=dict)
+    probes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units) | set(self.passes) | set(self.batched)) - set(UNITS))
         if unknown:
             raise InvalidConfigError(f"unknown cost units {unknown}; use {', '.join(UNITS)}")
+        if set(self.probes) - set(PROBE_UNITS):
+            raise InvalidConfigError(f"unknown probe kinds {sorted(set(self.probes) - set(PROBE_UNITS))}; use "
+                                     f"{', '.join(PROBE_UNITS)}")
 
     @classmethod
     def of(cls, extra_bytes: int = 0, **flops: float) -> Workload:
@@ -288,10 +297,14 @@ class Workload:
 
         if set(self.batched) & set(other.batched):
             raise InvalidConfigError("two batched workloads of one unit cannot be added (their calls' rows differ)")
+        probes = dict(self.probes)
+        for kind, (rows, fl) in other.probes.items():  # a process probes a kind once: the largest call's rows
+            if kind not in probes or rows > probes[kind][0]:
+                probes[kind] = (rows, fl)
         return Workload(add(self.flops, other.flops), add(self.units, other.units),
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
                         max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched},
-                        {**self.row_bytes, **other.row_bytes})
+                        {**self.row_bytes, **other.row_bytes}, probes)
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -304,7 +317,7 @@ class Workload:
         """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
                         self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes,
-                        {k: v * times for k, v in self.batched.items()}, self.row_bytes)
+                        {k: v * times for k, v in self.batched.items()}, self.row_bytes, self.probes)
 
 
 def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0) -> Workload:
@@ -768,24 +781,24 @@ def held_rows(work: Workload, cal: Calibration, unit: str) -> float:
 
 
 def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
-    """Seconds of ``batch_rows="auto"``'s throughput probe (:mod:`tlcap.runtime.plateau`) for ``work``'s IG rows.
+    """Seconds of ``batch_rows="auto"``'s throughput probes (:mod:`tlcap.runtime.plateau`) for ``work``.
 
-    On an accelerator (``meta["two_sizes"]``) the first IG call of a process probes the rows-per-second
-    plateau before it runs: each size ``START, 2·START, …`` up to the rows one pass may hold
-    (:func:`held_rows`, the probe's cap) runs ``1 + REPEAT`` batches, and the probe stops as
-    :func:`tlcap.runtime.plateau.find_plateau` does (two doublings without a 10 % gain, the cap, or
-    ``BUDGET_S``). Here the rule runs on the calibration's own time of a batch of ``b`` rows
-    (``s/pass + b · FLOPs per row · s/FLOP``), so the sizes, the stop and the seconds are those the
-    calibrated machine would take. One probe per stage: an upper bound where stages of one process share
-    a context length (the process probes once per power-of-two context length and kind). Zero on a CPU
-    (no probe there) and without IG rows.
+    On an accelerator (``meta["two_sizes"]``) the first call of a process probes the rows-per-second plateau of
+    its kind of rows before it runs: each size ``START, 2·START, …`` up to the probe's cap runs ``1 + REPEAT``
+    batches, and the probe stops as :func:`tlcap.runtime.plateau.find_plateau` does (two doublings without a 10 %
+    gain, the cap, or ``BUDGET_S``). Here that rule runs on the calibration's own time of a batch of ``b`` rows
+    (``s/pass + b · FLOPs per row · s/FLOP`` of the rows' unit), so the sizes, the stop and the seconds are those
+    the calibrated machine would take. IG rows (kind ``"ig"``): the ``ig_row`` unit, capped at the rows one pass
+    holds (:func:`held_rows`); the kinds in :attr:`Workload.probes` (``"trace"``: forward rows, ``fwd_token``) at
+    their own cap. One probe per kind and stage: an upper bound where stages of one process share a context
+    length (a process probes once per power-of-two context length and kind). Zero on a CPU (no probe there).
 
     Args:
         work: The stage's workload.
         cal: The calibration.
 
     Returns:
-        Predicted seconds of the probe.
+        Predicted seconds of the probes.
 
     Example:
         >>> shape = ModelShape.from_config(n_layers=2, d_model=8, d_mlp=32, d_vocab=50)
@@ -796,12 +809,18 @@ def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
         >>> plateau_probe_seconds(ig_rows(shape, rows=64), Calibration({"ig_row": 1e-3 / f}))   # a CPU: none
         0.0
     """
-    unit = "ig_row"
-    rows = work.units.get(unit, 0.0)
-    if not cal.meta.get("two_sizes") or rows <= 0 or unit not in cal.seconds_per_flop:
+    if not cal.meta.get("two_sizes"):
         return 0.0
-    per_row = work.flops.get(unit, 0.0) / rows * cal.seconds_per_flop[unit]
-    per_pass = cal.seconds_per_pass.get(unit, 0.0)
+    todo = [(unit, rows, fl) for unit, (rows, fl) in ((PROBE_UNITS[k], v) for k, v in work.probes.items())]
+    rows = work.units.get("ig_row", 0.0)
+    if rows > 0:
+        todo.append(("ig_row", held_rows(work, cal, "ig_row"), work.flops.get("ig_row", 0.0) / rows))
+    return sum(_probe_seconds(cal, unit, cap, fl) for unit, cap, fl in todo if unit in cal.seconds_per_flop)
+
+
+def _probe_seconds(cal: Calibration, unit: str, cap: float, flops_per_row: float) -> float:
+    """:func:`tlcap.runtime.plateau.find_plateau` on the calibrated time of a batch of ``unit`` rows: its seconds."""
+    per_row, per_pass = flops_per_row * cal.seconds_per_flop[unit], cal.seconds_per_pass.get(unit, 0.0)
     clock = [0.0]
 
     def rate_of(b: int) -> float:
@@ -809,8 +828,7 @@ def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
         clock[0] += (1 + REPEAT) * t
         return b / max(t, 1e-12)
 
-    cap = max(1, int(math.floor(held_rows(work, cal, unit))))
-    find_plateau(rate_of, cap, budget_s=BUDGET_S, clock=lambda: clock[0])
+    find_plateau(rate_of, max(1, int(math.floor(cap))), budget_s=BUDGET_S, clock=lambda: clock[0])
     return clock[0]
 
 
@@ -874,4 +892,4 @@ __all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
            "held_bytes", "held_rows", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak", "plateau_probe_seconds",
-           "PROBE_KEY"]
+           "PROBE_KEY", "PROBE_UNITS"]

@@ -25,6 +25,7 @@ ROME at one layer   the key (``prefixes`` forwards), ``steps`` value-optimisatio
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
@@ -98,7 +99,9 @@ def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str 
         raise InvalidConfigError(f"trace_work costs tokens='all', 'subject' or 'last_subject', got {tokens!r}")
     for t in rows[tokens]:
         toks += samples * t + samples * shape.n_layers * (T - t)
-    return forward(shape, toks, T / 2, T, 2 + len(rows[tokens]))  # clean and corrupted runs, a batch per traced token
+    work = forward(shape, toks, T / 2, T, 2 + len(rows[tokens]))  # clean and corrupted runs, a batch per traced token
+    # batch_rows="auto" probes the forward rows' plateau on an accelerator, capped at the trace's rows (the engine's)
+    return replace(work, probes={"trace": (float(samples * shape.n_layers), shape.fwd_token_flops(T))})
 
 
 def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int = 0) -> Workload:
