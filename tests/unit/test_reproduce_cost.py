@@ -31,7 +31,7 @@ from tlcap.reproduce.cost import (
     train,
 )
 from tlcap.reproduce.probe import calibrate, split_pass_flop
-from tlcap.reproduce.run import build_stages, predictions
+from tlcap.reproduce.run import build_stages, plan_lines, predictions
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Runner
 
@@ -244,6 +244,7 @@ def test_cli_dry_run_replays_a_calibration_file(tmp_path):
     stage_lines = {ln.split()[0]: ln for ln in lines if ln.startswith(("cnl.", "ql."))}
     assert set(stage_lines) == {"cnl.locate.emotion", "ql.facts", "ql.localize.ig"}
     assert any(ln.startswith("dominant") and "of the predicted time" in ln for ln in lines)
+    assert not any("of which probes" in ln for ln in lines)  # a probe of one size per unit: no plateau probe priced
     assert not out.exists()  # a dry run writes nothing
     assert_cli_error(["reproduce", "all", "--model", "qwen2-tiny", "--dry-run", "--calibration", str(tmp_path / "no.json"),
                       "--out", str(out)], f"--calibration {tmp_path / 'no.json'}: no such file", out=out)
@@ -353,3 +354,22 @@ def test_replayed_h200_probe_predicts_the_plateau_probes_that_run_measured():
     for p in fresh:
         got = plateau_probe_seconds(ig_rows(shape, rows=p["cap"]), cal)
         assert got == pytest.approx(p["seconds"], rel=0.2), p["cap"]
+
+
+def test_plan_shows_the_share_of_the_throughput_probes(tmp_path):
+    """On an accelerator calibration the plan prints the probes' seconds under the total: the sum of the stages'."""
+    from tlcap.reproduce.cost import fmt_seconds
+
+    meta = load_model("qwen2-tiny", device="meta")
+    cal = Calibration(dict.fromkeys(UNITS, 1e-12), seconds_per_pass={"ig_row": 0.1, "fwd_token": 0.05},
+                      shape=ModelShape.of(meta).dims(), meta={"two_sizes": True})
+    runner = Runner(build_stages(("cnl", "ql"), SMOKE), tmp_path, meta, plan_only=True)
+    plan = runner.plan(ONLY.split(","))
+    pred = predictions(runner, plan, cal)
+    probes = sum(p.by_unit.get("plateau_probe", 0.0) for p in pred.values() if p is not None)
+    # ql.localize.ig: one call of 36 rows, probed (8, 16, 32, 36); cnl.locate.emotion: 6 rows per evaluation,
+    # at most START (8), which the runtime does not probe either
+    assert probes == pred["ql.localize.ig"].by_unit["plateau_probe"] > 0
+    assert "plateau_probe" not in pred["cnl.locate.emotion"].by_unit
+    line = next(ln for ln in plan_lines(runner, plan, pred) if "of which probes" in ln)
+    assert fmt_seconds(probes) in line

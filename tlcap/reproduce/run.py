@@ -37,6 +37,7 @@ from tlcap.config import check_int
 from tlcap.errors import InvalidConfigError, TlcapError, UnknownNameError
 from tlcap.reproduce.cnl_stages import cnl_stages
 from tlcap.reproduce.cost import (
+    PROBE_KEY,
     UNITS,
     Calibration,
     ModelShape,
@@ -182,7 +183,8 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
         jobs: Worker processes of the run.
 
     Returns:
-        The table's lines: a header, one line per stage, the total, the dominant stages and (``jobs > 1``) the wall time.
+        The table's lines: a header, one line per stage, the total (and the share of ``batch_rows="auto"``'s
+        throughput probes in it, on an accelerator), the dominant stages and (``jobs > 1``) the wall time.
     """
     lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'peak mem':>9}  what"]
     total, peak = 0.0, 0
@@ -197,6 +199,10 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
                      f"{fmt_bytes(p.peak_bytes) if p else '–':>9}  {s.pending or s.description}"
                      + (f" [{note}]" if note else ""))
     lines.append(f"{'total':<22} {'':<9} {fmt_seconds(total):>10} {fmt_bytes(peak):>9}")
+    probes = sum(p.by_unit.get(PROBE_KEY, 0.0) for s in plan if (p := pred.get(s.name)) is not None)
+    if probes > 0:
+        lines.append(f"{'  of which probes':<22} {'':<9} {fmt_seconds(probes):>10} {'':>9}  batch_rows=\"auto\"'s "
+                     "throughput probes, one per kind and stage (a process probes once per context length)")
     top = dominant({n: p.seconds for n, p in pred.items() if p is not None})
     if top:
         lines.append(f"{'dominant':<22} {'':<9} " + ", ".join(f"{n} {share:.0%}" for n, share in top)
