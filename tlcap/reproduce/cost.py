@@ -66,7 +66,7 @@ from typing import Any
 from tlcap.errors import InvalidConfigError, MissingFileError
 from tlcap.reproduce.token_counts import n_tokens, prefill_tokens  # noqa: F401  (re-exported)
 from tlcap.runtime.batching import SAFETY
-from tlcap.runtime.plateau import BUDGET_S, REPEAT, find_plateau
+from tlcap.runtime.plateau import BUDGET_S, find_plateau, timed_rate
 
 CPU_MEMORY_ROWS = 128
 """IG rows a CPU probe models its measured memory on (:func:`tlcap.reproduce.probe.calibrate`), and so the most
@@ -784,9 +784,10 @@ def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
     """Seconds of ``batch_rows="auto"``'s throughput probes (:mod:`tlcap.runtime.plateau`) for ``work``.
 
     On an accelerator (``meta["two_sizes"]``) the first call of a process probes the rows-per-second plateau of
-    its kind of rows before it runs: each size ``START, 2·START, …`` up to the probe's cap runs ``1 + REPEAT``
-    batches, and the probe stops as :func:`tlcap.runtime.plateau.find_plateau` does (two doublings without a 10 %
-    gain, the cap, or ``BUDGET_S``). Here that rule runs on the calibration's own time of a batch of ``b`` rows
+    its kind of rows before it runs: each size ``START, 2·START, …`` up to the probe's cap is measured by
+    :func:`tlcap.runtime.plateau.timed_rate` (a warm-up batch, then the timed ones), and the probe stops as
+    :func:`tlcap.runtime.plateau.find_plateau` does (two doublings without a 10 % gain, the cap, or ``BUDGET_S``).
+    Here both run on a clock that the calibration's own time of a batch of ``b`` rows advances
     (``s/pass + b · FLOPs per row · s/FLOP`` of the rows' unit), so the sizes, the stop and the seconds are those
     the calibrated machine would take. IG rows (kind ``"ig"``): the ``ig_row`` unit, capped at the rows one pass
     holds (:func:`held_rows`); the kinds in :attr:`Workload.probes` (``"trace"``: forward rows, ``fwd_token``) at
@@ -811,7 +812,7 @@ def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
     """
     if not cal.meta.get("two_sizes"):
         return 0.0
-    todo = [(unit, rows, fl) for unit, (rows, fl) in ((PROBE_UNITS[k], v) for k, v in work.probes.items())]
+    todo = [(PROBE_UNITS[kind], rows, fl) for kind, (rows, fl) in work.probes.items()]
     rows = work.units.get("ig_row", 0.0)
     if rows > 0:
         todo.append(("ig_row", held_rows(work, cal, "ig_row"), work.flops.get("ig_row", 0.0) / rows))
@@ -819,19 +820,17 @@ def plateau_probe_seconds(work: Workload, cal: Calibration) -> float:
 
 
 def _probe_seconds(cal: Calibration, unit: str, cap: float, flops_per_row: float) -> float:
-    """:func:`tlcap.runtime.plateau.find_plateau` on the calibrated time of a batch of ``unit`` rows: its seconds."""
+    """The probe's seconds: :func:`~tlcap.runtime.plateau.find_plateau` and :func:`~tlcap.runtime.plateau.timed_rate`
+    on a clock that each batch of ``b`` rows advances by its calibrated time."""
     per_row, per_pass = flops_per_row * cal.seconds_per_flop[unit], cal.seconds_per_pass.get(unit, 0.0)
     clock = [0.0]
 
-    def rate_of(b: int) -> float:
-        t = per_pass + b * per_row
-        clock[0] += (1 + REPEAT) * t
-        return b / max(t, 1e-12)
+    def run(b: int) -> None:
+        clock[0] += per_pass + b * per_row
 
-    find_plateau(rate_of, max(1, int(math.floor(cap))), budget_s=BUDGET_S, clock=lambda: clock[0])
+    now = lambda: clock[0]  # noqa: E731
+    find_plateau(lambda b: timed_rate(run, b, clock=now), max(1, int(math.floor(cap))), budget_s=BUDGET_S, clock=now)
     return clock[0]
-
-
 
 
 def dominant(seconds: Mapping[str, float], share: float = 0.8) -> list[tuple[str, float]]:

@@ -54,8 +54,6 @@ PATIENCE = 2
 """Doublings in a row without a ``TOL`` gain before the probe stops."""
 BUDGET_S = 20.0
 """Most seconds one probe spends measuring."""
-REPEAT = 2
-"""Timed calls per measured size (after one warm-up call): a size costs ``1 + REPEAT`` batches."""
 PROBE_DEVICE_TYPES = ("cuda", "mps", "xpu")
 """Device types where ``batch_rows="auto"`` probes (a CPU keeps its fixed cap)."""
 KINDS = ("ig", "trace")
@@ -145,7 +143,7 @@ def find_plateau(rate_of: Callable[[int], float], cap: int, *, start: int = STAR
     return Plateau(rows, tuple(rates), int(cap), bool(limited), clock() - t0)
 
 
-def timed_rate(run: Callable[[int], Any], rows: int, *, repeat: int = REPEAT, clock: Callable[[], float] = time.perf_counter,
+def timed_rate(run: Callable[[int], Any], rows: int, *, repeat: int = 2, clock: Callable[[], float] = time.perf_counter,
                sync: Callable[[], None] | None = None) -> float:
     """Rows per second of ``run(rows)``: one warm-up call, then ``repeat`` timed calls.
 
@@ -299,5 +297,4 @@ def clear_plateaus() -> None:
 
 
 __all__ = ["Plateau", "find_plateau", "timed_rate", "rows_probe", "plateau_rows", "plateau_key", "candidates",
-           "context_bucket", "cached_plateaus", "clear_plateaus", "START", "TOL", "PATIENCE", "BUDGET_S", "REPEAT",
-           "PROBE_DEVICE_TYPES"]
+           "context_bucket", "cached_plateaus", "clear_plateaus", "START", "TOL", "PATIENCE", "PROBE_DEVICE_TYPES"]
