@@ -187,16 +187,23 @@ def word_attributions_facts(
     if not model.continues_rows:  # TL 3.9: no rows after padded prefixes, each word on its own
         return [words_one_fact(model, p, t, eos_baselines(model, len(p) + len(t) - 1, cfg.site, baseline_token_id)[:, layers],
                                names, layers, cfg) for p, t in tokens]
-    units, parts = [], []
-    for k, (p_ids, t_ids) in enumerate(tokens):
+    runs, parts, probs = [], [], []
+    for p_ids, t_ids in tokens:
         seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
         acts, logits, cache = model.context_run(seq, names)
         bases = eos_baselines(model, len(seq), cfg.site, baseline_token_id)[:, layers].to(acts)
+        at = torch.arange(len(p_ids) - 1, len(seq), device=logits.device)  # the positions that predict t_ids
+        tid = torch.tensor([int(x) for x in t_ids], device=logits.device)
+        probs.append(logits[at].float().softmax(-1).gather(-1, tid[:, None])[:, 0])
+        runs.append((seq, acts, bases))
+        parts.append((cache, len(seq)))
+    p_clean = torch.cat(probs).tolist()  # one copy to the host for every fact's clean probabilities
+    units, j = [], 0
+    for k, ((p_ids, t_ids), (seq, acts, bases)) in enumerate(zip(tokens, runs)):
         for t, tid in enumerate(t_ids):
             n_ctx = len(p_ids) + t
-            p = float(logits[n_ctx - 1].float().softmax(-1)[int(tid)])
-            units += [Unit(tuple(seq[:n_ctx]), int(tid), acts[i], bases[i], p, k, None, i) for i in range(n_ctx)]
-        parts.append((cache, len(seq)))
+            units += [Unit(tuple(seq[:n_ctx]), int(tid), acts[i], bases[i], p_clean[j], k, None, i) for i in range(n_ctx)]
+            j += 1
     res = ig_units(model, units, model.stack_prefixes(parts), names, layers, cfg, int(cfg.batch_rows))
     L, d = model.n_layers, model.d_mlp
     out, j = [], 0

@@ -417,17 +417,20 @@ def _scored(model: Model, items: list[tuple[list[int], list[int]]], units: Seque
             li: list[int]) -> list[_Scored]:
     """Per sample of ``items``: its mean-over-answer-tokens scores (float64 mean, then float32 on the CPU) and
     counters from its units' :class:`UnitsIG`."""
-    out, k = [], 0
     p_clean = torch.tensor([u.p_clean for u in units], dtype=torch.float64)
-    for _, t in items:
-        sl = slice(k, k + len(t))
-        k += len(t)
-        attr = res.attr[sl]  # on the device the rows ran on (a stream's result): reduced there
-        scores = torch.zeros(model.n_layers, model.d_mlp, dtype=torch.float64, device=attr.device)
-        scores[li] = attr.mean(0)
+    # reduced on the device the rows ran on (a stream's result), then copied to the host once for every sample
+    scores = torch.zeros(len(items), model.n_layers, model.d_mlp, dtype=torch.float64, device=res.attr.device)
+    bounds = [0]
+    for j, (_, t) in enumerate(items):
+        bounds.append(bounds[-1] + len(t))
+        scores[j, li] = res.attr[bounds[j]:bounds[-1]].mean(0)
+    scores_host, sums = scores.float().cpu(), res.attr.sum(-1).cpu()
+    out = []
+    for j, (_, t) in enumerate(items):
+        sl = slice(bounds[j], bounds[j + 1])
         delta = p_clean[sl, None] - res.p_base[sl]
-        err = (attr.sum(-1).cpu() - delta).abs().sum()
-        out.append(_Scored(scores.float().cpu(), len(t), float(p_clean[sl].float().double().mean()),
+        err = (sums[sl] - delta).abs().sum()
+        out.append(_Scored(scores_host[j], len(t), float(p_clean[sl].float().double().mean()),
                            {"completeness_abs_error": float(err), "completeness_delta": float(delta.abs().sum()),
                             "evaluations": int(res.evaluations[sl].sum())}))
     return out

@@ -79,17 +79,19 @@ def ig_of_facts(model: Model, facts: Sequence[Fact], tokens: Sequence[tuple[list
     units, prefix = make_units(model, tokens, hook_names, layers, baselines=baselines)
     res = ig_units(model, units, prefix, hook_names, layers, cfg, int(cfg.batch_rows))
     prov = Provenance.collect(model, asked)
+    w_bars = torch.stack([u.w_bar for u in units]).float().cpu()  # one copy to the host, not one per unit
     out, k = [], 0
     for (prompt, target), (_, t_ids) in zip(facts, tokens):
-        out.append(_result(model, prompt, target, t_ids, units[k:k + len(t_ids)], res, slice(k, k + len(t_ids)), layers,
-                           cfg, prov))
+        sl = slice(k, k + len(t_ids))
+        out.append(_result(model, prompt, target, t_ids, units[sl], w_bars[sl], res, sl, layers, cfg, prov))
         k += len(t_ids)
     return out
 
 
-def _result(model: Model, prompt: str, target: Any, t_ids: list[int], units: Sequence[Any], res: UnitsIG, sl: slice,
-            layers: Sequence[int], cfg: IGConfig, prov: Provenance) -> NeuronAttribution:
-    """One fact's :class:`NeuronAttribution` from its units' rows of ``res``."""
+def _result(model: Model, prompt: str, target: Any, t_ids: list[int], units: Sequence[Any], w_bars: Tensor,
+            res: UnitsIG, sl: slice, layers: Sequence[int], cfg: IGConfig, prov: Provenance) -> NeuronAttribution:
+    """One fact's :class:`NeuronAttribution` from its units' rows of ``res`` (``w_bars``: their clean activations,
+    on the host)."""
     L, d, nT = model.n_layers, model.d_mlp, len(t_ids)
     li = list(layers)
     scores = torch.zeros(nT, L, d, dtype=torch.float64)
@@ -100,7 +102,7 @@ def _result(model: Model, prompt: str, target: Any, t_ids: list[int], units: Seq
     p_base[:, li] = res.p_base[sl]
     for t, u in enumerate(units):
         p_full[t, li] = u.p_clean
-        acts[t, li] = u.w_bar.float().cpu()
+    acts[:, li] = w_bars
     meta: dict[str, Any] = {}
     steps: int | str = cfg.steps
     if cfg.steps == "auto":

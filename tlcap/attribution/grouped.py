@@ -43,6 +43,7 @@ from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.models.rows import concat_prefixes
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import run_auto_batched
+from tlcap.runtime.fixed import weights_fixed
 from tlcap.runtime.sites import get_site
 
 AUTO_START = 4
@@ -97,6 +98,12 @@ class UnitsIG:
     evaluations: Int[Tensor, " unit"]
 
 
+def one_pass_default(model: Model) -> bool:
+    """Whether :func:`make_units` runs the samples' clean forwards as one padded pass by default: on an
+    accelerator, not on a CPU (:func:`make_units`)."""
+    return model.device.type != "cpu"
+
+
 def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]], hook_names: Sequence[str],
                layers: Sequence[int], baseline: Tensor | None = None,
                baselines: Sequence[Tensor | None] | None = None,
@@ -128,7 +135,7 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
     states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
     seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in items]
     firsts = [max(len(p_ids) - 1, 0) for p_ids, _ in items]  # the positions whose next token is scored start here
-    if one_pass if one_pass is not None else model.device.type != "cpu":
+    if one_pass if one_pass is not None else one_pass_default(model):
         runs, prefix = model.context_states_many(seqs, hook_names, states_names, firsts)  # one padded pass
     else:
         runs, parts = [], []
@@ -137,14 +144,19 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
             runs.append((acts, states, logits))
             parts.append((cache, len(seq)))
         prefix = model.stack_prefixes(parts)
-    for k, ((p_ids, t_ids), seq, first, (acts, states, logits)) in enumerate(zip(items, seqs, firsts, runs)):
+    probs = []  # every unit's clean probability, read back to the host in one copy (not one sync per unit)
+    for (p_ids, t_ids), first, (_, _, logits) in zip(items, firsts, runs):
+        at = torch.arange(len(p_ids) - 1, len(p_ids) + len(t_ids) - 1) - first
+        tid = torch.tensor([int(x) for x in t_ids], device=logits.device)
+        probs.append(logits[at.to(logits.device)].float().softmax(-1).gather(-1, tid[:, None])[:, 0])
+    p_clean = torch.cat(probs).tolist() if probs else []
+    for k, ((p_ids, t_ids), seq, (acts, states, _)) in enumerate(zip(items, seqs, runs)):
         own = baselines[k] if baselines is not None and baselines[k] is not None else baseline
         for t, tid in enumerate(t_ids):
             pos = len(p_ids) + t - 1
             w_bar = acts[pos]
             base = torch.zeros_like(w_bar) if own is None else own[list(layers)].to(w_bar)
-            units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base,
-                              float(logits[pos - first].float().softmax(-1)[int(tid)]), k, states[pos]))
+            units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base, p_clean[len(units)], k, states[pos]))
     return units, prefix
 
 
@@ -176,12 +188,21 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         ``attr`` (zero where skipped; on the units' device: a round's dense result is not copied to the host)
         and ``p_base`` (NaN where not computed; CPU), float64.
     """
+    with weights_fixed():  # values read from the weights (the read-out's bias check) once, not once per batch
+        return _run_rows(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base)
+
+
+def _run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_names: Sequence[str],
+              layers: Sequence[int], cfg: IGConfig, batch_rows: int, steps: Tensor,
+              with_base: bool | Sequence[bool]) -> tuple[Tensor, Tensor]:
+    """:func:`run_rows` inside its :func:`~tlcap.runtime.fixed.weights_fixed` block."""
     with_base = [bool(with_base)] * len(units) if isinstance(with_base, bool) else [bool(b) for b in with_base]
     if cfg.late_expand and all(u.at < 0 for u in units) and staged_applies(model, hook_names):
         return run_staged(model, units, prefix, hook_names, layers, cfg, batch_rows, steps, with_base)
     n_u, n_li = steps.shape
-    attr = torch.zeros(n_u, n_li, units[0].w_bar.shape[-1], dtype=torch.float64, device=units[0].w_bar.device)
-    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
+    dev = units[0].w_bar.device
+    attr = torch.zeros(n_u, n_li, units[0].w_bar.shape[-1], dtype=torch.float64, device=dev)
+    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64, device=dev)  # to the host once, at the end
     conts = [u.context[u.at:] if u.at >= 0 else u.context[-1:] for u in units]
     for q in sorted({len(c) for c in conts}):  # rows after their prefixes, one continuation length per pass
         sel = [g for g, c in enumerate(conts) if len(c) == q]
@@ -189,21 +210,22 @@ def run_rows(model: Model, units: Sequence[Unit], prefix: PaddedPrefix, hook_nam
         a_q, p_q = _rows_after_prefixes(model, [units[g] for g in sel], [list(conts[g]) for g in sel], sub, hook_names,
                                         layers, cfg, batch_rows, steps[sel], [with_base[g] for g in sel])
         attr[sel], p_base[sel] = a_q, p_q
-    return attr, p_base
+    return attr, p_base.cpu()
 
 
 def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[int]], prefix: PaddedPrefix,
                          hook_names: Sequence[str], layers: Sequence[int], cfg: IGConfig, batch_rows: int,
                          steps: Tensor, with_base: list[bool]) -> tuple[Tensor, Tensor]:
     """:func:`run_rows` as rows after per-unit prefixes (:meth:`Model.continue_rows`), in layer groups; every
-    unit continues its prefix with ``conts[g]`` (equal lengths), the first of which is scaled."""
+    unit continues its prefix with ``conts[g]`` (equal lengths), the first of which is scaled. Returns
+    ``(attr, p_base)``, both on the units' device."""
     n_u, n_li = steps.shape
     W = torch.stack([u.w_bar for u in units])
     B = torch.stack([u.base for u in units])
     D = W - B
     dev = W.device
     grad_acc = torch.zeros(n_u * n_li, W.shape[-1], dtype=torch.float64, device=dev)
-    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
+    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64, device=dev)  # to the host once, at the end
     rules = {int(m): quadrature(int(m), cfg.rule) for m in steps.unique().tolist() if m > 0}
     zero_first = {m: bool(a[0] == 0.0) for m, (a, _) in rules.items()}  # α = 0 is the baseline row itself
     tids = torch.tensor([u.target_id for u in units])
@@ -242,8 +264,8 @@ def _rows_after_prefixes(model: Model, units: Sequence[Unit], conts: list[list[i
                 grad = torch.autograd.grad(probs.sum(), leaf)[0]
             grad_acc.index_add_(0, (u_ * n_li + l_).to(dev), grad.double() * w_[:, None])
             idx = b_.nonzero().flatten()
-            p_base[u_[idx], l_[idx]] = probs.detach()[idx.to(probs.device)].double().cpu()
-    return D.double() * grad_acc.view(n_u, n_li, -1), p_base
+            p_base[u_[idx].to(dev), l_[idx].to(dev)] = probs.detach()[idx.to(probs.device)].double().to(dev)
+    return D.double() * grad_acc.view(n_u, n_li, -1), p_base  # both on the device (run_rows copies p_base once)
 
 
 def _worst_layers(err: Float[Tensor, "unit layer"], budget: Float[Tensor, " unit"],

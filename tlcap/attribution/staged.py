@@ -128,7 +128,7 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
     D = W_ - B_
     dev = W_.device
     grad_acc = torch.zeros(n_u * n_li, W_.shape[-1], dtype=torch.float64, device=dev)
-    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64)
+    p_base = torch.full((n_u, n_li), float("nan"), dtype=torch.float64, device=dev)  # to the host once, at the end
     rules = {int(m): quadrature(int(m), cfg.rule) for m in steps.unique().tolist() if m > 0}
     zero_first = {m: bool(a[0] == 0.0) for m, (a, _) in rules.items()}  # α = 0 is the baseline row itself
     st = steps.tolist()
@@ -165,9 +165,9 @@ def run_staged(model: Model, units: Sequence[Any], prefix: PaddedPrefix, hook_na
             grad_acc[int(u_all[s + r]) * n_li + i] += gr.double() * wt
         idx = np.nonzero(np.asarray(rb[sl]))[0]
         if len(idx):
-            p_base[torch.from_numpy(u_all[sl][idx]), torch.from_numpy(l_all[sl][idx])] = (
-                probs[torch.from_numpy(idx).to(probs.device)].double().cpu())
-    return D.double() * grad_acc.view(n_u, n_li, -1), p_base  # attr stays on the device (grouped.run_rows)
+            at = (torch.from_numpy(u_all[sl][idx]).to(dev), torch.from_numpy(l_all[sl][idx]).to(dev))
+            p_base[at] = probs[torch.from_numpy(idx).to(probs.device)].double().to(dev)
+    return D.double() * grad_acc.view(n_u, n_li, -1), p_base.cpu()  # attr stays on the device (grouped.run_rows)
 
 
 class _Plan:

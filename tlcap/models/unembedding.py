@@ -31,6 +31,7 @@ from torch import Tensor
 
 from tlcap.errors import UnsupportedModelError
 from tlcap.models.adapter import Model
+from tlcap.runtime.fixed import once
 
 
 def _norm_module(model: Model) -> Any:
@@ -115,7 +116,13 @@ def _readout_linear(model: Model) -> tuple[Tensor, Tensor | None] | None:
     if not isinstance(head, torch.nn.Linear):
         return None
     bias = head.bias
-    return head.weight, (bias if bias is not None and bool(bias.detach().any()) else None)
+    return head.weight, (bias if bias is not None and _nonzero(bias) else None)
+
+
+def _nonzero(bias: Tensor) -> bool:
+    """Whether ``bias`` has a non-zero entry (a host round trip on a GPU: once per
+    :func:`~tlcap.runtime.fixed.weights_fixed` block, IG runs :func:`target_probs` once per batch)."""
+    return once(("readout_bias_nonzero", id(bias)), lambda: bool(bias.detach().any()))
 
 
 READOUT_CHUNK = 2048

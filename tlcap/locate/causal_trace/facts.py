@@ -29,6 +29,7 @@ from tlcap.locate.causal_trace.setup import TraceSetup, prepare_trace
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
+from tlcap.runtime.fixed import weights_fixed
 from tlcap.runtime.sites import get_site
 
 TraceFact = tuple[str, str, "str | None"]
@@ -88,12 +89,23 @@ def trace_setups(setups: Sequence[TraceSetup], batch_rows: int | str | None = No
     per_batch = max(1, int(batch_rows) // (n * k_max))
     chunks = late_chunks(low, k_max, n * per_batch, model.n_layers)
     bar = tqdm(total=sum(len(g) for g in groups.values()), desc="causal traces", disable=not progress, unit="token")
-    for pairs in groups.values():
-        for s0 in range(0, len(pairs), per_batch):
-            sub = pairs[s0:s0 + per_batch]
-            _run_pairs(model, setups, sub, cells, chunks, scores)
-            bar.update(len(sub))
+    done: list[tuple[Sequence[tuple[int, int]], Sequence[tuple[int, int]], Tensor]] = []
+    with weights_fixed():
+        for pairs in groups.values():
+            for s0 in range(0, len(pairs), per_batch):
+                sub = pairs[s0:s0 + per_batch]
+                _run_pairs(model, setups, sub, cells, chunks, done)
+                bar.update(len(sub))
     bar.close()
+    if done:  # every batch's probabilities to the host in one copy (not one round trip per batch)
+        flat = torch.cat([p.reshape(-1) for _, _, p in done]).cpu()
+        at = 0
+        for pairs, chunk, p in done:
+            host = flat[at:at + p.numel()].view(p.shape)
+            at += p.numel()
+            for pi, (f, t) in enumerate(pairs):
+                for ci, (ki, li) in enumerate(chunk):
+                    scores[f][ki, t, li] = host[pi, ci]
     return scores
 
 
@@ -120,8 +132,10 @@ def _add(noise: Tensor) -> Any:
 
 
 def _run_pairs(model: Model, setups: Sequence[TraceSetup], pairs: Sequence[tuple[int, int]],
-               cells: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, int]], scores: list[Tensor]) -> None:
-    """The cells of ``pairs`` ((fact, token) with continuations of one length): rows after corrupted prefixes."""
+               cells: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, int]],
+               done: list[tuple[Sequence[tuple[int, int]], Sequence[tuple[int, int]], Tensor]]) -> None:
+    """The cells of ``pairs`` ((fact, token) with continuations of one length): rows after corrupted prefixes.
+    Appends ``(pairs, cells of the batch, [pairs, cells] mean probability on the device)`` to ``done`` per batch."""
     s_ = setups[0]
     n, kinds, layers = s_.samples, s_.kinds, s_.layers
     embed = get_site("embed").hook_name()
@@ -152,10 +166,7 @@ def _run_pairs(model: Model, setups: Sequence[TraceSetup], pairs: Sequence[tuple
             hooks.append((name, H.replace_rows(rows.to(model.device), 0, vals)))
         logits = model.continue_rows(conts, prefix, torch.full((n_ctx,), k), hooks=hooks, expand_at=lowest or None)
         probs = logits.float().softmax(-1).gather(1, tids.repeat_interleave(k)[:, None])[:, 0]
-        p = probs.reshape(len(pairs), n, k).mean(1).cpu()
-        for pi, (f, t) in enumerate(pairs):
-            for ci, (ki, li) in enumerate(chunk):
-                scores[f][ki, t, li] = p[pi, ci]
+        done.append((pairs, chunk, probs.reshape(len(pairs), n, k).mean(1)))
 
 
 def causal_trace_facts(
@@ -202,7 +213,8 @@ def causal_trace_facts(
     for s in range(0, len(facts), max(1, int(fact_batch))):
         t0 = time.perf_counter()
         chunk = facts[s:s + fact_batch]
-        setups = [prepare_trace(model, p, subj, tgt, config=cfg, warn=warn) for p, subj, tgt in chunk]
+        with weights_fixed():  # ν from the subject embeddings once per batch, not once per fact
+            setups = [prepare_trace(model, p, subj, tgt, config=cfg, warn=warn) for p, subj, tgt in chunk]
         scores = trace_setups(setups)
         share = (time.perf_counter() - t0) / len(chunk)
         out += [trace_result(st, sc, share) for st, sc in zip(setups, scores)]

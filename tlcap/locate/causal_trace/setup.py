@@ -24,6 +24,7 @@ from tlcap.locate.causal_trace.config import KIND_SITES, TraceConfig
 from tlcap.locate.subjects import SubjectWarning, find_subject, sink_message
 from tlcap.models.adapter import HookList, Model
 from tlcap.runtime import hooks as H
+from tlcap.runtime.fixed import once
 from tlcap.runtime.sites import get_site
 
 
@@ -124,9 +125,11 @@ def noise_level(model: Model, config: TraceConfig, subjects: Sequence[str] | Non
     """
     if config.noise_std is not None:
         return float(config.noise_std)
-    if config.noise_from == "embedding":
-        return embedding_noise_std(model, config.noise_factor)
-    return subject_noise_std(model, known_subjects() if subjects is None else subjects, config.noise_factor)
+    key = ("noise_level", id(model), config.noise_from, config.noise_factor, None if subjects is None else tuple(subjects))
+    if config.noise_from == "embedding":  # once per weights_fixed block (causal_trace_facts: once per fact batch)
+        return once(key, lambda: embedding_noise_std(model, config.noise_factor))
+    return once(key, lambda: subject_noise_std(model, known_subjects() if subjects is None else subjects,
+                                               config.noise_factor))
 
 
 @dataclass
