@@ -1,7 +1,7 @@
 """Count the host round trips (GPU synchronisations) of the batched methods, on a CPU.
 
 Each method runs on a random tiny Llama (``--layers`` layers) with the accelerator's code path (the samples'
-clean forwards as one padded pass, :func:`tlcap.attribution.grouped.one_pass_default`) under
+clean forwards as one padded pass, :func:`tlcap.runtime.device.one_pass_default`) under
 :func:`tlcap.runtime.host_syncs.count_host_syncs`, at two sizes (``--facts`` and twice as many facts or
 samples), so the per-call and per-fact round trips can be told apart. On a GPU each round trip drains the
 launch queue (the H200 profile of KN over 8 facts counted 74 ``cudaStreamSynchronize`` per call,
@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks._util import env_info, write_json  # noqa: E402
-from tlcap.attribution import grouped, integrated_gradients_facts  # noqa: E402
+from tlcap.attribution import integrated_gradients_facts  # noqa: E402
 from tlcap.attribution.amig import amig_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import load_task  # noqa: E402
 from tlcap.locate.causal_trace import causal_trace_facts  # noqa: E402
 from tlcap.models import make_llama  # noqa: E402
+from tlcap.runtime import device  # noqa: E402
 from tlcap.runtime.host_syncs import count_host_syncs  # noqa: E402
 from tlcap.runtime.run_control import RunControl  # noqa: E402
 
@@ -80,7 +81,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = make_llama(seed=0, n_layers=args.layers)
     out: dict[str, Any] = {"env": env_info(), "settings": vars(args), "methods": {}}
-    with mock.patch.object(grouped, "one_pass_default", lambda m: True):  # what an accelerator runs
+    with mock.patch.object(device, "one_pass_default", lambda m: True):  # what an accelerator runs
         for name, fn in methods(model, args.steps, args.batch_rows).items():
             if args.only and name not in args.only:
                 continue

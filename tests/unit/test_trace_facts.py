@@ -62,6 +62,33 @@ def test_trace_facts_equal_one_fact_at_a_time(peaked, kw):
     assert moved > 5e-5  # restorations move P(target) 50x the tolerance: a wrong restoration would show
 
 
+def test_trace_setups_from_padded_passes_equal_each_fact_alone(peaked):
+    """What an accelerator runs (prepare_traces: the facts' clean runs in one right-padded pass, their corrupted runs
+    in another) equals prepare_trace of each fact; the traces built on them too."""
+    from unittest import mock
+
+    from tlcap.locate.causal_trace.setup import prepare_trace, prepare_traces
+    from tlcap.runtime import device
+
+    kw = dict(samples=3, kinds=("mlp", "resid"), seed=2)
+    with mock.patch.object(device, "one_pass_default", lambda m: True):
+        many = prepare_traces(peaked, FACTS, warn=False, **kw)
+        traces = causal_trace_facts(peaked, FACTS, warn=False, **kw)
+    for (p, s, t), b, tr in zip(FACTS, many, traces):
+        one = prepare_trace(peaked, p, s, t, warn=False, **kw)
+        assert (b.target, b.target_id, b.subject_range, b.noise_std) == (one.target, one.target_id, one.subject_range,
+                                                                         one.noise_std)
+        assert torch.equal(b.tokens, one.tokens) and torch.equal(b.noise, one.noise)
+        assert b.clean_prob == pytest.approx(one.clean_prob, rel=1e-5, abs=1e-9)
+        assert b.corrupted_prob == pytest.approx(one.corrupted_prob, rel=1e-5, abs=1e-9)
+        assert b.clean.keys() == one.clean.keys()
+        for name, a in one.clean.items():
+            torch.testing.assert_close(b.clean[name], a, rtol=1e-5, atol=1e-5)
+        alone = causal_trace(peaked, p, s, t, warn=False, **kw)
+        torch.testing.assert_close(tr.scores, alone.scores, rtol=1e-4, atol=1e-6, equal_nan=True)
+    assert len({round(b.corrupted_prob, 6) for b in many}) == len(FACTS)  # each fact its own noise rows and target
+
+
 def test_trace_dataset_windows_equal_one_fact_windows():
     model = _peaked("llama")
     facts = [{"prompt": p, "subject": s} for p, s, _ in FACTS]

@@ -41,6 +41,7 @@ from tlcap.attribution.quadrature import n_points, quadrature
 from tlcap.attribution.staged import run_staged, staged_applies
 from tlcap.models.adapter import Model, PaddedPrefix
 from tlcap.models.rows import concat_prefixes
+from tlcap.runtime import device as runtime_device
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import run_auto_batched
 from tlcap.runtime.fixed import weights_fixed
@@ -98,12 +99,6 @@ class UnitsIG:
     evaluations: Int[Tensor, " unit"]
 
 
-def one_pass_default(model: Model) -> bool:
-    """Whether :func:`make_units` runs the samples' clean forwards as one padded pass by default: on an
-    accelerator, not on a CPU (:func:`make_units`)."""
-    return model.device.type != "cpu"
-
-
 def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]], hook_names: Sequence[str],
                layers: Sequence[int], baseline: Tensor | None = None,
                baselines: Sequence[Tensor | None] | None = None,
@@ -135,7 +130,7 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
     states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
     seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in items]
     firsts = [max(len(p_ids) - 1, 0) for p_ids, _ in items]  # the positions whose next token is scored start here
-    if one_pass if one_pass is not None else one_pass_default(model):
+    if one_pass if one_pass is not None else runtime_device.one_pass_default(model):
         runs, prefix = model.context_states_many(seqs, hook_names, states_names, firsts)  # one padded pass
     else:
         runs, parts = [], []

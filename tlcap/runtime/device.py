@@ -30,6 +30,24 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_CHOICES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
+def one_pass_default(model: Any) -> bool:
+    """Whether the independent forwards of several samples run as one right-padded pass by default.
+
+    On an accelerator, yes: one pass's kernel launches and host round trips instead of one set per sample
+    (right padding never changes a real position, attention being causal). On a CPU, no: the padding costs
+    compute, and a sample's result then does not depend on the samples beside it to the last bit, which
+    resumed runs rely on. The batched methods read it through this module (tests and
+    ``benchmarks/count_host_syncs.py`` patch it to run the accelerator's path on a CPU).
+
+    Args:
+        model: The model (its device).
+
+    Returns:
+        ``True`` on an accelerator.
+    """
+    return model.device.type != "cpu"
+
+
 def default_device() -> torch.device:
     """CUDA when available, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from tlcap.locate.causal_trace.config import TraceConfig
 from tlcap.locate.causal_trace.engine import late_chunks, trace_batched, trace_result
 from tlcap.locate.causal_trace.results import CausalTrace
-from tlcap.locate.causal_trace.setup import TraceSetup, prepare_trace
+from tlcap.locate.causal_trace.setup import TraceSetup, prepare_traces
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
@@ -182,7 +182,9 @@ def causal_trace_facts(
     """:func:`~tlcap.locate.causal_trace.causal_trace` of every fact, the cells of several facts batched.
 
     Each fact is prepared as :func:`causal_trace` prepares it (clean run, seeded noise, corrupted
-    run); the restorations of up to ``fact_batch`` facts then share forward passes (module docstring).
+    run; on an accelerator the ``fact_batch`` facts' clean runs are one padded pass and their corrupted runs
+    another, :func:`~tlcap.locate.causal_trace.setup.prepare_traces`); the restorations of up to ``fact_batch``
+    facts then share forward passes (module docstring).
     Each result equals :func:`causal_trace` of that fact up to float rounding.
 
     Args:
@@ -213,8 +215,7 @@ def causal_trace_facts(
     for s in range(0, len(facts), max(1, int(fact_batch))):
         t0 = time.perf_counter()
         chunk = facts[s:s + fact_batch]
-        with weights_fixed():  # ν from the subject embeddings once per batch, not once per fact
-            setups = [prepare_trace(model, p, subj, tgt, config=cfg, warn=warn) for p, subj, tgt in chunk]
+        setups = prepare_traces(model, chunk, config=cfg, warn=warn)  # on an accelerator: two passes per chunk
         scores = trace_setups(setups)
         share = (time.perf_counter() - t0) / len(chunk)
         out += [trace_result(st, sc, share) for st, sc in zip(setups, scores)]
