@@ -368,7 +368,8 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
 
     On an accelerator (:func:`~tlcap.runtime.device.one_pass_default`) the facts' clean runs are one
     right-padded pass and their corrupted runs another (each fact's noise on its own rows), so a batch of
-    facts costs two passes' launches and three host round trips instead of two passes and two round trips per
+    facts costs two passes' launches and three or four host round trips (the clean and corrupted probabilities,
+    ν, the top tokens where a target is ``None``) instead of two passes and two or three round trips per
     fact; each setup equals the fact's own :func:`prepare_trace` up to float rounding (tested). On a CPU,
     and for one fact, each fact is prepared alone. ν is computed once for all of them.
 
