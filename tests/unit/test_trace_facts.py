@@ -89,6 +89,26 @@ def test_trace_setups_from_padded_passes_equal_each_fact_alone(peaked):
     assert len({round(b.corrupted_prob, 6) for b in many}) == len(FACTS)  # each fact its own noise rows and target
 
 
+def test_trace_dataset_from_padded_set_ups_equals_each_fact_set_up_alone():
+    """trace_dataset on the accelerator's path (each window's facts set up in two padded passes, each fact with its
+    own noise seed) equals the per-fact set-up."""
+    from unittest import mock
+
+    from tlcap.data import load_known_facts
+    from tlcap.runtime import device
+
+    m = _peaked("llama")
+    facts = load_known_facts(n=5)
+    kw = dict(samples=2, fact_batch=3, seed=4, kinds=("mlp", "resid"))
+    alone = trace_dataset(m, facts, **kw)
+    with mock.patch.object(device, "one_pass_default", lambda model: True):
+        padded = trace_dataset(m, facts, **kw)
+    torch.testing.assert_close(padded.effects, alone.effects, rtol=1e-4, atol=1e-6, equal_nan=True)
+    assert padded.clean_prob == pytest.approx(alone.clean_prob, rel=1e-5)
+    assert padded.corrupted_prob == pytest.approx(alone.corrupted_prob, rel=1e-5)
+    assert padded.top_layers == alone.top_layers and padded.noise_std == alone.noise_std
+
+
 def test_trace_dataset_windows_equal_one_fact_windows():
     model = _peaked("llama")
     facts = [{"prompt": p, "subject": s} for p, s, _ in FACTS]

@@ -20,7 +20,7 @@ from tlcap.errors import EmptyDatasetError, InvalidConfigError, UnknownNameError
 from tlcap.locate.causal_trace.config import KINDS, TraceConfig
 from tlcap.locate.causal_trace.engine import trace_result
 from tlcap.locate.causal_trace.facts import trace_setups
-from tlcap.locate.causal_trace.setup import noise_level, prepare_trace
+from tlcap.locate.causal_trace.setup import noise_level, prepare_traces
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -247,13 +247,11 @@ def trace_dataset(
     at_start = 0
     bar = tqdm(total=len(facts), desc="trace dataset", disable=not progress)
     for s in range(0, len(facts), fact_batch):  # the cells of a window of facts share batches
-        setups = []
-        for i in range(s, min(s + fact_batch, len(facts))):
-            f, target = facts[i], None
-            if cfg.use_attribute:
-                target = f.get("target") or (" " + f["attribute"].strip() if f.get("attribute") else None)
-            setups.append(prepare_trace(model, f["prompt"], f["subject"], target,
-                                        config=cfg.replace(noise_std=nu, seed=cfg.seed + i), warn=False))
+        window = range(s, min(s + fact_batch, len(facts)))
+        items = [(facts[i]["prompt"], facts[i]["subject"], _target(facts[i]) if cfg.use_attribute else None)
+                 for i in window]  # each fact its own noise seed; on an accelerator set up in two padded passes
+        setups = prepare_traces(model, items, config=cfg.replace(noise_std=nu), warn=False,
+                                seeds=[cfg.seed + i for i in window])
         t_w = time.perf_counter()
         scores = trace_setups(setups)
         share = (time.perf_counter() - t_w) / len(setups)
@@ -288,6 +286,11 @@ def trace_dataset(
         seconds=time.perf_counter() - t0, model_name=model.name,
         provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
     )
+
+
+def _target(fact: dict) -> str | None:
+    """A fact's answer (``target``, else its ``attribute`` with a leading space; ``None``: the clean top token)."""
+    return fact.get("target") or (" " + fact["attribute"].strip() if fact.get("attribute") else None)
 
 
 __all__ = ["DatasetEffectRow", "DatasetTrace", "TOKEN_CLASSES", "token_classes", "trace_dataset"]

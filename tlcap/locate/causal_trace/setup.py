@@ -19,7 +19,7 @@ from torch import Tensor
 
 from tlcap.config import check_str
 from tlcap.data.knowns import load_known_facts
-from tlcap.errors import EmptyDatasetError
+from tlcap.errors import EmptyDatasetError, InvalidConfigError
 from tlcap.locate.causal_trace.config import KIND_SITES, TraceConfig
 from tlcap.locate.subjects import SubjectWarning, find_subject, sink_message
 from tlcap.models.adapter import HookList, Model
@@ -363,7 +363,7 @@ def _noise(model: Model, cfg: TraceConfig, span: tuple[int, int], nu: float) -> 
 
 @torch.no_grad()
 def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *, config: TraceConfig | None = None,
-                   warn: bool = True, **overrides: Any) -> list[TraceSetup]:
+                   warn: bool = True, seeds: Sequence[int] | None = None, **overrides: Any) -> list[TraceSetup]:
     """:func:`prepare_trace` of several ``(prompt, subject, target or None)`` facts.
 
     On an accelerator (:func:`~tlcap.runtime.device.one_pass_default`) the facts' clean runs are one
@@ -378,6 +378,7 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
         facts: ``(prompt, subject, target)`` per fact (``target=None``: the clean run's top token).
         config: A :class:`TraceConfig` (default: its defaults).
         warn: Warn when a subject starts its prompt without a BOS (:func:`prepare_trace`).
+        seeds: Per fact, the seed of its noise draws (default: every fact ``config.seed``).
         **overrides: :class:`TraceConfig` fields overriding ``config``.
 
     Returns:
@@ -395,10 +396,13 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
     """
     cfg = TraceConfig.resolve(config, **overrides)
     layers = cfg.check_layers(model.n_layers, model.name)
+    if seeds is not None and len(seeds) != len(facts):
+        raise InvalidConfigError(f"seeds needs one entry per fact ({len(facts)}), got {len(seeds)}")
+    cfgs = [cfg] * len(facts) if seeds is None else [cfg.replace(seed=int(x)) for x in seeds]
     inputs = [_fact_inputs(model, p, s, t, cfg, None, warn) for p, s, t in facts]  # every fact checked first
     with weights_fixed():  # ν once
         if len(facts) < 2 or not runtime_device.one_pass_default(model) or not model.continues_rows:
-            return [prepare_trace(model, p, s, t, config=cfg, warn=False) for p, s, t in facts]
+            return [prepare_trace(model, p, s, t, config=c, warn=False) for (p, s, t), c in zip(facts, cfgs)]
         nu = noise_level(model, cfg)
     k, n_s = len(facts), cfg.samples
     lengths = [int(tok.shape[1]) for tok, _ in inputs]
@@ -417,8 +421,8 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
         clean = {nm: a[f:f + 1, :lengths[f]] for nm, a in store.items()}
         setups.append(TraceSetup(
             model=model, prompt=p, subject=subj, target=model.to_str_tokens([tids[f]])[0] if t is None else t,
-            tokens=tok, subject_range=span, target_id=tids[f], noise=_noise(model, cfg, span, nu), noise_std=nu,
-            config=cfg, layers=layers, clean=clean, clean_prob=clean_probs[f], subject_at_start=span[0] == 0))
+            tokens=tok, subject_range=span, target_id=tids[f], noise=_noise(model, cfgs[f], span, nu), noise_std=nu,
+            config=cfgs[f], layers=layers, clean=clean, clean_prob=clean_probs[f], subject_at_start=span[0] == 0))
     # the corrupted runs: n_s rows per fact, each fact's noise on its subject positions
     dense = torch.zeros(k * n_s, toks.shape[1], model.d_model, device=model.device)
     for f, st in enumerate(setups):
