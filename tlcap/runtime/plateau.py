@@ -297,4 +297,5 @@ def clear_plateaus() -> None:
 
 
 __all__ = ["Plateau", "find_plateau", "timed_rate", "rows_probe", "plateau_rows", "plateau_key", "candidates",
-           "context_bucket", "cached_plateaus", "clear_plateaus", "START", "TOL", "PATIENCE", "PROBE_DEVICE_TYPES"]
+           "context_bucket", "cached_plateaus", "clear_plateaus", "START", "TOL", "PATIENCE", "BUDGET_S",
+           "PROBE_DEVICE_TYPES"]

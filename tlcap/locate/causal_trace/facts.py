@@ -25,11 +25,10 @@ from tqdm.auto import tqdm
 from tlcap.locate.causal_trace.config import TraceConfig
 from tlcap.locate.causal_trace.engine import late_chunks, trace_batched, trace_result
 from tlcap.locate.causal_trace.results import CausalTrace
-from tlcap.locate.causal_trace.setup import TraceSetup, prepare_traces
+from tlcap.locate.causal_trace.setup import TraceSetup, add_dense, dense_noise, prepare_traces
 from tlcap.models.adapter import Model
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
-from tlcap.runtime.fixed import weights_fixed
 from tlcap.runtime.sites import get_site
 
 TraceFact = tuple[str, str, "str | None"]
@@ -90,12 +89,11 @@ def trace_setups(setups: Sequence[TraceSetup], batch_rows: int | str | None = No
     chunks = late_chunks(low, k_max, n * per_batch, model.n_layers)
     bar = tqdm(total=sum(len(g) for g in groups.values()), desc="causal traces", disable=not progress, unit="token")
     done: list[tuple[Sequence[tuple[int, int]], Sequence[tuple[int, int]], Tensor]] = []
-    with weights_fixed():
-        for pairs in groups.values():
-            for s0 in range(0, len(pairs), per_batch):
-                sub = pairs[s0:s0 + per_batch]
-                _run_pairs(model, setups, sub, cells, chunks, done)
-                bar.update(len(sub))
+    for pairs in groups.values():
+        for s0 in range(0, len(pairs), per_batch):
+            sub = pairs[s0:s0 + per_batch]
+            _run_pairs(model, setups, sub, cells, chunks, done)
+            bar.update(len(sub))
     bar.close()
     if done:  # every batch's probabilities to the host in one copy (not one round trip per batch)
         flat = torch.cat([p.reshape(-1) for _, _, p in done]).cpu()
@@ -109,28 +107,6 @@ def trace_setups(setups: Sequence[TraceSetup], batch_rows: int | str | None = No
     return scores
 
 
-def _dense_noise(setups: Sequence[TraceSetup], pairs: Sequence[tuple[int, int]], start: str, width: int,
-                 dtype: torch.dtype) -> Tensor:
-    """``[pairs · samples, width, d_model]`` subject noise of each row's prefix (``start="prefix"``: positions
-    ``< t``) or continuation (``"cont"``: positions ``>= t``, shifted by ``t``), zero elsewhere."""
-    model = setups[0].model
-    n = setups[0].samples
-    out = torch.zeros(len(pairs) * n, width, model.d_model, device=model.device, dtype=dtype)
-    for p, (f, t) in enumerate(pairs):
-        s0, s1 = setups[f].subject_range
-        a, b = (s0, min(s1, t)) if start == "prefix" else (max(s0, t), s1)
-        if b > a:
-            shift = 0 if start == "prefix" else t
-            out[p * n:(p + 1) * n, a - shift:b - shift] = setups[f].noise[:, a - s0:b - s0].to(out)
-    return out
-
-
-def _add(noise: Tensor) -> Any:
-    def hook(act: Tensor, hook: Any = None) -> Tensor:
-        return act + noise.to(act.dtype)
-    return hook
-
-
 def _run_pairs(model: Model, setups: Sequence[TraceSetup], pairs: Sequence[tuple[int, int]],
                cells: Sequence[tuple[int, int]], chunks: Sequence[tuple[int, int]],
                done: list[tuple[Sequence[tuple[int, int]], Sequence[tuple[int, int]], Tensor]]) -> None:
@@ -142,11 +118,11 @@ def _run_pairs(model: Model, setups: Sequence[TraceSetup], pairs: Sequence[tuple
     dtype = model.dtype
     pre = [s.tokens[0, :t].tolist() for f, t in pairs for s in [setups[f]] for _ in range(n)]
     longest = max(len(x) for x in pre)
-    with model.hooks(fwd=[(embed, _add(_dense_noise(setups, pairs, "prefix", longest, dtype)))] if longest else []):
+    with model.hooks(fwd=[(embed, add_dense(dense_noise(setups, pairs, "prefix", longest, dtype)))] if longest else []):
         prefix = model.padded_prefix(pre)
     conts = [setups[f].tokens[0, t:].tolist() for f, t in pairs for _ in range(n)]
     q = len(conts[0])
-    noise = _dense_noise(setups, pairs, "cont", q, dtype)
+    noise = dense_noise(setups, pairs, "cont", q, dtype)
     tids = torch.tensor([setups[f].target_id for f, _ in pairs for _ in range(n)], device=model.device)
     n_ctx = len(conts)
     for c0, c1 in chunks:
@@ -157,7 +133,7 @@ def _run_pairs(model: Model, setups: Sequence[TraceSetup], pairs: Sequence[tuple
             for ll in s_.site_layers(kinds[ki], layers[li]):
                 per_hook.setdefault(s_.hook(kinds[ki], ll), []).append(ci)
         lowest = min(min(s_.site_layers(kinds[ki], layers[li])) for ki, li in chunk)
-        hooks: list = [(embed, _add(noise if lowest > 0 else noise.repeat_interleave(k, 0)))]
+        hooks: list = [(embed, add_dense(noise if lowest > 0 else noise.repeat_interleave(k, 0)))]
         for name, cis in per_hook.items():
             ci_t = torch.tensor(cis, dtype=torch.long)
             rows = (torch.arange(n_ctx)[:, None] * k + ci_t[None, :]).reshape(-1)  # context-major rows

@@ -320,6 +320,12 @@ def prepare_trace(
     cfg = TraceConfig.resolve(config, **overrides)
     layers = cfg.check_layers(model.n_layers, model.name)
     tokens, span = _fact_inputs(model, prompt, subject, target, cfg, occurrence, warn)
+    return _prepare_one(model, prompt, subject, target, cfg, layers, tokens, span)
+
+
+def _prepare_one(model: Model, prompt: str, subject: str, target: str | None, cfg: TraceConfig,
+                 layers: tuple[int, ...], tokens: Tensor, span: tuple[int, int]) -> TraceSetup:
+    """:func:`prepare_trace` of one fact whose inputs are checked (:func:`_fact_inputs`): its clean and corrupted runs."""
     logits, clean = model.run_with_cache(tokens, _clean_names(model, cfg))
     probs = logits[0, -1].float().softmax(-1)
     if target is None:
@@ -359,6 +365,46 @@ def _noise(model: Model, cfg: TraceConfig, span: tuple[int, int], nu: float) -> 
     """The fact's fixed noise draws (seeded by ``cfg.seed``), ``[samples, subject tokens, d_model]``."""
     g = torch.Generator(device="cpu").manual_seed(cfg.seed)
     return (torch.randn(cfg.samples, span[1] - span[0], model.d_model, generator=g) * nu).to(model.device)
+
+
+def dense_noise(setups: Sequence[TraceSetup], pairs: Sequence[tuple[int, int]], start: str, width: int,
+                dtype: torch.dtype) -> Tensor:
+    """Every row's subject noise as one dense tensor, zero elsewhere (rows are ``pair``-major, ``samples`` each).
+
+    Args:
+        setups: The facts' set-ups (their noise draws and subject spans).
+        pairs: ``(fact, t)`` per pair of rows: the fact and the position ``t`` its rows split at.
+        start: ``"prefix"``: the positions ``< t``; ``"cont"``: the positions ``>= t``, shifted by ``t``.
+        width: Positions per row.
+        dtype: The tensor's dtype.
+
+    Returns:
+        ``[pairs · samples, width, d_model]`` noise on the model's device.
+    """
+    model = setups[0].model
+    n = setups[0].samples
+    out = torch.zeros(len(pairs) * n, width, model.d_model, device=model.device, dtype=dtype)
+    for p, (f, t) in enumerate(pairs):
+        s0, s1 = setups[f].subject_range
+        a, b = (s0, min(s1, t)) if start == "prefix" else (max(s0, t), s1)
+        if b > a:
+            shift = 0 if start == "prefix" else t
+            out[p * n:(p + 1) * n, a - shift:b - shift] = setups[f].noise[:, a - s0:b - s0].to(out)
+    return out
+
+
+def add_dense(noise: Tensor) -> Any:
+    """A hook adding ``noise`` (:func:`dense_noise`) to the activation, in the activation's dtype.
+
+    Args:
+        noise: A tensor of the activation's shape.
+
+    Returns:
+        The hook.
+    """
+    def hook(act: Tensor, hook: Any = None) -> Tensor:
+        return act + noise.to(act.dtype)
+    return hook
 
 
 @torch.no_grad()
@@ -402,7 +448,8 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
     inputs = [_fact_inputs(model, p, s, t, cfg, None, warn) for p, s, t in facts]  # every fact checked first
     with weights_fixed():  # ν once
         if len(facts) < 2 or not runtime_device.one_pass_default(model) or not model.continues_rows:
-            return [prepare_trace(model, p, s, t, config=c, warn=False) for (p, s, t), c in zip(facts, cfgs)]
+            return [_prepare_one(model, p, s, t, c, layers, tok, span)
+                    for (p, s, t), c, (tok, span) in zip(facts, cfgs, inputs)]
         nu = noise_level(model, cfg)
     k, n_s = len(facts), cfg.samples
     lengths = [int(tok.shape[1]) for tok, _ in inputs]
@@ -424,11 +471,8 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
             tokens=tok, subject_range=span, target_id=tids[f], noise=_noise(model, cfgs[f], span, nu), noise_std=nu,
             config=cfgs[f], layers=layers, clean=clean, clean_prob=clean_probs[f], subject_at_start=span[0] == 0))
     # the corrupted runs: n_s rows per fact, each fact's noise on its subject positions
-    dense = torch.zeros(k * n_s, toks.shape[1], model.d_model, device=model.device)
-    for f, st in enumerate(setups):
-        s0, s1 = st.subject_range
-        dense[f * n_s:(f + 1) * n_s, s0:s1] = st.noise.to(dense)
-    embed = [(get_site("embed").hook_name(), lambda act, hook=None: act + dense.to(act.device, act.dtype))]
+    noise = dense_noise(setups, [(f, 0) for f in range(k)], "cont", toks.shape[1], model.dtype)
+    embed = [(get_site("embed").hook_name(), add_dense(noise))]
     lg = model.logits_at(toks.repeat_interleave(n_s, 0), last.repeat_interleave(n_s, 0), hooks=embed)[:, 0]
     rows = torch.tensor(tids, device=lg.device).repeat_interleave(n_s)
     corrupted = lg.float().softmax(-1).gather(1, rows[:, None])[:, 0].view(k, n_s).mean(1).tolist()
