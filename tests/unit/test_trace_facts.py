@@ -162,3 +162,32 @@ def test_rome_sweep_measures_once_and_equals_each_layer_edited_alone(tiny_gpt2):
                                                                            one.target_old)
         assert (r.new_prob_before, r.old_prob_before) == (one.new_prob_before, one.old_prob_before)
         assert r.new_prob_after == pytest.approx(one.new_prob_after, rel=1e-5)
+
+
+def test_trace_setups_corrupted_pass_is_split_by_batch_rows(peaked):
+    """prepare_traces' corrupted pass holds at most batch_rows rows (whole facts of ``samples`` rows each): 4 facts of
+    2 samples at batch_rows 6 are two passes (3 facts + 1), at 4 two, at 2 or 3 four, at 8 or "auto" one; every
+    split gives the probabilities of one pass."""
+    from unittest import mock
+
+    from tlcap.locate.causal_trace.setup import prepare_traces
+    from tlcap.models.adapter import Model
+    from tlcap.runtime import device
+
+    calls: list[int] = []
+    real = Model.logits_at
+
+    def counted(self, tokens, *a, **k):
+        calls.append(int(tokens.shape[0]))
+        return real(self, tokens, *a, **k)
+
+    got = {}
+    with mock.patch.object(device, "one_pass_default", lambda m: True), mock.patch.object(Model, "logits_at", counted):
+        for rows in (8, 6, 4, 3, 2, "auto"):
+            calls.clear()
+            got[rows] = [s.corrupted_prob for s in prepare_traces(peaked, FACTS, warn=False, samples=2, seed=3,
+                                                                  kinds=("mlp",), batch_rows=rows)]
+            assert calls[0] == len(FACTS)  # the clean pass: one row per fact
+            assert calls[1:] == {8: [8], 6: [6, 2], 4: [4, 4], 3: [2] * 4, 2: [2] * 4, "auto": [8]}[rows]
+    for rows in (6, 4, 3, 2, "auto"):
+        assert got[rows] == pytest.approx(got[8], rel=1e-5, abs=1e-9)  # float rounding of other batch shapes

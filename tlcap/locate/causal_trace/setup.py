@@ -25,6 +25,7 @@ from tlcap.locate.subjects import SubjectWarning, find_subject, sink_message
 from tlcap.models.adapter import HookList, Model
 from tlcap.runtime import device as runtime_device
 from tlcap.runtime import hooks as H
+from tlcap.runtime.batching import auto_batch_rows, run_auto_batched, trace_row_bytes
 from tlcap.runtime.fixed import once, weights_fixed
 from tlcap.runtime.sites import get_site
 
@@ -416,8 +417,10 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
     right-padded pass and their corrupted runs another (each fact's noise on its own rows), so a batch of
     facts costs two passes' launches and three or four host round trips (the clean and corrupted probabilities,
     ν, the top tokens where a target is ``None``) instead of two passes and two or three round trips per
-    fact; each setup equals the fact's own :func:`prepare_trace` up to float rounding (tested). On a CPU,
-    and for one fact, each fact is prepared alone. ν is computed once for all of them.
+    fact; each setup equals the fact's own :func:`prepare_trace` up to float rounding (tested). The corrupted
+    pass holds at most ``config.batch_rows`` rows (whole facts, ``samples`` rows each; ``"auto"``: the trace
+    engine's batch, halved on out-of-memory), so it is split into several where the facts' rows do not fit. On
+    a CPU, and for one fact, each fact is prepared alone. ν is computed once for all of them.
 
     Args:
         model: The model.
@@ -470,13 +473,29 @@ def prepare_traces(model: Model, facts: Sequence[tuple[str, str, str | None]], *
             model=model, prompt=p, subject=subj, target=model.to_str_tokens([tids[f]])[0] if t is None else t,
             tokens=tok, subject_range=span, target_id=tids[f], noise=_noise(model, cfgs[f], span, nu), noise_std=nu,
             config=cfgs[f], layers=layers, clean=clean, clean_prob=clean_probs[f], subject_at_start=span[0] == 0))
-    # the corrupted runs: n_s rows per fact, each fact's noise on its subject positions
-    noise = dense_noise(setups, [(f, 0) for f in range(k)], "cont", toks.shape[1], model.dtype)
-    embed = [(get_site("embed").hook_name(), add_dense(noise))]
-    lg = model.logits_at(toks.repeat_interleave(n_s, 0), last.repeat_interleave(n_s, 0), hooks=embed)[:, 0]
-    rows = torch.tensor(tids, device=lg.device).repeat_interleave(n_s)
-    corrupted = lg.float().softmax(-1).gather(1, rows[:, None])[:, 0].view(k, n_s).mean(1).tolist()
-    for st, c in zip(setups, corrupted):
+    width = int(toks.shape[1])
+
+    def corrupted(batch_rows: int) -> list[float]:
+        """The corrupted runs: ``n_s`` rows per fact (its noise on its subject positions), whole facts per pass."""
+        per = max(1, int(batch_rows) // n_s)
+        out = torch.empty(k, device=model.device)
+        for a in range(0, k, per):
+            b = min(k, a + per)
+            noise = dense_noise(setups, [(f, 0) for f in range(a, b)], "cont", width, model.dtype)
+            embed = [(get_site("embed").hook_name(), add_dense(noise))]
+            lg = model.logits_at(toks[a:b].repeat_interleave(n_s, 0), last[a:b].repeat_interleave(n_s, 0),
+                                 hooks=embed)[:, 0]
+            rows = torch.tensor(tids[a:b], device=lg.device).repeat_interleave(n_s)
+            out[a:b] = lg.float().softmax(-1).gather(1, rows[:, None])[:, 0].view(b - a, n_s).mean(1)
+        return out.tolist()  # one read for the facts
+
+    if cfg.batch_rows == "auto":  # the batch the trace engine takes (its probe, shared), halved on out-of-memory
+        rows = auto_batch_rows(trace_row_bytes(model, width), k * n_s, cfg.max_memory, model.device, model=model,
+                               kind="trace", context_len=width)
+        probs_c = run_auto_batched(corrupted, rows, model.device)
+    else:
+        probs_c = corrupted(int(cfg.batch_rows))
+    for st, c in zip(setups, probs_c):
         st.corrupted_prob = c
     return setups
 
