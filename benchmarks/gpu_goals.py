@@ -16,7 +16,10 @@ measures them, most important first, each section with a time budget (``gpu_quic
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
 5. ``calibration`` + ``reproduce_check``: the ``reproduce`` probe at 7B and two stages predicted vs measured;
 6. ``cuda_tests``: the ``cuda``-marked tests;
-7. ``plateaus``: the batches ``batch_rows="auto"`` chose.
+7. ``plateaus``: the batches ``batch_rows="auto"`` chose;
+8. ``llama3_8b_shape``: every method once on a Llama-3-8B shape on an emulated 80 GB card, its peak memory
+   (``benchmarks/memory_8b.py``; item 3: no OOM at 8B on an 80 GB card, bf16). ``--only llama3_8b_shape``
+   runs only these (the 7B model is not loaded).
 
 ``--only cnl_fixed_b8,cnl_auto_b16`` runs those sections (after the matmul peak and the model).
 Timed calls leave out the ``batch_rows="auto"`` probes that fall into them (``probe_seconds``; a
@@ -41,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tlcap.attribution.staged as staged  # noqa: E402
 import tlcap.runtime.batching as batching  # noqa: E402
 from benchmarks import bench_gpu as bg  # noqa: E402
+from benchmarks import memory_8b as M8  # noqa: E402
 from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repro_check  # noqa: E402
 from tlcap.attribution import integrated_gradients_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
@@ -161,6 +165,38 @@ def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
             "fits_80gb_card": None if peak is None else peak < 79.0}
 
 
+def eight_b(q: Budget, device: torch.device, tiny: bool) -> None:
+    """Section 8 (module docstring): the 8B model, then every method and path of :func:`memory_8b.calls` and the
+    masked fine-tuning, each its own section, on an emulated 80 GB card (:func:`memory_8b.card_of`).
+
+    Args:
+        q: The run's budget.
+        device: Where it runs.
+        tiny: A tiny random Llama instead (the CPU smoke run).
+    """
+    held: dict[str, Any] = {}
+
+    def load() -> dict[str, Any]:
+        bg.reset_peak(device)
+        t0 = time.perf_counter()
+        m = held["m"] = (bg.make_llama(seed=2, n_layers=3, device=device, dtype=torch.bfloat16) if tiny
+                         else bg.load_model("llama3-8b-shape", device=device, dtype=torch.bfloat16))
+        bg.sync(device)
+        return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()), "n_layers": m.n_layers,
+                "d_vocab": m.d_vocab, "n_kv_heads": m.n_kv_heads, "load_seconds": time.perf_counter() - t0,
+                "weights_gib": bg.peak_gib(device)}
+
+    q.run((M8.KEY, "model"), load, 90, 30)
+    if "m" not in held:
+        return
+    m = held["m"]
+    with M8.card_of(device) as cap:
+        q.rep.payload.setdefault(M8.KEY, {})["card_gib"] = cap
+        for name, fn in M8.calls(m).items():
+            q.run((M8.KEY, name), lambda fn=fn: M8.peak_of(fn, device), 90, 20)
+        q.run((M8.KEY, "enhance_memory"), lambda: enhance_memory(m, device), 90, 20)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the goal sections (module docstring) and write the JSON after each.
 
@@ -221,7 +257,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return q.run(k, fn, budget, need) if not only or k[-1] in only or k[0] in only else None
 
     q.run(("matmul",), matmul, 15, 5)
-    q.run((key, "model"), load, 60, 10)
+    if not only or not only <= {M8.KEY}:  # --only llama3_8b_shape: the 8B sections alone
+        q.run((key, "model"), load, 60, 10)
     fixed = section((key, "cnl_fixed_b8"), need_model(lambda m: bg.bench_cnl_batched(m, 2, S, 8, cap, peak["t"])), 70, 30)
     for k in (8, 4):  # fixed Gauss-Legendre nodes: the completeness error beside midpoint S = 20's, at fewer rows
         section((key, f"cnl_gl{k}_b8"), need_model(lambda m, k=k: bg.bench_cnl_batched(
@@ -281,6 +318,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     holder.clear()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    if not only or M8.KEY in only:
+        eight_b(q, device, args.tiny)
+        holder.clear()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     section(("cuda_tests",), lambda: cuda_tests(args.tiny, max(q.left() - 5, 20)), 90, 30)
     payload["wall_seconds_total"] = time.perf_counter() - q.t0
     rep.write()

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 from benchmarks import gpu_quick as Q
 from benchmarks import gpu_table as T
@@ -141,3 +142,44 @@ def test_gpu_goals_tiny_runs_the_chosen_sections(tmp_path):
     assert "error" not in fixed and "error" not in auto
     assert auto["tol"] == pytest.approx(fixed["completeness_rel_error"]) and auto["steps"] == "auto"
     assert fixed["evaluations_per_sample"] == 504.0  # 21 rows (20 nodes + baseline) x 3 layers x 8 answer tokens
+
+
+def test_memory_8b_peak_of_records_an_escaped_oom_and_raises_other_errors():
+    """``memory_8b.peak_of``: an out-of-memory error the method did not absorb is the finding (status "oom", not
+    fitting the card); any other error is a bug and propagates; a call that runs fits (no peak on a CPU)."""
+    from benchmarks import memory_8b as M8
+
+    cpu = torch.device("cpu")
+
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    got = M8.peak_of(oom, cpu)
+    assert (got["status"], got["fits_80gb_card"]) == ("oom", False) and got["error"].startswith("CUDA out of memory")
+    ran = M8.peak_of(lambda: None, cpu)
+    assert (ran["status"], ran["fits_80gb_card"], ran["peak_gib"]) == ("ran", True, None) and "error" not in ran
+    with pytest.raises(ValueError, match="a bug"):
+        M8.peak_of(lambda: (_ for _ in ()).throw(ValueError("a bug")), cpu)
+    with M8.card_of(cpu) as cap:  # a CPU: nothing capped
+        assert cap is None
+
+
+@pytest.mark.heavy
+def test_gpu_goals_tiny_runs_every_registered_method_on_the_8b_sections(tmp_path):
+    """``gpu_goals.py --tiny --only llama3_8b_shape``: every method of the registry, the batched paths and the edits
+    run (the 7B model is not loaded)."""
+    import tlcap
+    from benchmarks import gpu_goals as G
+
+    out = tmp_path / "goals.json"
+    G.main(["--device", "cpu", "--tiny", "--out", str(out), "--only", "llama3_8b_shape", "--cap", "2"])
+    doc = json.loads(out.read_text())
+    assert "llama7b_shape" not in doc
+    got = doc["llama3_8b_shape"]
+    names = [m.name for m in tlcap.methods()]
+    paths = ["kn_facts_b8", "amig_facts_b3", "trace_facts_b4", "cnl_score_b8", "rome_edit"]
+    assert set(got) == {"card_gib", "model", *names, *paths, "enhance_memory"}
+    assert got["card_gib"] is None and got["model"]["n_layers"] == 3
+    for k in (*names, *paths):
+        assert got[k]["status"] == "ran" and got[k]["fits_80gb_card"] is True, (k, got[k])
+    assert "error" not in got["enhance_memory"] and got["enhance_memory"]["steps"] == 2

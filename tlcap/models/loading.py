@@ -228,8 +228,9 @@ def load_model(model: Any, device: Any = None, dtype: Any = None, **kwargs: Any)
               ``"gpt2-tiny"`` / ``"gpt2-small-random"`` (random GPT-2 for unit tests);
               ``"gptj-tiny"``, ``"neox-tiny"``, ``"qwen2-tiny"``, ``"gemma2-tiny"`` (random
               models of those families: :mod:`tlcap.models.families`);
-              ``"smollm2-135m-shape"`` / ``"llama-7b-shape"`` / ``"llama-1b-shape"`` (random
-              weights of the real shapes, for timing: :mod:`tlcap.models.shapes`);
+              ``"smollm2-135m-shape"`` / ``"llama-7b-shape"`` / ``"llama-1b-shape"`` /
+              ``"llama3-8b-shape"`` (random weights of the real shapes, for timing and memory:
+              :mod:`tlcap.models.shapes`);
             - a local HF model directory;
             - a hub name TransformerLens supports (``"gpt2"``, ``"pythia-70m"``, ...) when online;
             - a ``TransformerBridge`` or TL 3.9 ``HookedTransformer`` (wrapped as is);

@@ -22,7 +22,7 @@ from tlcap.models.paths import cache_dir
 from tlcap.models.placement import Placement, dispatch
 from tlcap.models.tiny import gpt2_tokenizer
 
-# The real configs (SmolLM2-135M-Instruct config.json; Llama-2-7b-hf config.json).
+# The real configs (SmolLM2-135M-Instruct, Llama-2-7b-hf, Meta-Llama-3-8B, Llama-3.2-1B config.json).
 SHAPES: dict[str, dict[str, Any]] = {
     "smollm2-135m-shape": dict(
         boot_name="HuggingFaceTB/SmolLM2-135M-Instruct", vocab_size=49152, hidden_size=576, intermediate_size=1536,
@@ -33,6 +33,11 @@ SHAPES: dict[str, dict[str, Any]] = {
         boot_name="meta-llama/Llama-2-7b-hf", vocab_size=32000, hidden_size=4096, intermediate_size=11008,
         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, head_dim=128, max_position_embeddings=4096,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "llama3-8b-shape": dict(  # Meta-Llama-3-8B config.json: GQA 32/8, the full 128,256-token vocabulary
+        boot_name="meta-llama/Meta-Llama-3-8B", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=8192,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
     ),
     "llama-1b-shape": dict(  # Llama-3.2-1B (GQA 32/8), vocabulary cut to the tokenizer's
         boot_name="meta-llama/Llama-3.2-1B", vocab_size=32000, hidden_size=2048, intermediate_size=8192,
@@ -60,7 +65,8 @@ def make_shape(name: str, seed: int = 0, device: torch.device | str | None = Non
     """A random-weight Llama of a real model's shape (see :data:`SHAPES`).
 
     Args:
-        name: A key of :data:`SHAPES` (``"smollm2-135m-shape"``, ``"llama-7b-shape"``, ``"llama-1b-shape"``).
+        name: A key of :data:`SHAPES` (``"smollm2-135m-shape"``, ``"llama-7b-shape"``, ``"llama3-8b-shape"``,
+            ``"llama-1b-shape"``).
         seed: Seed of the random initialisation.
         device: Where the weights are created (default CPU).
         dtype: Parameter dtype.
