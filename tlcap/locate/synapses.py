@@ -85,18 +85,20 @@ def synapse_mask(
     return mask, col, tau
 
 
-def most_attended_token(model: Model, prompt: str, skip_first: bool = True) -> tuple[int, str]:
+def most_attended_token(model: Model, prompt: str, skip_first: bool = True,
+                        patterns: Float[Tensor, "layer head query key"] | None = None) -> tuple[int, str]:
     """``t_i`` of QL eq. 4: the position whose column of the layer/head-mean pattern has most mass.
 
     Args:
         model: The model.
         prompt: The query.
         skip_first: Leave position 0 (the attention sink) out.
+        patterns: The prompt's :func:`attention_patterns` where already computed (default: computed here).
 
     Returns:
         ``(position, token string)``.
     """
-    col = attention_patterns(model, prompt).mean((0, 1)).sum(0)
+    col = (attention_patterns(model, prompt) if patterns is None else patterns).mean((0, 1)).sum(0)
     if skip_first and col.numel() > 1:
         col = col.clone()
         col[0] = -math.inf
@@ -262,7 +264,8 @@ class KnowledgeSynapses(Result):
                                      title=f"Knowledge synapses of {self.prompt!r} (α={self.alpha:g}, τ={self.tau:.3g})")
 
 
-def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: bool = True) -> KnowledgeSynapses:
+def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: bool = True,
+                    patterns: Float[Tensor, "layer head query key"] | None = None) -> KnowledgeSynapses:
     """Knowledge synapses of ``prompt`` (QL eqs. 5–6; ``skip_first`` drops the attention sink).
 
     Args:
@@ -270,6 +273,7 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
         prompt: The query.
         alpha: α of τ (paper: 0.3).
         skip_first: Leave position 0 out.
+        patterns: The prompt's :func:`attention_patterns` where already computed (default: computed here).
 
     Returns:
         A :class:`KnowledgeSynapses`.
@@ -281,7 +285,7 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
         >>> locate_synapses(model, "The capital of France is", alpha=0.1).summary()["per_token"]
         [0, 8, 8, 0, 0]
     """
-    A = attention_patterns(model, prompt)
+    A = attention_patterns(model, prompt) if patterns is None else patterns
     mask, col, tau = synapse_mask(A, alpha, skip_first)
     toks = tuple(model.to_str_tokens(model.encode(prompt)))
     return KnowledgeSynapses(mask, col, tau, alpha, prompt, toks, skip_first)

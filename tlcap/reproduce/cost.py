@@ -642,17 +642,21 @@ class Prediction:
         seconds: Wall time, the sum of :attr:`by_unit`.
         peak_bytes: Peak memory of the process (device memory on an accelerator).
         by_unit: Seconds per unit of :data:`UNITS`, and under :data:`PROBE_KEY` the throughput probe's.
+        floor_seconds: The stage's FLOPs at the calibration's matrix-product peak (its compute floor: no
+            batching or launch saving runs it faster); ``None`` where the calibration has no measured peak.
     """
 
     seconds: float
     peak_bytes: int
     by_unit: Mapping[str, float] = field(default_factory=dict)
+    floor_seconds: float | None = None
 
 
 def predict(work: Workload, cal: Calibration) -> Prediction:
     """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass (+ ``batch_rows="auto"``'s throughput probe on an
     accelerator, :func:`plateau_probe_seconds`); peak = base + the larger of memory_scale × working memory (with the
-    rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory.
+    rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory; the floor = Σ FLOPs / the
+    calibration's matrix-product peak (where it measured one).
 
     Args:
         work: The stage's workload.
@@ -678,7 +682,8 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     train_scale = 1.0 if cal.train_memory_scale is None else cal.train_memory_scale
     peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * (work.extra_bytes + held_bytes(work, cal)))),
                                 int(math.ceil(train_scale * work.train_bytes)))
-    return Prediction(sum(by_unit.values()), peak, by_unit)
+    floor = sum(work.flops.values()) / float(cal.peak_flops) if cal.peak_flops else None
+    return Prediction(sum(by_unit.values()), peak, by_unit, floor)
 
 
 def batched_passes(work: Workload, cal: Calibration, unit: str) -> float:

@@ -355,9 +355,11 @@ def _analysis_work(ctx: StageContext) -> Workload:
         calls = modification_calls(len(facts), edited, edits)
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
         return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
-    if cfg.analysis == "fig4":
-        return forward(shape, q_tok * (1 + 4 * 2), 8, 32, n_q * (1 + 4 * 2))
-    return forward(shape, q_tok * 8, 8, 32, n_q * 8)
+    if cfg.analysis == "fig4":  # per query one pass: its clean row and its eight set edits (query_kn_mapping)
+        return forward(shape, q_tok * (1 + 4 * 2), 8, 32 * (1 + 4 * 2), n_q)
+    # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses), the irrelevant prompt's
+    # synapses, then one pass of the unedited row and its four synapse edits
+    return forward(shape, q_tok * (1 + 1 + 5), 8, 32 * 5, n_q * 3)
 
 
 # ------------------------------------------------------------------ the stage list

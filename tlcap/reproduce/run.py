@@ -184,7 +184,9 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
 
     Returns:
         The table's lines: a header, one line per stage, the total (and the share of ``batch_rows="auto"``'s
-        throughput probes in it, on an accelerator), the dominant stages and (``jobs > 1``) the wall time.
+        throughput probes in it, on an accelerator), the FLOP floor (every stage's FLOPs at the calibration's
+        matmul peak, where it measured one), the dominant stages (each with its distance from its own floor)
+        and (``jobs > 1``) the wall time.
     """
     lines = [f"{'stage':<22} {'status':<9} {'predicted':>10} {'peak mem':>9}  what"]
     total, peak = 0.0, 0
@@ -203,9 +205,19 @@ def plan_lines(runner: Runner, plan: Sequence[Stage], pred: dict[str, Prediction
     if probes > 0:
         lines.append(f"{'  of which probes':<22} {'':<9} {fmt_seconds(probes):>10} {'':>9}  batch_rows=\"auto\"'s "
                      "throughput probes, one per kind and stage (a process probes once per context length)")
+    floors = {n: p.floor_seconds for n, p in pred.items() if p is not None and p.floor_seconds is not None}
+    floor = sum(floors.values())
+    if floor > 0:
+        lines.append(f"{'  FLOP floor':<22} {'':<9} {fmt_seconds(floor):>10} {'':>9}  every stage's FLOPs at the "
+                     f"calibration's matmul peak; the prediction is {total / floor:.1f}x it")
     top = dominant({n: p.seconds for n, p in pred.items() if p is not None})
+
+    def over(n: str) -> str:  # how far a dominant stage is from its compute floor
+        f = floors.get(n)
+        return f" ({pred[n].seconds / f:.1f}x its floor)" if f else ""  # type: ignore[union-attr]
+
     if top:
-        lines.append(f"{'dominant':<22} {'':<9} " + ", ".join(f"{n} {share:.0%}" for n, share in top)
+        lines.append(f"{'dominant':<22} {'':<9} " + ", ".join(f"{n} {share:.0%}{over(n)}" for n, share in top)
                      + f" ({sum(x for _, x in top):.0%} of the predicted time)")
     if jobs > 1:
         wall = makespan(plan, {n: p.seconds if p else None for n, p in pred.items()}, jobs)

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from tlcap.experiments.ql.config import EXCLUDED, MappingConfig
 from tlcap.experiments.ql.facts import FactKNs
-from tlcap.intervene.activations import enhance, suppress
-from tlcap.metrics.perplexity import next_token_logits
+from tlcap.intervene.set_rows import SetFactors
+from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import relative_change
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -169,15 +169,14 @@ def query_kn_mapping(
         sets_i = fk.sets()
         for i, q in enumerate(fk.queries):
             tid = model.target_ids(q, fk.target)[0]
-            p_b = float(next_token_logits(model, [q])[0].softmax(-1)[tid])
             cand = {"self": sets_i[i], **fk.neighbor_sets(i)}
+            runs = [(sname, op) for sname, ns in cand.items() if len(ns) for op in ("enh", "sup")]
+            probs = _probs_under(model, q, tid, [cand[sn] for sn, _ in runs],
+                                 [cfg.factor if op == "enh" else 0.0 for _, op in runs])
+            p_b, p_run = probs[0], dict(zip(runs, probs[1:]))
             for sname, ns in cand.items():
                 for op, sign in (("enh", 1.0), ("sup", -1.0)):
-                    if len(ns) == 0:  # nothing to intervene on: the clean probability, exactly
-                        p_a = p_b
-                    else:
-                        hooks = enhance(model, ns, cfg.factor) if op == "enh" else suppress(model, ns)
-                        p_a = float(next_token_logits(model, [q], hooks)[0].softmax(-1)[tid])
+                    p_a = p_run.get((sname, op), p_b)  # an empty set: nothing to intervene on, the clean probability
                     rows.append(MappingRow(
                         fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, group=grp, query=i, set=sname,
                         op=op, n_neurons=len(ns), p_before=p_b, p_after=p_a, dprob=relative_change(p_a, p_b, sign),
@@ -187,6 +186,25 @@ def query_kn_mapping(
     method = locs[0].method if locs else "ig"
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
     return MappingResult(tuple(rows), cfg.factor, tuple(groups), method, provenance=prov)
+
+
+@torch.no_grad()
+def _probs_under(model: Model, prompt: str, tid: int, sets: Sequence[NeuronSet], factors: Sequence[float]) -> list[float]:
+    """P(``tid``) after ``prompt``, clean and with each set's neurons scaled by its factor at the last position.
+
+    One forward pass: row 0 is the clean run, row ``r`` scales ``sets[r-1]`` (:class:`SetFactors`); each row equals
+    its own run with :func:`~tlcap.intervene.activations.scale_neurons` (a plain forward scales the last
+    position), up to the float rounding of a batch.
+
+    Returns:
+        ``[P clean, P under set 0, ...]``.
+    """
+    empty = NeuronSet((), (model.n_layers, model.d_mlp))
+    plan = SetFactors.of(model, [empty, *sets], [1.0, *factors])
+    toks = model.to_tokens(prompt)
+    n = len(plan)
+    logits = model.last_logits(toks.expand(n, -1), hooks=plan.hooks(model, torch.arange(n), pos=-1))
+    return logits.float().softmax(-1)[:, tid].tolist()
 
 
 __all__ = ["MappingResult", "MappingRow", "query_kn_mapping"]

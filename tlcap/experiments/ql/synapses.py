@@ -38,11 +38,17 @@ from tqdm.auto import tqdm
 from tlcap.data.sample import DataWarning
 from tlcap.experiments.ql.config import EXCLUDED, SynapseConfig
 from tlcap.experiments.ql.facts import FactKNs
-from tlcap.intervene.synapses import scale_synapses
-from tlcap.locate.synapses import locate_synapses, map_columns, most_attended_token, token_roles
+from tlcap.intervene.synapses import scale_synapses_rows
+from tlcap.locate.synapses import (
+    attention_patterns,
+    locate_synapses,
+    map_columns,
+    most_attended_token,
+    token_roles,
+)
 from tlcap.metrics.sets import NeuronSet
 from tlcap.metrics.stats import predominance, relative_change
-from tlcap.models.adapter import HookList, Model
+from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame, row_dict
@@ -184,14 +190,20 @@ class SynapseResult(RowFields, Result):
 
 
 @torch.no_grad()
-def _kn_value_prob(model: Model, prompt: str, tid: int, kns: NeuronSet, hooks: HookList = ()) -> tuple[float, float, Tensor]:
-    """(mean |activation| of the KNs at the last position, P(target), all last-position activations [L, d])."""
+def _kn_value_probs(model: Model, prompt: str, tid: int, kns: NeuronSet, masks: Sequence[Tensor | None],
+                    factors: Sequence[float]) -> list[tuple[float, float, Tensor]]:
+    """:func:`_kn_value_prob` of ``prompt`` under each row's synapse edit, in one pass (``None``: unedited).
+
+    Row ``r`` runs with :func:`~tlcap.intervene.synapses.scale_synapses_rows`'s ``(masks[r], factors[r])``, which
+    equals its own run with ``scale_synapses(masks[r], factors[r])`` up to the float rounding of a batch.
+    """
     site = get_site("mlp_post")
     names = [site.hook_name(l) for l in range(model.n_layers)]
-    acts, logits = model.last_position_activations(model.to_tokens(prompt), names, hooks=hooks)
-    acts, logits = acts[0].float(), logits[0].float()
-    v = float(acts[kns.mask()].abs().mean()) if len(kns) else math.nan
-    return v, float(logits.softmax(-1)[tid]), acts
+    toks = model.to_tokens(prompt).expand(len(masks), -1)
+    acts, logits = model.last_position_activations(toks, names, hooks=scale_synapses_rows(masks, factors))
+    acts, probs = acts.float(), logits.float().softmax(-1)[:, tid]
+    vals = acts[:, kns.mask()].abs().mean(-1).tolist() if len(kns) else [math.nan] * len(masks)
+    return [(v, p, a) for v, p, a in zip(vals, probs.tolist(), acts)]
 
 
 def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig,
@@ -279,7 +291,8 @@ def synapse_experiment(
         if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
             bar.update(fk.k)
             continue
-        toks_i = [most_attended_token(model, q, cfg.skip_first)[1] for q in fk.queries]
+        pats = [attention_patterns(model, q) for q in fk.queries]  # one pass per query: eq. 4 and its synapses
+        toks_i = [most_attended_token(model, q, cfg.skip_first, patterns=a)[1] for q, a in zip(fk.queries, pats)]
         pred.append(PredominanceRow(fi, fk.fact.relation, fk.fact.subject, grp, tuple(toks_i), predominance(toks_i)))
         sets_i = fk.sets()
         union = fk.global_set()
@@ -293,23 +306,27 @@ def synapse_experiment(
         for i, q in enumerate(fk.queries):
             n_tok = len(model.encode(q))
             tid = model.target_ids(q, fk.target)[0]
-            syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first)
+            syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first, patterns=pats[i])
             ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject))
-            v_b, p_b, acts_b = _kn_value_prob(model, q, tid, sets_i[i])
+            edits = [(sname, src, mask, op, f, sign)
+                     for sname, src, mask in (("self", q, syn.mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask))
+                     for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0))]
+            # one pass: the unedited run and the four edits, each a row of the query (scale_synapses_rows)
+            runs = _kn_value_probs(model, q, tid, sets_i[i], [None] + [e[2] for e in edits],
+                                   [1.0] + [e[4] for e in edits])
+            v_b, p_b, acts_b = runs[0]
             if idx_l:
                 heat_vals.append(acts_b[idx_l, idx_j])
                 heat_rows.append(f"q{i} none")
-            for sname, src, mask in (("self", q, syn.mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask)):
-                for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0)):
-                    v_a, p_a, acts_a = _kn_value_prob(model, q, tid, sets_i[i], scale_synapses(mask, f))
-                    rows.append(SynapseEditRow(
-                        fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, group=grp, query=i,
-                        synapses=sname, op=op, source=src, n_synapses=int(mask.sum()), value_before=v_b,
-                        value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
-                        dprob=relative_change(p_a, p_b, sign)))
-                    if idx_l and sname == "self":
-                        heat_vals.append(acts_a[idx_l, idx_j])
-                        heat_rows.append(f"q{i} {'suppressed' if op == 'sup' else 'enhanced'}")
+            for (sname, src, mask, op, _f, sign), (v_a, p_a, acts_a) in zip(edits, runs[1:]):
+                rows.append(SynapseEditRow(
+                    fact=fi, relation=fk.fact.relation, subject=fk.fact.subject, group=grp, query=i,
+                    synapses=sname, op=op, source=src, n_synapses=int(mask.sum()), value_before=v_b,
+                    value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
+                    dprob=relative_change(p_a, p_b, sign)))
+                if idx_l and sname == "self":
+                    heat_vals.append(acts_a[idx_l, idx_j])
+                    heat_rows.append(f"q{i} {'suppressed' if op == 'sup' else 'enhanced'}")
             bar.update(1)
     bar.close()
     hv = torch.stack(heat_vals) if heat_vals else None

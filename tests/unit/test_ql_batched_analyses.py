@@ -1,0 +1,121 @@
+"""The QL analyses' edits of one query run as rows of one pass (issue 25): the query-KN mapping (Fig. 4: the clean run
+and eight neuron-set edits) and the knowledge-synapse edits (Figs. 5-7: the unedited run and four attention edits)
+equal each edit run alone with the single-run interventions (``enhance`` / ``suppress`` / ``scale_synapses``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlcap.data.pararel import Fact
+from tlcap.errors import ShapeMismatchError
+from tlcap.experiments.ql import FactKNs, query_kn_mapping, synapse_experiment
+from tlcap.experiments.ql.config import SynapseConfig
+from tlcap.experiments.ql.synapses import _irrelevant
+from tlcap.intervene.activations import enhance, suppress
+from tlcap.intervene.synapses import scale_synapses, scale_synapses_rows
+from tlcap.locate.synapses import locate_synapses, token_roles
+from tlcap.metrics.perplexity import next_token_logits
+from tlcap.models import make_gpt2, make_llama, make_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CAPITAL = ("The capital of {} is", "{}'s capital is", "The capital city of {} is")
+
+
+def _model(name):
+    return make_gpt2("tiny", seed=0) if name == "gpt2" else make_llama(seed=0) if name == "llama" else make_tiny(name, seed=0)
+
+
+def _locs(m):
+    """Two facts of two relations, three queries each, with overlapping planted neuron sets over every layer."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for rel, subj, obj, queries in (
+            ("P36", "France", "Paris", [q.format("France") for q in CAPITAL]),
+            ("P30", "Kenya", "Africa", ["Kenya is located in", "Kenya is in the continent of",
+                                        "Kenya belongs to the continent of"])):
+        scores = torch.zeros(3, m.n_layers, m.d_mlp)
+        shared = torch.randint(0, m.d_mlp, (m.n_layers, 6), generator=g)
+        for q in range(3):
+            own = torch.randint(0, m.d_mlp, (m.n_layers, 6), generator=g)
+            for layer in range(m.n_layers):
+                scores[q, layer, shared[layer, : 3 + q]] = 1.0
+                scores[q, layer, own[layer]] = 1.0
+        out.append(FactKNs(scores, (0.5,) * 3, Fact(rel, subj, obj, tuple(queries))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])
+def test_mapping_rows_of_one_pass_equal_each_edit_run_alone(name):
+    m = _model(name)
+    locs = _locs(m)
+    res = query_kn_mapping(m, locs, ["K_I", "K_II"], factor=3.0, progress=False)
+    assert len(res.rows) == 2 * 3 * 4 * 2
+    changed = 0
+    for r in res.rows:
+        fk = locs[r.fact]
+        q = fk.queries[r.query]
+        tid = m.target_ids(q, fk.target)[0]
+        ns = {"self": fk.sets()[r.query], **fk.neighbor_sets(r.query)}[r.set]
+        p_b = float(next_token_logits(m, [q])[0].softmax(-1)[tid])
+        hooks = enhance(m, ns, 3.0) if r.op == "enh" else suppress(m, ns)
+        p_a = float(next_token_logits(m, [q], hooks)[0].softmax(-1)[tid]) if len(ns) else p_b
+        assert r.p_before == pytest.approx(p_b, rel=1e-5, abs=1e-9)
+        assert r.p_after == pytest.approx(p_a, rel=1e-5, abs=1e-9), (r.query, r.set, r.op)
+        changed += abs(p_a - p_b) > 1e-4 * p_b
+    assert changed >= len(res.rows) // 2  # the edits are not no-ops
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_synapse_rows_of_one_pass_equal_each_edit_run_alone(name):
+    m = _model(name)
+    locs = _locs(m)
+    cfg = SynapseConfig(alpha=0.05, heatmap_max_cols=4)
+    res = synapse_experiment(m, locs, ["K_I", "K_II"], config=cfg, progress=False)
+    assert len(res.rows) == 2 * 3 * 2 * 2
+    names = [m.hook_name("mlp_post", layer) for layer in range(m.n_layers)]
+    heat = iter(res.heatmap_values)
+    changed = 0
+    for r in res.rows:
+        fk = locs[r.fact]
+        q = fk.queries[r.query]
+        tid = m.target_ids(q, fk.target)[0]
+        toks = m.to_tokens(q)
+        if r.synapses == "self":
+            mask = locate_synapses(m, q, cfg.alpha, cfg.skip_first).mask_for(toks.shape[1])
+        else:
+            mask = _irrelevant(m, locs, r.fact, r.query, cfg, token_roles(m, q, fk.fact.subject))[1]
+        kn = fk.sets()[r.query].mask()
+        f = cfg.factor if r.op == "enh" else 0.0
+        acts, logits = m.last_position_activations(toks, names, hooks=scale_synapses(mask, f))
+        acts0, logits0 = m.last_position_activations(toks, names)
+        assert r.n_synapses == int(mask.sum()) > 0
+        assert r.p_after == pytest.approx(float(logits[0].float().softmax(-1)[tid]), rel=1e-5, abs=1e-9)
+        assert r.p_before == pytest.approx(float(logits0[0].float().softmax(-1)[tid]), rel=1e-5, abs=1e-9)
+        assert r.value_after == pytest.approx(float(acts[0][kn].abs().mean()), rel=1e-5, abs=1e-9)
+        assert r.value_before == pytest.approx(float(acts0[0][kn].abs().mean()), rel=1e-5, abs=1e-9)
+        changed += abs(r.p_after - r.p_before) > 1e-3 * r.p_before
+    assert changed >= len(res.rows) // 2  # the edits are not no-ops
+    # the heatmap (fact 0): per query the unedited row, then the self edits (enhanced, suppressed)
+    cols = res.heatmap_cols
+    idx = [(int(c[1:].split(".")[0]), int(c.split(".")[1])) for c in cols]
+    for q in locs[0].queries:
+        toks = m.to_tokens(q)
+        mask = locate_synapses(m, q, cfg.alpha, cfg.skip_first).mask_for(toks.shape[1])
+        for hooks in ((), scale_synapses(mask, cfg.factor), scale_synapses(mask, 0.0)):
+            acts = m.last_position_activations(toks, names, hooks=hooks)[0][0]
+            torch.testing.assert_close(next(heat), acts[[a for a, _ in idx], [b for _, b in idx]], rtol=1e-5, atol=1e-6)
+
+
+def test_scale_synapses_rows_checks_its_rows(tiny_gpt2):
+    m = tiny_gpt2
+    ks = locate_synapses(m, "The capital of France is", alpha=0.1)
+    assert scale_synapses_rows([None, None], [1.0, 2.0]) == []  # no row edits anything: no hook
+    with pytest.raises(ShapeMismatchError, match="2 factors for 3 synapse masks"):
+        scale_synapses_rows([None, ks.mask, ks.mask], [1.0, 2.0])
+    with pytest.raises(ShapeMismatchError, match="share a shape"):
+        scale_synapses_rows([ks.mask, ks.mask[..., :3]], [1.0, 2.0])
+    hooks = scale_synapses_rows([None, ks.mask], [1.0, 0.0])
+    with pytest.raises(ShapeMismatchError, match="one row per batch row"):
+        m.last_logits(m.to_tokens(ks.prompt).expand(3, -1), hooks=hooks)
