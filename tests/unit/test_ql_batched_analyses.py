@@ -119,3 +119,30 @@ def test_scale_synapses_rows_checks_its_rows(tiny_gpt2):
     hooks = scale_synapses_rows([None, ks.mask], [1.0, 0.0])
     with pytest.raises(ShapeMismatchError, match="one row per batch row"):
         m.last_logits(m.to_tokens(ks.prompt).expand(3, -1), hooks=hooks)
+
+
+def test_known_fact_test_reads_ranks_in_passes_of_known_batch(tiny_gpt2):
+    """The known-fact test runs its queries in passes of KNOWN_BATCH rows and keeps a query when fewer than
+    ``top_k`` tokens rank above the target's first token — each query's hit equals its rank computed alone;
+    ``known_test_calls`` (``ql.facts``' plan) counts the scan's passes, CHUNK facts at a time."""
+    from tlcap.data.pararel import KNOWN_BATCH, _known_hits, known_test_calls
+
+    m = tiny_gpt2
+    facts = [(Fact("P36", s, o, ()), [q.format(s) for q in CAPITAL][: 1 + k % 3])
+             for k, (s, o) in enumerate([("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid")] * 50)]
+    asked = [len(qs) for _, qs in facts]
+    calls = []
+    handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    try:
+        hits = _known_hits(m, facts, 25000, "all")
+    finally:
+        handle.remove()
+    assert len(calls) == -(-sum(asked) // KNOWN_BATCH) == 3  # 300 queries in one call: passes of 128
+    assert known_test_calls(asked) == 5  # the scan's chunks of 32 facts ask 63, 64, 65, 63 and 45 queries
+    assert known_test_calls([100] * 3) == 3 and known_test_calls([5] * 32 + [200]) == 2 + 2
+    for (f, qs), h in zip(facts, hits):
+        for q, got in zip(qs, h):
+            row = m.last_logits(m.to_tokens(q))[0].float()
+            tid = m.target_ids(q, f.target)[0]
+            assert got == (int((row > row[tid]).sum()) < 25000)
+    assert 0 < sum(map(sum, hits)) < sum(asked)  # some queries in the top 25,000, some not

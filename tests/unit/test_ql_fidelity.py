@@ -278,11 +278,11 @@ def test_locality_prompts_are_a_seeded_draw_of_other_relations_and_objects(tiny_
     monkeypatch.setattr(mod, "next_token_logits", spy)
     modification_experiment(m, locs, ["K_I"] * 5, operations=("erasure",), sets=("local",), ppl_texts=TEXTS,
                             n_ppl_texts=1, n_locality=2, only_known=False, edit_queries=1, progress=False)
-    # per fact: the locality prompts (clean), the fact's queries (clean), then per edit queries + locality
+    # per fact: its queries then its locality prompts in one pass, clean and under each edit
     for fi, (r, _, o) in enumerate(facts):
         pool = [j for j, (r2, _, o2) in enumerate(facts) if r2 != r and o2 != o]
         want = [locs[j].queries[0] for j in random.Random(f"0:loc:{fi}").sample(pool, min(2, len(pool)))]
-        assert want in seen, (fi, want)
+        assert [*locs[fi].queries, *want] in seen, (fi, want)
         if fi == 0:  # fact 4 is of another relation but has fact 0's object (Paris): never a source of fact 0
             assert pool == [2, 3]
 
@@ -305,8 +305,9 @@ def test_table2_names_the_update_rule_and_size(tiny_gpt2):
 
 
 def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2):
-    """``ql.table2``'s plan counts the experiment's forward calls as it makes them (each a batch): per fact 2,
-    per edited query 2, per edit 3 (:func:`tlcap.reproduce.ql_stages.modification_calls`)."""
+    """``ql.table2``'s plan counts the experiment's forward calls as it makes them (each a batch): per fact 1 (its
+    queries with its locality prompts), per edited query 2, per edit 2 (the queries with the locality prompts, the
+    ΔPPL texts) (:func:`tlcap.reproduce.ql_stages.modification_calls`)."""
     from tlcap.reproduce.ql_stages import modification_calls
 
     m = tiny_gpt2
@@ -324,4 +325,4 @@ def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2
         handle.remove()
     edited = len({(r.fact, r.query) for r in res.rows})
     assert edited == 6 and len(res.rows) == 6 * 2 * 2 and not res.skipped
-    assert len(calls) == modification_calls(3, edited, len(res.rows)) == 2 * 3 + 2 * 6 + 3 * 24
+    assert len(calls) == modification_calls(3, edited, len(res.rows)) == 1 * 3 + 2 * 6 + 2 * 24

@@ -28,6 +28,7 @@ trained model such as SmolLM2-135M a small ``known_top_k`` such as 10 is the usu
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
 KNOWN_POLICIES: tuple[str, ...] = ("all", "any", "first")
 MIN_CONSISTENCY_QUERIES = 3
 CHUNK = 32
+KNOWN_BATCH = 128
+"""Queries per pass of the known-fact test (the queries of :data:`CHUNK` facts at a time)."""
 
 
 @dataclass(frozen=True)
@@ -218,17 +221,37 @@ def _queries(model: Model | None, f: Fact, cfg: ParaRelConfig) -> list[str] | No
     return qs
 
 
+def known_test_calls(asked: Sequence[int]) -> int:
+    """Forward passes of the known-fact test of facts asking ``asked[i]`` queries each, in scan order.
+
+    The scan tests the queries of :data:`CHUNK` facts at a time in passes of at most :data:`KNOWN_BATCH`
+    (``_known_hits``).
+
+    Args:
+        asked: Queries each tested fact asks (1 under ``known_policy="first"``).
+
+    Returns:
+        The passes.
+
+    Example:
+        >>> known_test_calls([5] * 32 + [5] * 8)       # 160 queries in the first chunk, 40 in the second
+        3
+    """
+    return sum(math.ceil(sum(asked[s:s + CHUNK]) / KNOWN_BATCH) for s in range(0, len(asked), CHUNK))
+
+
 @torch.no_grad()
 def _known_hits(model: Model, batch: list[tuple[Fact, list[str]]], top_k: int, policy: str) -> list[list[bool]]:
     """For each (fact, queries): is the target's first token in the model's top-k after each query?"""
     asked = [(bi, q) for bi, (f, qs) in enumerate(batch) for q in (qs[:1] if policy == "first" else qs)]
     hits: list[list[bool]] = [[] for _ in batch]
-    for start in range(0, len(asked), 128):
-        part = asked[start:start + 128]
+    for start in range(0, len(asked), KNOWN_BATCH):
+        part = asked[start:start + KNOWN_BATCH]
         logits = model.last_logits(model.encode_batch([q for _, q in part])).float()
-        for (bi, q), row in zip(part, logits):
-            tid = model.target_ids(q, batch[bi][0].target)[0]
-            hits[bi].append(bool(int((row > row[tid]).sum()) < top_k))
+        tids = torch.tensor([model.target_ids(q, batch[bi][0].target)[0] for bi, q in part], device=logits.device)
+        above = (logits > logits.gather(1, tids[:, None])).sum(-1)  # tokens ranked above the target, one read
+        for (bi, _), n in zip(part, above.tolist()):
+            hits[bi].append(n < top_k)
     return hits
 
 
@@ -407,7 +430,7 @@ def load_pararel(
 
 
 __all__ = [
-    "KNOWN_POLICIES", "Fact", "ParaRelConfig", "ParaRelSample", "RelationScan", "causal_patterns",
-    "facts_of_other_relations", "iter_facts", "list_relations", "load_pararel", "pararel_root", "query_pattern",
-    "relation_objects", "scan_pararel",
+    "CHUNK", "KNOWN_BATCH", "KNOWN_POLICIES", "Fact", "ParaRelConfig", "ParaRelSample", "RelationScan",
+    "causal_patterns", "facts_of_other_relations", "iter_facts", "known_test_calls", "list_relations", "load_pararel",
+    "pararel_root", "query_pattern", "relation_objects", "scan_pararel",
 ]

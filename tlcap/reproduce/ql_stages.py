@@ -35,7 +35,16 @@ import plotly.graph_objects as go
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import PROMPT_BATCH
 from tlcap.config import Config, check_choice, check_int, check_nested
-from tlcap.data.pararel import KNOWN_POLICIES, Fact, causal_patterns, iter_facts, list_relations, load_pararel
+from tlcap.data.pararel import (
+    KNOWN_BATCH,
+    KNOWN_POLICIES,
+    Fact,
+    causal_patterns,
+    iter_facts,
+    known_test_calls,
+    list_relations,
+    load_pararel,
+)
 from tlcap.experiments.ql import (
     FactKNs,
     groups_for,
@@ -195,16 +204,21 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
 def _facts_work(ctx: StageContext) -> Workload:
     cfg: FactsConfig = ctx.config
     facts = _candidate_facts(ctx, cfg.n_facts)
-    if cfg.known_policy == "any" and cfg.known_top_k:  # the scan asks every pattern of a fact, not the first few
+    shape = ModelShape.of(ctx.model)
+    if not cfg.known_top_k:  # no known-fact test: the scan only tokenizes
+        return forward(shape, 0.0)
+    if cfg.known_policy == "any":  # the scan asks every pattern of a fact, not the first few
         pats = {r: causal_patterns(cfg.data_dir, r) for r in {f.relation for f in facts}}
-        texts = [p.replace("[X]", f.subject) for f in facts for p in pats[f.relation]]
+        asked = [[p.replace("[X]", f.subject) for p in pats[f.relation]] for f in facts]
     else:
-        texts = [q for f in facts for q in f.queries]
+        asked = [list(f.queries[:1] if cfg.known_policy == "first" else f.queries) for f in facts]
+    texts = [q for qs in asked for q in qs]
     prefill_tokens(ctx.model, texts)
     toks = sum(n_tokens(ctx.model, q) for q in texts)
-    # about 3 facts tested per fact kept (top-10 hit rates of SmolLM2 on the cpu relations)
-    k = 3 if cfg.known_top_k else 1
-    return forward(ModelShape.of(ctx.model), toks * k, 8, 32, len(texts) * k)
+    # the queries of pararel.CHUNK facts at a time, in passes of KNOWN_BATCH
+    calls = known_test_calls([len(qs) for qs in asked])
+    k = 3  # about 3 facts tested per fact kept (top-10 hit rates of SmolLM2 on the cpu relations)
+    return forward(shape, toks * k, 8, 32 * min(KNOWN_BATCH, max(len(texts), 1)), calls * k)
 
 
 def facts_of(ctx: StageContext) -> list[Fact]:
@@ -323,9 +337,9 @@ def _analysis(ctx: StageContext) -> dict[str, Result]:
 def modification_calls(facts: int, edited: int, edits: int) -> int:
     """Forward calls of :func:`~tlcap.experiments.ql.modification_experiment` (each a batch of prompts or texts).
 
-    Per fact: its queries and its locality prompts, unedited; per edited query: the unedited perplexity of its
-    ΔPPL texts and the activations the ``activation`` update rule reads; per edit: the queries, the ΔPPL texts
-    and the locality prompts under the edit (tested against a counted run).
+    Per fact: its queries and its locality prompts, unedited (one pass); per edited query: the unedited perplexity
+    of its ΔPPL texts and the activations the ``activation`` update rule reads; per edit: the queries with the
+    locality prompts (one pass) and the ΔPPL texts under the edit (tested against a counted run).
 
     Args:
         facts: Facts of the experiment.
@@ -335,7 +349,7 @@ def modification_calls(facts: int, edited: int, edits: int) -> int:
     Returns:
         The number of forward calls.
     """
-    return 2 * facts + 2 * edited + 3 * edits
+    return facts + 2 * edited + 2 * edits
 
 
 def _analysis_work(ctx: StageContext) -> Workload:

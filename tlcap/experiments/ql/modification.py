@@ -83,6 +83,16 @@ def _first_id(model: Model, prompt: str, target: str) -> int:
     return model.target_ids(prompt, target)[0]
 
 
+def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts: Sequence[str]) -> tuple[Any, Any]:
+    """The queries' next-token logits and the locality prompts' argmax, from one right-padded pass of both.
+
+    Returns:
+        ``([n_queries, d_vocab] logits, [n_loc] argmax ids or None without locality prompts)``.
+    """
+    lg = next_token_logits(model, [*queries, *loc_prompts])
+    return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None
+
+
 def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
     """o' for Update: a random (seeded) other object of the same relation, one token after every query."""
     cands = [o for o in dict.fromkeys(candidates) if o != fk.fact.object]
@@ -206,8 +216,7 @@ def modification_experiment(
                   and o.fact.object != fk.fact.object]
         others = random.Random(f"{cfg.seed}:loc:{fi}").sample(others, min(cfg.n_locality, len(others)))
         loc_prompts = [locs[j].queries[0] for j in others]
-        clean_loc = next_token_logits(model, loc_prompts).argmax(-1) if loc_prompts else None
-        clean_q = next_token_logits(model, qs)
+        clean_q, clean_loc = _query_and_locality_logits(model, qs, loc_prompts)
         known = (clean_q.argmax(-1) == obj_id).tolist()
         sets_i = fk.sets()
         edited = [i for i, k in enumerate(known) if k or not cfg.only_known][:n_edit]  # the first n_edit known
@@ -233,9 +242,8 @@ def modification_experiment(
                         model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
                         rule=cfg.update_rule, activations=acts, size=cfg.update_size)
                     with edit:
-                        lg = next_token_logits(model, qs)
+                        lg, loc_pred = _query_and_locality_logits(model, qs, loc_prompts)
                         ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
-                        loc_pred = next_token_logits(model, loc_prompts).argmax(-1) if loc_prompts else None
                     pred = lg.argmax(-1)
                     nb = [j for j in range(fk.k) if j != i and (known[j] or not cfg.only_known)]
                     target = obj_id if op == "erasure" else int(new_id)  # type: ignore[arg-type]
