@@ -240,3 +240,28 @@ def test_causal_trace_prefix_reuse_equals_reference(model):
     fast = causal_trace(model, PROMPT, "France", batch_rows=6, **kw)  # several chunks, sample-row prefix caches
     ref = trace_reference(model, PROMPT, "France", **kw)
     torch.testing.assert_close(fast.scores, ref.scores, rtol=1e-4, atol=1e-7)
+
+
+def test_rows_of_one_pass_carry_their_own_synapse_and_neuron_edits(model):
+    """The QL analyses' batched edits on TL 3.9: each row of one pass equals its edit run alone (attention-pattern
+    columns, ``scale_synapses_rows``; neuron sets at the last position, ``SetFactors``)."""
+    from tlcap.intervene import enhance
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.intervene.synapses import scale_synapses, scale_synapses_rows
+    from tlcap.locate.synapses import locate_synapses
+    from tlcap.metrics import NeuronSet
+
+    ks = locate_synapses(model, PROMPT, alpha=0.05)
+    assert ks.mask.any()
+    toks = model.to_tokens(PROMPT)
+    rows = model.last_logits(toks.expand(3, -1), hooks=scale_synapses_rows([None, ks.mask, ks.mask], [1.0, 2.0, 0.0]))
+    assert torch.allclose(rows[0], model.last_logits(toks)[0], atol=1e-5)
+    for r, f in ((1, 2.0), (2, 0.0)):
+        with model.hooks(scale_synapses(ks.mask, f)):
+            alone = model.last_logits(toks)[0]
+        assert torch.allclose(rows[r], alone, atol=1e-5) and not torch.allclose(rows[r], rows[0], atol=1e-4)
+    ns = NeuronSet(((0, 3), (1, 7)), (model.n_layers, model.d_mlp))
+    plan = SetFactors.of(model, [NeuronSet((), ns.shape), ns], [1.0, 3.0])
+    two = model.last_logits(toks.expand(2, -1), hooks=plan.hooks(model, torch.arange(2), pos=-1))
+    assert torch.allclose(two[1], model.last_logits(toks, hooks=enhance(model, ns, 3.0))[0], atol=1e-5)
+    assert torch.allclose(two[0], model.last_logits(toks)[0], atol=1e-5)

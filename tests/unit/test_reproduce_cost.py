@@ -373,3 +373,35 @@ def test_plan_shows_the_share_of_the_throughput_probes(tmp_path):
     assert "plateau_probe" not in pred["cnl.locate.emotion"].by_unit
     line = next(ln for ln in plan_lines(runner, plan, pred) if "of which probes" in ln)
     assert fmt_seconds(probes) in line
+
+
+def test_plan_prints_the_flop_floor_of_every_stage_and_the_distance_from_it(tmp_path):
+    """With a measured matmul peak a stage's floor is its FLOPs at that peak (no batching or launch saving beats
+    it); the plan prints the floors' sum and each dominant stage's prediction over its own floor. Without a peak:
+    no floor."""
+    from tlcap.reproduce.cost import fmt_seconds
+
+    meta = load_model("qwen2-tiny", device="meta")
+    peak = 2e12
+    kw = dict(seconds_per_pass={"ig_row": 0.1, "fwd_token": 0.05}, shape=ModelShape.of(meta).dims())
+    cal = Calibration(dict.fromkeys(UNITS, 1e-12), peak_flops=peak, **kw)
+    runner = Runner(build_stages(("cnl", "ql"), SMOKE), tmp_path, meta, plan_only=True)
+    plan = runner.plan(ONLY.split(","))
+    pred = predictions(runner, plan, cal)
+    floors = {}
+    for s in plan:
+        if pred[s.name] is not None:
+            flops = sum(s.workload(runner.context(s.name)).flops.values())
+            assert pred[s.name].floor_seconds == pytest.approx(flops / peak)  # the stage's FLOPs at the peak
+            assert pred[s.name].seconds >= pred[s.name].floor_seconds  # no prediction beats its floor
+            floors[s.name] = flops / peak
+    total = sum(p.seconds for p in pred.values() if p is not None)
+    lines = plan_lines(runner, plan, pred)
+    line = next(ln for ln in lines if "FLOP floor" in ln)
+    assert fmt_seconds(sum(floors.values())) in line and f"{total / sum(floors.values()):.1f}x it" in line
+    dom = next(ln for ln in lines if ln.startswith("dominant"))
+    top = max(floors, key=lambda n: pred[n].seconds)
+    assert f"{top} " in dom and f"({pred[top].seconds / floors[top]:.1f}x its floor)" in dom
+    no_peak = predictions(runner, plan, Calibration(dict.fromkeys(UNITS, 1e-12), **kw))
+    assert all(p is None or p.floor_seconds is None for p in no_peak.values())
+    assert not any("FLOP floor" in ln or "its floor" in ln for ln in plan_lines(runner, plan, no_peak))
