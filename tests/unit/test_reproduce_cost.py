@@ -405,3 +405,35 @@ def test_plan_prints_the_flop_floor_of_every_stage_and_the_distance_from_it(tmp_
     no_peak = predictions(runner, plan, Calibration(dict.fromkeys(UNITS, 1e-12), **kw))
     assert all(p is None or p.floor_seconds is None for p in no_peak.values())
     assert not any("FLOP floor" in ln or "its floor" in ln for ln in plan_lines(runner, plan, no_peak))
+
+
+def test_a_number_tasks_generation_is_priced_batched_on_an_accelerator_and_per_token_on_a_cpu():
+    """``task_accuracy`` generates GEN_ROWS samples per batch on an accelerator: their tokens are forward FLOPs in
+    one pass per decoding step there (hand-computed), and ``gen_token`` FLOPs (one sample at a time) on a CPU."""
+    import math
+
+    from tlcap.data.tasks import get_task, load_task
+    from tlcap.metrics.accuracy import GEN_ROWS
+    from tlcap.reproduce.cnl_stages import eval_work
+    from tlcap.reproduce.cost import n_tokens
+
+    meta = load_model("qwen2-tiny", device="meta")
+    samples = load_task("gsm8k", split="test", n=40, seed=0)
+    t = get_task("gsm8k")
+    w = eval_work(meta, "gsm8k", samples, times=2)
+    assert w.gen_steps == 2 * math.ceil(40 / GEN_ROWS) * t.max_new_tokens == 2 * 3 * 96
+    shape = ModelShape.of(meta)
+    lens = [n_tokens(meta, s.prompt) for s in samples]
+    gen_flops = 2 * 40 * t.max_new_tokens * shape.fwd_token_flops(max(lens) + t.max_new_tokens / 2)
+    assert w.flops["gen_token"] == pytest.approx(gen_flops)
+    spf = {"fwd_token": 2e-15, "gen_token": 5e-12, "ig_row": 1e-15, "train_token": 1e-15, "set_token": 1e-15}
+    gpu = Calibration(spf, seconds_per_pass={"fwd_token": 0.04}, meta={"two_sizes": True})
+    cpu = Calibration(spf, seconds_per_pass={"fwd_token": 0.04})
+    fwd_passes = w.passes["fwd_token"]  # one per sample and evaluation: the prompts' forward
+    on_gpu, on_cpu = predict(w, gpu), predict(w, cpu)
+    assert "gen_token" not in on_gpu.by_unit and on_cpu.by_unit["gen_token"] == pytest.approx(gen_flops * 5e-12)
+    assert on_gpu.by_unit["fwd_token"] == pytest.approx((w.flops["fwd_token"] + gen_flops) * 2e-15
+                                                        + (fwd_passes + 2 * 3 * 96) * 0.04)
+    assert on_cpu.by_unit["fwd_token"] == pytest.approx(w.flops["fwd_token"] * 2e-15 + fwd_passes * 0.04)
+    assert on_gpu.peak_bytes >= w.gen_bytes == shape.sequence_bytes(GEN_ROWS * (max(lens) + t.max_new_tokens))
+    assert on_cpu.peak_bytes < w.gen_bytes or w.extra_bytes >= w.gen_bytes

@@ -48,6 +48,7 @@ from tlcap.errors import EmptyDatasetError, PromptTooLongError
 from tlcap.models.adapter import HookList, Model
 from tlcap.results import Result
 from tlcap.rows import frame
+from tlcap.runtime import device as runtime_device
 from tlcap.viz.cnl import accuracy_figure
 
 CODE_TOKENS = 64
@@ -273,9 +274,18 @@ def task_accuracy(
     eos = [eos_id] if eos_id is not None else []
     stops = ("\n\n", "Question:")
     skipped = 0
-    for s in tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False):
+    gens = (_generations(model, samples, max_new_tokens or t.max_new_tokens, eos, stops)
+            if t.kind == "number" and not hooks and runtime_device.one_pass_default(model) and model.continues_rows
+            else None)
+    for i, s in enumerate(tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False)):
         try:
-            score, pred, gold = _score_one(model, t, s, hooks, max_new_tokens, code_tokens, eos, stops)
+            if gens is not None:  # generated above, GEN_ROWS samples per batch
+                gen = gens[i]
+                if gen is None:
+                    raise PromptTooLongError(f"{t.name} sample {i} does not fit the context window")
+                score, pred, gold = _number_score(model, gen, s, stops)
+            else:
+                score, pred, gold = _score_one(model, t, s, hooks, max_new_tokens, code_tokens, eos, stops)
         except PromptTooLongError:
             skipped += 1
             continue
@@ -296,13 +306,41 @@ def _score_one(
     """``(score, prediction, gold)`` of one sample (see the module docstring)."""
     if t.kind == "number":
         gen = greedy_generate(model, model.encode(s.prompt), max_new_tokens or t.max_new_tokens, hooks, eos, stops)
-        num = extract_number(_cut(model.decode(gen), stops))
-        return float(_same_number(num, s.gold)), num or "", s.gold
+        return _number_score(model, gen, s, stops)
     if t.kind == "choice":
         lp = choice_logprobs(model, s.prompt, t.choices, hooks)
         pick = t.choices[int(lp.argmax())]
         return float(pick.strip() == s.gold.strip()), pick.strip(), s.gold.strip()
     return reference_token_accuracy(model, s, code_tokens, hooks), "", ""
+
+
+GEN_ROWS = 16
+"""Samples of a number task generated as rows of one batch on an accelerator (:meth:`Model.generate_many`)."""
+
+
+def _number_score(model: Model, gen: list[int], s: Sample, stops: tuple[str, ...]) -> tuple[float, str, str]:
+    """``(exact match, predicted number, gold)`` of a generation."""
+    num = extract_number(_cut(model.decode(gen), stops))
+    return float(_same_number(num, s.gold)), num or "", s.gold
+
+
+def _generations(model: Model, samples: Sequence[Sample], max_new: int, eos: list[int],
+                 stops: tuple[str, ...]) -> list[list[int] | None]:
+    """Each sample's greedy generation (``None``: its prompt does not fit), :data:`GEN_ROWS` prompts of similar
+    length per batch; each equals the sample's own :func:`greedy_generate` up to the float rounding of a batch."""
+    ids: list[list[int] | None] = []
+    for s in samples:
+        try:
+            ids.append(model.encode(s.prompt))
+        except PromptTooLongError:
+            ids.append(None)
+    order = sorted((i for i, p in enumerate(ids) if p is not None), key=lambda i: len(ids[i] or []))
+    out: list[list[int] | None] = [None] * len(samples)
+    for a in range(0, len(order), GEN_ROWS):
+        part = order[a:a + GEN_ROWS]
+        for i, g in zip(part, model.generate_many([ids[i] or [] for i in part], max_new, eos, stops)):
+            out[i] = g
+    return out
 
 
 __all__ = [

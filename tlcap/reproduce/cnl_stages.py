@@ -27,7 +27,7 @@ fixed-point sums add exactly, the located set and the split-half overlap are tho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
@@ -38,7 +38,7 @@ from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
 from tlcap.experiments.cnl.erase import located_accuracy
-from tlcap.metrics.accuracy import CODE_TOKENS, task_accuracy
+from tlcap.metrics.accuracy import CODE_TOKENS, GEN_ROWS, task_accuracy
 from tlcap.metrics.set_scores import common_prefix
 from tlcap.reproduce.cost import (
     ModelShape,
@@ -189,9 +189,11 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     lens = [n_tokens(model, s.prompt) for s in samples]
     longest = max(lens, default=0)
     n = len(samples)  # one forward call per sample
-    if t.kind == "number":
-        w = forward(shape, sum(lens), longest / 2, longest, n) + generate(shape, n * t.max_new_tokens,
-                                                                          longest + t.max_new_tokens / 2)
+    if t.kind == "number":  # on an accelerator GEN_ROWS samples per batch, one pass per decoding step
+        w = forward(shape, sum(lens), longest / 2, longest, n) + replace(
+            generate(shape, n * t.max_new_tokens, longest + t.max_new_tokens / 2),
+            gen_steps=math.ceil(n / GEN_ROWS) * t.max_new_tokens,
+            gen_bytes=shape.sequence_bytes(min(n, GEN_ROWS) * (longest + t.max_new_tokens)))
     elif t.kind == "code":
         w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS, n)
     else:

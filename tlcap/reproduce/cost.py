@@ -259,6 +259,11 @@ class Workload:
         probes: ``{kind: (rows, FLOPs per row)}`` of ``batch_rows="auto"`` throughput probes other than IG's (whose
             rows the ``ig_row`` unit gives): ``"trace"``, a causal trace's forward rows, timed as ``fwd_token``
             (:func:`plateau_probe_seconds`); the rows are one call's, the probe's cap.
+        gen_steps: Decoding steps of the ``gen_token`` work where an accelerator generates several samples as rows
+            of one batch (:func:`~tlcap.metrics.accuracy.task_accuracy`, ``GEN_ROWS`` samples per batch): there
+            :func:`predict` prices those tokens as ``fwd_token`` FLOPs in one pass per step; on a CPU they stay
+            ``gen_token`` (one sample at a time). ``0``: none batched.
+        gen_bytes: The batched generation's working memory (its rows' keys/values), counted on an accelerator.
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
@@ -269,6 +274,8 @@ class Workload:
     batched: Mapping[str, float] = field(default_factory=dict)
     row_bytes: Mapping[str, int] = field(default_factory=dict)
     probes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    gen_steps: float = 0.0
+    gen_bytes: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units) | set(self.passes) | set(self.batched)) - set(UNITS))
@@ -304,7 +311,8 @@ class Workload:
         return Workload(add(self.flops, other.flops), add(self.units, other.units),
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
                         max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched},
-                        {**self.row_bytes, **other.row_bytes}, probes)
+                        {**self.row_bytes, **other.row_bytes}, probes, self.gen_steps + other.gen_steps,
+                        max(self.gen_bytes, other.gen_bytes))
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -317,7 +325,8 @@ class Workload:
         """
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
                         self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes,
-                        {k: v * times for k, v in self.batched.items()}, self.row_bytes, self.probes)
+                        {k: v * times for k, v in self.batched.items()}, self.row_bytes, self.probes,
+                        self.gen_steps * times, self.gen_bytes)
 
 
 def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0) -> Workload:
@@ -656,7 +665,8 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     """Seconds = Σ_unit FLOPs × s/FLOP + passes × s/pass (+ ``batch_rows="auto"``'s throughput probe on an
     accelerator, :func:`plateau_probe_seconds`); peak = base + the larger of memory_scale × working memory (with the
     rows one pass holds, :func:`held_bytes`) and train_memory_scale × fine-tuning memory; the floor = Σ FLOPs / the
-    calibration's matrix-product peak (where it measured one).
+    calibration's matrix-product peak (where it measured one). On an accelerator calibration a workload's batched
+    generation (:attr:`Workload.gen_steps`) is priced as forward passes, one per decoding step.
 
     Args:
         work: The stage's workload.
@@ -669,6 +679,13 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
         InvalidConfigError: the workload uses a unit the calibration did not measure.
     """
     by_unit: dict[str, float] = {}
+    extra = work.extra_bytes
+    if work.gen_steps > 0 and cal.meta.get("two_sizes") and work.flops.get("gen_token"):  # batched generation
+        flops, passes = dict(work.flops), dict(work.passes)
+        flops["fwd_token"] = flops.get("fwd_token", 0.0) + flops.pop("gen_token")
+        passes["fwd_token"] = passes.get("fwd_token", 0.0) + work.gen_steps
+        work = replace(work, flops=flops, passes=passes)
+        extra = max(extra, work.gen_bytes)
     for unit in set(work.flops) | set(work.passes):
         fl, n = work.flops.get(unit, 0.0), work.passes.get(unit, 0.0) + batched_passes(work, cal, unit)
         if fl == 0 and n == 0:
@@ -680,7 +697,7 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     if probe > 0:
         by_unit[PROBE_KEY] = probe
     train_scale = 1.0 if cal.train_memory_scale is None else cal.train_memory_scale
-    peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * (work.extra_bytes + held_bytes(work, cal)))),
+    peak = cal.base_bytes + max(int(math.ceil(cal.memory_scale * (extra + held_bytes(work, cal)))),
                                 int(math.ceil(train_scale * work.train_bytes)))
     floor = sum(work.flops.values()) / float(cal.peak_flops) if cal.peak_flops else None
     return Prediction(sum(by_unit.values()), peak, by_unit, floor)
