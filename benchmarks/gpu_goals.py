@@ -11,7 +11,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
    ``cnl_auto_stream_w4`` / ``cnl_auto_alone_w4``: ``steps="auto"`` on 4 windows of 8 samples per call, their
    rounds streamed (a window's refinements in the next windows' batches) against each window alone;
    ``enhance_memory``: the peak of CNL's masked fine-tuning ("w/o located") against the cost model;
-3. ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
+3. ``gen_gsm8k_b16``: GSM8K generation one sample at a time against 16 per batch (``Model.generate_many``);
+   ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
 5. ``calibration`` + ``reproduce_check``: the ``reproduce`` probe at 7B and two stages predicted vs measured;
@@ -165,6 +166,37 @@ def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
             "fits_80gb_card": None if peak is None else peak < 79.0}
 
 
+def gen_batched(model: Any, device: torch.device, n: int) -> dict[str, Any]:
+    """GSM8K accuracy of ``n`` samples (96 new tokens at most) generated one at a time against ``GEN_ROWS`` per batch.
+
+    Args:
+        model: The model.
+        device: Where it runs.
+        n: Samples.
+
+    Returns:
+        Seconds per sample of each, their ratio, and whether the predictions agree.
+    """
+    from unittest import mock
+
+    from tlcap.metrics.accuracy import GEN_ROWS, task_accuracy
+    from tlcap.runtime import device as runtime_device
+
+    samples = load_task("gsm8k", split="test", n=n, seed=0)
+    out: dict[str, Any] = {"samples": n, "gen_rows": GEN_ROWS}
+    for name, batched in (("alone", False), ("batched", True)):
+        with mock.patch.object(runtime_device, "one_pass_default", lambda m, b=batched: b):
+            bg.sync(device)
+            t0 = time.perf_counter()
+            acc = task_accuracy(model, "gsm8k", samples)
+            bg.sync(device)
+            out[f"{name}_s_per_sample"] = (time.perf_counter() - t0) / n
+            out[f"{name}_predictions"] = list(acc.predictions)
+    out["speedup"] = out["alone_s_per_sample"] / out["batched_s_per_sample"]
+    out["same_predictions"] = out["alone_predictions"] == out["batched_predictions"]
+    return out
+
+
 def eight_b(q: Budget, device: torch.device, tiny: bool) -> None:
     """Section 8 (module docstring): the 8B model, then every method and path of :func:`memory_8b.calls` and the
     masked fine-tuning, each its own section, on an emulated 80 GB card (:func:`memory_8b.card_of`).
@@ -295,6 +327,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         section((key, "cnl_auto_stream_w4_hostattr"), need_model(host_attr), 70, 30)
         section((key, "auto_phases"), need_model(lambda m: auto_phases(m, device, tol)), 40, 15)
     section((key, "enhance_memory"), need_model(lambda m: enhance_memory(m, device)), 40, 15)
+    section((key, "gen_gsm8k_b16"), need_model(lambda m: gen_batched(m, device, 16)), 90, 30)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
 
