@@ -116,3 +116,29 @@ def test_locate_passes_the_scale_rule(tiny_llama, tmp_path):
     runner.run(runner.plan(["cnl.locate.emotion"]))
     group = runner.outputs("cnl.locate.emotion")["group_A0"]
     assert group.rule == "gauss_legendre" and group.steps == 1
+
+
+@pytest.mark.parametrize("steps", [3, 5])
+def test_rome_work_counts_the_passes_of_a_counted_sweep(tiny_gpt2, steps):
+    """``rome_work`` (``cnl.reliability``'s ROME part) counts the forward passes ``rome_sweep`` makes: the unedited
+    measures once (two batches), then per edited layer two set-up passes, one per optimisation step and the two
+    measure batches under the edit (the model had counted one pass per evaluation prompt, before and after)."""
+    from tlcap.intervene.covariance import key_covariance
+    from tlcap.intervene.rome import RomeConfig
+    from tlcap.intervene.rome.evaluate import rome_sweep
+    from tlcap.reproduce.suite_cost import rome_work
+
+    m = tiny_gpt2
+    prompt, paras, neigh = "The Eiffel Tower is located in the city of", ["Fact: The Eiffel Tower is in"], \
+        ["Rome is the capital of", "Paris is in", "Madrid is in"]
+    covs = key_covariance(m, [0, 1], n_tokens=512, cache=False)
+    calls = []
+    handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    try:
+        sweep = rome_sweep(m, prompt, "The Eiffel Tower", " Rome", [0, 1], target_old=" Paris", paraphrases=paras,
+                           neighbourhood=neigh, covs=covs, steps=steps, bos=True)
+    finally:
+        handle.remove()
+    assert all(len(r.losses) == steps for r in sweep.results)  # no early stop: every step ran
+    w = rome_work(m, prompt, " Rome", 2, RomeConfig(steps=steps, bos=True), 1 + len(paras) + len(neigh), [])
+    assert len(calls) == w.passes["fwd_token"] + w.passes["train_token"] == 2 + 2 * (2 + steps + 2)

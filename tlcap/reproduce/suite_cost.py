@@ -130,7 +130,8 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
 
 def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeConfig, n_eval_prompts: int,
               cov_layers: list[int]) -> Workload:
-    """``layers`` ROME edits of one fact, each evaluated on ``n_eval_prompts`` prompts (before and after).
+    """``layers`` ROME edits of one fact (:func:`~tlcap.intervene.rome.evaluate.rome_sweep`), each evaluated on
+    ``n_eval_prompts`` prompts, the unedited model once (tested against a counted sweep).
 
     Args:
         model: A :class:`tlcap.models.Model` (on the ``meta`` device, no covariance counts as cached).
@@ -149,11 +150,14 @@ def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeCo
     P = len(cfg.prefixes)
     pre = sum(_len(model, p, bos=False) for p in cfg.prefixes) / max(P, 1)
     rows = P * (T + pre) + _len(model, cfg.kl_prompt)
-    per_layer = forward(shape, P * (T + pre), T, int(T + pre), 1) \
+    # per edit: the prefixed prompts' subject keys and the prompt's own key and output (two passes), the value's
+    # optimisation (one pass per step), the update's solve, then the edited model's measures: the targets'
+    # log-probabilities and the neighbourhood's top tokens (one batch each, rome.evaluate.unedited_measures)
+    per_layer = forward(shape, P * (T + pre) + T, T, int(T + pre), 2) \
         + train(shape, cfg.steps * rows, 0, T, int(T + pre), cfg.steps) \
         + Workload.of(fwd_token=2.0 * shape.d_mlp ** 3) \
-        + forward(shape, 2 * n_eval_prompts * T, T / 2, T, 2 * n_eval_prompts)
-    w = per_layer.scaled(layers)
+        + forward(shape, n_eval_prompts * T, T / 2, T, 2)
+    w = per_layer.scaled(layers) + forward(shape, n_eval_prompts * T, T / 2, T, 2)  # unedited: once per sweep
     shape_only = getattr(getattr(model, "device", None), "type", "") == "meta"  # no weights: nothing can be cached
     missing = [l for l in cov_layers
                if shape_only or not covariance_path(model, l, cfg.cov_tokens, cfg.cov_seq_len).exists()]
