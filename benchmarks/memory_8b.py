@@ -3,7 +3,7 @@
 ``gpu_goals.py --only llama3_8b_shape`` runs these sections (one per method, each its own budget): the
 model (``load_model("llama3-8b-shape")``: GQA 32/8, d_mlp 14,336, the full 128,256-token vocabulary), then
 every registered method (:func:`tlcap.methods`: ``kn``, ``ig``, ``sig``, ``amig``, ``trace``, ``eap``,
-``eap-ig``, ``cnl``) through :func:`tlcap.localize` with its defaults, then the batched paths and the
+``eap-ig``, ``cnl`` on 8 GSM8K samples) through :func:`tlcap.localize` with its defaults, then the batched paths and the
 weight edits (KN over 8 facts, AMIG over 3, traces of 4 facts, CNL scoring of 8 GSM8K samples per call,
 a ROME edit, CNL's masked fine-tuning in its largest mode). On a card larger than 80 GB the process is
 capped at :data:`CARD_GIB` (``torch.cuda.set_per_process_memory_fraction``) and the batch sizing sees that
