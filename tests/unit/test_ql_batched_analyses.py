@@ -146,3 +146,42 @@ def test_known_fact_test_reads_ranks_in_passes_of_known_batch(tiny_gpt2):
             tid = m.target_ids(q, f.target)[0]
             assert got == (int((row > row[tid]).sum()) < 25000)
     assert 0 < sum(map(sum, hits)) < sum(asked)  # some queries in the top 25,000, some not
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_table2_erasure_rows_of_one_pass_equal_each_weight_edit(name):
+    """On an accelerator Table 2 erases each query's sets as rows of one pass (``_erased_rows``: the queries with the
+    locality prompts, then the ΔPPL texts) instead of one weight edit per set: every row of the table is the same
+    (Rel / Gen / Loc exactly, probabilities and perplexities to float rounding), with 2 passes per edited query
+    for the erasures instead of 2 per set."""
+    from unittest import mock
+
+    from tlcap.experiments.ql import modification_experiment
+    from tlcap.runtime import device
+
+    m = _model(name)
+    locs = _locs(m)
+    texts = [f"Text number {i} is about the weather in a city on day {i}." for i in range(20)] + ["x"]
+    kw = dict(operations=("erasure", "update"), sets=("local", "global"), ppl_texts=texts, n_ppl_texts=3,
+              only_known=False, edit_queries=2, new_objects={"P36": ["Rome"], "P30": ["Europe"]}, progress=False)
+    calls = {}
+    for key, policy in (("alone", False), ("rows", True)):
+        n = []
+        handle = m.backend.register_forward_pre_hook(lambda mod, args, n=n: n.append(1))
+        try:
+            with mock.patch.object(device, "one_pass_default", lambda model, p=policy: p):
+                calls[key] = (modification_experiment(m, locs, ["K_I", "K_II"], **kw), n)
+        finally:
+            handle.remove()
+    alone, rows = calls["alone"][0], calls["rows"][0]
+    assert len(alone.rows) == len(rows.rows) == 2 * 2 * 2 * 2 and not alone.skipped
+    for a, b in zip(alone.rows, rows.rows):
+        assert (a.operation, a.set, a.query, a.rel, a.gen, a.loc) == (b.operation, b.set, b.query, b.rel, b.gen, b.loc)
+        for f in ("p_after", "p_new_after", "ppl_after", "dppl", "ppl_before"):
+            assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-5, abs=1e-9), (f, a.operation, a.set)
+    assert any(a.ppl_after != a.ppl_before for a in alone.rows if a.operation == "erasure")  # erasures change ΔPPL
+    from tlcap.reproduce.ql_stages import modification_calls
+
+    edited, n_rows = 4, len(rows.rows)  # 2 sets: 4 erasure passes per edited query -> 2
+    assert len(calls["alone"][1]) == modification_calls(2, edited, n_rows) == 2 + 8 + 32
+    assert len(calls["rows"][1]) == modification_calls(2, edited, n_rows, row_sets=2) == 2 + 8 + 32 - 8

@@ -437,3 +437,20 @@ def test_a_number_tasks_generation_is_priced_batched_on_an_accelerator_and_per_t
     assert on_cpu.by_unit["fwd_token"] == pytest.approx(w.flops["fwd_token"] * 2e-15 + fwd_passes * 0.04)
     assert on_gpu.peak_bytes >= w.gen_bytes == shape.sequence_bytes(GEN_ROWS * (max(lens) + t.max_new_tokens))
     assert on_cpu.peak_bytes < w.gen_bytes or w.extra_bytes >= w.gen_bytes
+
+
+def test_passes_an_accelerator_saves_are_taken_off_on_an_accelerator_calibration_only():
+    """``Workload.accelerator_passes`` (e.g. Table 2's erasure rows) changes the passes on an accelerator
+    calibration, not on a CPU one; it adds and scales with the workload."""
+    from dataclasses import replace
+
+    shape = ModelShape.of(load_model("qwen2-tiny", device="meta"))
+
+    w = replace(forward(shape, 100.0, 4, 8, 10), accelerator_passes={"fwd_token": -4.0})
+    assert (w + w).accelerator_passes == {"fwd_token": -8.0} and w.scaled(3).accelerator_passes == {"fwd_token": -12.0}
+    spf = dict.fromkeys(UNITS, 1e-9)
+    gpu = Calibration(spf, seconds_per_pass={"fwd_token": 0.5}, meta={"two_sizes": True})
+    cpu = Calibration(spf, seconds_per_pass={"fwd_token": 0.5})
+    fl = w.flops["fwd_token"] * 1e-9
+    assert predict(w, gpu).by_unit["fwd_token"] == pytest.approx(fl + 6 * 0.5)
+    assert predict(w, cpu).by_unit["fwd_token"] == pytest.approx(fl + 10 * 0.5)

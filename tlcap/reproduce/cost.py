@@ -264,6 +264,8 @@ class Workload:
             :func:`predict` prices those tokens as ``fwd_token`` FLOPs in one pass per step; on a CPU they stay
             ``gen_token`` (one sample at a time). ``0``: none batched.
         gen_bytes: The batched generation's working memory (its rows' keys/values), counted on an accelerator.
+        accelerator_passes: ``{unit: passes}`` added to :attr:`passes` on an accelerator calibration, where the code
+            batches more (negative: passes saved, e.g. Table 2's erasures of several sets as rows of one pass).
     """
 
     flops: Mapping[str, float] = field(default_factory=dict)
@@ -276,6 +278,7 @@ class Workload:
     probes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     gen_steps: float = 0.0
     gen_bytes: int = 0
+    accelerator_passes: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted((set(self.flops) | set(self.units) | set(self.passes) | set(self.batched)) - set(UNITS))
@@ -312,7 +315,7 @@ class Workload:
                         max(self.extra_bytes, other.extra_bytes), add(self.passes, other.passes),
                         max(self.train_bytes, other.train_bytes), {**self.batched, **other.batched},
                         {**self.row_bytes, **other.row_bytes}, probes, self.gen_steps + other.gen_steps,
-                        max(self.gen_bytes, other.gen_bytes))
+                        max(self.gen_bytes, other.gen_bytes), add(self.accelerator_passes, other.accelerator_passes))
 
     def scaled(self, times: float) -> Workload:
         """The same work done ``times`` times (memory unchanged).
@@ -326,7 +329,8 @@ class Workload:
         return Workload({k: v * times for k, v in self.flops.items()}, {k: v * times for k, v in self.units.items()},
                         self.extra_bytes, {k: v * times for k, v in self.passes.items()}, self.train_bytes,
                         {k: v * times for k, v in self.batched.items()}, self.row_bytes, self.probes,
-                        self.gen_steps * times, self.gen_bytes)
+                        self.gen_steps * times, self.gen_bytes,
+                        {k: v * times for k, v in self.accelerator_passes.items()})
 
 
 def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0) -> Workload:
@@ -680,6 +684,11 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
     """
     by_unit: dict[str, float] = {}
     extra = work.extra_bytes
+    if work.accelerator_passes and cal.meta.get("two_sizes"):  # what the code batches more on an accelerator
+        passes = dict(work.passes)
+        for unit, n in work.accelerator_passes.items():
+            passes[unit] = max(0.0, passes.get(unit, 0.0) + n)
+        work = replace(work, passes=passes)
     if work.gen_steps > 0 and cal.meta.get("two_sizes") and work.flops.get("gen_token"):  # batched generation
         flops, passes = dict(work.flops), dict(work.passes)
         flops["fwd_token"] = flops.get("fwd_token", 0.0) + flops.pop("gen_token")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -334,22 +334,26 @@ def _analysis(ctx: StageContext) -> dict[str, Result]:
     return {"synapses": synapse_experiment(m, locs, groups, alpha=cfg.alpha, factor=cfg.factor, progress=ctx.progress)}
 
 
-def modification_calls(facts: int, edited: int, edits: int) -> int:
+def modification_calls(facts: int, edited: int, edits: int, row_sets: int = 1) -> int:
     """Forward calls of :func:`~tlcap.experiments.ql.modification_experiment` (each a batch of prompts or texts).
 
     Per fact: its queries and its locality prompts, unedited (one pass); per edited query: the unedited perplexity
     of its ΔPPL texts and the activations the ``activation`` update rule reads; per edit: the queries with the
-    locality prompts (one pass) and the ΔPPL texts under the edit (tested against a counted run).
+    locality prompts (one pass) and the ΔPPL texts under the edit (tested against a counted run). On an
+    accelerator the erasures of an edited query's ``row_sets > 1`` sets are rows of two passes, not two per set.
 
     Args:
         facts: Facts of the experiment.
         edited: Queries edited (over every fact).
         edits: Edits (edited queries × operations × neuron sets).
+        row_sets: Neuron sets whose erasures one pass carries as rows (an accelerator with an erasure over several
+            sets; 1: one weight edit per set).
 
     Returns:
         The number of forward calls.
     """
-    return facts + 2 * edited + 2 * edits
+    saved = edited * (2 * row_sets - 2) if row_sets > 1 else 0
+    return facts + 2 * edited + 2 * edits - saved
 
 
 def _analysis_work(ctx: StageContext) -> Workload:
@@ -367,8 +371,10 @@ def _analysis_work(ctx: StageContext) -> Workload:
         per_q = q_tok / max(n_q, 1)
         per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
         calls = modification_calls(len(facts), edited, edits)
+        rows = modification_calls(len(facts), edited, edits, row_sets=sets)  # an accelerator's erasure rows
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
-        return forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
+        w = forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
+        return replace(w, accelerator_passes={"fwd_token": float(rows - calls)}) if rows != calls else w
     if cfg.analysis == "fig4":  # per query one pass: its clean row and its eight set edits (query_kn_mapping)
         return forward(shape, q_tok * (1 + 4 * 2), 8, 32 * (1 + 4 * 2), n_q)
     # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses), the irrelevant prompt's

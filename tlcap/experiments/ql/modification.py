@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from tlcap.data.wikitext import load_wikitext
@@ -53,12 +54,14 @@ from tlcap.errors import TargetTokenizationError
 from tlcap.experiments.ql.config import EXCLUDED, ModificationConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.experiments.ql.modification_result import EditRow, ModificationResult, SkipRow
+from tlcap.intervene.set_rows import SetFactors
 from tlcap.intervene.update import update_neurons
 from tlcap.intervene.weights import erase_neurons
-from tlcap.metrics.perplexity import next_token_logits, perplexity
+from tlcap.metrics.perplexity import next_token_logits, perplexity, text_nll
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime import device as runtime_device
 from tlcap.runtime.sites import get_site
 
 EXCLUDED_REASON = "fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II"
@@ -91,6 +94,35 @@ def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts
     """
     lg = next_token_logits(model, [*queries, *loc_prompts])
     return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None
+
+
+@torch.no_grad()
+def _erased_rows(model: Model, sets: Sequence[NeuronSet], queries: Sequence[str], loc_prompts: Sequence[str],
+                 texts: Sequence[str], max_tokens: int) -> list[tuple[Any, Any, float]]:
+    """Each set's erasure measured as rows of one pass: ``(query logits, locality argmax, perplexity)`` per set.
+
+    Row ``r`` zeroes its set's ``mlp_post`` activations at every position (:class:`SetFactors`), the same model as
+    :func:`~tlcap.intervene.weights.erase_neurons` of that set (module ``set_rows``), so the sets' queries with the
+    locality prompts are one padded pass and their ΔPPL texts another, instead of two passes per set; each value
+    equals the weight edit's up to the float rounding of a batch (tested).
+    """
+    S = len(sets)
+    plan = SetFactors.of(model, sets, 0.0)
+    prompts = [*queries, *loc_prompts]
+    rows = torch.arange(S).repeat_interleave(len(prompts))
+    lg_all = model.last_logits(model.encode_batch(prompts * S), hooks=plan.hooks(model, rows)).float()
+    keep = min(max_tokens, model.n_ctx)  # texts shorter than two tokens predict nothing (as perplexity skips them)
+    live = [t for t in texts if len(model.encode(t, prepend_bos=False, max_tokens=keep, check_length=False)) >= 2]
+    out = []
+    if live:
+        nll, cnt = text_nll(model, list(live) * S, max_tokens,
+                            hooks=plan.hooks(model, torch.arange(S).repeat_interleave(len(live))))
+    for k in range(S):
+        lg = lg_all[k * len(prompts):(k + 1) * len(prompts)]
+        ppl = math.exp(float(nll[k * len(live):(k + 1) * len(live)].sum())
+                       / max(float(cnt[k * len(live):(k + 1) * len(live)].sum()), 1.0)) if live else 1.0
+        out.append((lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, ppl))
+    return out
 
 
 def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
@@ -229,6 +261,10 @@ def modification_experiment(
         for i in edited:
             chosen = _chosen_sets(fk, i, sets_i, cfg)
             acts = None
+            erased = None  # on an accelerator: every set's erasure as rows of one pass (queries and prompts, texts)
+            if "erasure" in cfg.operations and len(chosen) > 1 and runtime_device.one_pass_default(model):
+                erased = _erased_rows(model, list(chosen.values()), qs, loc_prompts, ppl_texts_for_query(fi, i)[0],
+                                      cfg.ppl_max_tokens)
             for op in cfg.operations:
                 if op == "update" and new_id is None:
                     skip(fi, fk, i, op, "no other single-token object of the same relation")
@@ -236,14 +272,17 @@ def modification_experiment(
                     continue
                 if op == "update" and cfg.update_rule == "activation" and acts is None:
                     acts = model.last_position_activations(model.to_tokens(qs[i]), post_names)[0][0].float()
-                for sname, ns in chosen.items():
+                for k, (sname, ns) in enumerate(chosen.items()):
                     texts, ppl_b = ppl_texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
-                    edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
-                        model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
-                        rule=cfg.update_rule, activations=acts, size=cfg.update_size)
-                    with edit:
-                        lg, loc_pred = _query_and_locality_logits(model, qs, loc_prompts)
-                        ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
+                    if op == "erasure" and erased is not None:
+                        lg, loc_pred, ppl_a = erased[k]
+                    else:
+                        edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
+                            model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
+                            rule=cfg.update_rule, activations=acts, size=cfg.update_size)
+                        with edit:
+                            lg, loc_pred = _query_and_locality_logits(model, qs, loc_prompts)
+                            ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
                     pred = lg.argmax(-1)
                     nb = [j for j in range(fk.k) if j != i and (known[j] or not cfg.only_known)]
                     target = obj_id if op == "erasure" else int(new_id)  # type: ignore[arg-type]
