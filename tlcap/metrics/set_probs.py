@@ -44,7 +44,8 @@ PROB_ROWS = 256
 
 @torch.no_grad()
 def scaled_target_probs(
-    model: Model, prompt: str, target: str, sets: Sequence[NeuronSet], factors: Sequence[float] = (2.0, 0.0),
+    model: Model, prompt: str, target: str | Sequence[int], sets: Sequence[NeuronSet],
+    factors: Sequence[float] = (2.0, 0.0),
 ) -> tuple[float, Float[Tensor, "factor set"]]:
     """``P(target)`` (geometric mean over its tokens) with each set scaled by each factor.
 
@@ -55,7 +56,7 @@ def scaled_target_probs(
     Args:
         model: The model.
         prompt: The query.
-        target: The answer (tokenized in context).
+        target: The answer (tokenized in context), or its token ids.
         sets: The neuron sets.
         factors: Multipliers (2 doubles, 0 zeroes).
 
@@ -71,7 +72,7 @@ def scaled_target_probs(
         tensor(0.6667)
     """
     p_ids = model.encode(prompt)
-    t_ids = model.target_ids(prompt, target)
+    t_ids = model.target_ids(prompt, target) if isinstance(target, str) else [int(i) for i in target]
     pairs = [(f, s) for f in factors for s in sets]
     plan = SetFactors.of(model, [NeuronSet((), (model.n_layers, model.d_mlp)), *(s for _, s in pairs)],
                          [1.0, *(f for f, _ in pairs)])

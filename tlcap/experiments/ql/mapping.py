@@ -30,8 +30,7 @@ from tqdm.auto import tqdm
 
 from tlcap.experiments.ql.config import EXCLUDED, MappingConfig
 from tlcap.experiments.ql.facts import FactKNs
-from tlcap.intervene.set_rows import SetFactors
-from tlcap.metrics.sets import NeuronSet
+from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.stats import relative_change
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -170,10 +169,9 @@ def query_kn_mapping(
         for i, q in enumerate(fk.queries):
             tid = model.target_ids(q, fk.target)[0]
             cand = {"self": sets_i[i], **fk.neighbor_sets(i)}
-            runs = [(sname, op) for sname, ns in cand.items() if len(ns) for op in ("enh", "sup")]
-            probs = _probs_under(model, q, tid, [cand[sn] for sn, _ in runs],
-                                 [cfg.factor if op == "enh" else 0.0 for _, op in runs])
-            p_b, p_run = probs[0], dict(zip(runs, probs[1:]))
+            full = [sname for sname, ns in cand.items() if len(ns)]  # one pass: the clean row and every edit
+            p_b, probs = scaled_target_probs(model, q, [tid], [cand[sn] for sn in full], (cfg.factor, 0.0))
+            p_run = {(sn, op): float(probs[r, c]) for r, op in enumerate(("enh", "sup")) for c, sn in enumerate(full)}
             for sname, ns in cand.items():
                 for op, sign in (("enh", 1.0), ("sup", -1.0)):
                     p_a = p_run.get((sname, op), p_b)  # an empty set: nothing to intervene on, the clean probability
@@ -186,25 +184,6 @@ def query_kn_mapping(
     method = locs[0].method if locs else "ig"
     prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
     return MappingResult(tuple(rows), cfg.factor, tuple(groups), method, provenance=prov)
-
-
-@torch.no_grad()
-def _probs_under(model: Model, prompt: str, tid: int, sets: Sequence[NeuronSet], factors: Sequence[float]) -> list[float]:
-    """P(``tid``) after ``prompt``, clean and with each set's neurons scaled by its factor at the last position.
-
-    One forward pass: row 0 is the clean run, row ``r`` scales ``sets[r-1]`` (:class:`SetFactors`); each row equals
-    its own run with :func:`~tlcap.intervene.activations.scale_neurons` (a plain forward scales the last
-    position), up to the float rounding of a batch.
-
-    Returns:
-        ``[P clean, P under set 0, ...]``.
-    """
-    empty = NeuronSet((), (model.n_layers, model.d_mlp))
-    plan = SetFactors.of(model, [empty, *sets], [1.0, *factors])
-    toks = model.to_tokens(prompt)
-    n = len(plan)
-    logits = model.last_logits(toks.expand(n, -1), hooks=plan.hooks(model, torch.arange(n), pos=-1))
-    return logits.float().softmax(-1)[:, tid].tolist()
 
 
 __all__ = ["MappingResult", "MappingRow", "query_kn_mapping"]

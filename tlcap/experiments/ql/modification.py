@@ -57,7 +57,8 @@ from tlcap.experiments.ql.modification_result import EditRow, ModificationResult
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.intervene.update import update_neurons
 from tlcap.intervene.weights import erase_neurons
-from tlcap.metrics.perplexity import next_token_logits, perplexity, text_nll
+from tlcap.metrics.perplexity import next_token_logits, perplexity
+from tlcap.metrics.set_probs import erased_text_nll
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -103,24 +104,19 @@ def _erased_rows(model: Model, sets: Sequence[NeuronSet], queries: Sequence[str]
 
     Row ``r`` zeroes its set's ``mlp_post`` activations at every position (:class:`SetFactors`), the same model as
     :func:`~tlcap.intervene.weights.erase_neurons` of that set (module ``set_rows``), so the sets' queries with the
-    locality prompts are one padded pass and their ΔPPL texts another, instead of two passes per set; each value
-    equals the weight edit's up to the float rounding of a batch (tested).
+    locality prompts are one padded pass and their ΔPPL texts another (:func:`erased_text_nll`), instead of two
+    passes per set; each value equals the weight edit's up to the float rounding of a batch (tested).
     """
     S = len(sets)
     plan = SetFactors.of(model, sets, 0.0)
     prompts = [*queries, *loc_prompts]
     rows = torch.arange(S).repeat_interleave(len(prompts))
     lg_all = model.last_logits(model.encode_batch(prompts * S), hooks=plan.hooks(model, rows)).float()
-    keep = min(max_tokens, model.n_ctx)  # texts shorter than two tokens predict nothing (as perplexity skips them)
-    live = [t for t in texts if len(model.encode(t, prepend_bos=False, max_tokens=keep, check_length=False)) >= 2]
+    nll, cnt = erased_text_nll(model, texts, sets, max_tokens)  # perplexity of set k: exp(Σ nll[k] / Σ count)
     out = []
-    if live:
-        nll, cnt = text_nll(model, list(live) * S, max_tokens,
-                            hooks=plan.hooks(model, torch.arange(S).repeat_interleave(len(live))))
     for k in range(S):
         lg = lg_all[k * len(prompts):(k + 1) * len(prompts)]
-        ppl = math.exp(float(nll[k * len(live):(k + 1) * len(live)].sum())
-                       / max(float(cnt[k * len(live):(k + 1) * len(live)].sum()), 1.0)) if live else 1.0
+        ppl = math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0))
         out.append((lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, ppl))
     return out
 
