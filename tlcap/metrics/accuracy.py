@@ -278,14 +278,12 @@ def task_accuracy(
             if t.kind == "number" and not hooks and runtime_device.one_pass_default(model) and model.continues_rows
             else None)
     for i, s in enumerate(tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False)):
+        if gens is not None and gens[i] is None:  # its prompt does not fit the context window
+            skipped += 1
+            continue
         try:
-            if gens is not None:  # generated above, GEN_ROWS samples per batch
-                gen = gens[i]
-                if gen is None:
-                    raise PromptTooLongError(f"{t.name} sample {i} does not fit the context window")
-                score, pred, gold = _number_score(model, gen, s, stops)
-            else:
-                score, pred, gold = _score_one(model, t, s, hooks, max_new_tokens, code_tokens, eos, stops)
+            score, pred, gold = (_number_score(model, gens[i] or [], s, stops) if gens is not None  # generated above
+                                 else _score_one(model, t, s, hooks, max_new_tokens, code_tokens, eos, stops))
         except PromptTooLongError:
             skipped += 1
             continue

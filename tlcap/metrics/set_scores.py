@@ -49,6 +49,7 @@ from tlcap.intervene.set_rows import SetFactors
 from tlcap.metrics.accuracy import CODE_TOKENS, _cut, _same_number, extract_number
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
+from tlcap.models.generate import ends_generation
 
 MIN_PREFIX = 4
 """Shortest common prefix worth caching per set (shorter ones are run with every row)."""
@@ -254,7 +255,7 @@ def _generate_rows(model: Model, plan: SetFactors, sets: Tensor, ids: list[int],
                 tokens += g * (len(ids) + step)
             for r, tok in enumerate(logits[:, -1].argmax(-1).tolist()):
                 fed[r].append(int(tok))
-                if stop_at[r] is None and (tok in stop_ids or (stop_text and any(s in model.decode(fed[r]) for s in stop_text))):
+                if stop_at[r] is None and ends_generation(model.decode, fed[r], stop_ids, stop_text):
                     stop_at[r] = step + 1
             if all(x is not None for x in stop_at):
                 break

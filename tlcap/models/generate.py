@@ -16,6 +16,22 @@ from tlcap.models.cache import PrefixCache, fresh_cache, full_cache
 from tlcap.runtime.hooks import HookList
 
 
+def ends_generation(decode: Callable[[list[int]], str], out: list[int], stop_ids: set[int] | Sequence[int],
+                    stop_text: Sequence[str]) -> bool:
+    """Whether a greedy continuation stops after its newest token: a stop id, or a stop string in its text.
+
+    Args:
+        decode: The tokenizer's decode.
+        out: The continuation so far (its newest token last).
+        stop_ids: Token ids that end it (the id itself is kept).
+        stop_text: Strings that end it once decoded.
+
+    Returns:
+        ``True`` where it stops.
+    """
+    return out[-1] in stop_ids or bool(stop_text and any(s in decode(out) for s in stop_text))
+
+
 class GenerationMixin:
     """Text generation of :class:`tlcap.models.Model` (see the class for attributes)."""
 
@@ -82,9 +98,7 @@ class GenerationMixin:
                     logits = self.forward(torch.tensor([ids + out], device=self.device))
                 tok = int(logits[0, -1].argmax())
                 out.append(tok)
-                if tok in stop:
-                    break
-                if stop_text and any(s in self.decode(out) for s in stop_text):
+                if ends_generation(self.decode, out, stop, stop_text):
                     break
                 nxt = torch.tensor([[tok]], device=self.device)
         return out
@@ -160,10 +174,10 @@ class GenerationMixin:
                 if done[i]:
                     continue
                 out[i].append(int(tok))
-                done[i] = int(tok) in stop or bool(stop_text and any(s in self.decode(out[i]) for s in stop_text))
+                done[i] = ends_generation(self.decode, out[i], stop, stop_text)
             if all(done):
                 break
         return out, kept
 
 
-__all__ = ["GenerationMixin"]
+__all__ = ["GenerationMixin", "ends_generation"]
