@@ -265,3 +265,25 @@ def test_rows_of_one_pass_carry_their_own_synapse_and_neuron_edits(model):
     two = model.last_logits(toks.expand(2, -1), hooks=plan.hooks(model, torch.arange(2), pos=-1))
     assert torch.allclose(two[1], model.last_logits(toks, hooks=enhance(model, ns, 3.0))[0], atol=1e-5)
     assert torch.allclose(two[0], model.last_logits(toks)[0], atol=1e-5)
+
+
+def test_rows_carry_their_own_update_edit(model):
+    """Table 2's Update edits as rows on TL 3.9 (``SetFactors(writes=)`` at ``mlp_out``): each row equals its weight
+    edit (``update_neurons``), an erasure row its ``erase_neurons``."""
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.intervene.update import update_neurons, update_write
+    from tlcap.metrics import NeuronSet
+
+    ns = NeuronSet(((0, 3), (1, 7), (1, 9)), (model.n_layers, model.d_mlp))
+    toks = model.to_tokens(PROMPT)
+    acts = torch.rand(model.n_layers, model.d_mlp) - 0.3
+    kw = dict(rule="activation", activations=acts)
+    plan = SetFactors.of(model, [NeuronSet((), ns.shape), ns, ns], [1.0, 0.0, 1.0],
+                         writes=[None, None, update_write(model, ns, 11, 22, **kw)])
+    rows = model.logits(toks.expand(3, -1), hooks=plan.hooks(model, torch.arange(3)))
+    assert torch.allclose(rows[0], model.logits(toks)[0], atol=1e-5)
+    with erase_neurons(model, ns):
+        assert torch.allclose(rows[1], model.logits(toks)[0], atol=1e-5)
+    with update_neurons(model, ns, 11, 22, **kw):
+        edited = model.logits(toks)[0]
+    assert torch.allclose(rows[2], edited, atol=1e-5) and not torch.allclose(rows[2], rows[0], atol=1e-3)

@@ -148,40 +148,130 @@ def test_known_fact_test_reads_ranks_in_passes_of_known_batch(tiny_gpt2):
     assert 0 < sum(map(sum, hits)) < sum(asked)  # some queries in the top 25,000, some not
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_table2_erasure_rows_of_one_pass_equal_each_weight_edit(name):
-    """On an accelerator Table 2 erases each query's sets as rows of one pass (``_erased_rows``: the queries with the
-    locality prompts, then the ΔPPL texts) instead of one weight edit per set: every row of the table is the same
-    (Rel / Gen / Loc exactly, probabilities and perplexities to float rounding), with 2 passes per edited query
-    for the erasures instead of 2 per set."""
+def _table_alone_and_rows(m, sets, rule):
+    """The modification experiment run one weight edit at a time and with the accelerator's rows (forced on the CPU),
+    and the forward passes each made."""
+    from tlcap.experiments.ql import modification_experiment
+
+    texts = [f"Text number {i} is about the weather in a city on day {i}." for i in range(20)] + ["x"]
+    kw = dict(operations=("erasure", "update"), sets=sets, ppl_texts=texts, n_ppl_texts=3, update_rule=rule,
+              only_known=False, edit_queries=2, new_objects={"P36": ["Rome"], "P30": ["Europe"]}, progress=False)
+    return {key: _counted(m, policy, lambda: modification_experiment(m, _locs(m), ["K_I", "K_II"], **kw))
+            for key, policy in (("alone", False), ("rows", True))}
+
+
+def _counted(m, policy, run):
+    """``(run(), forward passes it made)`` with the accelerator's batching policy forced to ``policy``."""
     from unittest import mock
 
-    from tlcap.experiments.ql import modification_experiment
     from tlcap.runtime import device
 
-    m = _model(name)
-    locs = _locs(m)
-    texts = [f"Text number {i} is about the weather in a city on day {i}." for i in range(20)] + ["x"]
-    kw = dict(operations=("erasure", "update"), sets=("local", "global"), ppl_texts=texts, n_ppl_texts=3,
-              only_known=False, edit_queries=2, new_objects={"P36": ["Rome"], "P30": ["Europe"]}, progress=False)
-    calls = {}
-    for key, policy in (("alone", False), ("rows", True)):
-        n = []
-        handle = m.backend.register_forward_pre_hook(lambda mod, args, n=n: n.append(1))
-        try:
-            with mock.patch.object(device, "one_pass_default", lambda model, p=policy: p):
-                calls[key] = (modification_experiment(m, locs, ["K_I", "K_II"], **kw), n)
-        finally:
-            handle.remove()
-    alone, rows = calls["alone"][0], calls["rows"][0]
-    assert len(alone.rows) == len(rows.rows) == 2 * 2 * 2 * 2 and not alone.skipped
+    n = []
+    handle = m.backend.register_forward_pre_hook(lambda mod, args: n.append(1))
+    try:
+        with mock.patch.object(device, "one_pass_default", lambda model: policy):
+            return run(), len(n)
+    finally:
+        handle.remove()
+
+
+def _same_tables(alone, rows):
+    assert len(alone.rows) == len(rows.rows) and not alone.skipped and not rows.skipped
     for a, b in zip(alone.rows, rows.rows):
         assert (a.operation, a.set, a.query, a.rel, a.gen, a.loc) == (b.operation, b.set, b.query, b.rel, b.gen, b.loc)
-        for f in ("p_after", "p_new_after", "ppl_after", "dppl", "ppl_before"):
+        for f in ("p_after", "p_new_after", "ppl_after", "ppl_before", "gap_new_after"):
             assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-5, abs=1e-9), (f, a.operation, a.set)
-    assert any(a.ppl_after != a.ppl_before for a in alone.rows if a.operation == "erasure")  # erasures change ΔPPL
+        assert b.dppl == pytest.approx(a.dppl, abs=2e-5)  # a difference of two perplexities equal to 1e-5
+    for op in ("erasure", "update"):  # the edits change the scores, so equal values are not the unedited ones
+        assert any(a.ppl_after != a.ppl_before for a in alone.rows if a.operation == op)
+        assert any(abs(a.p_after / a.p_before - 1) > 1e-3 for a in alone.rows if a.operation == op)
+
+
+@pytest.mark.parametrize("name,rule", [("gpt2", "activation"), ("llama", "activation"), ("llama", "paper")])
+def test_table2_edits_as_rows_of_two_passes_equal_each_weight_edit(name, rule):
+    """On an accelerator Table 2 measures every edit of a query (erasure and Update of N_i and N_g) as rows of two
+    passes (``_edit_rows``: the queries with the locality prompts, then the ΔPPL texts with the unedited model as one
+    more row) instead of a weight edit and two passes per edit: every row of the table is the same (Rel / Gen / Loc
+    exactly, probabilities, logit gaps and perplexities to float rounding)."""
     from tlcap.reproduce.ql_stages import modification_calls
 
-    edited, n_rows = 4, len(rows.rows)  # 2 sets: 4 erasure passes per edited query -> 2
-    assert len(calls["alone"][1]) == modification_calls(2, edited, n_rows) == 2 + 8 + 32
-    assert len(calls["rows"][1]) == modification_calls(2, edited, n_rows, row_sets=2) == 2 + 8 + 32 - 8
+    m = _model(name)
+    runs = _table_alone_and_rows(m, ("local", "global"), rule)
+    (alone, n_alone), (rows, n_rows) = runs["alone"], runs["rows"]
+    _same_tables(alone, rows)
+    assert len(rows.rows) == 2 * 2 * 2 * 2
+    edited, edits = 4, len(rows.rows)  # per edited query: 1 + 2·4 passes -> 2
+    assert n_alone == modification_calls(2, edited, edits) == 2 + 4 + 32
+    assert n_rows == modification_calls(2, edited, edits, rows=True) == 2 + 4 * 2
+
+
+def test_table3_cas_edits_as_rows_and_a_post_norm_model_keeps_weight_edits_for_updates():
+    """Table 3 edits one set per query (CAS): its erasure and Update are rows too. Gemma-2's MLP output is normalised
+    after the down projection, so there an Update cannot be a row: the updates stay weight edits, the erasures rows,
+    and the table is still the same."""
+    from tlcap.errors import InvalidConfigError
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.intervene.update import update_write
+
+    runs = _table_alone_and_rows(_model("llama"), ("cas",), "activation")
+    _same_tables(runs["alone"][0], runs["rows"][0])
+    assert (runs["alone"][1], runs["rows"][1]) == (2 + 4 * (1 + 2 * 2), 2 + 4 * 2)
+    g = make_tiny("gemma2", seed=0)
+    runs = _table_alone_and_rows(g, ("local",), "activation")
+    _same_tables(runs["alone"][0], runs["rows"][0])
+    assert runs["rows"][1] == runs["alone"][1] - 4 * 1  # the unedited perplexity a row; each update its weight edit
+    kns = _locs(g)[0].global_set()
+    with pytest.raises(InvalidConfigError, match="post-norm"):
+        SetFactors.of(g, [kns], 1.0, writes=[update_write(g, kns, 1, 2)])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2", "neox", "gptj"])
+def test_update_rows_equal_the_weight_edit_on_every_family(name):
+    """A row of ``SetFactors(writes=)`` adds ``(Σ_p a_p c_p)·δ`` to its ``mlp_out``: the model ``update_neurons``
+    makes by editing the down projection's columns (parallel attention+MLP blocks included), at every position, with
+    the literal and the activation rule, beside an erasure row and an unedited row of the same pass."""
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.intervene.update import update_neurons, update_write
+    from tlcap.intervene.weights import erase_neurons
+    from tlcap.metrics.sets import NeuronSet
+
+    m = _model(name)
+    ns = _locs(m)[0].global_set()
+    toks = m.to_tokens("The capital of France is a city")
+    acts = torch.randn(m.n_layers, m.d_mlp, generator=torch.Generator().manual_seed(1))
+    rules = [dict(rule="paper"), dict(rule="activation", activations=acts, size=2.0)]
+    plan = SetFactors.of(m, [NeuronSet((), ns.shape), ns, ns, ns], [1.0, 0.0, 1.0, 1.0],
+                         writes=[None, None, *(update_write(m, ns, 11, 22, **kw) for kw in rules)])
+    rows = m.logits(toks.expand(4, -1), hooks=plan.hooks(m, torch.arange(4))).float()
+    clean = m.logits(toks)[0].float()
+    assert torch.allclose(rows[0], clean, atol=1e-5)
+    with erase_neurons(m, ns):
+        assert torch.allclose(rows[1], m.logits(toks)[0].float(), atol=1e-5)
+    for r, kw in zip((2, 3), rules):
+        with update_neurons(m, ns, 11, 22, **kw):
+            edited = m.logits(toks)[0].float()
+        assert torch.allclose(rows[r], edited, atol=1e-4, rtol=1e-5), (name, kw["rule"])
+        assert (rows[r] - clean).abs().max() > 100 * (rows[r] - edited).abs().max()  # the edit moved the logits
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_synapse_patterns_of_a_fact_in_one_pass_and_irrelevant_synapses_read_not_rerun(name):
+    """Figs. 5-7: every query's attention patterns are read once (a fact's queries in one padded pass on an
+    accelerator) and S_ir, another query's synapses, comes from those: the same table as the CPU path (synapse
+    counts and predominance exactly, probabilities and KN values to float rounding), in ``n_q + facts`` passes on an
+    accelerator and ``2·n_q`` on a CPU (was ``3·n_q``)."""
+    m = _model(name)
+    locs = _locs(m)
+    cfg = SynapseConfig(alpha=0.05, heatmap_max_cols=4)
+    (cpu, n_cpu), (acc, n_acc) = (_counted(m, policy, lambda: synapse_experiment(m, locs, ["K_I", "K_II"], config=cfg,
+                                                                                 progress=False))
+                                  for policy in (False, True))
+    n_q = sum(fk.k for fk in locs)
+    assert (n_cpu, n_acc) == (2 * n_q, n_q + len(locs))
+    assert [r.tokens for r in cpu.predominance] == [r.tokens for r in acc.predominance]
+    assert len(cpu.rows) == len(acc.rows) == 2 * 3 * 2 * 2
+    for a, b in zip(cpu.rows, acc.rows):
+        assert (a.query, a.synapses, a.op, a.source, a.n_synapses) == (b.query, b.synapses, b.op, b.source, b.n_synapses)
+        for f in ("p_before", "p_after", "value_before", "value_after"):
+            assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-5, abs=1e-9), (f, a.query, a.synapses)
+    torch.testing.assert_close(acc.heatmap_values, cpu.heatmap_values, rtol=1e-5, atol=1e-6)

@@ -306,8 +306,8 @@ def test_table2_names_the_update_rule_and_size(tiny_gpt2):
 
 def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2):
     """``ql.table2``'s plan counts the experiment's forward calls as it makes them (each a batch): per fact 1 (its
-    queries with its locality prompts), per edited query 2, per edit 2 (the queries with the locality prompts, the
-    ΔPPL texts) (:func:`tlcap.reproduce.ql_stages.modification_calls`)."""
+    queries with its locality prompts and their activations), per edited query 1 (the unedited ΔPPL texts), per
+    edit 2 (the queries with the locality prompts, the ΔPPL texts) (:func:`tlcap.reproduce.ql_stages.modification_calls`)."""
     from tlcap.reproduce.ql_stages import modification_calls
 
     m = tiny_gpt2
@@ -325,4 +325,4 @@ def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2
         handle.remove()
     edited = len({(r.fact, r.query) for r in res.rows})
     assert edited == 6 and len(res.rows) == 6 * 2 * 2 and not res.skipped
-    assert len(calls) == modification_calls(3, edited, len(res.rows)) == 1 * 3 + 2 * 6 + 2 * 24
+    assert len(calls) == modification_calls(3, edited, len(res.rows)) == 1 * 3 + 6 + 2 * 24

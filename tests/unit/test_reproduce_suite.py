@@ -142,3 +142,20 @@ def test_rome_work_counts_the_passes_of_a_counted_sweep(tiny_gpt2, steps):
     assert all(len(r.losses) == steps for r in sweep.results)  # no early stop: every step ran
     w = rome_work(m, prompt, " Rome", 2, RomeConfig(steps=steps, bos=True), 1 + len(paras) + len(neigh), [])
     assert len(calls) == w.passes["fwd_token"] + w.passes["train_token"] == 2 + 2 * (2 + steps + 2)
+    # on an accelerator (policy forced on the CPU) the two layers are rows: keys once, a pass per step, 2 measures
+    from unittest import mock
+
+    from tlcap.runtime import device
+
+    calls.clear()
+    handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    try:
+        with mock.patch.object(device, "one_pass_default", lambda model: True):
+            rows = rome_sweep(m, prompt, "The Eiffel Tower", " Rome", [0, 1], target_old=" Paris", paraphrases=paras,
+                              neighbourhood=neigh, covs=covs, steps=steps, bos=True)
+    finally:
+        handle.remove()
+    for a, b in zip(sweep.results, rows.results):
+        assert b.losses == pytest.approx(a.losses, rel=1e-4)
+    acc = sum(w.passes[u] + w.accelerator_passes[u] for u in ("fwd_token", "train_token"))
+    assert len(calls) == acc == 2 + 1 + steps + 2

@@ -12,6 +12,7 @@ from tlcap.errors import InvalidConfigError, SubjectNotFoundError
 from tlcap.intervene.covariance import covariance_path, key_covariance, solve_key
 from tlcap.intervene.rome import RomeConfig, RomeSweep, ValueRows, evaluate_rome, rome_edit, rome_sweep, subject_keys, value_loss
 from tlcap.intervene.rome import evaluate as rome_evaluate
+from tlcap.intervene.rome import measures as rome_measures
 from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD
 from tlcap.locate.subjects import SubjectWarning
 from tlcap.results import load_result
@@ -92,15 +93,15 @@ def test_weights_restored_on_every_exit_path(tiny_llama, monkeypatch):
     assert torch.equal(W, W0)
     # a measurement of evaluate_rome failing while the model is edited
     calls = []
-    real = rome_evaluate.target_logprobs
+    real = rome_measures.target_logprobs
 
-    def fail_second(model, items, bos=False):
+    def fail_second(model, items, bos=False, plan=None):
         calls.append(torch.equal(W, W0))
         if len(calls) == 2:
             raise RuntimeError("measurement failed")
-        return real(model, items, bos)
+        return real(model, items, bos, plan)
 
-    monkeypatch.setattr(rome_evaluate, "target_logprobs", fail_second)
+    monkeypatch.setattr(rome_measures, "target_logprobs", fail_second)
     with pytest.raises(RuntimeError, match="measurement failed"):
         evaluate_rome(tiny_llama, PROMPT, SUBJECT, " Rome", 0, config=CFG)
     assert calls == [True, False]  # the second measurement ran on the edited model
@@ -280,3 +281,46 @@ def test_default_neighbourhood_leaves_out_the_edited_fact(tiny_llama):
     assert rome_evaluate.default_neighbourhood("Paris is the capital of", "France") == list(DEFAULT_NEIGHBOURHOOD[1:])
     res = evaluate_rome(tiny_llama, PROMPT, SUBJECT, " Rome", 0, paraphrases=[], config=CFG)
     assert PROMPT not in res.neighbourhood and len(res.neighbourhood) == len(DEFAULT_NEIGHBOURHOOD) - 1
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_rome_sweep_with_layers_as_rows_equals_one_edit_at_a_time(name):
+    """``rome_sweep(layers_per_pass=b)``: every layer's keys from one pass, the layers' value optimisations sharing
+    passes (each its own δ and Adam; a layer that reaches ``stop_loss`` leaves), each edit measured as a rank-one
+    write of its rows. Every result equals the sweep of weight edits one at a time (losses, ‖δ‖, ‖ΔW‖, probabilities
+    after; efficacy, paraphrase and specificity exactly) at b = 2 and 3 of 3 layers, in the counted passes."""
+    from tlcap.intervene.covariance import key_covariance
+    from tlcap.models import make_gpt2, make_llama
+
+    m = make_gpt2("tiny", seed=0, n_layers=3) if name == "gpt2" else make_llama(seed=0, n_layers=3)
+    prompt, paras, neigh = "The Eiffel Tower is located in the city of", ["Fact: The Eiffel Tower is in"], \
+        ["Rome is the capital of", "Paris is in", "Madrid is in"]
+    covs = key_covariance(m, [0, 1, 2], n_tokens=512, cache=False)
+    # ROME's weight decay ‖δ‖/‖v₀‖² explodes on a random model's tiny v₀ (the norm clamp then makes the loss jump
+    # chaotically); without it the optimisation is smooth, and the stop loss lies where layer 0 stops early and the
+    # others never do (margins 2e-3 against rounding of 1e-6)
+    stop = {"gpt2": 10.733, "llama": 10.571}[name]
+    kw = dict(target_old=" Paris", paraphrases=paras, neighbourhood=neigh, covs=covs, steps=8, bos=True, lr=0.2,
+              weight_decay=0.0, stop_loss=stop)
+    runs = {}
+    for b in (1, 2, 3):
+        calls = []
+        handle = m.backend.register_forward_pre_hook(lambda mod, args, c=calls: c.append(1))
+        try:
+            runs[b] = (rome_sweep(m, prompt, "The Eiffel Tower", " Rome", [0, 1, 2], layers_per_pass=b, **kw), len(calls))
+        finally:
+            handle.remove()
+    alone = runs[1][0].results
+    assert [len(r.losses) for r in alone] == [3 if name == "gpt2" else 2, 8, 8]  # layer 0 stopped early
+    assert all(r.new_prob_after > 1.05 * r.new_prob_before for r in alone[:2])  # the edits move the target
+    for b in (2, 3):
+        for a, r in zip(alone, runs[b][0].results):
+            assert (r.layer, r.efficacy, r.paraphrase_success, r.neighbourhood_kept) == \
+                (a.layer, a.efficacy, a.paraphrase_success, a.neighbourhood_kept)
+            assert r.losses == pytest.approx(a.losses, rel=1e-4)
+            for f in ("delta_norm", "update_norm", "new_prob_after", "old_prob_after", "new_prob_before"):
+                assert getattr(r, f) == pytest.approx(getattr(a, f), rel=1e-4), (b, a.layer, f)
+    assert runs[1][1] == 2 + sum(2 + len(r.losses) + 2 for r in alone)
+    assert runs[3][1] == 2 + 1 + 8 + 2  # unedited measures, keys, one pass per step, the two measure batches
+    stopped = len(alone[0].losses)  # 3 layers: two passes per step until layer 0 stops, one after; 2 measure chunks
+    assert runs[2][1] == 2 + 1 + 2 * stopped + (8 - stopped) + 2 * 2

@@ -105,6 +105,44 @@ def kn_write(model: Model, neurons: NeuronSet, activations: Float[Tensor, "layer
     return out
 
 
+def update_write(
+    model: Model,
+    neurons: NeuronSet,
+    old_id: int,
+    new_id: int,
+    lambda1: float = 2.0,
+    lambda2: float = 2.0,
+    *,
+    rule: str = "paper",
+    activations: Float[Tensor, "layer d_mlp"] | None = None,
+    size: float = 1.0,
+) -> tuple[dict[tuple[int, int], float], Float[Tensor, " d_model"]]:
+    """The Update edit as numbers: each KN's coefficient ``c_p`` and the direction ``δ`` (float32).
+
+    :func:`update_neurons` adds ``c_p·δ`` to each KN's value vector; the same edit as rows of one pass
+    (:class:`tlcap.intervene.set_rows.SetFactors` with ``writes=``) adds ``(Σ_p a_p c_p)·δ`` to the MLP's output.
+
+    Args:
+        model, neurons, old_id, new_id, lambda1, lambda2, rule, activations, size: As in :func:`update_neurons`.
+
+    Returns:
+        ``({(layer, neuron): c}, δ [d_model])``.
+
+    Example:
+        >>> kns = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
+        >>> coef, delta = update_write(model, kns, 11, 22, lambda1=1.0, lambda2=3.0)
+        >>> coef, torch.allclose(delta, 3 * model.W_E[22] - model.W_E[11])
+        ({(0, 250): 1.0, (1, 192): 1.0}, True)
+    """
+    E = model.W_E.detach()
+    delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()
+    scale = None
+    if rule == "activation" and activations is not None:
+        norm = float(delta.norm())
+        scale = float(size) * float(kn_write(model, neurons, activations).norm()) / norm if norm > 0 else 0.0
+    return update_coefficients(neurons, activations, rule, scale), delta
+
+
 def update_neurons(
     model: Model,
     neurons: NeuronSet,
@@ -146,13 +184,8 @@ def update_neurons(
         >>> edit.active
         False
     """
-    E = model.W_E.detach()
-    delta = (-lambda1 * E[old_id] + lambda2 * E[new_id]).float()
-    scale = None
-    if rule == "activation" and activations is not None:
-        norm = float(delta.norm())
-        scale = float(size) * float(kn_write(model, neurons, activations).norm()) / norm if norm > 0 else 0.0
-    coef = update_coefficients(neurons, activations, rule, scale)
+    coef, delta = update_write(model, neurons, old_id, new_id, lambda1, lambda2, rule=rule, activations=activations,
+                               size=size)
     edit = WeightEdit()
 
     def fn(e: WeightEdit) -> None:
@@ -166,4 +199,4 @@ def update_neurons(
     return edit.apply(fn)
 
 
-__all__ = ["UPDATE_RULES", "kn_write", "update_coefficients", "update_neurons"]
+__all__ = ["UPDATE_RULES", "kn_write", "update_coefficients", "update_neurons", "update_write"]

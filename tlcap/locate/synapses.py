@@ -29,6 +29,7 @@ Example (the paper's α = 0.3 finds no column of the tiny random model's flat at
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,31 @@ def attention_patterns(model: Model, prompt: str, hooks: HookList = ()) -> Float
     names = [site.hook_name(l) for l in range(model.n_layers)]
     rec = model.record(model.to_tokens(prompt), names, hooks=hooks)
     return torch.stack([rec[n][0] for n in names]).float()
+
+
+def attention_patterns_many(model: Model, prompts: Sequence[str]) -> list[Float[Tensor, "layer head query key"]]:
+    """:func:`attention_patterns` of each prompt from one right-padded pass (row ``r`` cut to its own tokens).
+
+    A real position never attends to the padding after it (causal attention), so each prompt's patterns equal its
+    run alone up to the float rounding of a batch.
+
+    Args:
+        model: The model.
+        prompts: The prompts.
+
+    Returns:
+        Per prompt ``[n_layers, n_heads, n_tokens, n_tokens]``, float32.
+
+    Example:
+        >>> a, b = attention_patterns_many(model, ["The capital of France is", "Hi there"])
+        >>> torch.allclose(a, attention_patterns(model, "The capital of France is"), atol=1e-6), tuple(b.shape[2:])
+        (True, (2, 2))
+    """
+    site = get_site("attn_pattern")
+    names = [site.hook_name(l) for l in range(model.n_layers)]
+    toks = model.encode_batch(list(prompts))
+    rec = model.record(toks, names)
+    return [torch.stack([rec[n][r, :, :n_r, :n_r] for n in names]).float() for r, n_r in enumerate(toks.lengths.tolist())]
 
 
 def synapse_mask(
@@ -293,5 +319,6 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
 
 __all__ = [
     "ROLES", "map_columns", "token_roles",
-    "KnowledgeSynapses", "SynapseRow", "attention_patterns", "locate_synapses", "most_attended_token", "synapse_mask",
+    "KnowledgeSynapses", "SynapseRow", "attention_patterns", "attention_patterns_many", "locate_synapses",
+    "most_attended_token", "synapse_mask",
 ]

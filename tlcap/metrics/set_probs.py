@@ -8,7 +8,8 @@
   target (:mod:`tlcap.models.packed_rows`).
 - :func:`erased_text_nll` — the summed next-token NLL of each text with each set erased (every
   position), the batched form of :func:`~tlcap.metrics.perplexity.text_nll` inside
-  ``erase_neurons``: a perplexity control for many matched random sets at once.
+  ``erase_neurons``: a perplexity control for many matched random sets at once;
+  :func:`edited_text_nll` the same for any row plan (erasures, updates and the unedited model together).
 
 Example:
     >>> from tlcap.data.wikitext import load_wikitext
@@ -117,10 +118,45 @@ def erased_text_nll(
     """
     if not sets:
         raise EmptyDatasetError("erased_text_nll needs at least one neuron set")
+    return edited_text_nll(model, texts, SetFactors.of(model, sets, 0.0), max_tokens)
+
+
+@torch.no_grad()
+def edited_text_nll(
+    model: Model, texts: Sequence[str], plan: SetFactors, max_tokens: int = 128,
+) -> tuple[Float[Tensor, "set text"], Float[Tensor, " text"]]:
+    """:func:`erased_text_nll` for any row plan: each text's summed NLL under each set of ``plan`` (every position).
+
+    A plan's set may erase, scale or update its neurons (:class:`~tlcap.intervene.set_rows.SetFactors` with
+    ``writes=``), so a query's erasures, updates and the unedited model score their texts in one batched run.
+
+    Args:
+        model: The model (no weight is changed).
+        texts: The texts (each truncated to ``max_tokens`` tokens, no BOS).
+        plan: The sets, applied at every position.
+        max_tokens: Tokens kept per text.
+
+    Returns:
+        ``(nll [n_sets, n_texts], count [n_texts])`` in float64 (a text of fewer than 2 tokens: 0, 0).
+
+    Example:
+        >>> from tlcap.intervene.update import update_neurons, update_write
+        >>> from tlcap.metrics.perplexity import text_nll
+        >>> kns = NeuronSet(((0, 250), (1, 192)), shape=(model.n_layers, model.d_mlp))
+        >>> edit = update_write(model, kns, 11, 22)
+        >>> plan = SetFactors.of(model, [NeuronSet((), kns.shape), kns], 1.0, writes=[None, edit])
+        >>> texts = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital of France."]
+        >>> nll, count = edited_text_nll(model, texts, plan)
+        >>> with update_neurons(model, kns, 11, 22):
+        ...     torch.allclose(nll[1], text_nll(model, texts)[0], rtol=1e-5)
+        True
+        >>> torch.allclose(nll[0], text_nll(model, texts)[0], rtol=1e-5), count.tolist()   # row 0: unedited
+        (True, [9.0, 6.0])
+    """
     keep = min(max_tokens, model.n_ctx)
     rows = [model.encode(t, prepend_bos=False, max_tokens=keep, check_length=False) for t in texts]
     live = [i for i, r in enumerate(rows) if len(r) >= 2]
-    nll = torch.zeros(len(sets), len(texts), dtype=torch.float64)
+    nll = torch.zeros(len(plan), len(texts), dtype=torch.float64)
     cnt = torch.zeros(len(texts), dtype=torch.float64)
     if not live:
         return nll, cnt
@@ -135,10 +171,10 @@ def erased_text_nll(
         tok = lp.gather(2, nxt[idx][:, :w, None].to(lp.device))[..., 0]
         return -(tok * real[idx][:, :w].to(tok.device)).sum(1).double()
 
-    vals, _ = teacher_forced(model, SetFactors.of(model, sets, 0.0), seqs, [list(range(len(s) - 1)) for s in seqs], summed)
+    vals, _ = teacher_forced(model, plan, seqs, [list(range(len(s) - 1)) for s in seqs], summed)
     nll[:, live] = vals
     cnt[live] = torch.tensor([len(s) - 1 for s in seqs], dtype=torch.float64)
     return nll, cnt
 
 
-__all__ = ["scaled_target_probs", "erased_text_nll", "PROB_ROWS"]
+__all__ = ["scaled_target_probs", "erased_text_nll", "edited_text_nll", "PROB_ROWS"]

@@ -334,26 +334,25 @@ def _analysis(ctx: StageContext) -> dict[str, Result]:
     return {"synapses": synapse_experiment(m, locs, groups, alpha=cfg.alpha, factor=cfg.factor, progress=ctx.progress)}
 
 
-def modification_calls(facts: int, edited: int, edits: int, row_sets: int = 1) -> int:
+def modification_calls(facts: int, edited: int, edits: int, rows: bool = False) -> int:
     """Forward calls of :func:`~tlcap.experiments.ql.modification_experiment` (each a batch of prompts or texts).
 
-    Per fact: its queries and its locality prompts, unedited (one pass); per edited query: the unedited perplexity
-    of its ΔPPL texts and the activations the ``activation`` update rule reads; per edit: the queries with the
+    Per fact: its queries and its locality prompts, unedited, with the activations the ``activation`` update rule
+    reads (one pass); per edited query: the unedited perplexity of its ΔPPL texts; per edit: the queries with the
     locality prompts (one pass) and the ΔPPL texts under the edit (tested against a counted run). On an
-    accelerator the erasures of an edited query's ``row_sets > 1`` sets are rows of two passes, not two per set.
+    accelerator (``rows=True``) every edit of an edited query is a row of two passes, the unedited perplexity a row
+    of the second: two passes per edited query, whatever the number of edits.
 
     Args:
         facts: Facts of the experiment.
         edited: Queries edited (over every fact).
         edits: Edits (edited queries × operations × neuron sets).
-        row_sets: Neuron sets whose erasures one pass carries as rows (an accelerator with an erasure over several
-            sets; 1: one weight edit per set).
+        rows: Whether the edits run as rows (an accelerator; a model without post-norm blocks).
 
     Returns:
         The number of forward calls.
     """
-    saved = edited * (2 * row_sets - 2) if row_sets > 1 else 0
-    return facts + 2 * edited + 2 * edits - saved
+    return facts + 2 * edited if rows else facts + edited + 2 * edits
 
 
 def _analysis_work(ctx: StageContext) -> Workload:
@@ -371,15 +370,17 @@ def _analysis_work(ctx: StageContext) -> Workload:
         per_q = q_tok / max(n_q, 1)
         per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
         calls = modification_calls(len(facts), edited, edits)
-        rows = modification_calls(len(facts), edited, edits, row_sets=sets)  # an accelerator's erasure rows
+        rows = modification_calls(len(facts), edited, edits, rows=True)  # an accelerator's rows
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
         w = forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
         return replace(w, accelerator_passes={"fwd_token": float(rows - calls)}) if rows != calls else w
     if cfg.analysis == "fig4":  # per query one pass: its clean row and its eight set edits (query_kn_mapping)
         return forward(shape, q_tok * (1 + 4 * 2), 8, 32 * (1 + 4 * 2), n_q)
-    # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses), the irrelevant prompt's
-    # synapses, then one pass of the unedited row and its four synapse edits
-    return forward(shape, q_tok * (1 + 1 + 5), 8, 32 * 5, n_q * 3)
+    # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses; the irrelevant synapses are
+    # another query's, read from those), then one pass of the unedited row and its four synapse edits; on an
+    # accelerator the patterns of a fact's queries are one pass
+    w = forward(shape, q_tok * (1 + 5), 8, 32 * 5, n_q * 2)
+    return replace(w, accelerator_passes={"fwd_token": float(len(facts) - n_q)})
 
 
 # ------------------------------------------------------------------ the stage list

@@ -24,6 +24,7 @@ ROME at one layer   the key (``prefixes`` forwards), ``steps`` value-optimisatio
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,7 @@ from tlcap.attribution.config import IGConfig
 from tlcap.errors import InvalidConfigError
 from tlcap.intervene.covariance import covariance_path
 from tlcap.intervene.rome.config import RomeConfig
+from tlcap.intervene.rome.sweep_rows import VALUE_TOKENS
 from tlcap.locate.circuits.graph import EdgeGraph
 from tlcap.locate.subjects import find_subject
 from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows, n_tokens, train
@@ -131,7 +133,8 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
 def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeConfig, n_eval_prompts: int,
               cov_layers: list[int]) -> Workload:
     """``layers`` ROME edits of one fact (:func:`~tlcap.intervene.rome.evaluate.rome_sweep`), each evaluated on
-    ``n_eval_prompts`` prompts, the unedited model once (tested against a counted sweep).
+    ``n_eval_prompts`` prompts, the unedited model once; on an accelerator calibration the layers as rows of shared
+    passes (:mod:`tlcap.intervene.rome.sweep_rows`; both tested against a counted sweep).
 
     Args:
         model: A :class:`tlcap.models.Model` (on the ``meta`` device, no covariance counts as cached).
@@ -152,12 +155,18 @@ def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeCo
     rows = P * (T + pre) + _len(model, cfg.kl_prompt)
     # per edit: the prefixed prompts' subject keys and the prompt's own key and output (two passes), the value's
     # optimisation (one pass per step), the update's solve, then the edited model's measures: the targets'
-    # log-probabilities and the neighbourhood's top tokens (one batch each, rome.evaluate.unedited_measures)
+    # log-probabilities and the neighbourhood's top tokens (one batch each, rome.evaluate.unedited_measures); the
+    # memory of the optimisation's largest pass: its layers' rows on an accelerator (at most VALUE_TOKENS tokens)
     per_layer = forward(shape, P * (T + pre) + T, T, int(T + pre), 2) \
-        + train(shape, cfg.steps * rows, 0, T, int(T + pre), cfg.steps) \
+        + train(shape, cfg.steps * rows, 0, T, max(int(T + pre), min(VALUE_TOKENS, int(rows) * layers)), cfg.steps) \
         + Workload.of(fwd_token=2.0 * shape.d_mlp ** 3) \
         + forward(shape, n_eval_prompts * T, T / 2, T, 2)
     w = per_layer.scaled(layers) + forward(shape, n_eval_prompts * T, T / 2, T, 2)  # unedited: once per sweep
+    # on an accelerator the layers are rows (rome.sweep_rows): the keys of every layer in one pass, then per chunk of
+    # b layers one pass per step and the two measure batches
+    chunks = math.ceil(layers / max(1, min(layers, VALUE_TOKENS // max(1, int(rows)))))
+    w = w + Workload(accelerator_passes={"fwd_token": float(1 + 2 * chunks - 4 * layers),
+                                         "train_token": float(cfg.steps * (chunks - layers))})
     shape_only = getattr(getattr(model, "device", None), "type", "") == "meta"  # no weights: nothing can be cached
     missing = [l for l in cov_layers
                if shape_only or not covariance_path(model, l, cfg.cov_tokens, cfg.cov_seq_len).exists()]

@@ -46,6 +46,16 @@ def _pos(pos: Index) -> Any:
     return pos
 
 
+def position_index(pos: Index) -> Any:
+    """What ``act[:, position_index(pos)]`` indexes for a hook's ``pos`` (``None``: every position, ``"last"``: -1).
+
+    Example:
+        >>> position_index(None), position_index("last"), position_index([0, 2]).tolist()
+        (slice(None, None, None), -1, [0, 2])
+    """
+    return _pos(pos)
+
+
 def _index(index: Index) -> Any:
     if index is None:
         return slice(None)
@@ -153,6 +163,28 @@ def record(store: MutableMapping[str, Tensor], key: str | None = None, detach: b
         val = act[:, _pos(pos)] if pos is not None else act
         store[k] = val.detach().clone() if detach else val
         return None
+
+    return hook
+
+
+def record_at(store: MutableMapping[str, Tensor], key: str, pos: Int[Tensor, " n"]) -> HookFn:
+    """Record ``act[i, pos[i]]`` for the first ``len(pos)`` rows: one position of each row (e.g. its own last token
+    in a right-padded batch), detached.
+
+    Example:
+        >>> store = {}
+        >>> toks = model.encode_batch(["The capital of France is", "Hi"])
+        >>> name = model.hook_name("mlp_post", 0)
+        >>> _ = model.last_logits(toks, hooks=[(name, record_at(store, name, toks.lengths - 1))])
+        >>> alone = model.last_position_activations(model.to_tokens("Hi"), [name])[0][0, 0]
+        >>> store[name].shape[0], torch.allclose(store[name][1], alone, atol=1e-5)
+        (2, True)
+    """
+
+    def hook(act: Float[Tensor, " batch pos *dims"], hook: Any = None) -> Float[Tensor, " batch pos *dims"]:
+        idx = pos.to(act.device)
+        store[key] = act[torch.arange(len(idx), device=act.device), idx].detach()
+        return act
 
     return hook
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from tlcap.data.wikitext import load_wikitext
@@ -55,14 +56,15 @@ from tlcap.experiments.ql.config import EXCLUDED, ModificationConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.experiments.ql.modification_result import EditRow, ModificationResult, SkipRow
 from tlcap.intervene.set_rows import SetFactors
-from tlcap.intervene.update import update_neurons
+from tlcap.intervene.update import update_neurons, update_write
 from tlcap.intervene.weights import erase_neurons
 from tlcap.metrics.perplexity import next_token_logits, perplexity
-from tlcap.metrics.set_probs import erased_text_nll
+from tlcap.metrics.set_probs import edited_text_nll
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.runtime import device as runtime_device
+from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 
 EXCLUDED_REASON = "fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II"
@@ -98,27 +100,44 @@ def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts
 
 
 @torch.no_grad()
-def _erased_rows(model: Model, sets: Sequence[NeuronSet], queries: Sequence[str], loc_prompts: Sequence[str],
-                 texts: Sequence[str], max_tokens: int) -> list[tuple[Any, Any, float]]:
-    """Each set's erasure measured as rows of one pass: ``(query logits, locality argmax, perplexity)`` per set.
+def _clean_pass(model: Model, queries: Sequence[str], loc_prompts: Sequence[str],
+                names: Sequence[str]) -> tuple[Any, Any, Tensor]:
+    """:func:`_query_and_locality_logits` of the unedited model, also keeping each query's ``names`` activations at
+    its last token (what the ``activation`` Update rule reads), from the same right-padded pass.
 
-    Row ``r`` zeroes its set's ``mlp_post`` activations at every position (:class:`SetFactors`), the same model as
-    :func:`~tlcap.intervene.weights.erase_neurons` of that set (module ``set_rows``), so the sets' queries with the
-    locality prompts are one padded pass and their ΔPPL texts another (:func:`erased_text_nll`), instead of two
-    passes per set; each value equals the weight edit's up to the float rounding of a batch (tested).
+    Returns:
+        ``([n_queries, d_vocab] logits, [n_loc] argmax or None, [n_queries, n_layers, d_mlp] float32 activations)``.
     """
-    S = len(sets)
-    plan = SetFactors.of(model, sets, 0.0)
+    toks = model.encode_batch([*queries, *loc_prompts])
+    store: dict[str, Tensor] = {}
+    last = toks.lengths[: len(queries)] - 1
+    lg = model.last_logits(toks, hooks=[(n, H.record_at(store, n, last)) for n in names]).float()
+    acts = torch.stack([store[n] for n in names], dim=1).float()
+    return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, acts
+
+
+@torch.no_grad()
+def _edit_rows(model: Model, plan: SetFactors, queries: Sequence[str], loc_prompts: Sequence[str],
+               texts: Sequence[str], max_tokens: int) -> tuple[float, list[tuple[Any, Any, float]]]:
+    """A query's edits as rows of two passes: the unedited perplexity, and per edit ``(query logits, locality argmax,
+    perplexity)``.
+
+    Set 0 of ``plan`` is the unedited model (an empty set), set ``k ≥ 1`` edit ``k``: an erasure (its ``mlp_post``
+    zeroed at every position) or an Update (its write added to ``mlp_out``), the models the weight edits make
+    (module ``set_rows``). The queries with the locality prompts of every edit are one padded pass, the ΔPPL texts of
+    the unedited model and every edit another (:func:`edited_text_nll`), instead of a weight edit and two passes per
+    edit and one for the unedited perplexity; each value equals the weight edit's up to float rounding (tested).
+    """
     prompts = [*queries, *loc_prompts]
-    rows = torch.arange(S).repeat_interleave(len(prompts))
-    lg_all = model.last_logits(model.encode_batch(prompts * S), hooks=plan.hooks(model, rows)).float()
-    nll, cnt = erased_text_nll(model, texts, sets, max_tokens)  # perplexity of set k: exp(Σ nll[k] / Σ count)
+    rows = torch.arange(1, len(plan)).repeat_interleave(len(prompts))
+    lg_all = model.last_logits(model.encode_batch(prompts * (len(plan) - 1)), hooks=plan.hooks(model, rows)).float()
+    nll, cnt = edited_text_nll(model, texts, plan, max_tokens)  # perplexity of set k: exp(Σ nll[k] / Σ count)
+    ppl = [math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0)) for k in range(len(plan))]
     out = []
-    for k in range(S):
+    for k in range(len(plan) - 1):
         lg = lg_all[k * len(prompts):(k + 1) * len(prompts)]
-        ppl = math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0))
-        out.append((lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, ppl))
-    return out
+        out.append((lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, ppl[k + 1]))
+    return ppl[0], out
 
 
 def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
@@ -203,14 +222,17 @@ def modification_experiment(
     pool = list(ppl_texts) if ppl_texts is not None else load_wikitext()
     ppl_cache: dict[tuple[int, ...], float] = {}
 
-    def ppl_texts_for_query(fi: int, qi: int) -> tuple[list[str], float]:
-        """The query's ΔPPL texts (a seeded draw per fact and query) and the unedited perplexity on them."""
+    def texts_for_query(fi: int, qi: int) -> tuple[list[str], tuple[int, ...]]:
+        """The query's ΔPPL texts (a seeded draw per fact and query) and their indices in the pool."""
         rng = random.Random(f"{cfg.seed}:ppl:{fi}:{qi}")
         idx = tuple(sorted(rng.sample(range(len(pool)), min(cfg.n_ppl_texts, len(pool)))))
-        texts = [pool[j] for j in idx]
+        return [pool[j] for j in idx], idx
+
+    def unedited_ppl(texts: list[str], idx: tuple[int, ...]) -> float:
+        """The unedited perplexity on the texts (once per draw)."""
         if idx not in ppl_cache:
             ppl_cache[idx] = perplexity(model, texts, cfg.ppl_max_tokens)
-        return texts, ppl_cache[idx]
+        return ppl_cache[idx]
 
     by_rel: dict[str, list[str]] = {}
     for fk in locs:
@@ -244,7 +266,7 @@ def modification_experiment(
                   and o.fact.object != fk.fact.object]
         others = random.Random(f"{cfg.seed}:loc:{fi}").sample(others, min(cfg.n_locality, len(others)))
         loc_prompts = [locs[j].queries[0] for j in others]
-        clean_q, clean_loc = _query_and_locality_logits(model, qs, loc_prompts)
+        clean_q, clean_loc, acts_q = _clean_pass(model, qs, loc_prompts, post_names)
         known = (clean_q.argmax(-1) == obj_id).tolist()
         sets_i = fk.sets()
         edited = [i for i, k in enumerate(known) if k or not cfg.only_known][:n_edit]  # the first n_edit known
@@ -256,22 +278,31 @@ def modification_experiment(
         bar.update((n_edit - len(edited)) * len(cfg.operations) * len(cfg.sets))
         for i in edited:
             chosen = _chosen_sets(fk, i, sets_i, cfg)
-            acts = None
-            erased = None  # on an accelerator: every set's erasure as rows of one pass (queries and prompts, texts)
-            if "erasure" in cfg.operations and len(chosen) > 1 and runtime_device.one_pass_default(model):
-                erased = _erased_rows(model, list(chosen.values()), qs, loc_prompts, ppl_texts_for_query(fi, i)[0],
-                                      cfg.ppl_max_tokens)
+            texts, idx = texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
+            ops = [op for op in cfg.operations if op != "update" or new_id is not None]
+            acts = acts_q[i].cpu() if "update" in ops and cfg.update_rule == "activation" else None
+            rowed: dict[tuple[str, str], tuple[Any, Any, float]] = {}
+            if runtime_device.one_pass_default(model):  # on an accelerator: the query's edits as rows of two passes
+                specs = [(op, name, ns) for op in ops if op == "erasure" or not model.post_norm_blocks
+                         for name, ns in chosen.items()]
+                if specs:
+                    writes = [None if op == "erasure" else update_write(
+                        model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
+                        rule=cfg.update_rule, activations=acts, size=cfg.update_size) for op, _, ns in specs]
+                    plan = SetFactors.of(model, [NeuronSet((), (model.n_layers, model.d_mlp)), *(ns for *_, ns in specs)],
+                                         [1.0, *(0.0 if op == "erasure" else 1.0 for op, *_ in specs)], [None, *writes])
+                    ppl0, vals = _edit_rows(model, plan, qs, loc_prompts, texts, cfg.ppl_max_tokens)
+                    ppl_cache.setdefault(idx, ppl0)
+                    rowed = {(op, name): v for (op, name, _), v in zip(specs, vals)}
             for op in cfg.operations:
-                if op == "update" and new_id is None:
+                if op not in ops:
                     skip(fi, fk, i, op, "no other single-token object of the same relation")
                     bar.update(len(chosen))
                     continue
-                if op == "update" and cfg.update_rule == "activation" and acts is None:
-                    acts = model.last_position_activations(model.to_tokens(qs[i]), post_names)[0][0].float()
-                for k, (sname, ns) in enumerate(chosen.items()):
-                    texts, ppl_b = ppl_texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
-                    if op == "erasure" and erased is not None:
-                        lg, loc_pred, ppl_a = erased[k]
+                for sname, ns in chosen.items():
+                    ppl_b = unedited_ppl(texts, idx)
+                    if (op, sname) in rowed:
+                        lg, loc_pred, ppl_a = rowed[(op, sname)]
                     else:
                         edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
                             model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]

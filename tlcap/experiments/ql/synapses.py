@@ -40,7 +40,9 @@ from tlcap.experiments.ql.config import EXCLUDED, SynapseConfig
 from tlcap.experiments.ql.facts import FactKNs
 from tlcap.intervene.synapses import scale_synapses_rows
 from tlcap.locate.synapses import (
+    KnowledgeSynapses,
     attention_patterns,
+    attention_patterns_many,
     locate_synapses,
     map_columns,
     most_attended_token,
@@ -52,6 +54,7 @@ from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame, row_dict
+from tlcap.runtime import device as runtime_device
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import activation_heatmap
 from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars
@@ -207,11 +210,12 @@ def _kn_value_probs(model: Model, prompt: str, tid: int, kns: NeuronSet, masks: 
 
 
 def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig,
-                roles_i: tuple[str, ...]) -> tuple[str, Tensor]:
+                roles_i: tuple[str, ...], cache: dict[str, KnowledgeSynapses] | None = None) -> tuple[str, Tensor]:
     """S_ir for query i of fact fi, mapped onto the query's columns by token role.
 
     The source is a random (seeded) query of a random fact of another relation (another fact
     when every fact shares the relation; ``irrelevant_prompt`` when set or no other fact exists).
+    ``cache`` holds the synapses of prompts already located (an experiment's queries), filled on a miss.
     """
     rng = random.Random(f"{cfg.seed}:{fi}:{i}")
     others = [j for j in range(len(locs)) if j != fi]
@@ -226,7 +230,11 @@ def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: Syn
     else:
         jj = rng.choice(pool)
         prompt, subject = rng.choice(locs[jj].queries), locs[jj].fact.subject
-    ks = locate_synapses(model, prompt, cfg.alpha, cfg.skip_first)
+    ks = cache.get(prompt) if cache is not None else None
+    if ks is None:
+        ks = locate_synapses(model, prompt, cfg.alpha, cfg.skip_first)
+        if cache is not None:
+            cache[prompt] = ks
     return prompt, map_columns(ks.mask, token_roles(model, prompt, subject), roles_i, cfg.skip_first)
 
 
@@ -287,12 +295,23 @@ def synapse_experiment(
     heat_rows: list[str] = []
     heat_cols: list[str] = []
     bar = tqdm(total=sum(fk.k for fk in locs), desc="knowledge synapses", disable=not progress)
+    # every query's attention patterns first (eq. 4's most attended token and its synapses), so S_ir, another
+    # query's synapses, is read from `syn`; a fact's queries in one padded pass on an accelerator
+    syn: dict[str, KnowledgeSynapses] = {}
+    most: dict[int, list[str]] = {}
+    for fi, (fk, grp) in enumerate(zip(locs, groups)):
+        if grp == EXCLUDED:
+            continue
+        pats = attention_patterns_many(model, fk.queries) if runtime_device.one_pass_default(model) \
+            else [attention_patterns(model, q) for q in fk.queries]
+        most[fi] = [most_attended_token(model, q, cfg.skip_first, patterns=a)[1] for q, a in zip(fk.queries, pats)]
+        for q, a in zip(fk.queries, pats):
+            syn.setdefault(q, locate_synapses(model, q, cfg.alpha, cfg.skip_first, patterns=a))
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
             bar.update(fk.k)
             continue
-        pats = [attention_patterns(model, q) for q in fk.queries]  # one pass per query: eq. 4 and its synapses
-        toks_i = [most_attended_token(model, q, cfg.skip_first, patterns=a)[1] for q, a in zip(fk.queries, pats)]
+        toks_i = most[fi]
         pred.append(PredominanceRow(fi, fk.fact.relation, fk.fact.subject, grp, tuple(toks_i), predominance(toks_i)))
         sets_i = fk.sets()
         union = fk.global_set()
@@ -306,10 +325,9 @@ def synapse_experiment(
         for i, q in enumerate(fk.queries):
             n_tok = len(model.encode(q))
             tid = model.target_ids(q, fk.target)[0]
-            syn = locate_synapses(model, q, cfg.alpha, cfg.skip_first, patterns=pats[i])
-            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject))
+            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject), syn)
             edits = [(sname, src, mask, op, f, sign)
-                     for sname, src, mask in (("self", q, syn.mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask))
+                     for sname, src, mask in (("self", q, syn[q].mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask))
                      for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0))]
             # one pass: the unedited run and the four edits, each a row of the query (scale_synapses_rows)
             runs = _kn_value_probs(model, q, tid, sets_i[i], [None] + [e[2] for e in edits],

@@ -28,6 +28,8 @@ CPU budget (SmolLM2-135M): 20 Adam steps on 6 + 1 short rows and an 8,192-token 
 
 Modules: :mod:`.config` (``RomeConfig``), :mod:`.value` (keys and the value optimisation),
 :mod:`.edit` (:func:`rome_edit`), :mod:`.evaluate` (:func:`evaluate_rome`, :func:`rome_sweep`),
+:mod:`.measures` (what an edit is measured by), :mod:`.sweep_rows` (the sweep's layers as rows of shared passes, on
+an accelerator),
 :mod:`.results` (``RomeEditResult``, ``RomeSweep``).
 
 Example (on SmolLM2-135M the paper's setting is a middle layer, e.g. ``layer=6``, with the

@@ -6,18 +6,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from tlcap.config import check_int
 from tlcap.intervene.covariance import key_covariance
 from tlcap.intervene.rome.config import DEFAULT_NEIGHBOURHOOD, RomeConfig
 from tlcap.intervene.rome.edit import check_layer, rome_edit
+from tlcap.intervene.rome.measures import edit_result, next_tokens, target_logprobs, unedited_measures
 from tlcap.intervene.rome.results import RomeEditResult, RomeSweep
+from tlcap.intervene.rome.sweep_rows import layers_per_pass_for, sweep_rows
 from tlcap.locate.subjects import check_subject
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime import device as runtime_device
+from tlcap.runtime.batching import run_auto_batched
 
 
 def default_neighbourhood(prompt: str, subject: str) -> list[str]:
@@ -38,47 +42,6 @@ def default_neighbourhood(prompt: str, subject: str) -> list[str]:
     return [p for p in DEFAULT_NEIGHBOURHOOD if p.strip() != prompt.strip() and (not key or key not in p.lower())]
 
 
-@torch.no_grad()
-def target_logprobs(model: Model, items: Sequence[tuple[str, str]], bos: bool = False) -> Float[Tensor, " n"]:
-    """Mean log-probability of each ``(prompt, target)``'s tokens (teacher forcing, one batch).
-
-    Args:
-        model: The model.
-        items: ``(prompt, target)`` pairs.
-        bos: Prepend the model's BOS to each prompt.
-
-    Returns:
-        One mean token log-probability per pair.
-    """
-    rows, spans = [], []
-    for prompt, target in items:
-        p = model.encode(prompt, prepend_bos=bos)
-        t = model.target_ids(prompt, target)
-        rows.append(p + t[:-1])
-        spans.append((len(p) - 1, t))
-    logits = model.logits(model.encode_batch(rows)).float().log_softmax(-1)
-    out = []
-    for r, (start, t) in enumerate(spans):
-        idx = torch.arange(start, start + len(t), device=logits.device)
-        out.append(logits[r, idx, torch.tensor(t, device=logits.device)].mean())
-    return torch.stack(out)
-
-
-@torch.no_grad()
-def next_tokens(model: Model, prompts: Sequence[str], bos: bool = False) -> list[int]:
-    """The top next token of each prompt.
-
-    Args:
-        model: The model.
-        prompts: The prompts.
-        bos: Prepend the model's BOS to each prompt.
-
-    Returns:
-        Token ids.
-    """
-    return model.last_logits(model.encode_batch(list(prompts), prepend_bos=bos)).argmax(-1).tolist()
-
-
 def default_paraphrases(prompt: str) -> list[str]:
     """Two prefixed variants of the prompt (used when no paraphrases are given).
 
@@ -89,30 +52,6 @@ def default_paraphrases(prompt: str) -> list[str]:
         ``["Fact: " + prompt, "Remember this. " + prompt]``.
     """
     return ["Fact: " + prompt, "Remember this. " + prompt]
-
-
-def unedited_measures(model: Model, prompt: str, target_new: str, target_old: str, paraphrases: Sequence[str],
-                      neighbourhood: Sequence[str], bos: bool = False) -> tuple[Tensor, list[int]]:
-    """What :func:`evaluate_rome` measures before and after an edit: log-probabilities of the new and old
-    object after the prompt and each paraphrase, and the top next token of each neighbourhood prompt.
-
-    (Named for its use before the edit; inside the edit the same call measures the edited model.)
-
-    Args:
-        model: The model (as it is now).
-        prompt: The edit's prompt.
-        target_new: The new object.
-        target_old: The old object.
-        paraphrases: Prompts of the same fact worded differently.
-        neighbourhood: Prompts of other subjects (specificity).
-        bos: Prepend the model's BOS to each prompt.
-
-    Returns:
-        ``(logprobs, next_ids)``: mean token log-probabilities ordered ``(prompt, new), (prompt, old)``, then
-        the same per paraphrase; and each neighbourhood prompt's top next token (``[]`` when there is none).
-    """
-    items = [(p, t) for p in [prompt, *paraphrases] for t in (target_new, target_old)]
-    return target_logprobs(model, items, bos), next_tokens(model, list(neighbourhood), bos) if neighbourhood else []
 
 
 def evaluate_rome(
@@ -181,22 +120,9 @@ def evaluate_rome(
     with rome_edit(model, prompt, subject, target_new, layer, config=cfg, cov=cov, occurrence=occurrence,
                    progress=progress) as edit:
         lp1, top1 = unedited_measures(model, prompt, target_new, target_old, paras, neigh, cfg.bos)
-    lp1 = lp1.reshape(-1, 2)
-    lp0 = lp0.reshape(-1, 2)
-    succ = tuple(bool(a > b) for a, b in lp1[1:].tolist())
-    kept = tuple(a == b for a, b in zip(top0, top1))
-    return RomeEditResult(
-        layer=layer, efficacy=bool(lp1[0, 0] > lp1[0, 1]),
-        paraphrase=sum(succ) / len(succ) if succ else float("nan"),
-        specificity=sum(kept) / len(kept) if kept else float("nan"),
-        new_prob_before=float(lp0[0, 0].exp()), new_prob_after=float(lp1[0, 0].exp()),
-        old_prob_before=float(lp0[0, 1].exp()), old_prob_after=float(lp1[0, 1].exp()),
-        prompt=prompt, subject=subject, target_new=target_new, target_old=target_old,
-        paraphrases=tuple(paras), paraphrase_success=succ, neighbourhood=tuple(neigh), neighbourhood_kept=kept,
-        losses=tuple(edit.losses), delta_norm=float(edit.delta.norm()), update_norm=edit.update_norm,
-        seconds=edit.seconds, seconds_total=time.perf_counter() - t0, model_name=model.name,
-        provenance=Provenance.collect(model, config=cfg, seed=cfg.seed),
-    )
+    return edit_result(model, cfg, layer, (prompt, subject, target_new, target_old), paras, neigh, (lp0, top0),
+                       (lp1, top1), (tuple(edit.losses), float(edit.delta.norm()), edit.update_norm),
+                       (edit.seconds, time.perf_counter() - t0))
 
 
 def rome_sweep(
@@ -213,12 +139,19 @@ def rome_sweep(
     occurrence: int | None = None,
     progress: bool = False,
     covs: Mapping[int, Tensor] | None = None,
+    layers_per_pass: int | None = None,
     **overrides: Any,
 ) -> RomeSweep:
     """The same edit at every layer (or ``layers``) separately; the model is restored between.
 
     Covariances of all layers come from one pass over the text sample (then cached), or from ``covs``;
     the unedited model's measurements, the same for every layer, are taken once.
+
+    With ``layers_per_pass > 1`` (default on an accelerator) the layers are rows instead of one weight edit after
+    another (:mod:`tlcap.intervene.rome.sweep_rows`): every layer's keys from one pass, the layers' value
+    optimisations in shared passes (each its own δ and Adam), each edit measured as a rank-one write of its rows —
+    the same edits and measures up to the float rounding of a batch (tested), in ``2 + 1 + (steps + 2)·⌈L/b⌉``
+    passes instead of ``2 + L·(4 + steps)``.
 
     Args:
         model: The model.
@@ -229,6 +162,9 @@ def rome_sweep(
         progress: Show progress bars.
         covs: Key covariances of the layers, computed once by a caller that sweeps many facts (default:
             :func:`~tlcap.intervene.covariance.key_covariance`, read from its disk cache).
+        layers_per_pass: Layers whose edits one pass carries as rows (``1``: one weight edit at a time; ``None``:
+            1 on a CPU, on an accelerator as many as :data:`~tlcap.intervene.rome.sweep_rows.VALUE_TOKENS` allows,
+            halved on out-of-memory).
         **overrides: :class:`RomeConfig` fields overriding ``config``.
 
     Returns:
@@ -255,10 +191,19 @@ def rome_sweep(
     paras = list(paraphrases) if paraphrases is not None else default_paraphrases(prompt)
     neigh = list(neighbourhood) if neighbourhood is not None else default_neighbourhood(prompt, subject)
     before = unedited_measures(model, prompt, target_new, target_old, paras, neigh, cfg.bos)
-    results = []
-    for l in tqdm(layers, desc="ROME all layers", disable=not progress):
-        results.append(evaluate_rome(model, prompt, subject, target_new, l, target_old, paras, neigh,
-                                     config=cfg, cov=covs.get(l), occurrence=occurrence, before=before))
+    if layers_per_pass is not None:
+        check_int("layers_per_pass", layers_per_pass, min=1)
+    request = (prompt, subject, target_new, target_old)
+    if layers_per_pass is None and runtime_device.one_pass_default(model) and len(layers) > 1:
+        b = layers_per_pass_for(model, prompt, subject, target_new, cfg, occurrence, len(layers))
+        results = run_auto_batched(lambda n: sweep_rows(model, request, layers, paras, neigh, cfg, covs, occurrence,
+                                                        before, n), b, model.device)
+    elif layers_per_pass is not None and layers_per_pass > 1:
+        results = sweep_rows(model, request, layers, paras, neigh, cfg, covs, occurrence, before, layers_per_pass)
+    else:
+        results = [evaluate_rome(model, prompt, subject, target_new, l, target_old, paras, neigh, config=cfg,
+                                 cov=covs.get(l), occurrence=occurrence, before=before)
+                   for l in tqdm(layers, desc="ROME all layers", disable=not progress)]
     return RomeSweep(results=tuple(results), prompt=prompt, subject=subject, target_new=target_new,
                      seconds_total=time.perf_counter() - t0, model_name=model.name,
                      provenance=Provenance.collect(model, config=cfg, seed=cfg.seed))

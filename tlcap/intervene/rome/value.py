@@ -62,11 +62,35 @@ def subject_keys(
     Returns:
         ``(keys, values)``.
     """
+    keys, values = subject_keys_layers(model, [layer], texts, subject, starts, occurrence, bos)
+    return keys[0], values[0]
+
+
+@torch.no_grad()
+def subject_keys_layers(
+    model: Model,
+    layers: Sequence[int],
+    texts: Sequence[str],
+    subject: str,
+    starts: Sequence[int],
+    occurrence: int = 0,
+    bos: bool = False,
+) -> tuple[Float[Tensor, "layer n d_mlp"], Float[Tensor, "layer n d_model"]]:
+    """:func:`subject_keys` of several layers from one pass.
+
+    Args:
+        model, texts, subject, starts, occurrence, bos: As in :func:`subject_keys`.
+        layers: The layers.
+
+    Returns:
+        ``(keys, values)``, layer-major.
+    """
     look = torch.tensor([subject_last(model, t, subject, s, occurrence, bos) for t, s in zip(texts, starts)])
-    k_name, v_name = model.hook_name("mlp_post", layer), model.hook_name("mlp_out", layer)
-    acts = model.record(model.encode_batch(list(texts), prepend_bos=bos), [k_name, v_name])
+    names = [(model.hook_name("mlp_post", l), model.hook_name("mlp_out", l)) for l in layers]
+    acts = model.record(model.encode_batch(list(texts), prepend_bos=bos), [n for pair in names for n in pair])
     r = torch.arange(len(texts))
-    return acts[k_name][r, look], acts[v_name][r, look]
+    return (torch.stack([acts[k][r, look.to(acts[k].device)] for k, _ in names]),
+            torch.stack([acts[v][r, look.to(acts[v].device)] for _, v in names]))
 
 
 @dataclass(frozen=True)
@@ -269,5 +293,78 @@ def optimise_value(
     return delta.detach(), steps
 
 
-__all__ = ["LossTerms", "ValueRows", "ValueStep", "kl_logprobs", "optimise_value", "subject_keys", "subject_last",
-           "value_loss", "value_rows"]
+def optimise_values(
+    model: Model,
+    layers: Sequence[int],
+    rows: ValueRows,
+    v0s: Float[Tensor, "layer d_model"],
+    config: RomeConfig,
+    layers_per_pass: int,
+) -> list[tuple[Float[Tensor, " d_model"], list[ValueStep]]]:
+    """:func:`optimise_value` of the same rows at several layers, the layers' rows sharing passes.
+
+    Layer ``j``'s copy of the rows gets its own δ_j at its own layer's ``mlp_out``; the copies never interact, so
+    the summed objective's gradient for δ_j is that of layer ``j``'s objective alone, and each δ_j has its own Adam
+    (state, steps, stop and norm clamp as :func:`optimise_value`). A layer whose loss is below ``stop_loss`` stops
+    and leaves the later passes. Equal to one :func:`optimise_value` per layer up to the float rounding of a batch
+    (tested).
+
+    Args:
+        model: The model (not modified).
+        layers: The edited layers (one edit each).
+        rows: From :func:`value_rows` (the same for every layer).
+        v0s: Each layer's output at the subject's last token of the bare prompt.
+        config: The hyper-parameters.
+        layers_per_pass: Layers whose rows one pass holds (the rest wait for the next pass of the same step).
+
+    Returns:
+        Per layer, ``(delta, steps)`` as :func:`optimise_value` returns them.
+    """
+    n, L = rows.tokens.shape[0], len(layers)
+    deltas = [torch.zeros(model.d_model, device=model.device, requires_grad=True) for _ in layers]
+    opts = [torch.optim.Adam([d], lr=config.lr) for d in deltas]
+    v0_norm = v0s.norm(dim=-1).tolist()  # as optimise_value's float(v0.norm()), in the model's dtype
+    kl_init: list[Tensor | None] = [None] * L
+    steps: list[list[ValueStep]] = [[] for _ in layers]
+    active = list(range(L))
+    look = rows.look.to(model.device)
+    for it in range(config.steps):
+        going = []
+        for c0 in range(0, len(active), max(1, layers_per_pass)):
+            chunk = active[c0:c0 + max(1, layers_per_pass)]
+            hooks = [(model.hook_name("mlp_out", layers[j]),
+                      H.add_rows(torch.arange(t * n, (t + 1) * n, device=model.device), look, deltas[j]))
+                     for t, j in enumerate(chunk)]
+            logits = model.logits(rows.tokens.repeat(len(chunk), 1), hooks=hooks)
+            terms = []
+            for t, j in enumerate(chunk):
+                lg = logits[t * n:(t + 1) * n]
+                if kl_init[j] is None:
+                    kl_init[j] = kl_logprobs(lg, rows).detach().clone()
+                terms.append(value_loss(lg, rows, kl_init[j], deltas[j], v0_norm[j], config))  # type: ignore[arg-type]
+            vals = torch.stack([torch.stack([x.total, x.nll, x.kl, x.weight_decay]) for x in terms]).detach().tolist()
+            go = []
+            for t, j in enumerate(chunk):
+                steps[j].append(ValueStep(*(float(v) for v in vals[t])))
+                if not (vals[t][0] < config.stop_loss or it == config.steps - 1):
+                    go.append(t)
+            if go:
+                for t in go:
+                    opts[chunk[t]].zero_grad()
+                sum(terms[t].total for t in go).backward()  # type: ignore[union-attr]
+                for t in go:
+                    j = chunk[t]
+                    opts[j].step()
+                    with torch.no_grad():
+                        max_norm = config.clamp_norm_factor * v0_norm[j]
+                        if deltas[j].norm() > max_norm:
+                            deltas[j].mul_(max_norm / deltas[j].norm())
+            going += [chunk[t] for t in go]
+        active = going
+        if not active:
+            break
+    return [(d.detach(), s) for d, s in zip(deltas, steps)]
+
+
+__all__ = ["LossTerms", "ValueRows", "ValueStep", "kl_logprobs", "optimise_value", "optimise_values", "subject_keys",
+           "subject_keys_layers", "subject_last", "value_loss", "value_rows"]
