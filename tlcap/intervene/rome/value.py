@@ -352,13 +352,15 @@ def optimise_values(
                 for t in go:
                     opts[chunk[t]].zero_grad()
                 sum(terms[t].total for t in go).backward()  # type: ignore[union-attr]
-                for t in go:
-                    j = chunk[t]
+                js = [chunk[t] for t in go]
+                for j in js:
                     opts[j].step()
-                    with torch.no_grad():
-                        max_norm = config.clamp_norm_factor * v0_norm[j]
-                        if deltas[j].norm() > max_norm:
-                            deltas[j].mul_(max_norm / deltas[j].norm())
+                with torch.no_grad():  # ‖δ‖ ≤ clamp·‖v₀‖ without a host read: ×min(1, max/‖δ‖), ×1 leaves δ as it is
+                    norms = torch.stack([deltas[j].norm() for j in js])
+                    cap = torch.tensor([config.clamp_norm_factor * v0_norm[j] for j in js], device=norms.device)
+                    shrink = torch.where(norms > cap, cap / norms, torch.ones_like(norms))
+                    for t, j in enumerate(js):
+                        deltas[j].mul_(shrink[t])
             going += [chunk[t] for t in go]
         active = going
         if not active:
