@@ -72,15 +72,76 @@ def planted_locs(model: Any, n_facts: int, per_layer: int = 2) -> list[FactKNs]:
     return out
 
 
-def _alternate(repeats: int, run: Any) -> tuple[dict[str, list[float]], dict[str, Any]]:
+def _alternate(repeats: int, run: Any, sync: Any) -> tuple[dict[str, list[float]], dict[str, Any]]:
     times: dict[str, list[float]] = {"alone": [], "rows": []}
     out: dict[str, Any] = {}
     for _ in range(repeats):
         for name, rows in (("alone", False), ("rows", True)):
+            sync()
             t0 = time.perf_counter()
             out[name] = run(rows)
+            sync()
             times[name].append(time.perf_counter() - t0)
     return times, out
+
+
+def time_table2(model: Any, n_facts: int, repeats: int, sync: Any = lambda: None) -> dict[str, Any]:
+    """Table 2 over ``n_facts`` planted facts, one weight edit at a time against every edit of a query as rows.
+
+    Args:
+        model: The model.
+        n_facts: Facts of :data:`FACTS` (at most 6).
+        repeats: Alternating runs of each path (the minimum is reported).
+        sync: Waits for the device (e.g. ``torch.cuda.synchronize``).
+
+    Returns:
+        Seconds of each run, the speedup of the minima, and how far the two tables differ.
+    """
+    locs = planted_locs(model, n_facts)
+    texts = wikitext_sample(20)
+
+    def table2(rows: bool) -> Any:
+        with mock.patch.object(runtime_device, "one_pass_default", lambda m, r=rows: r):
+            return modification_experiment(model, locs, ["K_I"] * len(locs), ppl_texts=texts, n_ppl_texts=3,
+                                           only_known=False, edit_queries=2, progress=False)
+
+    times, out = _alternate(repeats, table2, sync)
+    pairs = list(zip(out["alone"].rows, out["rows"].rows))
+    return {"facts": len(locs), "edits": len(out["alone"].rows), "seconds": times,
+            "speedup": min(times["alone"]) / min(times["rows"]),
+            "same_rel_gen_loc": all((a.rel, a.gen, a.loc) == (b.rel, b.gen, b.loc) for a, b in pairs),
+            "max_rel_diff_p_ppl": max(max(abs(b.p_after / a.p_after - 1), abs(b.ppl_after / a.ppl_after - 1))
+                                      for a, b in pairs)}
+
+
+def time_rome(model: Any, n_layers: int, steps: int, repeats: int, sync: Any = lambda: None) -> dict[str, Any]:
+    """``rome_sweep`` of one fact over the first ``n_layers`` layers, one edit at a time against the layers as rows.
+
+    Args:
+        model: The model.
+        n_layers: Layers swept.
+        steps: Value-optimisation steps.
+        repeats: Alternating runs of each path (the minimum is reported).
+        sync: Waits for the device.
+
+    Returns:
+        Seconds of each run, the speedup of the minima, and how far the two sweeps differ.
+    """
+    layers = list(range(min(n_layers, model.n_layers)))
+    covs = key_covariance(model, layers, n_tokens=2048, seq_len=128, cache=False)
+
+    def rome(rows: bool) -> Any:
+        return rome_sweep(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", layers,
+                          covs=covs, steps=steps, bos=True, layers_per_pass=len(layers) if rows else 1)
+
+    times, out = _alternate(repeats, rome, sync)
+    rp = list(zip(out["alone"].results, out["rows"].results))
+    return {"layers": len(layers), "steps": steps, "seconds": times,
+            "speedup": min(times["alone"]) / min(times["rows"]),
+            "same_metrics": all((a.efficacy, a.paraphrase, a.specificity, len(a.losses))
+                                == (b.efficacy, b.paraphrase, b.specificity, len(b.losses)) for a, b in rp),
+            "max_rel_diff_new_prob": max(abs(b.new_prob_after / a.new_prob_after - 1) for a, b in rp),
+            "efficacy": [r.efficacy for r in out["rows"].results]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -104,49 +165,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model(args.model, device=args.device)
-    locs = planted_locs(model, args.facts)
-    texts = wikitext_sample(20)
-
-    def table2(rows: bool) -> Any:
-        with mock.patch.object(runtime_device, "one_pass_default", lambda m, r=rows: r):
-            return modification_experiment(model, locs, ["K_I"] * len(locs), ppl_texts=texts, n_ppl_texts=3,
-                                           only_known=False, edit_queries=2, progress=False)
-
-    t_times, t_out = _alternate(args.repeats, table2)
-    pairs = list(zip(t_out["alone"].rows, t_out["rows"].rows))
-    t_same = all((a.rel, a.gen, a.loc) == (b.rel, b.gen, b.loc) for a, b in pairs)
-    t_diff = max(max(abs(b.p_after / a.p_after - 1), abs(b.ppl_after / a.ppl_after - 1)) for a, b in pairs)
-
-    layers = list(range(min(args.layers, model.n_layers)))
-    covs = key_covariance(model, layers, n_tokens=2048, seq_len=128, cache=False)
-
-    def rome(rows: bool) -> Any:
-        return rome_sweep(model, "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome", layers,
-                          covs=covs, steps=args.steps, bos=True, layers_per_pass=len(layers) if rows else 1)
-
-    r_times, r_out = _alternate(args.repeats, rome)
-    rp = list(zip(r_out["alone"].results, r_out["rows"].results))
-    r_same = all((a.efficacy, a.paraphrase, a.specificity, len(a.losses)) == (b.efficacy, b.paraphrase, b.specificity,
-                                                                            len(b.losses)) for a, b in rp)
-    r_diff = max(abs(b.new_prob_after / a.new_prob_after - 1) for a, b in rp)
-    best = {k: {n: min(v) for n, v in t.items()} for k, t in (("table2", t_times), ("rome", r_times))}
-    payload = {
-        "model": model.name, "device": str(model.device), "threads": args.threads,
-        "table2": {"facts": len(locs), "edits": len(t_out["alone"].rows), "seconds": t_times,
-                   "speedup": best["table2"]["alone"] / best["table2"]["rows"], "same_rel_gen_loc": t_same,
-                   "max_rel_diff_p_ppl": t_diff},
-        "rome": {"layers": len(layers), "steps": args.steps, "seconds": r_times,
-                 "speedup": best["rome"]["alone"] / best["rome"]["rows"], "same_metrics": r_same,
-                 "max_rel_diff_new_prob": r_diff,
-                 "efficacy": [r.efficacy for r in r_out["rows"].results]},
-        "env": env_info(),
-    }
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    payload = {"model": model.name, "device": str(model.device), "threads": args.threads,
+               "table2": time_table2(model, args.facts, args.repeats, sync),
+               "rome": time_rome(model, args.layers, args.steps, args.repeats, sync), "env": env_info()}
     path = write_json("bench_weight_edit_rows" + (f"_{args.tag}" if args.tag else ""), payload)
     for k in ("table2", "rome"):
-        print(f"{k}: one at a time {best[k]['alone']:.1f} s, rows {best[k]['rows']:.1f} s "
-              f"({payload[k]['speedup']:.2f}x)")
-    print(f"same Rel/Gen/Loc {t_same} (max rel diff {t_diff:.1e}); ROME same metrics {r_same} "
-          f"(max rel diff {r_diff:.1e}) -> {path}")
+        t = payload[k]["seconds"]
+        print(f"{k}: one at a time {min(t['alone']):.1f} s, rows {min(t['rows']):.1f} s ({payload[k]['speedup']:.2f}x)")
+    print(f"same Rel/Gen/Loc {payload['table2']['same_rel_gen_loc']} (max rel diff "
+          f"{payload['table2']['max_rel_diff_p_ppl']:.1e}); ROME same metrics {payload['rome']['same_metrics']} "
+          f"(max rel diff {payload['rome']['max_rel_diff_new_prob']:.1e}) -> {path}")
     return payload
 
 

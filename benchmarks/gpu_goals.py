@@ -12,6 +12,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
    rounds streamed (a window's refinements in the next windows' batches) against each window alone;
    ``enhance_memory``: the peak of CNL's masked fine-tuning ("w/o located") against the cost model;
 3. ``gen_gsm8k_b16``: GSM8K generation one sample at a time against 16 per batch (``Model.generate_many``);
+   ``table2_rows`` / ``rome_rows``: QL Table 2 (2 planted facts) and a ROME sweep (8 layers, 5 steps) one weight
+   edit at a time against the edits as rows of shared passes (``benchmarks/bench_weight_edit_rows.py``);
    ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tlcap.attribution.staged as staged  # noqa: E402
 import tlcap.runtime.batching as batching  # noqa: E402
 from benchmarks import bench_gpu as bg  # noqa: E402
+from benchmarks import bench_weight_edit_rows as BW  # noqa: E402
 from benchmarks import memory_8b as M8  # noqa: E402
 from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repro_check  # noqa: E402
 from tlcap.attribution import integrated_gradients_facts  # noqa: E402
@@ -328,6 +331,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         section((key, "auto_phases"), need_model(lambda m: auto_phases(m, device, tol)), 40, 15)
     section((key, "enhance_memory"), need_model(lambda m: enhance_memory(m, device)), 40, 15)
     section((key, "gen_gsm8k_b16"), need_model(lambda m: gen_batched(m, device, 16)), 90, 30)
+    section((key, "table2_rows"), need_model(lambda m: BW.time_table2(m, 2, 1, lambda: bg.sync(device))), 60, 20)
+    section((key, "rome_rows"), need_model(lambda m: BW.time_rome(m, 8, 5, 1, lambda: bg.sync(device))), 90, 30)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
 

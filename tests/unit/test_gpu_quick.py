@@ -144,6 +144,23 @@ def test_gpu_goals_tiny_runs_the_chosen_sections(tmp_path):
     assert fixed["evaluations_per_sample"] == 504.0  # 21 rows (20 nodes + baseline) x 3 layers x 8 answer tokens
 
 
+@pytest.mark.heavy
+def test_gpu_goals_tiny_times_the_weight_edit_rows(tmp_path):
+    """``gpu_goals.py --tiny --only table2_rows,rome_rows``: Table 2 and a ROME sweep one edit at a time and as rows,
+    with the same results (the GPU run reports the speedups)."""
+    from benchmarks import gpu_goals as G
+
+    out = tmp_path / "goals.json"
+    G.main(["--device", "cpu", "--tiny", "--out", str(out), "--only", "table2_rows,rome_rows", "--cap", "2"])
+    got = json.loads(out.read_text())["llama7b_shape"]
+    assert set(got) == {"model", "table2_rows", "rome_rows"}
+    t2, rome = got["table2_rows"], got["rome_rows"]
+    assert (t2["facts"], t2["edits"], rome["layers"], rome["steps"]) == (2, 2 * 2 * 2 * 2, 3, 5)
+    # bfloat16, as on the GPU: the weight edit rounds W + ΔW to bf16 (eps 7.8e-3), the rows add the exact write
+    assert t2["same_rel_gen_loc"] and t2["max_rel_diff_p_ppl"] < 2e-2 and rome["same_metrics"]
+    assert rome["max_rel_diff_new_prob"] < 2e-2 and len(t2["seconds"]["rows"]) == len(rome["seconds"]["alone"]) == 1
+
+
 def test_memory_8b_peak_of_records_an_escaped_oom_and_raises_other_errors():
     """``memory_8b.peak_of``: an out-of-memory error the method did not absorb is the finding (status "oom", not
     fitting the card); any other error is a bug and propagates; a call that runs fits (no peak on a CPU)."""
