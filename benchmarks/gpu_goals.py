@@ -14,6 +14,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
 3. ``gen_gsm8k_b16``: GSM8K generation one sample at a time against 16 per batch (``Model.generate_many``);
    ``table2_rows`` / ``rome_rows``: QL Table 2 (2 planted facts) and a ROME sweep (8 layers, 5 steps) one weight
    edit at a time against the edits as rows of shared passes (``benchmarks/bench_weight_edit_rows.py``);
+   ``finetune_slices``: CNL's "located" fine-tuning (0.15 % of the neurons, 8 GSM8K samples) with Adam on the
+   trained neurons' slices against the full masked step (``benchmarks/bench_finetune_slices.py``);
    ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tlcap.attribution.staged as staged  # noqa: E402
 import tlcap.runtime.batching as batching  # noqa: E402
+from benchmarks import bench_finetune_slices as BF  # noqa: E402
 from benchmarks import bench_gpu as bg  # noqa: E402
 from benchmarks import bench_weight_edit_rows as BW  # noqa: E402
 from benchmarks import memory_8b as M8  # noqa: E402
@@ -333,6 +336,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     section((key, "gen_gsm8k_b16"), need_model(lambda m: gen_batched(m, device, 16)), 90, 30)
     section((key, "table2_rows"), need_model(lambda m: BW.time_table2(m, 2, 1, lambda: bg.sync(device))), 60, 20)
     section((key, "rome_rows"), need_model(lambda m: BW.time_rome(m, 8, 5, 1, lambda: bg.sync(device))), 90, 30)
+    section((key, "finetune_slices"), need_model(lambda m: BF.time_located(
+        m, 8, max(1, m.n_layers * m.d_mlp * 15 // 10000), 1, lambda: bg.sync(device))), 60, 20)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
 

@@ -146,14 +146,18 @@ def test_gpu_goals_tiny_runs_the_chosen_sections(tmp_path):
 
 @pytest.mark.heavy
 def test_gpu_goals_tiny_times_the_weight_edit_rows(tmp_path):
-    """``gpu_goals.py --tiny --only table2_rows,rome_rows``: Table 2 and a ROME sweep one edit at a time and as rows,
-    with the same results (the GPU run reports the speedups)."""
+    """``gpu_goals.py --tiny --only table2_rows,rome_rows,finetune_slices``: Table 2 and a ROME sweep one edit at a
+    time and as rows, "located" fine-tuning on slices and in full, with the same results (the GPU run reports the
+    speedups)."""
     from benchmarks import gpu_goals as G
 
     out = tmp_path / "goals.json"
-    G.main(["--device", "cpu", "--tiny", "--out", str(out), "--only", "table2_rows,rome_rows", "--cap", "2"])
+    G.main(["--device", "cpu", "--tiny", "--out", str(out), "--only", "table2_rows,rome_rows,finetune_slices",
+            "--cap", "2"])
     got = json.loads(out.read_text())["llama7b_shape"]
-    assert set(got) == {"model", "table2_rows", "rome_rows"}
+    assert set(got) == {"model", "table2_rows", "rome_rows", "finetune_slices"}
+    ft = got["finetune_slices"]
+    assert ft["same_weights"] and (ft["samples"], ft["neurons"]) == (8, 1)  # 0.15 % of a tiny model's 384 neurons
     t2, rome = got["table2_rows"], got["rome_rows"]
     assert (t2["facts"], t2["edits"], rome["layers"], rome["steps"]) == (2, 2 * 2 * 2 * 2, 3, 5)
     # bfloat16, as on the GPU: the weight edit rounds W + ΔW to bf16 (eps 7.8e-3), the rows add the exact write

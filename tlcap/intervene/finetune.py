@@ -19,7 +19,10 @@ Modes (CNL §5 Table 2):
 The loss is the mean NLL of the answer tokens under teacher forcing (prompt tokens are context
 only), one sample per step, Adam (lr 1e-5 by default, as in the paper). Every touched parameter is
 snapshotted first: the returned :class:`~tlcap.intervene.weights.WeightEdit` restores the
-model exactly with ``.undo()``.
+model exactly with ``.undo()``. When the trained neurons are few (at most :data:`SLICE_SHARE` of a
+layer's, e.g. ``"located"``), Adam runs on their slices only and writes them back: the same weights
+bit for bit as the full masked step (an entry whose gradient is always 0 never moves under Adam),
+without touching the frozen neurons' moments and weights each step.
 
 Example:
     >>> from tlcap.data.tasks import load_task
@@ -162,12 +165,15 @@ def masked_finetune(
     edit = edit if edit is not None else WeightEdit()
     uniq = list({id(ws.param): ws.param for ws, _ in plan}.values())
     masks: dict[int, torch.Tensor] = {}
+    dims: dict[int, int] = {}
     for ws, m in plan:
         masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
+        dims[id(ws.param)] = ws.neuron_dim
     for p in uniq:
         edit.touch(p)
+    slices = _trained_slices(uniq, masks, dims)
     # one parameter at a time: the multi-tensor path allocates temporaries as large as every trained matrix at once
-    opt = torch.optim.Adam(uniq, lr=lr, foreach=False)
+    opt = torch.optim.Adam([s.leaf for s in slices] if slices else uniq, lr=lr, foreach=False)
     rng = random.Random(seed)
     model.eval()
     steps = 0
@@ -183,11 +189,22 @@ def masked_finetune(
                 logits = model.logits(toks)[0, len(p_ids) - 1 :].float()
                 loss = torch.nn.functional.cross_entropy(logits, torch.tensor(t_ids, device=model.device))
                 opt.zero_grad(set_to_none=False)
+                if slices:  # the optimiser holds the slices: the parameters' own gradients are cleared here
+                    for p in uniq:
+                        if p.grad is not None:
+                            p.grad.zero_()
                 loss.backward()
-                for p in uniq:
-                    if p.grad is not None:
-                        p.grad.mul_(masks[id(p)])
-                opt.step()
+                if slices:  # Adam on the trained neurons' slices only: the same values, a fraction of the work
+                    for sl in slices:
+                        sl.step_grad()
+                    opt.step()
+                    for sl in slices:
+                        sl.write_back()
+                else:
+                    for p in uniq:
+                        if p.grad is not None:
+                            p.grad.mul_(masks[id(p)])
+                    opt.step()
                 steps += 1
             if on_epoch is not None:
                 for p in uniq:
@@ -208,6 +225,45 @@ def _release(params: list[torch.nn.Parameter]) -> None:
     for p in params:
         p.requires_grad_(False)
         p.grad = None
+
+
+SLICE_SHARE = 0.5
+"""Adam runs on the trained neurons' slices (:class:`_Slice`) when they are at most this share of the neurons."""
+
+
+class _Slice:
+    """The trained neurons' slice of one parameter, as a leaf of its own for Adam.
+
+    With the masked gradient, Adam never moves an entry whose gradient is always 0 (its moments stay 0, so its
+    update is ``0 / (0 + eps) = 0``): running Adam on the trained neurons' slice and writing it back gives every
+    entry the value the full masked step gives (Adam is elementwise), without reading and writing the moments,
+    gradient and weights of the frozen neurons at every step — most of a step's memory traffic in ``"located"``
+    mode (0.15 % of the neurons trained). Tested equal to the full masked step.
+    """
+
+    def __init__(self, param: torch.nn.Parameter, dim: int, idx: torch.Tensor) -> None:
+        self.param, self.dim, self.idx = param, dim, idx
+        self.leaf = param.detach().index_select(dim, idx).clone().requires_grad_(True)
+
+    def step_grad(self) -> None:
+        """The slice's gradient from the parameter's."""
+        grad = self.param.grad
+        self.leaf.grad = None if grad is None else grad.index_select(self.dim, self.idx)
+
+    def write_back(self) -> None:
+        """The slice's new values into the parameter."""
+        with torch.no_grad():
+            self.param.index_copy_(self.dim, self.idx, self.leaf.detach())
+
+
+def _trained_slices(params: list[torch.nn.Parameter], masks: dict[int, torch.Tensor],
+                    dims: dict[int, int]) -> list[_Slice]:
+    """One :class:`_Slice` per parameter when the trained neurons are at most :data:`SLICE_SHARE` of each; else
+    none (the full masked step, e.g. ``"except"`` mode)."""
+    sel = {id(p): masks[id(p)].flatten().nonzero()[:, 0] for p in params}
+    if any(len(sel[id(p)]) > SLICE_SHARE * masks[id(p)].numel() for p in params):
+        return []
+    return [_Slice(p, dims[id(p)], sel[id(p)].to(p.device)) for p in params]
 
 
 def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -> float:
