@@ -287,3 +287,20 @@ def test_rows_carry_their_own_update_edit(model):
     with update_neurons(model, ns, 11, 22, **kw):
         edited = model.logits(toks)[0]
     assert torch.allclose(rows[2], edited, atol=1e-5) and not torch.allclose(rows[2], rows[0], atol=1e-3)
+
+
+def test_rome_sweep_layers_as_rows(model):
+    """``rome_sweep(layers_per_pass=2)`` on TL 3.9 (keys of both layers from one pass, the values optimised together,
+    the edits measured as rank-one writes) equals one weight edit at a time."""
+    from tlcap.intervene.covariance import key_covariance
+    from tlcap.intervene.rome import rome_sweep
+
+    covs = key_covariance(model, [0, 1], n_tokens=256, seq_len=32, cache=False)
+    kw = dict(target_old=" Paris", paraphrases=["Fact: The capital of France is"], neighbourhood=["Paris is in"],
+              covs=covs, steps=4, bos=False, lr=0.2, weight_decay=0.0)
+    alone, rows = (rome_sweep(model, PROMPT, "France", " Rome", [0, 1], layers_per_pass=b, **kw) for b in (1, 2))
+    for a, r in zip(alone.results, rows.results):
+        assert (a.efficacy, a.paraphrase_success, a.neighbourhood_kept) == (r.efficacy, r.paraphrase_success,
+                                                                            r.neighbourhood_kept)
+        assert r.losses == pytest.approx(a.losses, rel=1e-4)
+        assert r.new_prob_after == pytest.approx(a.new_prob_after, rel=1e-4) and r.new_prob_after != r.new_prob_before
