@@ -275,3 +275,29 @@ def test_synapse_patterns_of_a_fact_in_one_pass_and_irrelevant_synapses_read_not
         for f in ("p_before", "p_after", "value_before", "value_after"):
             assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-5, abs=1e-9), (f, a.query, a.synapses)
     torch.testing.assert_close(acc.heatmap_values, cpu.heatmap_values, rtol=1e-5, atol=1e-6)
+
+
+def test_set_rows_pick_a_batch_layers_without_reading_device_values():
+    """``SetFactors.hooks`` chooses which layers a batch's rows change from host masks (``touched``): with every
+    factor and write moved to the ``meta`` device (whose values cannot be read) it returns the same hook sites as the
+    plan itself, for batches that touch some layers, none, or all."""
+    import dataclasses
+
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.intervene.update import update_write
+    from tlcap.metrics.sets import NeuronSet
+
+    m = _model("llama")
+    shape = (m.n_layers, m.d_mlp)
+    only0, only1 = NeuronSet(((0, 3),), shape), NeuronSet(((1, 5), (1, 7)), shape)
+    plan = SetFactors.of(m, [NeuronSet((), shape), only0, only1, only1], [1.0, 0.0, 2.0, 1.0],
+                         writes=[None, None, None, update_write(m, only1, 1, 2)])
+    meta = dataclasses.replace(plan, factors={l: f.to("meta") for l, f in plan.factors.items()},
+                               writes={l: (c.to("meta"), d.to("meta")) for l, (c, d) in plan.writes.items()})
+    for rows, sites in (([0, 0], []), ([1], ["blocks.0.mlp.hook_post"]), ([2, 0], ["blocks.1.mlp.hook_post"]),
+                        ([3], ["blocks.1.mlp.hook_post", "blocks.1.hook_mlp_out"]),
+                        ([0, 1, 2, 3], ["blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post", "blocks.1.hook_mlp_out"])):
+        idx = torch.tensor(rows)
+        assert [n for n, _ in plan.hooks(m, idx)] == [n for n, _ in meta.hooks(m, idx)] == sites, rows
+    with pytest.raises(RuntimeError):  # without the host masks the choice reads the (meta) values
+        dataclasses.replace(meta, touched={}).hooks(m, torch.tensor([1]))

@@ -59,11 +59,15 @@ class SetFactors:
         n_sets: Number of sets (a set may be empty: it changes nothing).
         writes: Layer → ``([n_sets, d_mlp] coefficients c, [n_sets, d_model] directions δ)``, float32: the MLP of
             a row of set ``k`` writes ``(Σ_p a_p c[k, p])·δ[k]`` more (an Update edit as rows; empty: none).
+        touched: Layer → ``(scaled, written)``, host bool ``[n_sets]``: which sets change that layer's factors or
+            write there, so :meth:`hooks` picks a batch's layers without reading device values (on a GPU each read
+            waits for the queued work); empty: read ``factors`` / ``writes`` instead.
     """
 
     factors: dict[int, Tensor]
     n_sets: int
     writes: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    touched: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -106,17 +110,24 @@ class SetFactors:
         per = [float(factor)] * len(sets) if isinstance(factor, (int, float)) else [float(f) for f in factor]
         if len(per) != len(sets):
             raise ShapeMismatchError(f"{len(per)} factors for {len(sets)} neuron sets; give one factor or one per set")
+        S = len(sets)
+        scaled: dict[int, Tensor] = {}
         for k, ns in enumerate(sets):
             if tuple(ns.shape) != shape:
                 raise ShapeMismatchError(f"neuron set {k} has shape {tuple(ns.shape)}, the model {shape}; use sets "
                                          "located on this model")
             for l, idx in ns.by_layer().items():
-                if per[k] == 1.0:
+                if per[k] == 1.0 or not idx:
                     continue
                 if l not in out:
-                    out[l] = torch.ones(len(sets), model.d_mlp, dtype=model.dtype, device=model.device)
+                    out[l] = torch.ones(S, model.d_mlp, dtype=model.dtype, device=model.device)
+                    scaled[l] = torch.zeros(S, dtype=torch.bool)
                 out[l][k, idx] = per[k]
-        return cls(dict(sorted(out.items())), len(sets), _writes(model, len(sets), writes))
+                scaled[l][k] = True
+        w, written = _writes(model, S, writes)
+        none = torch.zeros(S, dtype=torch.bool)
+        touched = {l: (scaled.get(l, none), written.get(l, none)) for l in sorted(set(out) | set(w))}
+        return cls(dict(sorted(out.items())), S, w, touched)
 
     def __len__(self) -> int:
         return self.n_sets
@@ -141,13 +152,20 @@ class SetFactors:
             A hook list for ``model.logits(..., hooks=...)`` or ``model.hooks(...)``.
         """
         out = []
+        on_host = row_set.cpu()
         for l in sorted(set(self.factors) | set(self.writes)):
             f = self.factors.get(l)
             rows = f[row_set.to(f.device)] if f is not None else None
-            scale = H.scale_rows(rows, pos) if rows is not None and bool((rows != 1).any()) else None
+            hit = self.touched.get(l)
+            if rows is None:
+                scale = None
+            elif hit is not None:  # which sets change what: known on the host
+                scale = H.scale_rows(rows, pos) if bool(hit[0][on_host].any()) else None
+            else:
+                scale = H.scale_rows(rows, pos) if bool((rows != 1).any()) else None
             if l in self.writes:
                 coef, delta = (w[row_set.to(w.device)] for w in self.writes[l])
-                if bool((coef != 0).any()):
+                if bool(hit[1][on_host].any()) if hit is not None else bool((coef != 0).any()):
                     out += _write_hooks(model, l, scale, coef, delta, pos)
                     continue
             if scale is not None:
@@ -155,16 +173,19 @@ class SetFactors:
         return out
 
 
-def _writes(model: Model, n_sets: int, writes: Sequence[Any] | None) -> dict[int, tuple[Tensor, Tensor]]:
-    """Layer → ``([n_sets, d_mlp] c, [n_sets, d_model] δ)`` of the sets' Update edits (module docstring)."""
+def _writes(model: Model, n_sets: int,
+            writes: Sequence[Any] | None) -> tuple[dict[int, tuple[Tensor, Tensor]], dict[int, Tensor]]:
+    """Layer → ``([n_sets, d_mlp] c, [n_sets, d_model] δ)`` of the sets' Update edits (module docstring), and layer →
+    host bool ``[n_sets]``: the sets that write there."""
     if not writes or all(w is None for w in writes):
-        return {}
+        return {}, {}
     if len(writes) != n_sets:
         raise ShapeMismatchError(f"{len(writes)} writes for {n_sets} neuron sets; give one (or None) per set")
     if model.post_norm_blocks:
         raise InvalidConfigError(f"{model.name} normalises the MLP's output (post-norm blocks): an Update edit as rows "
                                  "would add after that norm; edit the weights (update_neurons) instead")
     out: dict[int, tuple[Tensor, Tensor]] = {}
+    written: dict[int, Tensor] = {}
     for k, w in enumerate(writes):
         if w is None:
             continue
@@ -174,9 +195,11 @@ def _writes(model: Model, n_sets: int, writes: Sequence[Any] | None) -> dict[int
             if l not in out:
                 out[l] = (torch.zeros(n_sets, model.d_mlp, device=model.device),
                           torch.zeros(n_sets, model.d_model, device=model.device))
+                written[l] = torch.zeros(n_sets, dtype=torch.bool)
             out[l][0][k, p] = c.to(out[l][0]) if isinstance(c, Tensor) else float(c)
             out[l][1][k] = delta.to(out[l][1])
-    return dict(sorted(out.items()))
+            written[l][k] = True
+    return dict(sorted(out.items())), written
 
 
 def _write_hooks(model: Model, layer: int, scale: Any, coef: Tensor, delta: Tensor, pos: H.Index) -> HookList:
