@@ -116,10 +116,7 @@ def rome_edit(
     cfg = RomeConfig.resolve(config, **overrides)
     check_layer(model, layer)
     check_str("target_new", target_new)
-    span = find_subject(model, prompt, subject, occurrence, prepend_bos=cfg.bos)
-    if span.start == 0:
-        warnings.warn(sink_message(prompt, subject, ROME_SINK), SubjectWarning, stacklevel=2)
-    occ = span.occurrence
+    occ = edited_occurrence(model, prompt, subject, occurrence, cfg.bos, stacklevel=2)
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
     t_ids = model.target_ids(prompt, target_new)
@@ -137,8 +134,7 @@ def rome_edit(
     delta, steps = optimise_value(model, layer, rows, v0, cfg, progress=progress)
 
     # 3. rank-one update of the down projection.
-    u = solve_key(cov.to(k_star.device), k_star, cfg.cov_reg) if cov is not None and cfg.mom2_adjustment else k_star.clone()
-    right = delta / torch.dot(u, k_prompt)
+    u, right = rank_one(k_star, k_prompt, delta, cov, cfg)
     edit = RomeEdit()
 
     def apply(e: WeightEdit) -> None:
@@ -158,4 +154,43 @@ def rome_edit(
     return edit
 
 
-__all__ = ["RomeEdit", "check_layer", "rome_edit"]
+def edited_occurrence(model: Model, prompt: str, subject: str, occurrence: int | None, bos: bool,
+                      stacklevel: int = 2) -> int:
+    """Which occurrence of the subject an edit keys on, warning when it starts the prompt (the attention sink).
+
+    Args:
+        model: The model.
+        prompt: The prompt.
+        subject: The subject as written in it.
+        occurrence: As :func:`rome_edit` takes it (``None``: the first, warned when there are several).
+        bos: The prompt is encoded with the BOS first.
+        stacklevel: Of the warning as the caller would give it (2: the caller's caller).
+
+    Returns:
+        The 0-based occurrence.
+    """
+    span = find_subject(model, prompt, subject, occurrence, prepend_bos=bos)
+    if span.start == 0:
+        warnings.warn(sink_message(prompt, subject, ROME_SINK), SubjectWarning, stacklevel=stacklevel + 1)
+    return span.occurrence
+
+
+def rank_one(k_star: Tensor, k_prompt: Tensor, delta: Tensor, cov: Tensor | None,
+             cfg: RomeConfig) -> tuple[Tensor, Tensor]:
+    """ROME's update ``ΔW = right ⊗ u`` from the keys and the optimised δ (module :mod:`tlcap.intervene.rome`).
+
+    Args:
+        k_star: The key averaged over the prefixes.
+        k_prompt: The prompt's own key.
+        delta: The optimised δ.
+        cov: The layer's key covariance (used with ``cfg.mom2_adjustment``).
+        cfg: The settings (``mom2_adjustment``, ``cov_reg``).
+
+    Returns:
+        ``(u, right)``: ``u = C⁻¹k*`` (``k*`` without the covariance), ``right = δ / (uᵀ k)``.
+    """
+    u = solve_key(cov.to(k_star.device), k_star, cfg.cov_reg) if cov is not None and cfg.mom2_adjustment else k_star.clone()
+    return u, delta / torch.dot(u, k_prompt)
+
+
+__all__ = ["RomeEdit", "check_layer", "edited_occurrence", "rank_one", "rome_edit"]

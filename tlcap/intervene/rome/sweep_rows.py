@@ -19,19 +19,18 @@ rows compute ``W a + (u·a)·right`` where the weight edit rounds ``W + right �
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
 
-from tlcap.intervene.covariance import solve_key
 from tlcap.intervene.rome.config import RomeConfig
+from tlcap.intervene.rome.edit import edited_occurrence, rank_one
 from tlcap.intervene.rome.measures import edit_result, edited_measures
 from tlcap.intervene.rome.results import RomeEditResult
 from tlcap.intervene.rome.value import optimise_values, subject_keys_layers, value_rows
 from tlcap.intervene.set_rows import SetFactors
-from tlcap.locate.subjects import ROME_SINK, SubjectWarning, find_subject, sink_message
+from tlcap.locate.subjects import find_subject
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 
@@ -89,10 +88,7 @@ def sweep_rows(
     """
     t0 = time.perf_counter()
     prompt, subject, target_new, _ = request
-    span = find_subject(model, prompt, subject, occurrence, prepend_bos=cfg.bos)
-    if span.start == 0:
-        warnings.warn(sink_message(prompt, subject, ROME_SINK), SubjectWarning, stacklevel=3)
-    occ = span.occurrence
+    occ = edited_occurrence(model, prompt, subject, occurrence, cfg.bos, stacklevel=3)
     torch.manual_seed(cfg.seed)
     P = len(cfg.prefixes)
     keys, outs = subject_keys_layers(model, layers, [*(p + prompt for p in cfg.prefixes), prompt], subject,
@@ -102,9 +98,7 @@ def sweep_rows(
     values = optimise_values(model, layers, rows, v0, cfg, layers_per_pass)
     writes, norms = [], []
     for j, l in enumerate(layers):
-        k = k_star[j]
-        u = solve_key(covs[l].to(k.device), k, cfg.cov_reg) if cfg.mom2_adjustment else k.clone()
-        right = values[j][0] / torch.dot(u, k_prompt[j])
+        u, right = rank_one(k_star[j], k_prompt[j], values[j][0], covs.get(l), cfg)
         writes.append(({l: u}, right))
         norms.append(float(right.norm() * u.norm()))
     seconds = (time.perf_counter() - t0) / len(layers)  # the edits' shared time, per layer

@@ -267,30 +267,8 @@ def optimise_value(
         ``(delta, steps)``: δ after the last update, and the objective's terms at every
         evaluated iteration (the last entry is the final δ's).
     """
-    delta = torch.zeros(model.d_model, device=model.device, requires_grad=True)
-    opt = torch.optim.Adam([delta], lr=config.lr)
-    name = model.hook_name("mlp_out", layer)
-    all_rows = torch.arange(rows.tokens.shape[0], device=model.device)
-    v0_norm = float(v0.norm())
-    max_norm = config.clamp_norm_factor * v0_norm
-    kl_init: Tensor | None = None
-    steps: list[ValueStep] = []
-    for it in tqdm(range(config.steps), desc=f"ROME value (layer {layer})", disable=not progress):
-        opt.zero_grad()
-        logits = model.logits(rows.tokens, hooks=[(name, H.add_rows(all_rows, rows.look, delta))])
-        if kl_init is None:
-            kl_init = kl_logprobs(logits, rows).detach().clone()
-        terms = value_loss(logits, rows, kl_init, delta, v0_norm, config)
-        steps.append(ValueStep(float(terms.total.detach()), float(terms.nll.detach()), float(terms.kl.detach()),
-                               float(terms.weight_decay.detach())))
-        if steps[-1].total < config.stop_loss or it == config.steps - 1:
-            break
-        terms.total.backward()
-        opt.step()
-        with torch.no_grad():
-            if delta.norm() > max_norm:
-                delta.mul_(max_norm / delta.norm())
-    return delta.detach(), steps
+    ((delta, steps),) = optimise_values(model, [layer], rows, v0[None], config, 1, progress=progress)
+    return delta, steps
 
 
 def optimise_values(
@@ -300,14 +278,15 @@ def optimise_values(
     v0s: Float[Tensor, "layer d_model"],
     config: RomeConfig,
     layers_per_pass: int,
+    progress: bool = False,
 ) -> list[tuple[Float[Tensor, " d_model"], list[ValueStep]]]:
     """:func:`optimise_value` of the same rows at several layers, the layers' rows sharing passes.
 
     Layer ``j``'s copy of the rows gets its own δ_j at its own layer's ``mlp_out``; the copies never interact, so
     the summed objective's gradient for δ_j is that of layer ``j``'s objective alone, and each δ_j has its own Adam
-    (state, steps, stop and norm clamp as :func:`optimise_value`). A layer whose loss is below ``stop_loss`` stops
-    and leaves the later passes. Equal to one :func:`optimise_value` per layer up to the float rounding of a batch
-    (tested).
+    and the official loop's steps, stop and norm clamp (:func:`optimise_value`, which is this function for one
+    layer). A layer whose loss is below ``stop_loss`` leaves the later passes. Equal to one layer at a time up to
+    the float rounding of a batch (tested).
 
     Args:
         model: The model (not modified).
@@ -316,6 +295,7 @@ def optimise_values(
         v0s: Each layer's output at the subject's last token of the bare prompt.
         config: The hyper-parameters.
         layers_per_pass: Layers whose rows one pass holds (the rest wait for the next pass of the same step).
+        progress: Show a progress bar over the steps.
 
     Returns:
         Per layer, ``(delta, steps)`` as :func:`optimise_value` returns them.
@@ -328,7 +308,8 @@ def optimise_values(
     steps: list[list[ValueStep]] = [[] for _ in layers]
     active = list(range(L))
     look = rows.look.to(model.device)
-    for it in range(config.steps):
+    desc = f"ROME value (layer {layers[0]})" if L == 1 else f"ROME value ({L} layers)"
+    for it in tqdm(range(config.steps), desc=desc, disable=not progress):
         going = []
         for c0 in range(0, len(active), max(1, layers_per_pass)):
             chunk = active[c0:c0 + max(1, layers_per_pass)]
