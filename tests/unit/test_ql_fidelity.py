@@ -269,13 +269,13 @@ def test_locality_prompts_are_a_seeded_draw_of_other_relations_and_objects(tiny_
              ("P103", "Dante", "Italian"), ("P103", "Rome", "Paris")]
     locs = [_fk(m, r, s, o, [q.format(s) for q in rel[r]], i) for i, (r, s, o) in enumerate(facts)]
     seen: list[list[str]] = []
-    real = mod.next_token_logits
+    real = mod._query_and_locality_logits
 
-    def spy(model, prompts):
-        seen.append(list(prompts))
-        return real(model, prompts)
+    def spy(model, queries, loc_prompts, *args, **kwargs):
+        seen.append([*queries, *loc_prompts])
+        return real(model, queries, loc_prompts, *args, **kwargs)
 
-    monkeypatch.setattr(mod, "next_token_logits", spy)
+    monkeypatch.setattr(mod, "_query_and_locality_logits", spy)
     modification_experiment(m, locs, ["K_I"] * 5, operations=("erasure",), sets=("local",), ppl_texts=TEXTS,
                             n_ppl_texts=1, n_locality=2, only_known=False, edit_queries=1, progress=False)
     # per fact: its queries then its locality prompts in one pass, clean and under each edit

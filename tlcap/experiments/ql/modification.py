@@ -58,7 +58,7 @@ from tlcap.experiments.ql.modification_result import EditRow, ModificationResult
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.intervene.update import update_neurons, update_write
 from tlcap.intervene.weights import erase_neurons
-from tlcap.metrics.perplexity import next_token_logits, perplexity
+from tlcap.metrics.perplexity import perplexity
 from tlcap.metrics.set_probs import edited_text_nll
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
@@ -89,30 +89,28 @@ def _first_id(model: Model, prompt: str, target: str) -> int:
     return model.target_ids(prompt, target)[0]
 
 
-def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts: Sequence[str]) -> tuple[Any, Any]:
+@torch.no_grad()
+def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts: Sequence[str], hooks: Any = (),
+                               names: Sequence[str] = ()) -> tuple[Any, Any, Tensor | None]:
     """The queries' next-token logits and the locality prompts' argmax, from one right-padded pass of both.
 
-    Returns:
-        ``([n_queries, d_vocab] logits, [n_loc] argmax ids or None without locality prompts)``.
-    """
-    lg = next_token_logits(model, [*queries, *loc_prompts])
-    return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None
-
-
-@torch.no_grad()
-def _clean_pass(model: Model, queries: Sequence[str], loc_prompts: Sequence[str],
-                names: Sequence[str]) -> tuple[Any, Any, Tensor]:
-    """:func:`_query_and_locality_logits` of the unedited model, also keeping each query's ``names`` activations at
-    its last token (what the ``activation`` Update rule reads), from the same right-padded pass.
+    Args:
+        model: The model.
+        queries: The fact's queries.
+        loc_prompts: The locality prompts.
+        hooks: Row interventions of the pass (row ``r`` = prompt ``r`` of ``[*queries, *loc_prompts]``).
+        names: Sites whose activations at each query's last token are kept (what the ``activation`` Update rule
+            reads), from the same pass.
 
     Returns:
-        ``([n_queries, d_vocab] logits, [n_loc] argmax or None, [n_queries, n_layers, d_mlp] float32 activations)``.
+        ``([n_queries, d_vocab] logits, [n_loc] argmax ids or None without locality prompts,
+        [n_queries, len(names), d] float32 activations or None without names)``.
     """
     toks = model.encode_batch([*queries, *loc_prompts])
     store: dict[str, Tensor] = {}
     last = toks.lengths[: len(queries)] - 1
-    lg = model.last_logits(toks, hooks=[(n, H.record_at(store, n, last)) for n in names]).float()
-    acts = torch.stack([store[n] for n in names], dim=1).float()
+    lg = model.last_logits(toks, hooks=[*hooks, *((n, H.record_at(store, n, last)) for n in names)]).float()
+    acts = torch.stack([store[n] for n in names], dim=1).float() if names else None
     return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, acts
 
 
@@ -128,15 +126,13 @@ def _edit_rows(model: Model, plan: SetFactors, queries: Sequence[str], loc_promp
     the unedited model and every edit another (:func:`edited_text_nll`), instead of a weight edit and two passes per
     edit and one for the unedited perplexity; each value equals the weight edit's up to float rounding (tested).
     """
-    prompts = [*queries, *loc_prompts]
-    rows = torch.arange(1, len(plan)).repeat_interleave(len(prompts))
-    lg_all = model.last_logits(model.encode_batch(prompts * (len(plan) - 1)), hooks=plan.hooks(model, rows)).float()
+    E, n = len(plan) - 1, len(queries) + len(loc_prompts)
+    rows = torch.arange(1, len(plan)).repeat_interleave(n)  # edit-major: edit k's queries, then its prompts
+    lg, _, _ = _query_and_locality_logits(model, [*queries, *loc_prompts] * E, [], plan.hooks(model, rows))
     nll, cnt = edited_text_nll(model, texts, plan, max_tokens)  # perplexity of set k: exp(Σ nll[k] / Σ count)
     ppl = [math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0)) for k in range(len(plan))]
-    out = []
-    for k in range(len(plan) - 1):
-        lg = lg_all[k * len(prompts):(k + 1) * len(prompts)]
-        out.append((lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, ppl[k + 1]))
+    out = [(lg[k * n:k * n + len(queries)], lg[k * n + len(queries):(k + 1) * n].argmax(-1) if loc_prompts else None,
+            ppl[k + 1]) for k in range(E)]
     return ppl[0], out
 
 
@@ -266,7 +262,7 @@ def modification_experiment(
                   and o.fact.object != fk.fact.object]
         others = random.Random(f"{cfg.seed}:loc:{fi}").sample(others, min(cfg.n_locality, len(others)))
         loc_prompts = [locs[j].queries[0] for j in others]
-        clean_q, clean_loc, acts_q = _clean_pass(model, qs, loc_prompts, post_names)
+        clean_q, clean_loc, acts_q = _query_and_locality_logits(model, qs, loc_prompts, names=post_names)
         known = (clean_q.argmax(-1) == obj_id).tolist()
         sets_i = fk.sets()
         edited = [i for i, k in enumerate(known) if k or not cfg.only_known][:n_edit]  # the first n_edit known
@@ -280,7 +276,7 @@ def modification_experiment(
             chosen = _chosen_sets(fk, i, sets_i, cfg)
             texts, idx = texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
             ops = [op for op in cfg.operations if op != "update" or new_id is not None]
-            acts = acts_q[i].cpu() if "update" in ops and cfg.update_rule == "activation" else None
+            acts = acts_q[i].cpu() if acts_q is not None and "update" in ops and cfg.update_rule == "activation" else None
             rowed: dict[tuple[str, str], tuple[Any, Any, float]] = {}
             if runtime_device.one_pass_default(model):  # on an accelerator: the query's edits as rows of two passes
                 specs = [(op, name, ns) for op in ops if op == "erasure" or not model.post_norm_blocks
@@ -308,7 +304,7 @@ def modification_experiment(
                             model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
                             rule=cfg.update_rule, activations=acts, size=cfg.update_size)
                         with edit:
-                            lg, loc_pred = _query_and_locality_logits(model, qs, loc_prompts)
+                            lg, loc_pred, _ = _query_and_locality_logits(model, qs, loc_prompts)
                             ppl_a = perplexity(model, texts, cfg.ppl_max_tokens)
                     pred = lg.argmax(-1)
                     nb = [j for j in range(fk.k) if j != i and (known[j] or not cfg.only_known)]
