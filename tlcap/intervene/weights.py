@@ -31,10 +31,15 @@ class WeightEdit:
         True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: bool = False) -> None:
+        """Args:
+            host: Keep the snapshots of parameters on an accelerator in host memory (fine-tuning: the snapshot of
+                every MLP matrix would otherwise take device memory for the whole run; copied once each way).
+        """
         self._saved: dict[int, tuple[torch.nn.Parameter, Tensor]] = {}
         self.active = True
         self.meta: dict = {}
+        self.host = host
 
     def touch(self, param: torch.nn.Parameter) -> Tensor:
         """Snapshot ``param`` (once) and return its data for in-place editing.
@@ -46,7 +51,8 @@ class WeightEdit:
             ``param.data`` (the live tensor, not a copy).
         """
         if id(param) not in self._saved:
-            self._saved[id(param)] = (param, param.data.clone())
+            on_host = self.host and param.device.type not in ("cpu", "meta")
+            self._saved[id(param)] = (param, param.data.to("cpu", copy=True) if on_host else param.data.clone())
         return param.data
 
     def apply(self, fn: Callable[[WeightEdit], None]) -> WeightEdit:

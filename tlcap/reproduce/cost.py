@@ -34,8 +34,9 @@ part. On a CPU the per-pass part is 0 (one size; the FLOPs dominate).
 resident set on a CPU, CUDA's allocated bytes on a GPU) + the largest working set of the stage
 (:attr:`Workload.extra_bytes`: logits of a sequence, plus the IG rows one pass holds, :func:`held_bytes`:
 an evaluation's or a batched call's rows, at most what fits) × the probe's
-measured / modelled ratio of an IG batch, or, for fine-tuning, the gradients, Adam moments and snapshot of the trained parameters
-in their dtype plus the kept activations (:attr:`Workload.train_bytes`) × the probe's measured / modelled
+measured / modelled ratio of an IG batch, or, for fine-tuning, the float32 Adam moments and the gradients
+(or half-precision rounding residuals) of the trained parameters plus the kept activations
+(:attr:`Workload.train_bytes`) × the probe's measured / modelled
 ratio of its fine-tuning step, whichever is larger.
 
 **Replaying a probe.** :func:`save_calibrations` writes probes to a JSON file
@@ -225,18 +226,23 @@ class ModelShape:
         return FLOAT_BYTES * tokens * (4 * self.d_model + self.d_mlp + 2 * self.d_vocab)
 
     def train_bytes(self, trainable: int, tokens: int, param_bytes: int = FLOAT_BYTES) -> int:
-        """Fine-tuning: gradient, two Adam moments and a snapshot per trainable parameter, plus activations.
+        """Fine-tuning: per trainable parameter two float32 Adam moments and a gradient (float32) or a rounding
+        residual (half precision: the gradients are freed as each parameter steps), plus activations.
+
+        The snapshot for the undo is in host memory on an accelerator (:class:`~tlcap.intervene.weights.WeightEdit`
+        with ``host=True``); on a CPU it is in the same memory, which the probe's measured / modelled ratio carries.
 
         Args:
             trainable: Trainable parameters.
             tokens: Tokens of the longest training sequence (its activations are kept for the backward pass).
-            param_bytes: Bytes of one parameter (the gradient, the Adam moments and the snapshot take the
-                parameter's dtype: 2 for bfloat16).
+            param_bytes: Bytes of one parameter (the gradient or the residual take the parameter's dtype: 2 for
+                bfloat16; :func:`~tlcap.intervene.finetune.masked_finetune`'s ``precision="auto"``).
 
         Returns:
             Bytes above the loaded model.
         """
-        return 4 * param_bytes * trainable + FLOAT_BYTES * tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp)
+        return ((param_bytes + 2 * FLOAT_BYTES) * trainable
+                + FLOAT_BYTES * tokens * self.n_layers * (12 * self.d_model + 4 * self.d_mlp))
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def tuned(
         'TaskAccuracy'
     """
     ns, ft_mode = mode_neurons(neurons, mode, seed)
-    edit = WeightEdit()
+    edit = WeightEdit(host=True)  # the snapshots of every MLP matrix in host memory, not beside the Adam state
     try:
         if mode == "wo_located":
             erase_neurons(model, neurons, include_input=True, edit=edit)
