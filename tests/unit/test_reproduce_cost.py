@@ -142,6 +142,32 @@ def test_calibrate_two_sizes_splits_what_it_measured(tiny_llama):
     assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
 
 
+def test_the_fine_tuning_probe_times_the_steps_without_the_set_up(tiny_llama, monkeypatch):
+    """The probe's fine-tuning time is its second epoch: a run's set-up (undo snapshots, which go to host memory on
+    a GPU, and the first step's state) is paid once per thousands of steps in a stage, not per step. A stand-in
+    fine-tuning whose set-up takes 0.3 s and whose epochs take 0.02 s: the unit's seconds are the epoch's, the
+    set-up is recorded beside them."""
+    import time as _time
+
+    from tlcap.reproduce import probe as P
+
+    class _Edit:
+        def undo(self):
+            pass
+
+    def fake(model, samples, neurons, *, mode, epochs, on_epoch, progress):
+        _time.sleep(0.3)
+        for e in range(1, epochs + 1):
+            _time.sleep(0.02)
+            on_epoch(e)
+        return _Edit()
+
+    monkeypatch.setattr(P, "masked_finetune", fake)
+    cal = calibrate(tiny_llama)
+    assert 0.02 <= cal.probe["train_token"]["seconds"] < 0.2
+    assert cal.meta["train_setup_seconds"] >= 0.28
+
+
 def test_a_launch_bound_fit_is_floored_at_the_matmul_peak_and_refitted():
     """Two launch-bound probe sizes fit s/FLOP = 0 (7B on an H200: 16 and 128 tokens both 48 ms): the peak bounds it,
     and the per-pass part is refitted through the larger run, so that run is still predicted as measured."""

@@ -1,7 +1,8 @@
 """The calibration probe: time a few units of each kind on the actual model and machine.
 
 It runs, on the loaded model: an IG pass (``(steps+1)·L`` rows), a forward pass over a sequence, a
-short greedy generation, one masked fine-tuning epoch on two samples (weights restored) and a
+short greedy generation, masked fine-tuning on two samples (two epochs, weights restored; the second epoch is
+timed: the steps without the run's set-up, undo snapshots and first-step state) and a
 batched many-sets pass (32 rows, each with its own neuron set; one size everywhere), and
 turns each timing into seconds per FLOP of its unit (:class:`tlcap.reproduce.cost.Calibration`).
 Each op runs once to warm up, then is timed.
@@ -231,11 +232,22 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         ntok = sum(len(p) + len(t) for p, t in enc)
         longest = max(len(p) + len(t) for p, t in enc)
 
-        def tune(samples: list[Sample] = samples) -> None:
-            masked_finetune(model, samples, neurons, mode="except", epochs=1, progress=False).undo()
+        stamps: list[float] = []
+
+        def tune(samples: list[Sample] = samples, stamps: list[float] = stamps) -> None:
+            stamps.clear()
+
+            def stamp(_: int) -> None:
+                if sync is not None:
+                    sync()
+                stamps.append(time.perf_counter())
+
+            masked_finetune(model, samples, neurons, mode="except", epochs=2, on_epoch=stamp, progress=False).undo()
 
         meter.reset(dev)
-        s = _timed(tune, sync=sync)
+        total = _timed(tune, sync=sync)
+        s = stamps[1] - stamps[0]  # the second epoch: the steps alone (the stage runs thousands per set-up)
+        train_setup = max(0.0, total - 2 * s)
         train_peak = meter.peak_bytes() - base  # the larger (last) run's
         tr_runs.append((float(len(samples)), ntok * shape.train_token_flops(ntok / (2 * len(samples))), s))
         tr_units.append(ntok)
@@ -272,7 +284,8 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
     except OSError:
         load = None
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
-            "ig_peak_bytes": int(ig_peak), "train_peak_bytes": int(train_peak), "two_sizes": two}
+            "ig_peak_bytes": int(ig_peak), "train_peak_bytes": int(train_peak), "two_sizes": two,
+            "train_setup_seconds": round(train_setup, 4)}
     if cuda:  # what a pass may hold: the rows that fit the card (tlcap.reproduce.cost.memory_rows)
         meta["device_bytes"] = int(torch.cuda.get_device_properties(dev).total_memory)
     peak = matmul_peak(dev, model.dtype)  # type: ignore[attr-defined]
