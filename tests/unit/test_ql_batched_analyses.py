@@ -47,10 +47,15 @@ def _locs(m):
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])
-def test_mapping_rows_of_one_pass_equal_each_edit_run_alone(name):
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_mapping_rows_of_one_pass_equal_each_edit_run_alone(name, accelerator):
+    """Fig. 4: every enhance/suppress row equals its edit run alone (hooks on one query), on a CPU (per query one
+    pass after its cached prefix: 2 passes) and on an accelerator (a fact's queries as right-padded rows of one
+    pass, each scaled at its own last token; the policy forced here)."""
     m = _model(name)
     locs = _locs(m)
-    res = query_kn_mapping(m, locs, ["K_I", "K_II"], factor=3.0, progress=False)
+    res, n = _counted(m, accelerator, lambda: query_kn_mapping(m, locs, ["K_I", "K_II"], factor=3.0, progress=False))
+    assert n == (len(locs) if accelerator else 2 * sum(fk.k for fk in locs))
     assert len(res.rows) == 2 * 3 * 4 * 2
     changed = 0
     for r in res.rows:
@@ -301,3 +306,23 @@ def test_set_rows_pick_a_batch_layers_without_reading_device_values():
         assert [n for n, _ in plan.hooks(m, idx)] == [n for n, _ in meta.hooks(m, idx)] == sites, rows
     with pytest.raises(RuntimeError):  # without the host masks the choice reads the (meta) values
         dataclasses.replace(meta, touched={}).hooks(m, torch.tensor([1]))
+
+
+def test_per_row_start_positions_are_checked(tiny_gpt2):
+    """``starts=`` scales factors only: sets that carry writes refuse it, and ``scale_rows`` takes ``pos`` or
+    ``starts``, not both; with ``starts`` a row is scaled from its start on and unchanged before."""
+    from tlcap.errors import InvalidConfigError
+    from tlcap.intervene.set_rows import SetFactors
+    from tlcap.metrics.sets import NeuronSet
+    from tlcap.runtime import hooks as H
+
+    m = tiny_gpt2
+    ns = NeuronSet(((0, 1),), (m.n_layers, m.d_mlp))
+    plan = SetFactors.of(m, [ns], 1.0, writes=[({(0, 1): 0.5}, torch.ones(m.d_model))])
+    with pytest.raises(InvalidConfigError, match="starts"):
+        plan.hooks(m, torch.tensor([0]), starts=torch.tensor([1]))
+    with pytest.raises(ShapeMismatchError, match="pos= or starts="):
+        H.scale_rows(torch.ones(1, 4), pos=[0], starts=torch.tensor([0]))
+    act = torch.ones(2, 4, 3)
+    out = H.scale_rows(torch.full((2, 3), 2.0), starts=torch.tensor([1, 3]))(act)
+    assert out[:, :, 0].tolist() == [[1.0, 2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 2.0]]

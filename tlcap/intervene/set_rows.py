@@ -138,7 +138,8 @@ class SetFactors:
         layers = set(self.factors) | set(self.writes)
         return min(layers) if layers else None
 
-    def hooks(self, model: Model, row_set: Int[Tensor, " rows"], pos: H.Index = None) -> HookList:
+    def hooks(self, model: Model, row_set: Int[Tensor, " rows"], pos: H.Index = None,
+              starts: Int[Tensor, " rows"] | None = None) -> HookList:
         """Hooks giving batch row ``r`` the factors of set ``row_set[r]`` at ``pos`` (default: every position).
 
         Layers where no row of this batch changes anything get no hook.
@@ -147,10 +148,17 @@ class SetFactors:
             model: The model (names the sites).
             row_set: The set index of each batch row.
             pos: Positions scaled (see :mod:`tlcap.runtime.hooks`).
+            starts: Instead of ``pos``, row ``r`` is scaled from position ``starts[r]`` on
+                (:func:`tlcap.runtime.hooks.scale_rows`; factors only, not writes).
 
         Returns:
             A hook list for ``model.logits(..., hooks=...)`` or ``model.hooks(...)``.
+
+        Raises:
+            InvalidConfigError: ``starts`` with writes.
         """
+        if starts is not None and self.writes:
+            raise InvalidConfigError("per-row start positions (starts=) scale neurons only; these sets carry writes")
         out = []
         on_host = row_set.cpu()
         for l in sorted(set(self.factors) | set(self.writes)):
@@ -160,9 +168,9 @@ class SetFactors:
             if rows is None:
                 scale = None
             elif hit is not None:  # which sets change what: known on the host
-                scale = H.scale_rows(rows, pos) if bool(hit[0][on_host].any()) else None
+                scale = H.scale_rows(rows, pos, starts) if bool(hit[0][on_host].any()) else None
             else:
-                scale = H.scale_rows(rows, pos) if bool((rows != 1).any()) else None
+                scale = H.scale_rows(rows, pos, starts) if bool((rows != 1).any()) else None
             if l in self.writes:
                 coef, delta = (w[row_set.to(w.device)] for w in self.writes[l])
                 if bool(hit[1][on_host].any()) if hit is not None else bool((coef != 0).any()):

@@ -95,6 +95,70 @@ def scaled_target_probs(
 
 
 @torch.no_grad()
+def scaled_next_token_probs_many(
+    model: Model, prompts: Sequence[str], target_ids: Sequence[int], sets: Sequence[Sequence[NeuronSet]],
+    factors: Sequence[float] = (2.0, 0.0),
+) -> list[tuple[float, Float[Tensor, "factor set"]]]:
+    """:func:`scaled_target_probs` of several prompts, each with its own sets and one target token, as rows of
+    right-padded passes (an accelerator's path: one pass instead of one per prompt).
+
+    Row ``r`` is one prompt, unchanged or with one of its sets scaled by one factor at its last token (the
+    position that predicts the target; :meth:`SetFactors.hooks` with ``starts``); the padding after a prompt
+    reaches none of its positions (causal attention). Equal to :func:`scaled_target_probs` of each prompt up to
+    the float rounding of a batch and of running the prompt without a cached prefix (tested).
+
+    Args:
+        model: The model.
+        prompts: The queries.
+        target_ids: One target token per prompt.
+        sets: Per prompt, its neuron sets.
+        factors: Multipliers (2 doubles, 0 zeroes).
+
+    Returns:
+        Per prompt ``(P(target) of the unchanged model, [n_factors, n_sets] probabilities)``.
+
+    Example:
+        >>> located = NeuronSet.from_list([(0, 55), (1, 23)], shape=(model.n_layers, model.d_mlp))
+        >>> prompts = ["The capital of France is", "Paris is the capital of"]
+        >>> tids = [model.target_ids(prompts[0], " Paris")[0], model.target_ids(prompts[1], " France")[0]]
+        >>> many = scaled_next_token_probs_many(model, prompts, tids, [[located], [located, located.random_like(0)]])
+        >>> alone = scaled_target_probs(model, prompts[1], [tids[1]], [located, located.random_like(0)])
+        >>> abs(many[1][0] - alone[0]) < 1e-6, torch.allclose(many[1][1], alone[1], atol=1e-6)
+        (True, True)
+    """
+    if not (len(prompts) == len(target_ids) == len(sets)):
+        raise EmptyDatasetError(f"{len(prompts)} prompts, {len(target_ids)} targets and {len(sets)} set lists: give "
+                                "one of each per prompt")
+    ids = [model.encode(p) for p in prompts]
+    all_sets: list[NeuronSet] = [NeuronSet((), (model.n_layers, model.d_mlp))]
+    all_factors: list[float] = [1.0]
+    rows: list[tuple[int, int]] = []  # (prompt, plan index)
+    for i, ss in enumerate(sets):
+        rows.append((i, 0))
+        for f in factors:
+            for ns in ss:
+                rows.append((i, len(all_sets)))
+                all_sets.append(ns)
+                all_factors.append(f)
+    plan = SetFactors.of(model, all_sets, all_factors)
+    out = torch.zeros(len(rows), dtype=torch.float64)
+    for r0 in range(0, len(rows), PROB_ROWS):
+        chunk = rows[r0:r0 + PROB_ROWS]
+        batch = model.encode_batch([ids[i] for i, _ in chunk])
+        row_set = torch.tensor([k for _, k in chunk], device=model.device)
+        starts = batch.last_positions.to(model.device)
+        logits = model.last_logits(batch, hooks=plan.hooks(model, row_set, starts=starts))
+        tgt = torch.tensor([int(target_ids[i]) for i, _ in chunk], device=logits.device)
+        out[r0:r0 + len(chunk)] = logits.float().log_softmax(-1).gather(-1, tgt[:, None])[:, 0].exp().double().cpu()
+    res, r = [], 0
+    for ss in sets:
+        n = len(factors) * len(ss)
+        res.append((float(out[r]), out[r + 1:r + 1 + n].reshape(len(factors), len(ss))))
+        r += 1 + n
+    return res
+
+
+@torch.no_grad()
 def erased_text_nll(
     model: Model, texts: Sequence[str], sets: Sequence[NeuronSet], max_tokens: int = 128,
 ) -> tuple[Float[Tensor, "set text"], Float[Tensor, " text"]]:
@@ -177,4 +241,4 @@ def edited_text_nll(
     return nll, cnt
 
 
-__all__ = ["scaled_target_probs", "erased_text_nll", "edited_text_nll", "PROB_ROWS"]
+__all__ = ["scaled_target_probs", "scaled_next_token_probs_many", "erased_text_nll", "edited_text_nll", "PROB_ROWS"]

@@ -53,6 +53,7 @@ from tlcap.experiments.ql import (
     query_kn_mapping,
     synapse_experiment,
 )
+from tlcap.metrics.set_probs import PROB_ROWS
 from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows_batched, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
@@ -374,8 +375,11 @@ def _analysis_work(ctx: StageContext) -> Workload:
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
         w = forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
         return replace(w, accelerator_passes={"fwd_token": float(rows - calls)}) if rows != calls else w
-    if cfg.analysis == "fig4":  # per query one pass: its clean row and its eight set edits (query_kn_mapping)
-        return forward(shape, q_tok * (1 + 4 * 2), 8, 32 * (1 + 4 * 2), n_q)
+    if cfg.analysis == "fig4":  # per query its cached prefix, then one pass of its clean row and its eight set edits
+        # (query_kn_mapping); on an accelerator a fact's queries are rows of shared passes (PROB_ROWS rows each)
+        w = forward(shape, q_tok * (1 + 4 * 2), 8, 32 * (1 + 4 * 2), 2 * n_q)
+        shared = sum(-(-len(f.queries) * (1 + 4 * 2) // PROB_ROWS) for f in facts)
+        return replace(w, accelerator_passes={"fwd_token": float(shared - 2 * n_q)})
     # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses; the irrelevant synapses are
     # another query's, read from those), then one pass of the unedited row and its four synapse edits; on an
     # accelerator the patterns of a fact's queries are one pass

@@ -288,11 +288,15 @@ def scale_where(mask: Bool[Tensor, "..."], factor: float | Float[Tensor, "..."])
     return hook
 
 
-def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None) -> HookFn:
+def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None,
+               starts: Int[Tensor, " batch"] | None = None) -> HookFn:
     """Per-row, per-unit scaling: ``act[b, pos, j] *= factor[b, j]`` (``pos=None``: every position).
 
     Each row carries its own intervention (e.g. its own neuron set erased: a 0/1 row on ``mlp_post``,
     :class:`tlcap.intervene.set_rows.SetFactors`), so one pass scores many sets. Packed rows hand it ``[rows, 1, d]``.
+    ``starts`` (with ``pos=None``) scales row ``b`` only from position ``starts[b]`` on: the rows of right-padded
+    prompts of different lengths each scaled at their own last token (``starts = lengths - 1``; the padding after
+    it reaches no real position).
 
     Example:
         >>> toks = model.to_tokens("The capital of France is")
@@ -307,10 +311,15 @@ def scale_rows(factor: Float[Tensor, "batch d"], pos: Index = None) -> HookFn:
             raise ShapeMismatchError(f"scale_rows has factors {tuple(factor.shape)} for an activation of shape "
                                      f"{tuple(act.shape)}; give one factor row per batch row, one column per unit")
         f = factor.to(act.device, act.dtype)[:, None, :]
+        if starts is not None:
+            on = torch.arange(act.shape[1], device=act.device)[None, :, None] >= starts.to(act.device)[:, None, None]
+            return torch.where(on, act * f, act)
         out, p = act.clone(), _pos(pos)
         out[:, p] *= f if isinstance(p, (slice, Tensor)) else f[:, 0]
         return out
 
+    if starts is not None and pos is not None:
+        raise ShapeMismatchError("scale_rows takes either pos= or starts=, not both")
     return hook
 
 

@@ -30,12 +30,13 @@ from tqdm.auto import tqdm
 
 from tlcap.experiments.ql.config import EXCLUDED, MappingConfig
 from tlcap.experiments.ql.facts import FactKNs
-from tlcap.metrics.set_probs import scaled_target_probs
+from tlcap.metrics.set_probs import scaled_next_token_probs_many, scaled_target_probs
 from tlcap.metrics.stats import relative_change
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame, row_dict
+from tlcap.runtime import device as runtime_device
 from tlcap.viz.ql import enh_sup_bars, enh_sup_table
 
 SET_ORDER = ["self", "union", "intersection", "refine"]
@@ -166,11 +167,17 @@ def query_kn_mapping(
             bar.update(fk.k)
             continue
         sets_i = fk.sets()
-        for i, q in enumerate(fk.queries):
-            tid = model.target_ids(q, fk.target)[0]
-            cand = {"self": sets_i[i], **fk.neighbor_sets(i)}
-            full = [sname for sname, ns in cand.items() if len(ns)]  # one pass: the clean row and every edit
-            p_b, probs = scaled_target_probs(model, q, [tid], [cand[sn] for sn in full], (cfg.factor, 0.0))
+        tids = [model.target_ids(q, fk.target)[0] for q in fk.queries]
+        cands = [{"self": sets_i[i], **fk.neighbor_sets(i)} for i in range(len(fk.queries))]
+        fulls = [[sname for sname, ns in cand.items() if len(ns)] for cand in cands]
+        if runtime_device.one_pass_default(model):  # on an accelerator: every query of the fact as rows of one pass
+            runs = scaled_next_token_probs_many(model, fk.queries, tids, [[c[sn] for sn in f] for c, f in zip(cands, fulls)],
+                                                (cfg.factor, 0.0))
+        else:  # per query one pass: the clean row and every edit (a cached prefix)
+            runs = [scaled_target_probs(model, q, [tid], [c[sn] for sn in f], (cfg.factor, 0.0))
+                    for q, tid, c, f in zip(fk.queries, tids, cands, fulls)]
+        for i in range(len(fk.queries)):
+            cand, full, (p_b, probs) = cands[i], fulls[i], runs[i]
             p_run = {(sn, op): float(probs[r, c]) for r, op in enumerate(("enh", "sup")) for c, sn in enumerate(full)}
             for sname, ns in cand.items():
                 for op, sign in (("enh", 1.0), ("sup", -1.0)):
