@@ -194,10 +194,11 @@ def _same_tables(alone, rows):
 
 @pytest.mark.parametrize("name,rule", [("gpt2", "activation"), ("llama", "activation"), ("llama", "paper")])
 def test_table2_edits_as_rows_of_two_passes_equal_each_weight_edit(name, rule):
-    """On an accelerator Table 2 measures every edit of a query (erasure and Update of N_i and N_g) as rows of two
-    passes (``_edit_rows``: the queries with the locality prompts, then the ΔPPL texts with the unedited model as one
-    more row) instead of a weight edit and two passes per edit: every row of the table is the same (Rel / Gen / Loc
-    exactly, probabilities, logit gaps and perplexities to float rounding)."""
+    """On an accelerator Table 2 measures every edit (erasure and Update of N_i and N_g) as rows: the queries with the
+    locality prompts of all a fact's edits in one pass (``_edit_query_rows``), then per edited query its ΔPPL texts
+    with the unedited model as one more row (``_edit_ppl_rows``), instead of a weight edit and two passes per edit:
+    every row of the table is the same (Rel / Gen / Loc exactly, probabilities, logit gaps and perplexities to float
+    rounding)."""
     from tlcap.reproduce.ql_stages import modification_calls
 
     m = _model(name)
@@ -205,9 +206,19 @@ def test_table2_edits_as_rows_of_two_passes_equal_each_weight_edit(name, rule):
     (alone, n_alone), (rows, n_rows) = runs["alone"], runs["rows"]
     _same_tables(alone, rows)
     assert len(rows.rows) == 2 * 2 * 2 * 2
-    edited, edits = 4, len(rows.rows)  # per edited query: 1 + 2·4 passes -> 2
+    edited, edits = 4, len(rows.rows)  # per edited query: 1 + 2·4 passes -> 1, plus 1 per fact
     assert n_alone == modification_calls(2, edited, edits) == 2 + 4 + 32
-    assert n_rows == modification_calls(2, edited, edits, rows=True) == 2 + 4 * 2
+    assert n_rows == modification_calls(2, edited, edits, rows=True) == 2 + 2 + 4
+
+
+def test_a_facts_edit_rows_split_over_passes_keep_every_value(monkeypatch):
+    """A fact whose edits hold more rows than ``EDIT_ROWS`` runs them over several passes: the same table."""
+    from tlcap.experiments.ql import modification as M
+
+    monkeypatch.setattr(M, "EDIT_ROWS", 20)
+    runs = _table_alone_and_rows(_model("llama"), ("local", "global"), "activation")
+    _same_tables(runs["alone"][0], runs["rows"][0])
+    assert runs["rows"][1] > 2 + 2 + 4  # more than one pass of query rows per fact
 
 
 def test_table3_cas_edits_as_rows_and_a_post_norm_model_keeps_weight_edits_for_updates():
@@ -220,11 +231,13 @@ def test_table3_cas_edits_as_rows_and_a_post_norm_model_keeps_weight_edits_for_u
 
     runs = _table_alone_and_rows(_model("llama"), ("cas",), "activation")
     _same_tables(runs["alone"][0], runs["rows"][0])
-    assert (runs["alone"][1], runs["rows"][1]) == (2 + 4 * (1 + 2 * 2), 2 + 4 * 2)
+    assert (runs["alone"][1], runs["rows"][1]) == (2 + 4 * (1 + 2 * 2), 2 + 2 + 4)
     g = make_tiny("gemma2", seed=0)
     runs = _table_alone_and_rows(g, ("local",), "activation")
     _same_tables(runs["alone"][0], runs["rows"][0])
-    assert runs["rows"][1] == runs["alone"][1] - 4 * 1  # the unedited perplexity a row; each update its weight edit
+    # clean passes, a fact's erasures' query rows, per query its ΔPPL rows (the unedited model one), each update its
+    # weight edit and two passes
+    assert (runs["alone"][1], runs["rows"][1]) == (2 + 4 + 4 * 2 * 2, 2 + 2 + 4 + 4 * 2)
     kns = _locs(g)[0].global_set()
     with pytest.raises(InvalidConfigError, match="post-norm"):
         SetFactors.of(g, [kns], 1.0, writes=[update_write(g, kns, 1, 2)])

@@ -341,8 +341,9 @@ def modification_calls(facts: int, edited: int, edits: int, rows: bool = False) 
     Per fact: its queries and its locality prompts, unedited, with the activations the ``activation`` update rule
     reads (one pass); per edited query: the unedited perplexity of its ΔPPL texts; per edit: the queries with the
     locality prompts (one pass) and the ΔPPL texts under the edit (tested against a counted run). On an
-    accelerator (``rows=True``) every edit of an edited query is a row of two passes, the unedited perplexity a row
-    of the second: two passes per edited query, whatever the number of edits.
+    accelerator (``rows=True``) every edit is a row: the queries with the locality prompts of all a fact's edits
+    share one pass (up to ``EDIT_ROWS`` rows), and each edited query's ΔPPL texts under its edits and the unedited
+    model another: one pass per fact with an edited query and one per edited query, whatever the number of edits.
 
     Args:
         facts: Facts of the experiment.
@@ -353,7 +354,7 @@ def modification_calls(facts: int, edited: int, edits: int, rows: bool = False) 
     Returns:
         The number of forward calls.
     """
-    return facts + 2 * edited if rows else facts + edited + 2 * edits
+    return facts + min(facts, edited) + edited if rows else facts + edited + 2 * edits
 
 
 def _analysis_work(ctx: StageContext) -> Workload:

@@ -114,26 +114,38 @@ def _query_and_locality_logits(model: Model, queries: Sequence[str], loc_prompts
     return lg[: len(queries)], lg[len(queries):].argmax(-1) if loc_prompts else None, acts
 
 
+EDIT_ROWS = 1024
+"""Rows (prompts) per pass of a fact's edits on an accelerator (:func:`_edit_query_rows`)."""
+
+
 @torch.no_grad()
-def _edit_rows(model: Model, plan: SetFactors, queries: Sequence[str], loc_prompts: Sequence[str],
-               texts: Sequence[str], max_tokens: int) -> tuple[float, list[tuple[Any, Any, float]]]:
-    """A query's edits as rows of two passes: the unedited perplexity, and per edit ``(query logits, locality argmax,
-    perplexity)``.
+def _edit_query_rows(model: Model, plan: SetFactors, queries: Sequence[str],
+                     loc_prompts: Sequence[str]) -> list[tuple[Any, Any]]:
+    """Every edit of a fact as rows: per edit ``(query logits, locality argmax)``.
 
     Set 0 of ``plan`` is the unedited model (an empty set), set ``k ≥ 1`` edit ``k``: an erasure (its ``mlp_post``
     zeroed at every position) or an Update (its write added to ``mlp_out``), the models the weight edits make
-    (module ``set_rows``). The queries with the locality prompts of every edit are one padded pass, the ΔPPL texts of
-    the unedited model and every edit another (:func:`edited_text_nll`), instead of a weight edit and two passes per
-    edit and one for the unedited perplexity; each value equals the weight edit's up to float rounding (tested).
+    (module ``set_rows``). The queries with the locality prompts of every edit — of all the fact's edited queries —
+    are rows of right-padded passes of at most :data:`EDIT_ROWS` rows, instead of a weight edit and a pass per edit;
+    each value equals the weight edit's up to float rounding (tested).
     """
     E, n = len(plan) - 1, len(queries) + len(loc_prompts)
-    rows = torch.arange(1, len(plan)).repeat_interleave(n)  # edit-major: edit k's queries, then its prompts
-    lg, _, _ = _query_and_locality_logits(model, [*queries, *loc_prompts] * E, [], plan.hooks(model, rows))
+    per = max(1, EDIT_ROWS // n)
+    out: list[tuple[Any, Any]] = []
+    for e0 in range(1, E + 1, per):
+        sets = list(range(e0, min(E + 1, e0 + per)))
+        rows = torch.tensor(sets).repeat_interleave(n)  # edit-major: edit k's queries, then its prompts
+        lg, _, _ = _query_and_locality_logits(model, [*queries, *loc_prompts] * len(sets), [], plan.hooks(model, rows))
+        out += [(lg[j * n:j * n + len(queries)], lg[j * n + len(queries):(j + 1) * n].argmax(-1) if loc_prompts else None)
+                for j in range(len(sets))]
+    return out
+
+
+def _edit_ppl_rows(model: Model, plan: SetFactors, texts: Sequence[str], max_tokens: int) -> list[float]:
+    """The ΔPPL texts' perplexity of the unedited model (set 0) and of every edit of ``plan``, as rows
+    (:func:`edited_text_nll`): one call for a query's edits, which share their texts."""
     nll, cnt = edited_text_nll(model, texts, plan, max_tokens)  # perplexity of set k: exp(Σ nll[k] / Σ count)
-    ppl = [math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0)) for k in range(len(plan))]
-    out = [(lg[k * n:k * n + len(queries)], lg[k * n + len(queries):(k + 1) * n].argmax(-1) if loc_prompts else None,
-            ppl[k + 1]) for k in range(E)]
-    return ppl[0], out
+    return [math.exp(float(nll[k].sum()) / max(float(cnt.sum()), 1.0)) for k in range(len(plan))]
 
 
 def _pick_new_object(model: Model, fk: FactKNs, candidates: Sequence[str], rng: random.Random) -> str | None:
@@ -272,24 +284,37 @@ def modification_experiment(
             for op in cfg.operations:  # passed over on the way to the first n_edit known queries
                 skip(fi, fk, i, op, "not answered top-1 before the edit")
         bar.update((n_edit - len(edited)) * len(cfg.operations) * len(cfg.sets))
+        ops = [op for op in cfg.operations if op != "update" or new_id is not None]
+        chosen_of = {i: _chosen_sets(fk, i, sets_i, cfg) for i in edited}
+        acts_of = {i: acts_q[i].cpu() if acts_q is not None and "update" in ops and cfg.update_rule == "activation"
+                   else None for i in edited}
+        rowed: dict[tuple[int, str, str], tuple[Any, Any, float]] = {}
+        if runtime_device.one_pass_default(model):  # on an accelerator: the fact's edits as rows (module docstring)
+            specs = [(i, op, name, ns) for i in edited for op in ops if op == "erasure" or not model.post_norm_blocks
+                     for name, ns in chosen_of[i].items()]
+            if specs:
+                writes = [None if op == "erasure" else update_write(
+                    model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
+                    rule=cfg.update_rule, activations=acts_of[i], size=cfg.update_size) for i, op, _, ns in specs]
+                empty = NeuronSet((), (model.n_layers, model.d_mlp))
+                factor = [0.0 if op == "erasure" else 1.0 for _, op, _, _ in specs]
+                plan = SetFactors.of(model, [empty, *(ns for *_, ns in specs)], [1.0, *factor], [None, *writes])
+                q_rows = _edit_query_rows(model, plan, qs, loc_prompts)  # every edited query's edits: shared passes
+                for i in edited:  # the ΔPPL texts are the query's own: one call per edited query, its edits as rows
+                    mine = [k for k, spec in enumerate(specs) if spec[0] == i]
+                    if not mine:
+                        continue
+                    texts, idx = texts_for_query(fi, i)
+                    sub = SetFactors.of(model, [empty, *(specs[k][3] for k in mine)], [1.0, *(factor[k] for k in mine)],
+                                        [None, *(writes[k] for k in mine)])
+                    ppl = _edit_ppl_rows(model, sub, texts, cfg.ppl_max_tokens)
+                    ppl_cache.setdefault(idx, ppl[0])
+                    for j, k in enumerate(mine):
+                        rowed[(i, specs[k][1], specs[k][2])] = (*q_rows[k], ppl[j + 1])
         for i in edited:
-            chosen = _chosen_sets(fk, i, sets_i, cfg)
+            chosen = chosen_of[i]
             texts, idx = texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
-            ops = [op for op in cfg.operations if op != "update" or new_id is not None]
-            acts = acts_q[i].cpu() if acts_q is not None and "update" in ops and cfg.update_rule == "activation" else None
-            rowed: dict[tuple[str, str], tuple[Any, Any, float]] = {}
-            if runtime_device.one_pass_default(model):  # on an accelerator: the query's edits as rows of two passes
-                specs = [(op, name, ns) for op in ops if op == "erasure" or not model.post_norm_blocks
-                         for name, ns in chosen.items()]
-                if specs:
-                    writes = [None if op == "erasure" else update_write(
-                        model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
-                        rule=cfg.update_rule, activations=acts, size=cfg.update_size) for op, _, ns in specs]
-                    plan = SetFactors.of(model, [NeuronSet((), (model.n_layers, model.d_mlp)), *(ns for *_, ns in specs)],
-                                         [1.0, *(0.0 if op == "erasure" else 1.0 for op, *_ in specs)], [None, *writes])
-                    ppl0, vals = _edit_rows(model, plan, qs, loc_prompts, texts, cfg.ppl_max_tokens)
-                    ppl_cache.setdefault(idx, ppl0)
-                    rowed = {(op, name): v for (op, name, _), v in zip(specs, vals)}
+            acts = acts_of[i]
             for op in cfg.operations:
                 if op not in ops:
                     skip(fi, fk, i, op, "no other single-token object of the same relation")
@@ -297,8 +322,8 @@ def modification_experiment(
                     continue
                 for sname, ns in chosen.items():
                     ppl_b = unedited_ppl(texts, idx)
-                    if (op, sname) in rowed:
-                        lg, loc_pred, ppl_a = rowed[(op, sname)]
+                    if (i, op, sname) in rowed:
+                        lg, loc_pred, ppl_a = rowed[(i, op, sname)]
                     else:
                         edit = erase_neurons(model, ns) if op == "erasure" else update_neurons(
                             model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
