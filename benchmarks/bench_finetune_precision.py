@@ -44,11 +44,7 @@ from tlcap.models import load_model  # noqa: E402
 
 def _run(model: Any, samples: list, ns: NeuronSet, mode: str, lr: float, precision: str) -> dict[str, Any]:
     """One fine-tuning: seconds, the trained entries' update (bfloat16 weights, weight + residual), undone."""
-    plan = F.neuron_params(model, ns, mode)
-    params = list({id(ws.param): ws.param for ws, _ in plan}.values())
-    masks: dict[int, torch.Tensor] = {}
-    for ws, m in plan:
-        masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
+    params, masks, _ = F.trained_params(F.neuron_params(model, ns, mode))
     before = [p.detach().float().clone() for p in params]
     steppers: list[Any] = []
     init = F._CompensatedAdam.__init__

@@ -58,7 +58,7 @@ def time_located(model: Any, n_samples: int, n_neurons: int, repeats: int, sync:
     g = torch.Generator().manual_seed(0)
     flat = torch.randperm(shape[0] * shape[1], generator=g)[:n_neurons].tolist()
     ns = NeuronSet(tuple(sorted((i // shape[1], i % shape[1]) for i in flat)), shape=shape)
-    params = list({id(ws.param): ws.param for ws, _ in F.neuron_params(model, ns)}.values())
+    params = F.trained_params(F.neuron_params(model, ns))[0]
     times: dict[str, list[float]] = {"full": [], "slices": []}
     weights: dict[str, list[torch.Tensor]] = {}
     for _ in range(repeats):

@@ -48,11 +48,7 @@ def _reference_master_adam(m, train, ns, mode, lr, epochs=1, seed=0):
     from tlcap.data.tasks import encode_sample
     from tlcap.intervene import finetune as F
 
-    plan = F.neuron_params(m, ns, mode)
-    params = list({id(ws.param): ws.param for ws, _ in plan}.values())
-    masks = {}
-    for ws, mk in plan:
-        masks[id(ws.param)] = mk if id(ws.param) not in masks else masks[id(ws.param)] | mk
+    params, masks, _ = F.trained_params(F.neuron_params(m, ns, mode))
     masters = [p.detach().float().clone().requires_grad_(True) for p in params]
     opt = torch.optim.Adam(masters, lr=lr, foreach=False)
     enc = [encode_sample(m, s, 16) for s in train]
@@ -111,11 +107,7 @@ def test_compensated_half_precision_follows_float32_master_adam(name):
     worst = {}
     for precision in ("auto", "param"):
         m = fresh()
-        plan = F.neuron_params(m, ns, "located")
-        params = list({id(ws.param): ws.param for ws, _ in plan}.values())
-        mask = {}
-        for ws, mk in plan:
-            mask[id(ws.param)] = mk if id(ws.param) not in mask else mask[id(ws.param)] | mk
+        params, mask, _ = F.trained_params(F.neuron_params(m, ns, "located"))
         before = [p.detach().clone() for p in params]
         edit = F.masked_finetune(m, train, ns, epochs=2, lr=1e-4, precision=precision, progress=False)
         assert edit.meta["precision"] == ("compensated" if precision == "auto" else "param")
@@ -173,7 +165,7 @@ def test_compensated_equals_torch_adam_in_float32(mode):
     m = make_llama(seed=0)
     train = load_task("emotion", split="train", n=3)
     ns = NeuronSet(((0, 1), (0, 7), (1, 2)), shape=(m.n_layers, m.d_mlp))
-    params = list({id(ws.param): ws.param for ws, _ in F.neuron_params(m, ns, mode)}.values())
+    params = F.trained_params(F.neuron_params(m, ns, mode))[0]
     got = {}
     for precision in ("param", "compensated"):
         edit = F.masked_finetune(m, train, ns, mode=mode, epochs=2, lr=1e-2, precision=precision, progress=False)
@@ -214,7 +206,7 @@ def test_cuda_bf16_fine_tuning_steps_compensated_with_host_snapshots():
     for dev in ("cpu", "cuda"):
         m = make_llama(seed=0, dtype=torch.bfloat16, device=dev)
         ns = NeuronSet(((0, 1), (1, 2)), shape=(m.n_layers, m.d_mlp))
-        params = list({id(ws.param): ws.param for ws, _ in F.neuron_params(m, ns)}.values())
+        params = F.trained_params(F.neuron_params(m, ns))[0]
         before = [p.detach().clone() for p in params]
         edit = F.masked_finetune(m, train, ns, epochs=2, lr=1e-4, progress=False)
         assert edit.meta["precision"] == "compensated"

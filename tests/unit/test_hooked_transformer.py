@@ -310,12 +310,12 @@ def test_compensated_fine_tuning_equals_torch_adam(model):
     """Masked fine-tuning's compensated step (each parameter stepping in the backward pass) on TL 3.9's
     HookedTransformer: in float32 the weights of torch's Adam bit for bit, in ``"except"`` mode (whole matrices)."""
     from tlcap.data.sample import Sample
-    from tlcap.intervene.finetune import masked_finetune, neuron_params
+    from tlcap.intervene.finetune import masked_finetune, neuron_params, trained_params
     from tlcap.metrics.sets import NeuronSet
 
     train = [Sample(PROMPT, " Paris", uid="0"), Sample("The capital of Italy is", " Rome", uid="1")]
     ns = NeuronSet(((0, 1), (1, 2)), shape=(model.n_layers, model.d_mlp))
-    params = list({id(ws.param): ws.param for ws, _ in neuron_params(model, ns, "except")}.values())
+    params = trained_params(neuron_params(model, ns, "except"))[0]
     got = {}
     for precision in ("param", "compensated"):
         edit = masked_finetune(model, train, ns, mode="except", epochs=2, lr=1e-3, precision=precision, progress=False)

@@ -120,6 +120,27 @@ def neuron_params(model: Model, neurons: NeuronSet, mode: Mode = "located") -> l
     return out
 
 
+def trained_params(
+    plan: list[tuple[WeightSlice, torch.Tensor]],
+) -> tuple[list[torch.nn.Parameter], dict[int, torch.Tensor], dict[int, int]]:
+    """The distinct parameters of a :func:`neuron_params` plan, each one's trained-neuron mask (the union over the
+    slices it holds) and its neuron axis, keyed by ``id(param)``.
+
+    Args:
+        plan: From :func:`neuron_params`.
+
+    Returns:
+        ``(parameters, masks, neuron axes)``.
+    """
+    params = list({id(ws.param): ws.param for ws, _ in plan}.values())
+    masks: dict[int, torch.Tensor] = {}
+    dims: dict[int, int] = {}
+    for ws, m in plan:
+        masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
+        dims[id(ws.param)] = ws.neuron_dim
+    return params, masks, dims
+
+
 def masked_finetune(
     model: Model,
     samples: Sequence[Sample],
@@ -185,12 +206,7 @@ def masked_finetune(
     if not encoded:
         raise EmptyDatasetError(f"none of the {len(samples)} training samples has answer tokens within the context window")
     edit = edit if edit is not None else WeightEdit(host=True)
-    uniq = list({id(ws.param): ws.param for ws, _ in plan}.values())
-    masks: dict[int, torch.Tensor] = {}
-    dims: dict[int, int] = {}
-    for ws, m in plan:
-        masks[id(ws.param)] = m if id(ws.param) not in masks else masks[id(ws.param)] | m
-        dims[id(ws.param)] = ws.neuron_dim
+    uniq, masks, dims = trained_params(plan)
     for p in uniq:
         edit.touch(p)
     if precision == "auto":
@@ -309,10 +325,8 @@ class _CompensatedAdam:
 
     def __init__(self, param: torch.nn.Parameter, dim: int, mask: torch.Tensor, lr: float) -> None:
         self.param, self.dim, self.lr = param, dim, lr
-        sel = mask.flatten().nonzero()[:, 0]
-        sliced = len(sel) <= SLICE_SHARE * mask.numel()
-        self.idx = sel.to(param.device) if sliced else None
-        self.mask = None if sliced else mask
+        self.idx = _slice_index(mask, param.device)
+        self.mask = None if self.idx is not None else mask
         part = self._read()
         self.residual = torch.zeros_like(part)
         self.exp_avg = torch.zeros_like(part, dtype=torch.float32)
@@ -355,10 +369,17 @@ def _trained_slices(params: list[torch.nn.Parameter], masks: dict[int, torch.Ten
                     dims: dict[int, int]) -> list[_Slice]:
     """One :class:`_Slice` per parameter when the trained neurons are at most :data:`SLICE_SHARE` of each; else
     none (the full masked step, e.g. ``"except"`` mode)."""
-    sel = {id(p): masks[id(p)].flatten().nonzero()[:, 0] for p in params}
-    if any(len(sel[id(p)]) > SLICE_SHARE * masks[id(p)].numel() for p in params):
+    sel = {id(p): _slice_index(masks[id(p)], p.device) for p in params}
+    if any(i is None for i in sel.values()):
         return []
-    return [_Slice(p, dims[id(p)], sel[id(p)].to(p.device)) for p in params]
+    return [_Slice(p, dims[id(p)], sel[id(p)]) for p in params]  # type: ignore[arg-type]
+
+
+def _slice_index(mask: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """The trained neurons' indices when they are at most :data:`SLICE_SHARE` of the mask's (Adam then runs on their
+    slice), else None (the whole parameter, gradient masked)."""
+    sel = mask.flatten().nonzero()[:, 0]
+    return sel.to(device) if len(sel) <= SLICE_SHARE * mask.numel() else None
 
 
 def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -> float:
@@ -377,4 +398,4 @@ def trained_fraction(model: Model, neurons: NeuronSet, mode: Mode = "located") -
     return n / total
 
 
-__all__ = ["PRECISIONS", "masked_finetune", "neuron_params", "trained_fraction"]
+__all__ = ["PRECISIONS", "masked_finetune", "neuron_params", "trained_fraction", "trained_params"]

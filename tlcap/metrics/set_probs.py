@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tlcap.errors import EmptyDatasetError
+from tlcap.errors import EmptyDatasetError, ShapeMismatchError
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.metrics.set_scores import teacher_forced
 from tlcap.metrics.sets import NeuronSet
@@ -127,8 +127,8 @@ def scaled_next_token_probs_many(
         (True, True)
     """
     if not (len(prompts) == len(target_ids) == len(sets)):
-        raise EmptyDatasetError(f"{len(prompts)} prompts, {len(target_ids)} targets and {len(sets)} set lists: give "
-                                "one of each per prompt")
+        raise ShapeMismatchError(f"{len(prompts)} prompts, {len(target_ids)} targets and {len(sets)} set lists: give "
+                                 "one of each per prompt")
     ids = [model.encode(p) for p in prompts]
     all_sets: list[NeuronSet] = [NeuronSet((), (model.n_layers, model.d_mlp))]
     all_factors: list[float] = [1.0]

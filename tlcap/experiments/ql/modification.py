@@ -141,6 +141,14 @@ def _edit_query_rows(model: Model, plan: SetFactors, queries: Sequence[str],
     return out
 
 
+def _rows_plan(model: Model, specs: Sequence[tuple[int, str, str, NeuronSet]], writes: Sequence[Any],
+               ks: Sequence[int]) -> SetFactors:
+    """The edits ``specs[k]`` (``(query, operation, set name, neurons)``, Update writes in ``writes[k]``) for ``k`` in
+    ``ks`` as the sets of a :class:`SetFactors`: set 0 the unedited model, set ``j + 1`` edit ``ks[j]``."""
+    return SetFactors.of(model, [NeuronSet((), (model.n_layers, model.d_mlp)), *(specs[k][3] for k in ks)],
+                         [1.0, *(0.0 if specs[k][1] == "erasure" else 1.0 for k in ks)], [None, *(writes[k] for k in ks)])
+
+
 def _edit_ppl_rows(model: Model, plan: SetFactors, texts: Sequence[str], max_tokens: int) -> list[float]:
     """The ΔPPL texts' perplexity of the unedited model (set 0) and of every edit of ``plan``, as rows
     (:func:`edited_text_nll`): one call for a query's edits, which share their texts."""
@@ -288,32 +296,28 @@ def modification_experiment(
         chosen_of = {i: _chosen_sets(fk, i, sets_i, cfg) for i in edited}
         acts_of = {i: acts_q[i].cpu() if acts_q is not None and "update" in ops and cfg.update_rule == "activation"
                    else None for i in edited}
+        texts_of = {i: texts_for_query(fi, i) for i in edited}  # shared by a query's edits: paired ΔPPL
         rowed: dict[tuple[int, str, str], tuple[Any, Any, float]] = {}
         if runtime_device.one_pass_default(model):  # on an accelerator: the fact's edits as rows (module docstring)
             specs = [(i, op, name, ns) for i in edited for op in ops if op == "erasure" or not model.post_norm_blocks
                      for name, ns in chosen_of[i].items()]
-            if specs:
-                writes = [None if op == "erasure" else update_write(
-                    model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
-                    rule=cfg.update_rule, activations=acts_of[i], size=cfg.update_size) for i, op, _, ns in specs]
-                empty = NeuronSet((), (model.n_layers, model.d_mlp))
-                factor = [0.0 if op == "erasure" else 1.0 for _, op, _, _ in specs]
-                plan = SetFactors.of(model, [empty, *(ns for *_, ns in specs)], [1.0, *factor], [None, *writes])
-                q_rows = _edit_query_rows(model, plan, qs, loc_prompts)  # every edited query's edits: shared passes
-                for i in edited:  # the ΔPPL texts are the query's own: one call per edited query, its edits as rows
-                    mine = [k for k, spec in enumerate(specs) if spec[0] == i]
-                    if not mine:
-                        continue
-                    texts, idx = texts_for_query(fi, i)
-                    sub = SetFactors.of(model, [empty, *(specs[k][3] for k in mine)], [1.0, *(factor[k] for k in mine)],
-                                        [None, *(writes[k] for k in mine)])
-                    ppl = _edit_ppl_rows(model, sub, texts, cfg.ppl_max_tokens)
-                    ppl_cache.setdefault(idx, ppl[0])
-                    for j, k in enumerate(mine):
-                        rowed[(i, specs[k][1], specs[k][2])] = (*q_rows[k], ppl[j + 1])
+            writes = [None if op == "erasure" else update_write(
+                model, ns, obj_id, int(new_id), cfg.lambda1, cfg.lambda2,  # type: ignore[arg-type]
+                rule=cfg.update_rule, activations=acts_of[i], size=cfg.update_size) for i, op, _, ns in specs]
+            if specs:  # every edited query's edits share the query passes
+                q_rows = _edit_query_rows(model, _rows_plan(model, specs, writes, range(len(specs))), qs, loc_prompts)
+            for i in edited:  # the ΔPPL texts are the query's own: one call per edited query, its edits as rows
+                mine = [k for k, spec in enumerate(specs) if spec[0] == i]
+                if not mine:
+                    continue
+                texts, idx = texts_of[i]
+                ppl = _edit_ppl_rows(model, _rows_plan(model, specs, writes, mine), texts, cfg.ppl_max_tokens)
+                ppl_cache.setdefault(idx, ppl[0])
+                for j, k in enumerate(mine):
+                    rowed[(i, specs[k][1], specs[k][2])] = (*q_rows[k], ppl[j + 1])
         for i in edited:
             chosen = chosen_of[i]
-            texts, idx = texts_for_query(fi, i)  # shared by the query's edits: paired ΔPPL
+            texts, idx = texts_of[i]
             acts = acts_of[i]
             for op in cfg.operations:
                 if op not in ops:
