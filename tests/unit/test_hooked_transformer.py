@@ -267,6 +267,33 @@ def test_rows_of_one_pass_carry_their_own_synapse_and_neuron_edits(model):
     assert torch.allclose(two[0], model.last_logits(toks)[0], atol=1e-5)
 
 
+def test_queries_of_several_prompts_share_padded_passes(model):
+    """The accelerator's passes over many queries on TL 3.9: SIG's masked rows of two prompts in one right-padded
+    pass equal each prompt's own batch; the knowledge-synapse rows of two queries of unequal length (each row its
+    own mask, read at its own last token) equal each query's rows alone."""
+    from tlcap.attribution.sig import mask_token_id, masked_baselines, masked_baselines_many
+    from tlcap.experiments.ql.synapses import _kn_value_probs, _kn_value_probs_many
+    from tlcap.locate.synapses import locate_synapses
+    from tlcap.metrics import NeuronSet
+
+    prompts = [PROMPT, "Paris is the capital city of"]
+    ids = [model.encode(p) for p in prompts]
+    assert len(ids[0]) != len(ids[1])
+    mid = mask_token_id(model)
+    for p, b in zip(ids, masked_baselines_many(model, ids, mid)):
+        torch.testing.assert_close(b, masked_baselines(model, p, mid), rtol=1e-5, atol=1e-6)
+    ns = NeuronSet(((0, 3), (1, 7)), (model.n_layers, model.d_mlp))
+    jobs = []
+    for p in prompts:
+        mask = locate_synapses(model, p, alpha=0.05).mask
+        assert mask.any()
+        jobs.append((p, 11, ns, [None, mask, mask], [1.0, 2.0, 0.0]))
+    for job, rows in zip(jobs, _kn_value_probs_many(model, jobs)):
+        for (v, p, a), (v1, p1, a1) in zip(rows, _kn_value_probs(model, *job)):
+            assert v == pytest.approx(v1, rel=1e-5) and p == pytest.approx(p1, rel=1e-5, abs=1e-12)
+            torch.testing.assert_close(a, a1, rtol=1e-5, atol=1e-6)
+
+
 def test_rows_carry_their_own_update_edit(model):
     """Table 2's Update edits as rows on TL 3.9 (``SetFactors(writes=)`` at ``mlp_out``): each row equals its weight
     edit (``update_neurons``), an erasure row its ``erase_neurons``."""

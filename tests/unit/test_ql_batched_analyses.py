@@ -274,10 +274,12 @@ def test_update_rows_equal_the_weight_edit_on_every_family(name):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_synapse_patterns_of_a_fact_in_one_pass_and_irrelevant_synapses_read_not_rerun(name):
-    """Figs. 5-7: every query's attention patterns are read once (a fact's queries in one padded pass on an
-    accelerator) and S_ir, another query's synapses, comes from those: the same table as the CPU path (synapse
-    counts and predominance exactly, probabilities and KN values to float rounding), in ``n_q + facts`` passes on an
-    accelerator and ``2·n_q`` on a CPU (was ``3·n_q``)."""
+    """Figs. 5-7: every query's attention patterns are read once (the queries of every fact in one padded pass on an
+    accelerator) and S_ir, another query's synapses, comes from those; on an accelerator the edit rows of every
+    query share one pass too: the same table as the CPU path (synapse counts and predominance exactly,
+    probabilities and KN values to float rounding), in 2 passes on an accelerator (``PATTERN_ROWS`` queries and
+    ``SYN_ROWS`` rows fit one each) and ``2·n_q`` on a CPU (was ``3·n_q``); with one query's rows a pass and one
+    query's patterns a pass, the accelerator's path makes ``2·n_q`` passes and the same table."""
     m = _model(name)
     locs = _locs(m)
     cfg = SynapseConfig(alpha=0.05, heatmap_max_cols=4)
@@ -285,7 +287,7 @@ def test_synapse_patterns_of_a_fact_in_one_pass_and_irrelevant_synapses_read_not
                                                                                  progress=False))
                                   for policy in (False, True))
     n_q = sum(fk.k for fk in locs)
-    assert (n_cpu, n_acc) == (2 * n_q, n_q + len(locs))
+    assert (n_cpu, n_acc) == (2 * n_q, 2)
     assert [r.tokens for r in cpu.predominance] == [r.tokens for r in acc.predominance]
     assert len(cpu.rows) == len(acc.rows) == 2 * 3 * 2 * 2
     for a, b in zip(cpu.rows, acc.rows):
@@ -293,6 +295,18 @@ def test_synapse_patterns_of_a_fact_in_one_pass_and_irrelevant_synapses_read_not
         for f in ("p_before", "p_after", "value_before", "value_after"):
             assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-5, abs=1e-9), (f, a.query, a.synapses)
     torch.testing.assert_close(acc.heatmap_values, cpu.heatmap_values, rtol=1e-5, atol=1e-6)
+    from unittest import mock
+
+    import tlcap.experiments.ql.synapses as S
+
+    with mock.patch.object(S, "PATTERN_ROWS", 1), mock.patch.object(S, "SYN_ROWS", 5):
+        small, n_small = _counted(m, True, lambda: synapse_experiment(m, locs, ["K_I", "K_II"], config=cfg,
+                                                                      progress=False))
+    assert n_small == 2 * n_q
+    for a, b in zip(acc.rows, small.rows):
+        assert (a.query, a.synapses, a.op, a.source) == (b.query, b.synapses, b.op, b.source)
+        assert b.p_after == pytest.approx(a.p_after, rel=1e-5, abs=1e-9)
+        assert b.value_after == pytest.approx(a.value_after, rel=1e-5, abs=1e-9)
 
 
 def test_set_rows_pick_a_batch_layers_without_reading_device_values():

@@ -159,3 +159,40 @@ def test_rome_work_counts_the_passes_of_a_counted_sweep(tiny_gpt2, steps):
         assert b.losses == pytest.approx(a.losses, rel=1e-4)
     acc = sum(w.passes[u] + w.accelerator_passes[u] for u in ("fwd_token", "train_token"))
     assert len(calls) == acc == 2 + 1 + steps + 2
+
+
+@pytest.mark.parametrize("n_random", [3, 20])
+def test_kc_work_counts_the_passes_of_the_reliability_kc_part(tiny_gpt2, n_random):
+    """``kc_work(..., n_circuits)`` counts the circuit-only passes of the reliability experiment's KC evaluation:
+    the full / ablated / located rows in one pass, then the random circuits 8 a pass on a CPU and up to ``KC_ROWS``
+    a pass on an accelerator (policy forced on the CPU), where every rank and NLL equals the CPU path's (the model
+    had counted two passes per circuit)."""
+    from unittest import mock
+
+    from tlcap.data.rewrites import rewrite_facts
+    from tlcap.experiments.cnl_eval.common import Stopwatch
+    from tlcap.reproduce.suite_cost import kc_work
+    from tlcap.runtime import device
+
+    rel = importlib.import_module("tlcap.experiments.cnl_eval.reliability")
+    m = tiny_gpt2
+    fact = rewrite_facts(m, n=1, n_rewrites=2, known_top_k=5000)[0]
+    cfg = rel.ReliabilityConfig.resolve(None, parts=("kc",), n_random_circuits=n_random, kc__steps=2, top_n=20)
+    circ = rel._located(m, [0], [fact], cfg, Stopwatch())["kc"][0]
+    w = kc_work(m, fact.rewrites[0], fact.target, 2, 1 + n_random)
+    out = {}
+    for policy in (False, True):
+        calls = []
+        handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+        try:
+            with mock.patch.object(device, "one_pass_default", lambda model, p=policy: p):
+                out[policy] = rel._kc_rows(m, 0, fact, cfg, Stopwatch(), circ)
+        finally:
+            handle.remove()
+        want = w.passes["fwd_token"] + (w.accelerator_passes["fwd_token"] if policy else 0)
+        assert len(calls) == want == (2 if policy else 1 + -(-n_random // 8)), policy
+    assert len(out[True]) == len(out[False]) == 1 + n_random
+    for a, b in zip(out[False], out[True]):
+        assert (a.set, a.draw, a.rank, a.n_edges) == (b.set, b.draw, b.rank, b.n_edges)
+        assert b.nll == pytest.approx(a.nll, rel=1e-5, abs=1e-6)
+    assert len({r.nll for r in out[True]}) > 1  # the circuits differ: equal values are not one row copied

@@ -100,6 +100,14 @@ def test_no_difference_claims():
 
 def test_control_and_descriptive_rows_never_agree_or_disagree():
     assert verdict(EST, kind="control", p_adjusted=0.001).word == DESCRIPTIVE
+    # a control whose test cannot reach the report's level (50 random sets: floor 2/51) is not called "not different"
+    big = Estimate(66.4, 60.6, 68.4, n=50)
+    floored = verdict(big, kind="control", p_adjusted=0.059, p_floor=p_floor(50), alpha_adjusted=0.026)
+    assert floored.word == DESCRIPTIVE and "not significantly different" not in floored.reason
+    assert floored.reason.startswith("control, no paper claim: not resolved against the matched control (our value is "
+                                     "above it)") and "cannot fall below 0.039, above the 0.026" in floored.reason
+    resolved = verdict(big, kind="control", p_adjusted=0.2, p_floor=p_floor(200), alpha_adjusted=0.026)
+    assert "not significantly different from the matched control" in resolved.reason and "cannot" not in resolved.reason
     assert verdict(EST, kind="descriptive", descriptive="true by construction").reason == "true by construction"
 
 

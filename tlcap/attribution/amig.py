@@ -44,6 +44,7 @@ from tlcap.attribution.word_ig import words_one_fact
 from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
+from tlcap.runtime import device as runtime_device
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
 from tlcap.runtime.sites import get_site
@@ -143,6 +144,7 @@ def word_attributions_facts(
     *,
     config: IGConfig | None = None,
     baseline_token_id: int | None = None,
+    one_pass: bool | None = None,
     **overrides: Any,
 ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """:func:`word_attributions` of every ``(prompt, target)`` fact, the rows of all facts' words in shared batches.
@@ -153,11 +155,19 @@ def word_attributions_facts(
     of every fact run together (:meth:`tlcap.models.Model.continue_rows`). Equal to the fact-at-a-time
     result up to float rounding.
 
+    With ``one_pass`` (default on an accelerator) the facts' clean runs are one right-padded pass
+    (:meth:`~tlcap.models.Model.context_states_many`) and every fact's baseline comes from one all-``<eos>``
+    sentence as long as the longest context: position ``i`` of an all-``<eos>`` sentence sees only ``<eos>``
+    tokens (attention is causal), so its activation is eq. 16's ``b_i`` whatever the sentence's length. Two
+    passes instead of two per fact, equal up to float rounding (tested); a CPU keeps two passes per fact (each
+    fact's result then does not depend on the facts beside it to the last bit).
+
     Args:
         model: The model.
         facts: ``(prompt, target)`` per fact; a target is the answer or its token ids.
         config: Attribution settings (exact ``method="ig"`` with a number of ``steps``, not ``"auto"``).
         baseline_token_id: Token of the baseline sentence (default ``<eos>``).
+        one_pass: The clean runs and baselines of all facts in two passes (default: on an accelerator).
         **overrides: :class:`IGConfig` fields overriding ``config``.
 
     Returns:
@@ -180,23 +190,31 @@ def word_attributions_facts(
         rows = auto_batch_rows(ig_row_bytes(model, longest), n_rows, cfg.max_memory, model.device, model=model, kind="ig",
                                context_len=longest)
         return run_auto_batched(lambda b: word_attributions_facts(model, facts, config=cfg.replace(batch_rows=b),
-                                                                  baseline_token_id=baseline_token_id), rows, model.device,
-                                asked=cfg)
+                                                                  baseline_token_id=baseline_token_id, one_pass=one_pass),
+                                rows, model.device, asked=cfg)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
     if not model.continues_rows:  # TL 3.9: no rows after padded prefixes, each word on its own
         return [words_one_fact(model, p, t, eos_baselines(model, len(p) + len(t) - 1, cfg.site, baseline_token_id)[:, layers],
                                names, layers, cfg) for p, t in tokens]
-    runs, parts, probs = [], [], []
-    for p_ids, t_ids in tokens:
-        seq = [int(x) for x in (*p_ids, *t_ids[:-1])]
-        acts, logits, cache = model.context_run(seq, names)
-        bases = eos_baselines(model, len(seq), cfg.site, baseline_token_id)[:, layers].to(acts)
-        at = torch.arange(len(p_ids) - 1, len(seq), device=logits.device)  # the positions that predict t_ids
-        tid = torch.tensor([int(x) for x in t_ids], device=logits.device)
-        probs.append(logits[at].float().softmax(-1).gather(-1, tid[:, None])[:, 0])
+    seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in tokens]
+    firsts = [len(p_ids) - 1 for p_ids, _ in tokens]  # the positions that predict t_ids start here
+    if one_pass if one_pass is not None else runtime_device.one_pass_default(model):
+        many, prefix = model.context_states_many(seqs, names, (), firsts)  # every fact's clean run: one pass
+        eos = eos_baselines(model, max(len(q) for q in seqs), cfg.site, baseline_token_id)[:, layers]  # and one
+        cleans = [(acts, logits, eos[: len(q)].to(acts)) for q, (acts, _, logits) in zip(seqs, many)]
+    else:
+        cleans, parts = [], []
+        for seq, first in zip(seqs, firsts):
+            acts, logits, cache = model.context_run(seq, names)
+            cleans.append((acts, logits[first:], eos_baselines(model, len(seq), cfg.site, baseline_token_id)[:, layers].to(acts)))
+            parts.append((cache, len(seq)))
+        prefix = model.stack_prefixes(parts)
+    runs, probs = [], []
+    for (_, t_ids), seq, (acts, logits, bases) in zip(tokens, seqs, cleans):
+        tid = torch.tensor([int(x) for x in t_ids], device=logits.device)  # logits row j: position first + j
+        probs.append(logits.float().softmax(-1).gather(-1, tid[:, None])[:, 0])
         runs.append((seq, acts, bases))
-        parts.append((cache, len(seq)))
     p_clean = torch.cat(probs).tolist()  # one copy to the host for every fact's clean probabilities
     units, j = [], 0
     for k, ((p_ids, t_ids), (seq, acts, bases)) in enumerate(zip(tokens, runs)):
@@ -204,7 +222,7 @@ def word_attributions_facts(
             n_ctx = len(p_ids) + t
             units += [Unit(tuple(seq[:n_ctx]), int(tid), acts[i], bases[i], p_clean[j], k, None, i) for i in range(n_ctx)]
             j += 1
-    res = ig_units(model, units, model.stack_prefixes(parts), names, layers, cfg, int(cfg.batch_rows))
+    res = ig_units(model, units, prefix, names, layers, cfg, int(cfg.batch_rows))
     L, d = model.n_layers, model.d_mlp
     out, j = [], 0
     for p_ids, t_ids in tokens:
@@ -306,7 +324,11 @@ def amig_facts(
     check_int("fact_batch", fact_batch, min=1, cli=None)
     lens = [len(model.encode(p)) for p, _ in facts]
     if words == "last":
-        bases = [eos_baseline(model, n, cfg.site, baseline_token_id) for n in lens]
+        if runtime_device.one_pass_default(model):  # one sentence serves every length (causal attention)
+            eos = eos_baselines(model, max(lens), cfg.site, baseline_token_id)
+            bases = [eos[n - 1] for n in lens]
+        else:
+            bases = [eos_baseline(model, n, cfg.site, baseline_token_id) for n in lens]
         attrs = integrated_gradients_facts(model, facts, config=cfg, baselines=bases, fact_batch=fact_batch,
                                            progress=progress)
         return [_normalised(a, n, words, {"n_words": 1}, normalize) for a, n in zip(attrs, lens)]

@@ -41,6 +41,8 @@ from tlcap.attribution.config import IGConfig
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
+from tlcap.runtime import device as runtime_device
+from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 
 
@@ -81,6 +83,58 @@ def masked_baselines(model: Model, ids: Sequence[int], mask_id: int, site: str =
     s = get_site(site)
     names = [s.hook_name(l) for l in range(model.n_layers)]
     return model.last_position_activations(toks, names)[0].float()
+
+
+MASK_ROWS = 1024
+"""Masked rows (one per word of every prompt) per right-padded pass of :func:`masked_baselines_many`."""
+
+
+@torch.no_grad()
+def masked_baselines_many(model: Model, ids: Sequence[Sequence[int]], mask_id: int, site: str = "mlp_post",
+                          rows: int = MASK_ROWS) -> list[Float[Tensor, "word layer d_mlp"]]:
+    """:func:`masked_baselines` of several prompts, their masked rows in right-padded passes of up to ``rows`` rows.
+
+    Each row's neurons are read at its own last token; the padding after a prompt reaches none of its positions
+    (causal attention), so each prompt's baselines equal :func:`masked_baselines` of it alone up to the float
+    rounding of a batch (an accelerator's path: one pass instead of one per prompt).
+
+    Args:
+        model: The model.
+        ids: Each prompt's token ids.
+        mask_id: The token that replaces each word.
+        site: The neuron site read.
+        rows: Masked rows per pass (>= 1; memory only).
+
+    Returns:
+        Per prompt, ``[n_words, n_layers, d_mlp]`` float32.
+
+    Example:
+        >>> ids = [model.encode("The capital of France is"), model.encode("Hi there")]
+        >>> many = masked_baselines_many(model, ids, 0)
+        >>> [tuple(b.shape[:1]) for b in many], torch.allclose(many[1], masked_baselines(model, ids[1], 0), atol=1e-5)
+        ([(5,), (2,)], True)
+    """
+    masked = []
+    for p in ids:
+        for i in range(len(p)):
+            row = [int(x) for x in p]
+            row[i] = int(mask_id)
+            masked.append(row)
+    s = get_site(site)
+    names = [s.hook_name(l) for l in range(model.n_layers)]
+    out = []
+    for r0 in range(0, len(masked), max(1, int(rows))):
+        batch = model.encode_batch(masked[r0:r0 + max(1, int(rows))])
+        store: dict[str, Tensor] = {}
+        model.last_logits(batch, hooks=[(n, H.record_at(store, n, batch.last_positions)) for n in names])
+        dev = store[names[-1]].device  # layers may sit on different devices
+        out.append(torch.stack([store[n].to(dev) for n in names], 1).float())
+    flat = torch.cat(out)
+    res, k = [], 0
+    for p in ids:
+        res.append(flat[k:k + len(p)])
+        k += len(p)
+    return res
 
 
 def sig(
@@ -147,13 +201,16 @@ def sig_facts(
     """
     cfg = IGConfig.resolve(config, **overrides)
     mid = mask_token_id(model) if mask_id is None else int(mask_id)
+    ids = [model.encode(prompt) for prompt, _ in facts]
+    if runtime_device.one_pass_default(model):  # every prompt's masked rows in shared passes
+        masked = masked_baselines_many(model, ids, mid, cfg.site)
+    else:  # a CPU: one batch per prompt (its result independent of its neighbours to the last bit)
+        masked = [masked_baselines(model, p, mid, cfg.site) for p in ids]
     pairs, bases, n_words = [], [], []
-    for prompt, target in facts:
-        ids = model.encode(prompt)
-        b = masked_baselines(model, ids, mid, cfg.site)
-        pairs += [(prompt, target)] * len(ids)
+    for (prompt, target), p, b in zip(facts, ids, masked):
+        pairs += [(prompt, target)] * len(p)
         bases += list(b)
-        n_words.append(len(ids))
+        n_words.append(len(p))
     attrs = integrated_gradients_facts(model, pairs, config=cfg, baselines=bases, fact_batch=fact_batch, progress=progress)
     out, k = [], 0
     for n in n_words:
@@ -180,4 +237,4 @@ def _combined(per_word: Sequence[NeuronAttribution], mid: int, cfg: IGConfig, no
     )
 
 
-__all__ = ["mask_token_id", "masked_baselines", "sig", "sig_facts"]
+__all__ = ["MASK_ROWS", "mask_token_id", "masked_baselines", "masked_baselines_many", "sig", "sig_facts"]

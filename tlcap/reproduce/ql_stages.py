@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -34,6 +35,7 @@ import plotly.graph_objects as go
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.methods import PROMPT_BATCH
+from tlcap.attribution.sig import MASK_ROWS
 from tlcap.config import Config, check_choice, check_int, check_nested
 from tlcap.data.pararel import (
     KNOWN_BATCH,
@@ -53,6 +55,7 @@ from tlcap.experiments.ql import (
     query_kn_mapping,
     synapse_experiment,
 )
+from tlcap.experiments.ql.synapses import PATTERN_ROWS, SYN_ROWS
 from tlcap.metrics.set_probs import PROB_ROWS
 from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows_batched, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
@@ -271,26 +274,60 @@ LOCALIZE_WINDOW = 8
 """Facts localized together by ``ql.localize.*`` (their queries' rows share batches; saved fact by fact)."""
 
 
+def localize_passes(method: str, windows: Sequence[Sequence[int]], rows: bool = False) -> int:
+    """The no-grad forward passes of ``ql.localize.<method>`` (clean runs and baselines; the IG rows apart).
+
+    Per query on a CPU: IG its clean run; SIG its masked baselines (one batch) and the clean run of each of its
+    (query, word) pairs; AMIG (words ``"all"``) its clean run, its all-``<eos>`` baseline and the clean run of the
+    one-step IG that labels its result. On an accelerator (``rows=True``) a call's clean runs are one padded pass
+    per :data:`~tlcap.attribution.methods.PROMPT_BATCH` items, SIG's masked rows of a window one pass per
+    :data:`~tlcap.attribution.sig.MASK_ROWS` and AMIG's baselines one sentence per chunk (tested against counted
+    runs, ``test_ql_localize_passes_are_the_counted_ones``).
+
+    Args:
+        method: ``"ig"``, ``"sig"`` or ``"amig"``.
+        windows: Per window of :data:`LOCALIZE_WINDOW` facts, the token count of each of its queries.
+        rows: The accelerator's path.
+
+    Returns:
+        The number of forward passes.
+    """
+    n = 0
+    for w in windows:
+        words = sum(int(x) for x in w)
+        if not rows:
+            n += len(w) if method == "ig" else len(w) + words if method == "sig" else 3 * len(w)
+        elif method == "sig":
+            n += math.ceil(words / MASK_ROWS) + math.ceil(words / PROMPT_BATCH)
+        else:
+            n += math.ceil(len(w) / PROMPT_BATCH) * (1 if method == "ig" else 3)
+    return n
+
+
 def _localize_work(ctx: StageContext) -> Workload:
     cfg: LocalizeConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    rows, toks, items, calls = 0.0, 0.0, 0, 0.0
+    rows, toks, items = 0.0, 0.0, 0
     facts = _first_queries(_candidate_facts(ctx, cfg.n_facts), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
+    windows = []
     for s in range(0, len(facts), LOCALIZE_WINDOW):  # a window of facts: its queries' rows share passes
         window_items = 0.0
-        for f in facts[s:s + LOCALIZE_WINDOW]:
-            for q in f.queries:
-                n = n_tokens(m, q)
-                per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
-                # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
-                rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
-                toks += n * (2 if cfg.method != "ig" else 1) + (n * n if cfg.method == "sig" else 0)
-                window_items += n if cfg.method == "sig" else 1  # a (query, word) pair (SIG) or a query
-                calls += 1 if cfg.method == "ig" else 2
+        lens = [n_tokens(m, q) for f in facts[s:s + LOCALIZE_WINDOW] for q in f.queries]
+        for n in lens:
+            per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
+            # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
+            rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
+            # clean runs (SIG: one per (query, word) pair) and baselines (SIG: a masked row per word; AMIG: the
+            # <eos> sentence and the one-step IG's clean run)
+            toks += n if cfg.method == "ig" else 2 * n * n if cfg.method == "sig" else 3 * n
+            window_items += n if cfg.method == "sig" else 1  # a (query, word) pair (SIG) or a query
         items += math.ceil(window_items / PROMPT_BATCH)  # localize_prompts' calls of up to PROMPT_BATCH items
-    return ig_rows_batched(shape, rows, items, ctx=16) + forward(shape, toks, 8, 32, calls)
+        windows.append(lens)
+    calls = localize_passes(cfg.method, windows)
+    w = ig_rows_batched(shape, rows, items, ctx=16) + forward(shape, toks, 8, 32, calls)
+    return replace(w, accelerator_passes={"fwd_token": float(localize_passes(cfg.method, windows, rows=True) - calls)})
 
 
 def locs_of(ctx: StageContext, method: str = "ig") -> list[FactKNs]:
@@ -383,9 +420,10 @@ def _analysis_work(ctx: StageContext) -> Workload:
         return replace(w, accelerator_passes={"fwd_token": float(shared - 2 * n_q)})
     # per query (synapse_experiment): its attention patterns (eq. 4 and its synapses; the irrelevant synapses are
     # another query's, read from those), then one pass of the unedited row and its four synapse edits; on an
-    # accelerator the patterns of a fact's queries are one pass
+    # accelerator the queries of several facts share passes: PATTERN_ROWS queries' patterns, SYN_ROWS edit rows
     w = forward(shape, q_tok * (1 + 5), 8, 32 * 5, n_q * 2)
-    return replace(w, accelerator_passes={"fwd_token": float(len(facts) - n_q)})
+    shared = math.ceil(n_q / PATTERN_ROWS) + math.ceil(5 * n_q / SYN_ROWS)
+    return replace(w, accelerator_passes={"fwd_token": float(shared - 2 * n_q)})
 
 
 # ------------------------------------------------------------------ the stage list

@@ -31,6 +31,7 @@ from typing import Any
 
 from tlcap.attribution.config import IGConfig
 from tlcap.errors import InvalidConfigError
+from tlcap.experiments.cnl_eval.reliability import KC_CPU_ROWS, KC_ROWS
 from tlcap.intervene.covariance import covariance_path
 from tlcap.intervene.rome.config import RomeConfig
 from tlcap.intervene.rome.sweep_rows import VALUE_TOKENS
@@ -118,6 +119,12 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
 
     Returns:
         The :class:`Workload`, the edge products counted as ``train_token`` FLOPs.
+
+    The evaluation (the reliability experiment's KC part, ``n_circuits`` = the located circuit and the random
+    ones): the full model, the fully ablated run and the located circuit as rows of one circuit-only pass, then
+    the random circuits :data:`~tlcap.experiments.cnl_eval.reliability.KC_CPU_ROWS` a pass on a CPU and
+    :data:`~tlcap.experiments.cnl_eval.reliability.KC_ROWS` on an accelerator (zero ablation: no pass of its own;
+    tested against counted runs).
     """
     shape = ModelShape.of(model)
     T = _len(model, prompt) + max(1, _len(model, target, bos=False)) - 1
@@ -126,8 +133,27 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
     products = 2.0 * T * n_upstream * n_readers * shape.d_model * passes
     w = train(shape, T * passes, 0, T / 2, T, passes) + Workload.of(train_token=products)
     if n_circuits:
-        w = w + forward(shape, 2 * T * n_circuits, T / 2, T, 2 * n_circuits)
+        cpu, acc = kc_eval_passes(n_circuits - 1, KC_CPU_ROWS), kc_eval_passes(n_circuits - 1, KC_ROWS)
+        w = w + replace(forward(shape, T * (2 + n_circuits), T / 2, T, cpu), accelerator_passes={"fwd_token": float(acc - cpu)})
     return w
+
+
+def kc_eval_passes(n_random: int, per_pass: int) -> int:
+    """Circuit-only passes of the KC evaluation of one fact: the full / ablated / located rows, then ``n_random``
+    random circuits ``per_pass`` a pass.
+
+    Args:
+        n_random: Random circuits.
+        per_pass: Random circuits per pass.
+
+    Returns:
+        The number of passes.
+
+    Example:
+        >>> kc_eval_passes(200, 8), kc_eval_passes(200, 64), kc_eval_passes(0, 8)
+        (26, 5, 1)
+    """
+    return 1 + math.ceil(max(int(n_random), 0) / max(int(per_pass), 1))
 
 
 def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeConfig, n_eval_prompts: int,
@@ -178,4 +204,4 @@ def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeCo
     return w
 
 
-__all__ = ["kn_work", "trace_work", "kc_work", "rome_work"]
+__all__ = ["kn_work", "trace_work", "kc_eval_passes", "kc_work", "rome_work"]

@@ -183,9 +183,13 @@ def verdict(
     pw = f"; {pw}" if pw else ""
     if kind == "control":
         direction = "above" if ours.value > 0 else "below" if ours.value < 0 else "equal to"
-        what = f"significantly {direction} the matched control" if significant else "not significantly different from " \
-                                                                                       "the matched control"
-        return Verdict(DESCRIPTIVE, f"control, no paper claim: {what} ({ptxt}), {ci}")
+        if significant:
+            what = f"significantly {direction} the matched control"
+        elif floor_txt:  # the test cannot resolve it: "not different" would read as evidence of no difference
+            what = f"not resolved against the matched control (our value is {direction} it)"
+        else:
+            what = "not significantly different from the matched control"
+        return Verdict(DESCRIPTIVE, f"control, no paper claim: {what} ({ptxt}), {ci}{floor_txt}")
     if sign == 0:
         if significant:
             return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}), {ci}{setting}")

@@ -72,6 +72,8 @@ from tlcap.metrics.set_probs import scaled_target_probs
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
+from tlcap.runtime import device as runtime_device
+from tlcap.runtime.batching import auto_batch_rows, circuit_row_bytes
 from tlcap.runtime.run_control import RunControl
 
 PARTS: tuple[str, ...] = ("kn", "rome", "kc")
@@ -271,6 +273,32 @@ def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: Reliabil
             for r in sweep.results]
 
 
+KC_ROWS = 64
+"""Random circuits per circuit-only pass on an accelerator (fewer when :func:`circuit_row_bytes` says they do not
+fit); a CPU keeps :data:`KC_CPU_ROWS`."""
+
+KC_CPU_ROWS = 8
+"""Random circuits per circuit-only pass on a CPU (:func:`tlcap.locate.circuits.evaluate_masks`' default)."""
+
+
+def kc_rows_per_pass(model: Model, context_len: int, n_circuits: int) -> int:
+    """Random circuits one circuit-only pass of the KC part evaluates (exact: results do not depend on it).
+
+    Args:
+        model: The model (its device and shapes).
+        context_len: Tokens of the fact's task.
+        n_circuits: Random circuits to evaluate.
+
+    Returns:
+        :data:`KC_CPU_ROWS` on a CPU; on an accelerator up to :data:`KC_ROWS`, as many as fit its free memory.
+    """
+    if not runtime_device.one_pass_default(model):
+        return KC_CPU_ROWS
+    fit = auto_batch_rows(circuit_row_bytes(model, context_len), max(int(n_circuits), 1), None, model.device,
+                          cpu_max=KC_ROWS, model=model)
+    return max(1, min(KC_ROWS, fit))
+
+
 def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw: Stopwatch,
              circ: Circuit) -> list[KCRow]:
     prompt = fact.rewrites[0]
@@ -279,8 +307,9 @@ def _kc_rows(model: Model, i: int, fact: RewriteFact, cfg: ReliabilityConfig, sw
         rows = [KCRow(i, fact.uid, "located", -1, ev.n_edges, ev.n_nodes, ev.param_fraction,
                       ev.circuit_target_rank, ev.hit_at_1, ev.hit_at_10, ev.circuit_nll)]
         rnd = [circ.random_like(seed=draw_seed(cfg.seed, i, d)) for d in range(cfg.n_random_circuits)]
-        r = evaluate_masks(model, circ.graph, make_task(model, prompt, fact.target, None),
-                           torch.stack([c.mask for c in rnd]))
+        task = make_task(model, prompt, fact.target, None)
+        r = evaluate_masks(model, circ.graph, task, torch.stack([c.mask for c in rnd]),
+                           batch=kc_rows_per_pass(model, int(task.clean.shape[-1]), len(rnd)))
         for d, c in enumerate(rnd):
             rank = int(r["rank"][d])
             rows.append(KCRow(i, fact.uid, "random", d, c.n_edges, c.n_nodes, c.param_fraction, rank,
@@ -377,4 +406,5 @@ def reliability(
     )
 
 
-__all__ = ["PARTS", "ReliabilityConfig", "draw_seed", "neighbourhood", "reliability"]
+__all__ = ["KC_CPU_ROWS", "KC_ROWS", "PARTS", "ReliabilityConfig", "draw_seed", "kc_rows_per_pass", "neighbourhood",
+           "reliability"]

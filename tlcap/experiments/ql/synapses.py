@@ -55,6 +55,7 @@ from tlcap.provenance import Provenance
 from tlcap.results import Result
 from tlcap.rows import RowFields, frame, row_dict
 from tlcap.runtime import device as runtime_device
+from tlcap.runtime import hooks as H
 from tlcap.runtime.sites import get_site
 from tlcap.viz.heatmaps import activation_heatmap
 from tlcap.viz.ql import enh_sup_table, predominance_violin, synapse_bars
@@ -209,6 +210,50 @@ def _kn_value_probs(model: Model, prompt: str, tid: int, kns: NeuronSet, masks: 
     return [(v, p, a) for v, p, a in zip(vals, probs.tolist(), acts)]
 
 
+SYN_ROWS = 320
+"""Rows (a query's unedited run and its four synapse edits, of several queries and facts) per padded pass on an
+accelerator (:func:`_kn_value_probs_many`)."""
+
+PATTERN_ROWS = 64
+"""Queries (of several facts) whose attention patterns one padded pass records on an accelerator."""
+
+
+@torch.no_grad()
+def _kn_value_probs_many(model: Model, jobs: Sequence[tuple[str, int, NeuronSet, Sequence[Tensor | None], Sequence[float]]],
+                         rows: int | None = None) -> list[list[tuple[float, float, Tensor]]]:
+    """:func:`_kn_value_probs` of several queries, the rows of all of them in right-padded passes of up to ``rows`` rows.
+
+    ``jobs``: per query ``(prompt, target id, KN set, masks, factors)``; ``rows`` default :data:`SYN_ROWS`. Each
+    row's synapse mask covers its own prompt's keys (padded with ``False``), its neurons and logits are read at its
+    own last token, and the padding after a prompt reaches none of its positions (causal attention): each row
+    equals its run alone with ``scale_synapses(mask, factor)`` up to the float rounding of a batch (tested).
+    """
+    site = get_site("mlp_post")
+    names = [site.hook_name(l) for l in range(model.n_layers)]
+    ids = [model.encode(job[0]) for job in jobs]
+    flat = [(j, r) for j, job in enumerate(jobs) for r in range(len(job[3]))]
+    out: list[list[tuple[float, float, Tensor]]] = [[] for _ in jobs]
+    step = max(1, int(SYN_ROWS if rows is None else rows))
+    for r0 in range(0, len(flat), step):
+        chunk = flat[r0:r0 + step]
+        batch = model.encode_batch([ids[j] for j, _ in chunk])
+        width = batch.tokens.shape[1]
+        masks = [None if (mk := jobs[j][3][r]) is None else torch.nn.functional.pad(mk, (0, width - mk.shape[-1]))
+                 for j, r in chunk]
+        store: dict[str, Tensor] = {}
+        hooks = [*scale_synapses_rows(masks, [float(jobs[j][4][r]) for j, r in chunk]),
+                 *((n, H.record_at(store, n, batch.last_positions)) for n in names)]
+        logits = model.last_logits(batch, hooks=hooks)
+        acts = torch.stack([store[n].to(logits.device) for n in names], 1).float()  # [rows, layer, d_mlp]
+        tid = torch.tensor([int(jobs[j][1]) for j, _ in chunk], device=logits.device)
+        probs = logits.float().softmax(-1).gather(-1, tid[:, None])[:, 0]
+        vals = torch.stack([acts[k][jobs[j][2].mask().to(acts.device)].abs().mean() if len(jobs[j][2])
+                            else torch.tensor(math.nan, device=acts.device) for k, (j, _) in enumerate(chunk)])
+        for k, ((j, _), v, p) in enumerate(zip(chunk, vals.tolist(), probs.tolist())):  # one copy per pass
+            out[j].append((v, p, acts[k]))
+    return out
+
+
 def _irrelevant(model: Model, locs: Sequence[FactKNs], fi: int, i: int, cfg: SynapseConfig,
                 roles_i: tuple[str, ...], cache: dict[str, KnowledgeSynapses] | None = None) -> tuple[str, Tensor]:
     """S_ir for query i of fact fi, mapped onto the query's columns by token role.
@@ -297,23 +342,56 @@ def synapse_experiment(
     bar = tqdm(total=sum(fk.k for fk in locs), desc="knowledge synapses", disable=not progress)
     # every query's attention patterns first (eq. 4's most attended token and its synapses), so S_ir, another
     # query's synapses, is read from `syn`; a fact's queries in one padded pass on an accelerator
+    rows_path = runtime_device.one_pass_default(model)  # an accelerator: queries of several facts share passes
     syn: dict[str, KnowledgeSynapses] = {}
     most: dict[int, list[str]] = {}
+    asked = [(fi, q) for fi, (fk, grp) in enumerate(zip(locs, groups)) if grp != EXCLUDED for q in fk.queries]
+    pats: list[Tensor] = []
+    if rows_path:
+        for s in range(0, len(asked), PATTERN_ROWS):
+            pats += attention_patterns_many(model, [q for _, q in asked[s:s + PATTERN_ROWS]])
+    else:
+        pats = [attention_patterns(model, q) for _, q in asked]
+    for (fi, q), a in zip(asked, pats):
+        most.setdefault(fi, []).append(most_attended_token(model, q, cfg.skip_first, patterns=a)[1])
+        syn.setdefault(q, locate_synapses(model, q, cfg.alpha, cfg.skip_first, patterns=a))
+    del pats
+    # every query's edits (self and irrelevant synapses, enhanced and suppressed), then their runs: on an
+    # accelerator the rows of many queries in shared passes, on a CPU one pass per query
+    plans: list[tuple[int, int, list[tuple[str, str, Tensor, str, float, float]]]] = []
+    jobs = []
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         if grp == EXCLUDED:
             continue
-        pats = attention_patterns_many(model, fk.queries) if runtime_device.one_pass_default(model) \
-            else [attention_patterns(model, q) for q in fk.queries]
-        most[fi] = [most_attended_token(model, q, cfg.skip_first, patterns=a)[1] for q, a in zip(fk.queries, pats)]
-        for q, a in zip(fk.queries, pats):
-            syn.setdefault(q, locate_synapses(model, q, cfg.alpha, cfg.skip_first, patterns=a))
+        sets_i = fk.sets()
+        for i, q in enumerate(fk.queries):
+            n_tok = len(model.encode(q))
+            tid = model.target_ids(q, fk.target)[0]
+            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject), syn)
+            edits = [(sname, src, mask, op, f, sign)
+                     for sname, src, mask in (("self", q, syn[q].mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask))
+                     for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0))]
+            plans.append((fi, i, edits))
+            # the unedited run and the four edits, each a row of the query (scale_synapses_rows)
+            jobs.append((q, tid, sets_i[i], [None] + [e[2] for e in edits], [1.0] + [e[4] for e in edits]))
+    def kept(fi: int, runs: list[tuple[float, float, Tensor]]) -> list[tuple[float, float, Tensor | None]]:
+        return runs if fi == cfg.heatmap_fact else [(v, p, None) for v, p, _ in runs]  # activations: heatmap only
+
+    if rows_path:
+        results = [kept(fi, r) for (fi, _, _), r in zip(plans, _kn_value_probs_many(model, jobs))]
+        bar.update(len(jobs))
+    else:
+        results = []
+        for (fi, _, _), (q, tid, kns, masks, factors) in zip(plans, jobs):
+            results.append(kept(fi, _kn_value_probs(model, q, tid, kns, masks, factors)))
+            bar.update(1)
+    by_query = {(fi, i): (edits, runs) for (fi, i, edits), runs in zip(plans, results)}
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
         if grp == EXCLUDED:  # fewer than 3 queries (CS1 ≡ CS2): neither K_I nor K_II
             bar.update(fk.k)
             continue
         toks_i = most[fi]
         pred.append(PredominanceRow(fi, fk.fact.relation, fk.fact.subject, grp, tuple(toks_i), predominance(toks_i)))
-        sets_i = fk.sets()
         union = fk.global_set()
         idx_l: list[int] = []
         idx_j: list[int] = []
@@ -322,18 +400,10 @@ def synapse_experiment(
             cols_n = [union.neurons[int(o)] for o in order]
             heat_cols = [f"L{l}.{j}" for l, j in cols_n]
             idx_l, idx_j = [l for l, _ in cols_n], [j for _, j in cols_n]
-        for i, q in enumerate(fk.queries):
-            n_tok = len(model.encode(q))
-            tid = model.target_ids(q, fk.target)[0]
-            ir_prompt, ir_mask = _irrelevant(model, locs, fi, i, cfg, token_roles(model, q, fk.fact.subject), syn)
-            edits = [(sname, src, mask, op, f, sign)
-                     for sname, src, mask in (("self", q, syn[q].mask_for(n_tok)), ("irrelevant", ir_prompt, ir_mask))
-                     for op, f, sign in (("enh", cfg.factor, 1.0), ("sup", 0.0, -1.0))]
-            # one pass: the unedited run and the four edits, each a row of the query (scale_synapses_rows)
-            runs = _kn_value_probs(model, q, tid, sets_i[i], [None] + [e[2] for e in edits],
-                                   [1.0] + [e[4] for e in edits])
+        for i in range(fk.k):
+            edits, runs = by_query[(fi, i)]
             v_b, p_b, acts_b = runs[0]
-            if idx_l:
+            if idx_l and acts_b is not None:
                 heat_vals.append(acts_b[idx_l, idx_j])
                 heat_rows.append(f"q{i} none")
             for (sname, src, mask, op, _f, sign), (v_a, p_a, acts_a) in zip(edits, runs[1:]):
@@ -342,10 +412,9 @@ def synapse_experiment(
                     synapses=sname, op=op, source=src, n_synapses=int(mask.sum()), value_before=v_b,
                     value_after=v_a, dvalue=relative_change(v_a, v_b, sign), p_before=p_b, p_after=p_a,
                     dprob=relative_change(p_a, p_b, sign)))
-                if idx_l and sname == "self":
+                if idx_l and sname == "self" and acts_a is not None:
                     heat_vals.append(acts_a[idx_l, idx_j])
                     heat_rows.append(f"q{i} {'suppressed' if op == 'sup' else 'enhanced'}")
-            bar.update(1)
     bar.close()
     hv = torch.stack(heat_vals) if heat_vals else None
     method = locs[0].method if locs else "ig"
@@ -354,4 +423,4 @@ def synapse_experiment(
                          tuple(groups), method, provenance=prov)
 
 
-__all__ = ["PredominanceRow", "SynapseEditRow", "SynapseResult", "synapse_experiment"]
+__all__ = ["PATTERN_ROWS", "SYN_ROWS", "PredominanceRow", "SynapseEditRow", "SynapseResult", "synapse_experiment"]
