@@ -19,7 +19,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
    ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
-5. ``calibration`` + ``reproduce_check``: the ``reproduce`` probe at 7B and two stages predicted vs measured;
+5. ``calibration`` + ``reproduce_check``: the ``reproduce`` probe at 7B and four small stages (AMIG, the dominant
+   stage of the ``full`` plan, among them) predicted vs measured;
 6. ``cuda_tests``: the ``cuda``-marked tests;
 7. ``plateaus``: the batches ``batch_rows="auto"`` chose;
 8. ``llama3_8b_shape``: every method once on a Llama-3-8B shape on an emulated 80 GB card, its peak memory

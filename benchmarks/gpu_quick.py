@@ -16,7 +16,7 @@ Sections in priority order (what matters most runs first, so a run cut short kee
 7. ``cnl_exact_ig`` (one sample at a time) on both shapes; ``causal_trace``, ``eap``, ``eap_ig5`` on
    the SmolLM2 shape;
 8. ``plateaus``: the batches ``batch_rows="auto"`` chose (rows, measured rows/s);
-9. ``reproduce_check``: two cheap ``reproduce`` stages on the 7B shape with the probe just taken,
+9. ``reproduce_check``: four cheap ``reproduce`` stages on the 7B shape with the probe just taken,
    predicted vs measured time and peak memory;
 10. ``causal_trace`` and ``eap_ig5`` on the 7B shape, when time is left.
 
@@ -167,19 +167,21 @@ def probe(model: Model, path: Path, store: dict[str, Any]) -> dict[str, Any]:
 
 
 def repro_check(model: Model, cal_path: Path, tiny: bool) -> dict[str, Any]:
-    """Two cheap ``reproduce`` stages on ``model`` with the replayed probe: predicted vs measured per stage."""
+    """Cheap ``reproduce`` stages on ``model`` with the replayed probe: predicted vs measured per stage (CNL's
+    location, QL's IG and AMIG localization — AMIG dominates the ``full`` plan — and Figs. 5-7's synapse rows)."""
     scale = ScaleConfig(name="smoke", cnl_datasets=("emotion",), cnl_eval_datasets=(), cnl_locate_n=8 if not tiny else 4,
                         cnl_ig=IGConfig(steps=20), cnl_max_answer_tokens=1, cnl_groups=4, ql_relations=("P36",), ql_n_facts=4,
                         ql_max_queries=3, ql_known_top_k=None, ql_ig=IGConfig(steps=20), ql_sig_facts=1, ql_amig_facts=1,
                         n_boot=200)
-    only = ["cnl.locate.emotion", "ql.localize.ig"]
+    only = ["cnl.locate.emotion", "ql.localize.ig", "ql.localize.amig", "ql.fig5-7"]
     with tempfile.TemporaryDirectory() as tmp:
         run = reproduce(model, Path(tmp) / "repro", papers=("cnl", "ql"), scale=scale, only=only, calibration=cal_path)
         stages = [row_dict(s) for s in run.report.stages]
     for s in stages:
         p, m = s.get("predicted_s"), s.get("measured_s")
         s["measured_over_predicted"] = m / p if p and m is not None else None
-    return {"scale": "smoke + emotion locate of 8 samples at 20 steps, ql.localize.ig of 4 P36 facts", "only": only,
+    return {"scale": "smoke + emotion locate of 8 samples at 20 steps, ql.localize.ig of 4 P36 facts, ql.localize.amig "
+                     "of 1 fact, ql.fig5-7 of the 4 facts", "only": only,
             "stages": stages}
 
 

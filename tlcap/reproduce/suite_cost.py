@@ -132,9 +132,11 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
     passes = 2 + ig_steps
     products = 2.0 * T * n_upstream * n_readers * shape.d_model * passes
     w = train(shape, T * passes, 0, T / 2, T, passes) + Workload.of(train_token=products)
-    if n_circuits:
+    if n_circuits:  # each row: a forward and its masked sums (on average half the upstream nodes before a reader)
         cpu, acc = kc_eval_passes(n_circuits - 1, KC_CPU_ROWS), kc_eval_passes(n_circuits - 1, KC_ROWS)
-        w = w + replace(forward(shape, T * (2 + n_circuits), T / 2, T, cpu), accelerator_passes={"fwd_token": float(acc - cpu)})
+        ev = forward(shape, T * (2 + n_circuits), T / 2, T, cpu) \
+            + Workload.of(fwd_token=(2 + n_circuits) * T * n_upstream * n_readers * shape.d_model)
+        w = w + replace(ev, accelerator_passes={"fwd_token": float(acc - cpu)})
     return w
 
 
@@ -150,8 +152,8 @@ def kc_eval_passes(n_random: int, per_pass: int) -> int:
         The number of passes.
 
     Example:
-        >>> kc_eval_passes(200, 8), kc_eval_passes(200, 64), kc_eval_passes(0, 8)
-        (26, 5, 1)
+        >>> kc_eval_passes(200, 8), kc_eval_passes(200, 32), kc_eval_passes(0, 8)
+        (26, 8, 1)
     """
     return 1 + math.ceil(max(int(n_random), 0) / max(int(per_pass), 1))
 

@@ -241,17 +241,18 @@ def trace_row_bytes(model: Any, context_len: int) -> int:
 def circuit_row_bytes(model: Any, context_len: int) -> int:
     """Estimated bytes of one circuit-only row (a no-grad forward of :func:`tlcap.locate.circuits.evaluate_masks`).
 
-    The row's upstream outputs (``n_upstream·d_model`` per position, kept for the readers downstream), one layer's
-    split q/k/v reader inputs (``(n_heads + 2·n_kv_heads)·d_model`` per position, ~4 live intermediates) and
+    The row's upstream outputs (``n_upstream·d_model`` per position, kept for the readers downstream) three times
+    (as recorded, concatenated for a reader, and their difference from the ablated outputs), one layer's split
+    q/k/v reader inputs (``(n_heads + 2·n_kv_heads)·d_model`` per position, ~4 live intermediates) and
     intermediates, in the model dtype, its float32 edge mask (``n_upstream·n_readers``) and the logits, doubled
-    for the temporaries of the masked sums.
+    for the other temporaries of the masked sums.
     """
     elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
     T = max(int(context_len), 1)
     heads = model.n_heads + 2 * model.n_kv_heads
     n_readers = model.n_layers * (heads + 1) + 1
     n_upstream = 1 + model.n_layers * (model.n_heads + 1)
-    per_pos = (n_upstream + 4 * heads + 12) * model.d_model + 4 * model.d_mlp
+    per_pos = (3 * n_upstream + 4 * heads + 12) * model.d_model + 4 * model.d_mlp
     return int(2 * (T * per_pos * elem + 4 * n_upstream * n_readers + 3 * model.d_vocab * elem))
 
 

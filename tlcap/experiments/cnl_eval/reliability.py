@@ -273,7 +273,7 @@ def _rome_rows(model: Model, i: int, facts: Sequence[RewriteFact], cfg: Reliabil
             for r in sweep.results]
 
 
-KC_ROWS = 64
+KC_ROWS = 32
 """Random circuits per circuit-only pass on an accelerator (fewer when :func:`circuit_row_bytes` says they do not
 fit); a CPU keeps :data:`KC_CPU_ROWS`."""
 

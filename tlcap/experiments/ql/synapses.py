@@ -220,10 +220,13 @@ PATTERN_ROWS = 64
 
 @torch.no_grad()
 def _kn_value_probs_many(model: Model, jobs: Sequence[tuple[str, int, NeuronSet, Sequence[Tensor | None], Sequence[float]]],
-                         rows: int | None = None) -> list[list[tuple[float, float, Tensor]]]:
+                         rows: int | None = None,
+                         keep: Sequence[bool] | None = None) -> list[list[tuple[float, float, Tensor | None]]]:
     """:func:`_kn_value_probs` of several queries, the rows of all of them in right-padded passes of up to ``rows`` rows.
 
-    ``jobs``: per query ``(prompt, target id, KN set, masks, factors)``; ``rows`` default :data:`SYN_ROWS`. Each
+    ``jobs``: per query ``(prompt, target id, KN set, masks, factors)``; ``rows`` default :data:`SYN_ROWS`; ``keep``:
+    per query, whether its rows' activations are returned (``None`` in their place otherwise: a pass's activations
+    are not held past it; default all). Each
     row's synapse mask covers its own prompt's keys (padded with ``False``), its neurons and logits are read at its
     own last token, and the padding after a prompt reaches none of its positions (causal attention): each row
     equals its run alone with ``scale_synapses(mask, factor)`` up to the float rounding of a batch (tested).
@@ -232,7 +235,7 @@ def _kn_value_probs_many(model: Model, jobs: Sequence[tuple[str, int, NeuronSet,
     names = [site.hook_name(l) for l in range(model.n_layers)]
     ids = [model.encode(job[0]) for job in jobs]
     flat = [(j, r) for j, job in enumerate(jobs) for r in range(len(job[3]))]
-    out: list[list[tuple[float, float, Tensor]]] = [[] for _ in jobs]
+    out: list[list[tuple[float, float, Tensor | None]]] = [[] for _ in jobs]
     step = max(1, int(SYN_ROWS if rows is None else rows))
     for r0 in range(0, len(flat), step):
         chunk = flat[r0:r0 + step]
@@ -250,7 +253,7 @@ def _kn_value_probs_many(model: Model, jobs: Sequence[tuple[str, int, NeuronSet,
         vals = torch.stack([acts[k][jobs[j][2].mask().to(acts.device)].abs().mean() if len(jobs[j][2])
                             else torch.tensor(math.nan, device=acts.device) for k, (j, _) in enumerate(chunk)])
         for k, ((j, _), v, p) in enumerate(zip(chunk, vals.tolist(), probs.tolist())):  # one copy per pass
-            out[j].append((v, p, acts[k]))
+            out[j].append((v, p, acts[k].clone() if keep is None or keep[j] else None))
     return out
 
 
@@ -378,7 +381,7 @@ def synapse_experiment(
         return runs if fi == cfg.heatmap_fact else [(v, p, None) for v, p, _ in runs]  # activations: heatmap only
 
     if rows_path:
-        results = [kept(fi, r) for (fi, _, _), r in zip(plans, _kn_value_probs_many(model, jobs))]
+        results = _kn_value_probs_many(model, jobs, keep=[fi == cfg.heatmap_fact for fi, _, _ in plans])
         bar.update(len(jobs))
     else:
         results = []
