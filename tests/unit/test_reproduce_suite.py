@@ -182,8 +182,8 @@ def test_kc_work_counts_the_passes_of_the_reliability_kc_part(tiny_gpt2, n_rando
     w = kc_work(m, fact.rewrites[0], fact.target, 2, 1 + n_random)
     out = {}
     for policy in (False, True):
-        calls = []
-        handle = m.backend.register_forward_pre_hook(lambda mod, args: calls.append(1))
+        calls: list[int] = []
+        handle = m.backend.register_forward_pre_hook(lambda mod, args, c=calls: c.append(1))
         try:
             with mock.patch.object(device, "one_pass_default", lambda model, p=policy: p):
                 out[policy] = rel._kc_rows(m, 0, fact, cfg, Stopwatch(), circ)
