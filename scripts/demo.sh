@@ -35,6 +35,7 @@ $TL cnl erase --model smollm2-135m --dataset emotion ${DATA_ARGS[@]+"${DATA_ARGS
 echo "== Query Localization: consistency and knowledge synapses =="
 $TL ql consistency --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103,P37 --n-facts 4 \
   --method ig --steps 10 --max-queries 3 --out figures/ql_consistency --overwrite
-$TL ql synapses --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P103 --n-facts 2 \
+# P37 first: fact 0 (the heatmap's) then has three known queries and is in K_I; the other three have two (excluded)
+$TL ql synapses --model smollm2-135m ${DATA_ARGS[@]+"${DATA_ARGS[@]}"} --relations P37,P103 --n-facts 4 \
   --steps 10 --max-queries 3 --out figures/ql_synapses --overwrite
 echo "figures written under figures/"
