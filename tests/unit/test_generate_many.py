@@ -75,3 +75,33 @@ def test_task_accuracy_of_a_number_task_batched_equals_one_sample_at_a_time():
     assert sum(calls) == 6 and calls[0] > 1
     assert batched.predictions == alone.predictions and batched.scores == alone.scores
     assert batched.accuracy == alone.accuracy
+
+
+def test_batched_generation_makes_the_passes_the_cost_model_prices():
+    """``eval_work`` on an accelerator prices a number task's prompts at one padded pass per ``GEN_ROWS`` samples:
+    counted, ``task_accuracy`` of 20 samples in rows of 8 runs 3 multi-token (prefix) passes and every other pass
+    one token per row; on a CPU each sample's prompt is its own pass."""
+    from tlcap.metrics import accuracy
+    from tlcap.reproduce.cnl_stages import eval_work
+
+    m = _peaked("llama")
+    test = load_task("gsm8k", split="test", n=20, seed=1)
+    widths: list[int] = []
+    handle = m.backend.register_forward_pre_hook(lambda mod, args, kwargs: widths.append(int(
+        (args[0] if args else kwargs["input"]).shape[-1])), with_kwargs=True)
+    try:
+        with mock.patch.object(device, "one_pass_default", lambda model: True), \
+                mock.patch.object(accuracy, "GEN_ROWS", 8):
+            task_accuracy(m, "gsm8k", test, max_new_tokens=4)
+        prefill_gpu = sum(w > 1 for w in widths)
+        widths.clear()
+        task_accuracy(m, "gsm8k", test, max_new_tokens=4)
+        prefill_cpu = sum(w > 1 for w in widths)
+    finally:
+        handle.remove()
+    assert prefill_gpu == 3 and prefill_cpu == 20
+    import tlcap.reproduce.cnl_stages as stages
+
+    with mock.patch.object(stages, "GEN_ROWS", 8):
+        w = eval_work(m, "gsm8k", test)
+    assert w.passes["fwd_token"] == prefill_cpu and w.passes["fwd_token"] + w.accelerator_passes["fwd_token"] == 3

@@ -434,8 +434,9 @@ def test_plan_prints_the_flop_floor_of_every_stage_and_the_distance_from_it(tmp_
 
 
 def test_a_number_tasks_generation_is_priced_batched_on_an_accelerator_and_per_token_on_a_cpu():
-    """``task_accuracy`` generates GEN_ROWS samples per batch on an accelerator: their tokens are forward FLOPs in
-    one pass per decoding step there (hand-computed), and ``gen_token`` FLOPs (one sample at a time) on a CPU."""
+    """``task_accuracy`` generates GEN_ROWS samples per batch on an accelerator: their prompts are one padded pass
+    and their tokens forward FLOPs in one pass per decoding step there (hand-computed), and ``gen_token`` FLOPs
+    (one sample at a time, each prompt its own pass) on a CPU."""
     import math
 
     from tlcap.data.tasks import get_task, load_task
@@ -458,8 +459,9 @@ def test_a_number_tasks_generation_is_priced_batched_on_an_accelerator_and_per_t
     fwd_passes = w.passes["fwd_token"]  # one per sample and evaluation: the prompts' forward
     on_gpu, on_cpu = predict(w, gpu), predict(w, cpu)
     assert "gen_token" not in on_gpu.by_unit and on_cpu.by_unit["gen_token"] == pytest.approx(gen_flops * 5e-12)
+    assert fwd_passes == 2 * 40 and w.accelerator_passes["fwd_token"] == 2 * (3 - 40)
     assert on_gpu.by_unit["fwd_token"] == pytest.approx((w.flops["fwd_token"] + gen_flops) * 2e-15
-                                                        + (fwd_passes + 2 * 3 * 96) * 0.04)
+                                                        + (2 * 3 + 2 * 3 * 96) * 0.04)
     assert on_cpu.by_unit["fwd_token"] == pytest.approx(w.flops["fwd_token"] * 2e-15 + fwd_passes * 0.04)
     assert on_gpu.peak_bytes >= w.gen_bytes == shape.sequence_bytes(GEN_ROWS * (max(lens) + t.max_new_tokens))
     assert on_cpu.peak_bytes < w.gen_bytes or w.extra_bytes >= w.gen_bytes
