@@ -272,7 +272,7 @@ def test_queries_of_several_prompts_share_padded_passes(model):
     pass equal each prompt's own batch; the knowledge-synapse rows of two queries of unequal length (each row its
     own mask, read at its own last token) equal each query's rows alone."""
     from tlcap.attribution.sig import mask_token_id, masked_baselines, masked_baselines_many
-    from tlcap.experiments.ql.synapses import _kn_value_probs, _kn_value_probs_many
+    from tlcap.experiments.ql.synapses import _kn_value_probs
     from tlcap.locate.synapses import locate_synapses
     from tlcap.metrics import NeuronSet
 
@@ -288,8 +288,8 @@ def test_queries_of_several_prompts_share_padded_passes(model):
         mask = locate_synapses(model, p, alpha=0.05).mask
         assert mask.any()
         jobs.append((p, 11, ns, [None, mask, mask], [1.0, 2.0, 0.0]))
-    for job, rows in zip(jobs, _kn_value_probs_many(model, jobs)):
-        for (v, p, a), (v1, p1, a1) in zip(rows, _kn_value_probs(model, *job)):
+    for job, rows in zip(jobs, _kn_value_probs(model, jobs)):
+        for (v, p, a), (v1, p1, a1) in zip(rows, _kn_value_probs(model, [job])[0]):
             assert v == pytest.approx(v1, rel=1e-5) and p == pytest.approx(p1, rel=1e-5, abs=1e-12)
             torch.testing.assert_close(a, a1, rtol=1e-5, atol=1e-6)
 

@@ -89,6 +89,31 @@ def eos_baselines(
     return _record_all(model, toks, names).float()
 
 
+def eos_baselines_of(
+    model: Model, lengths: Sequence[int], site: str = "mlp_post", token_id: int | None = None, one_pass: bool = False
+) -> list[Float[Tensor, "word layer d_mlp"]]:
+    """:func:`eos_baselines` of a sentence of each length, from one sentence as long as the longest with ``one_pass``.
+
+    Position ``i`` of an all-``<eos>`` sentence sees only ``<eos>`` tokens (attention is causal), so its activation
+    is eq. 16's ``b_i`` whatever the sentence's length: one pass serves every length, equal to a sentence of each
+    length up to float rounding (tested). Without ``one_pass`` (a CPU) each length runs its own sentence.
+
+    Args:
+        model: The model.
+        lengths: Sentence lengths (the queries' token counts).
+        site: Neuron site.
+        token_id: Baseline token (default ``<eos>``).
+        one_pass: One sentence for every length.
+
+    Returns:
+        Per length ``n``, ``[n, n_layers, d_mlp]``.
+    """
+    if one_pass and lengths:
+        eos = eos_baselines(model, max(int(n) for n in lengths), site, token_id)
+        return [eos[: int(n)] for n in lengths]
+    return [eos_baselines(model, int(n), site, token_id) for n in lengths]
+
+
 def eos_baseline(
     model: Model, n_tokens: int, site: str = "mlp_post", token_id: int | None = None
 ) -> Float[Tensor, "layer d_mlp"]:
@@ -157,10 +182,9 @@ def word_attributions_facts(
 
     With ``one_pass`` (default on an accelerator) the facts' clean runs are one right-padded pass
     (:meth:`~tlcap.models.Model.context_states_many`) and every fact's baseline comes from one all-``<eos>``
-    sentence as long as the longest context: position ``i`` of an all-``<eos>`` sentence sees only ``<eos>``
-    tokens (attention is causal), so its activation is eq. 16's ``b_i`` whatever the sentence's length. Two
-    passes instead of two per fact, equal up to float rounding (tested); a CPU keeps two passes per fact (each
-    fact's result then does not depend on the facts beside it to the last bit).
+    sentence as long as the longest context (:func:`eos_baselines_of`). Two passes instead of two per fact, equal
+    up to float rounding (tested); a CPU keeps two passes per fact (each fact's result then does not depend on the
+    facts beside it to the last bit).
 
     Args:
         model: The model.
@@ -199,22 +223,23 @@ def word_attributions_facts(
                                names, layers, cfg) for p, t in tokens]
     seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in tokens]
     firsts = [len(p_ids) - 1 for p_ids, _ in tokens]  # the positions that predict t_ids start here
-    if one_pass if one_pass is not None else runtime_device.one_pass_default(model):
+    one = one_pass if one_pass is not None else runtime_device.one_pass_default(model)
+    if one:
         many, prefix = model.context_states_many(seqs, names, (), firsts)  # every fact's clean run: one pass
-        eos = eos_baselines(model, max(len(q) for q in seqs), cfg.site, baseline_token_id)[:, layers]  # and one
-        cleans = [(acts, logits, eos[: len(q)].to(acts)) for q, (acts, _, logits) in zip(seqs, many)]
+        cleans = [(acts, logits) for acts, _, logits in many]
     else:
         cleans, parts = [], []
         for seq, first in zip(seqs, firsts):
             acts, logits, cache = model.context_run(seq, names)
-            cleans.append((acts, logits[first:], eos_baselines(model, len(seq), cfg.site, baseline_token_id)[:, layers].to(acts)))
+            cleans.append((acts, logits[first:]))
             parts.append((cache, len(seq)))
         prefix = model.stack_prefixes(parts)
+    eos = eos_baselines_of(model, [len(q) for q in seqs], cfg.site, baseline_token_id, one_pass=one)
     runs, probs = [], []
-    for (_, t_ids), seq, (acts, logits, bases) in zip(tokens, seqs, cleans):
+    for (_, t_ids), seq, (acts, logits), b in zip(tokens, seqs, cleans, eos):
         tid = torch.tensor([int(x) for x in t_ids], device=logits.device)  # logits row j: position first + j
         probs.append(logits.float().softmax(-1).gather(-1, tid[:, None])[:, 0])
-        runs.append((seq, acts, bases))
+        runs.append((seq, acts, b[:, layers].to(acts)))
     p_clean = torch.cat(probs).tolist()  # one copy to the host for every fact's clean probabilities
     units, j = [], 0
     for k, ((p_ids, t_ids), (seq, acts, bases)) in enumerate(zip(tokens, runs)):
@@ -324,11 +349,8 @@ def amig_facts(
     check_int("fact_batch", fact_batch, min=1, cli=None)
     lens = [len(model.encode(p)) for p, _ in facts]
     if words == "last":
-        if runtime_device.one_pass_default(model):  # one sentence serves every length (causal attention)
-            eos = eos_baselines(model, max(lens), cfg.site, baseline_token_id)
-            bases = [eos[n - 1] for n in lens]
-        else:
-            bases = [eos_baseline(model, n, cfg.site, baseline_token_id) for n in lens]
+        bases = [b[-1] for b in eos_baselines_of(model, lens, cfg.site, baseline_token_id,
+                                                  one_pass=runtime_device.one_pass_default(model))]
         attrs = integrated_gradients_facts(model, facts, config=cfg, baselines=bases, fact_batch=fact_batch,
                                            progress=progress)
         return [_normalised(a, n, words, {"n_words": 1}, normalize) for a, n in zip(attrs, lens)]
@@ -368,4 +390,5 @@ def _normalised(attr: NeuronAttribution, n: int, words: str, extra: dict[str, An
     return dataclasses.replace(attr, scores=scores, method="amig", meta=meta)
 
 
-__all__ = ["WORDS", "amig", "amig_facts", "eos_baseline", "eos_baselines", "word_attributions", "word_attributions_facts"]
+__all__ = ["WORDS", "amig", "amig_facts", "eos_baseline", "eos_baselines", "eos_baselines_of", "word_attributions",
+           "word_attributions_facts"]

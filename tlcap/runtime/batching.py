@@ -238,6 +238,12 @@ def trace_row_bytes(model: Any, context_len: int) -> int:
     return int((T * per_pos + 3 * model.d_vocab) * max(elem, 2))
 
 
+def _edge_graph_sizes(model: Any) -> tuple[int, int, int]:
+    """``(q/k/v reader heads per layer, readers, upstream nodes)`` of the model's edge graph (its shapes only)."""
+    heads = model.n_heads + 2 * model.n_kv_heads
+    return heads, model.n_layers * (heads + 1) + 1, 1 + model.n_layers * (model.n_heads + 1)
+
+
 def circuit_row_bytes(model: Any, context_len: int) -> int:
     """Estimated bytes of one circuit-only row (a no-grad forward of :func:`tlcap.locate.circuits.evaluate_masks`).
 
@@ -249,9 +255,7 @@ def circuit_row_bytes(model: Any, context_len: int) -> int:
     """
     elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
     T = max(int(context_len), 1)
-    heads = model.n_heads + 2 * model.n_kv_heads
-    n_readers = model.n_layers * (heads + 1) + 1
-    n_upstream = 1 + model.n_layers * (model.n_heads + 1)
+    heads, n_readers, n_upstream = _edge_graph_sizes(model)
     per_pos = (3 * n_upstream + 4 * heads + 12) * model.d_model + 4 * model.d_mlp
     return int(2 * (T * per_pos * elem + 4 * n_upstream * n_readers + 3 * model.d_vocab * elem))
 
@@ -273,10 +277,8 @@ def eap_item_bytes(model: Any, context_len: int, steps: int, split: bool = True)
     """
     elem = max(torch.empty((), dtype=model.dtype).element_size(), 2)
     T = max(int(context_len), 1)
-    heads = model.n_heads + 2 * model.n_kv_heads
+    heads, n_readers, n_upstream = _edge_graph_sizes(model)
     sequence = T * _position_values(model, T) * elem
     split_bytes = model.n_layers * heads * model.d_model * 4 * T * elem if split else 0
-    n_readers = model.n_layers * (heads + 1) + 1
-    n_upstream = 1 + model.n_layers * (model.n_heads + 1)
     grads = 3 * (n_readers + n_upstream) * T * model.d_model * 4
     return int(max(int(steps), 2) * (split_bytes + sequence) + grads)

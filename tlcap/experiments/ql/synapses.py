@@ -193,43 +193,28 @@ class SynapseResult(RowFields, Result):
                 "rows": [row_dict(r) for r in self.rows]}
 
 
-@torch.no_grad()
-def _kn_value_probs(model: Model, prompt: str, tid: int, kns: NeuronSet, masks: Sequence[Tensor | None],
-                    factors: Sequence[float]) -> list[tuple[float, float, Tensor]]:
-    """:func:`_kn_value_prob` of ``prompt`` under each row's synapse edit, in one pass (``None``: unedited).
-
-    Row ``r`` runs with :func:`~tlcap.intervene.synapses.scale_synapses_rows`'s ``(masks[r], factors[r])``, which
-    equals its own run with ``scale_synapses(masks[r], factors[r])`` up to the float rounding of a batch.
-    """
-    site = get_site("mlp_post")
-    names = [site.hook_name(l) for l in range(model.n_layers)]
-    toks = model.to_tokens(prompt).expand(len(masks), -1)
-    acts, logits = model.last_position_activations(toks, names, hooks=scale_synapses_rows(masks, factors))
-    acts, probs = acts.float(), logits.float().softmax(-1)[:, tid]
-    vals = acts[:, kns.mask()].abs().mean(-1).tolist() if len(kns) else [math.nan] * len(masks)
-    return [(v, p, a) for v, p, a in zip(vals, probs.tolist(), acts)]
-
-
 SYN_ROWS = 320
 """Rows (a query's unedited run and its four synapse edits, of several queries and facts) per padded pass on an
-accelerator (:func:`_kn_value_probs_many`)."""
+accelerator (:func:`_kn_value_probs`)."""
 
 PATTERN_ROWS = 64
 """Queries (of several facts) whose attention patterns one padded pass records on an accelerator."""
 
 
 @torch.no_grad()
-def _kn_value_probs_many(model: Model, jobs: Sequence[tuple[str, int, NeuronSet, Sequence[Tensor | None], Sequence[float]]],
-                         rows: int | None = None,
-                         keep: Sequence[bool] | None = None) -> list[list[tuple[float, float, Tensor | None]]]:
-    """:func:`_kn_value_probs` of several queries, the rows of all of them in right-padded passes of up to ``rows`` rows.
+def _kn_value_probs(model: Model, jobs: Sequence[tuple[str, int, NeuronSet, Sequence[Tensor | None], Sequence[float]]],
+                    rows: int | None = None,
+                    keep: Sequence[bool] | None = None) -> list[list[tuple[float, float, Tensor | None]]]:
+    """Per query and row: the KN value (mean |activation| of the query's KN set at the last position), P(target)
+    and the ``[layer, d_mlp]`` activations under the row's synapse edit, the rows of every query in right-padded
+    passes of up to ``rows`` rows (one query: one pass of its own rows, no padding).
 
-    ``jobs``: per query ``(prompt, target id, KN set, masks, factors)``; ``rows`` default :data:`SYN_ROWS`; ``keep``:
-    per query, whether its rows' activations are returned (``None`` in their place otherwise: a pass's activations
-    are not held past it; default all). Each
-    row's synapse mask covers its own prompt's keys (padded with ``False``), its neurons and logits are read at its
-    own last token, and the padding after a prompt reaches none of its positions (causal attention): each row
-    equals its run alone with ``scale_synapses(mask, factor)`` up to the float rounding of a batch (tested).
+    ``jobs``: per query ``(prompt, target id, KN set, masks, factors)`` (a ``None`` mask: the unedited row);
+    ``rows`` default :data:`SYN_ROWS`; ``keep``: per query, whether its rows' activations are returned (``None`` in
+    their place otherwise: a pass's activations are not held past it; default all). Each row's synapse mask covers
+    its own prompt's keys (padded with ``False``), its neurons and logits are read at its own last token, and the
+    padding after a prompt reaches none of its positions (causal attention): each row equals its run alone with
+    ``scale_synapses(mask, factor)`` up to the float rounding of a batch (tested).
     """
     site = get_site("mlp_post")
     names = [site.hook_name(l) for l in range(model.n_layers)]
@@ -344,7 +329,7 @@ def synapse_experiment(
     heat_cols: list[str] = []
     bar = tqdm(total=sum(fk.k for fk in locs), desc="knowledge synapses", disable=not progress)
     # every query's attention patterns first (eq. 4's most attended token and its synapses), so S_ir, another
-    # query's synapses, is read from `syn`; a fact's queries in one padded pass on an accelerator
+    # query's synapses, is read from `syn`; PATTERN_ROWS queries of several facts per padded pass on an accelerator
     rows_path = runtime_device.one_pass_default(model)  # an accelerator: queries of several facts share passes
     syn: dict[str, KnowledgeSynapses] = {}
     most: dict[int, list[str]] = {}
@@ -377,16 +362,14 @@ def synapse_experiment(
             plans.append((fi, i, edits))
             # the unedited run and the four edits, each a row of the query (scale_synapses_rows)
             jobs.append((q, tid, sets_i[i], [None] + [e[2] for e in edits], [1.0] + [e[4] for e in edits]))
-    def kept(fi: int, runs: list[tuple[float, float, Tensor]]) -> list[tuple[float, float, Tensor | None]]:
-        return runs if fi == cfg.heatmap_fact else [(v, p, None) for v, p, _ in runs]  # activations: heatmap only
-
+    keep = [fi == cfg.heatmap_fact for fi, _, _ in plans]  # activations: the heatmap fact's only
     if rows_path:
-        results = _kn_value_probs_many(model, jobs, keep=[fi == cfg.heatmap_fact for fi, _, _ in plans])
+        results = _kn_value_probs(model, jobs, keep=keep)
         bar.update(len(jobs))
     else:
         results = []
-        for (fi, _, _), (q, tid, kns, masks, factors) in zip(plans, jobs):
-            results.append(kept(fi, _kn_value_probs(model, q, tid, kns, masks, factors)))
+        for job, k in zip(jobs, keep):
+            results += _kn_value_probs(model, [job], keep=[k])
             bar.update(1)
     by_query = {(fi, i): (edits, runs) for (fi, i, edits), runs in zip(plans, results)}
     for fi, (fk, grp) in enumerate(zip(locs, groups)):
