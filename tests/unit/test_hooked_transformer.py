@@ -280,8 +280,12 @@ def test_queries_of_several_prompts_share_padded_passes(model):
     ids = [model.encode(p) for p in prompts]
     assert len(ids[0]) != len(ids[1])
     mid = mask_token_id(model)
+    names = [model.hook_name("mlp_post", layer) for layer in range(model.n_layers)]
     for p, b in zip(ids, masked_baselines_many(model, ids, mid)):
         torch.testing.assert_close(b, masked_baselines(model, p, mid), rtol=1e-5, atol=1e-6)
+        alone = [model.last_position_activations(torch.tensor([[mid if j == i else t for j, t in enumerate(p)]]),
+                                                 names)[0][0].float() for i in range(len(p))]  # each masked row alone
+        torch.testing.assert_close(b, torch.stack(alone), rtol=1e-5, atol=1e-6)
     ns = NeuronSet(((0, 3), (1, 7)), (model.n_layers, model.d_mlp))
     jobs = []
     for p in prompts:

@@ -11,11 +11,12 @@ import torch
 
 from tlcap.attribution.amig import amig_facts, eos_baselines, word_attributions_facts
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.ig import integrated_gradients_facts
 from tlcap.attribution.sig import mask_token_id, masked_baselines, masked_baselines_many, sig_facts
 from tlcap.data.pararel import Fact
 from tlcap.experiments.ql.facts import localize_facts
 from tlcap.models import make_tiny
-from tlcap.reproduce.ql_stages import localize_passes
+from tlcap.reproduce.ql_stages import localize_passes, sig_clean_runs
 from tlcap.runtime import device
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -86,7 +87,19 @@ def test_sig_masked_rows_of_many_prompts_share_passes(request, name):
     assert n == -(-n_rows // 4) and [b.shape[0] for b in many] == [len(p) for p in ids]
     for p, b in zip(ids, many):
         torch.testing.assert_close(b, masked_baselines(m, p, mid), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(b, _masked_reference(m, p, mid), rtol=1e-5, atol=1e-6)
     assert _rel(many[0][0], many[0][-1]) > 1e-3  # masking another word changes the last position
+
+
+def _masked_reference(m, ids, mid):
+    """Eq. 12's baselines the slow way: each masked prompt alone, its last position's MLP neurons."""
+    names = [m.hook_name("mlp_post", layer) for layer in range(m.n_layers)]
+    out = []
+    for i in range(len(ids)):
+        row = list(ids)
+        row[i] = mid
+        out.append(m.last_position_activations(torch.tensor([row]), names)[0][0].float())
+    return torch.stack(out)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
@@ -117,3 +130,39 @@ def test_ql_localize_passes_are_the_counted_ones(tiny_llama, method):
                                                                   progress=False, ig__steps=2), policy=policy)
         assert n == localize_passes(method, windows, rows=policy), (method, policy)
     assert localize_passes(method, windows, rows=True) < localize_passes(method, windows)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_amig_labels_its_results_from_its_own_runs(request, name):
+    """AMIG (words ``"all"``) builds its results from its word runs, without a one-step IG to label them: the clean
+    activations and P(target) equal IG's, ``prob_baseline`` is zero outside the scored layers (as IG's), completeness
+    is Σ_i over each target token's own words (not the later positions a longer context pads), and the provenance
+    records the settings asked for (it once said ``steps=1``)."""
+    m = _model(request, name)
+    for layers in (None, (1,)):
+        attrs = amig_facts(m, FACTS, steps=3, rule="linspace", layers=layers)
+        refs = integrated_gradients_facts(m, FACTS, steps=1, rule="midpoint", layers=layers)
+        for a, ref in zip(attrs, refs):
+            torch.testing.assert_close(a.activations, ref.activations, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(a.prob_full, ref.prob_full, rtol=1e-4, atol=1e-8)
+            assert (a.target, a.target_tokens, a.layers, a.site) == (ref.target, ref.target_tokens, ref.layers, ref.site)
+            outside = [l for l in range(m.n_layers) if l not in a.layers]
+            assert not a.prob_baseline[:, outside].any() and not a.layer_sums[:, outside].any()
+            delta = (a.prob_full - a.prob_baseline)[:, list(a.layers)].double()
+            assert _rel(a.layer_sums[:, list(a.layers)], delta) < 0.05  # completeness summed over the words
+            assert (a.provenance.config["steps"], a.provenance.config["rule"]) == (3, "linspace")
+            n_ctx = len(m.encode(a.prompt)) + len(a.target_tokens) - 1  # a multi-token target's words: its contexts'
+            assert (a.steps, a.rule, a.meta["n_words"]) == (3, "linspace", n_ctx)
+
+
+def test_sig_word_pairs_share_their_query_clean_run(tiny_llama):
+    """SIG's (query, word) pairs have the same clean run: a call makes it once per query it holds (``make_units``
+    runs each distinct sample once), so one 5-word query costs its masked batch and one clean run on a CPU, not
+    1 + 5; ``sig_clean_runs`` lists each call's queries (hand-counted)."""
+    m = tiny_llama
+    prompt = "The capital of France is"
+    assert len(m.encode(prompt)) == 5
+    _, n = _no_grad_passes(m, lambda: sig_facts(m, [(prompt, " Paris")], steps=2), policy=False)
+    assert n == 2
+    assert sig_clean_runs([5, 4, 6], batch=4) == [[0], [0, 1], [1, 2], [2]]
+    assert sig_clean_runs([5], batch=16) == [[0]]

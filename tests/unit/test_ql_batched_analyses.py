@@ -113,6 +113,22 @@ def test_synapse_rows_of_one_pass_equal_each_edit_run_alone(name):
             torch.testing.assert_close(next(heat), acts[[a for a, _ in idx], [b for _, b in idx]], rtol=1e-5, atol=1e-6)
 
 
+def test_synapse_heatmap_draws_the_first_fact_with_rows():
+    """``heatmap_fact=None`` (default) draws the first fact in K_I / K_II: with fact 0 excluded (no rows) it is fact 1,
+    the same heatmap as asking for fact 1; asking for the excluded fact draws none (it once drew none by default)."""
+    m = _model("llama")
+    locs = _locs(m)
+    cfg = SynapseConfig(alpha=0.05, heatmap_max_cols=4)
+    auto = synapse_experiment(m, locs, ["excluded", "K_II"], config=cfg, progress=False)
+    one = synapse_experiment(m, locs, ["excluded", "K_II"], config=cfg.replace(heatmap_fact=1), progress=False)
+    zero = synapse_experiment(m, locs, ["excluded", "K_II"], config=cfg.replace(heatmap_fact=0), progress=False)
+    assert auto.heatmap_values is not None and len(auto.heatmap_rows) == 3 * len(locs[1].queries)
+    assert auto.heatmap_cols == one.heatmap_cols and auto.heatmap_rows == one.heatmap_rows
+    torch.testing.assert_close(auto.heatmap_values, one.heatmap_values)
+    assert auto.provenance.config["heatmap_fact_drawn"] == 1 and zero.heatmap_values is None
+    assert {r.fact for r in auto.rows} == {1}
+
+
 def test_scale_synapses_rows_checks_its_rows(tiny_gpt2):
     m = tiny_gpt2
     ks = locate_synapses(m, "The capital of France is", alpha=0.1)

@@ -44,6 +44,7 @@ from tlcap.attribution.word_ig import words_one_fact
 from tlcap.config import check_choice, check_int
 from tlcap.errors import InvalidConfigError
 from tlcap.models.adapter import Model
+from tlcap.provenance import Provenance
 from tlcap.runtime import device as runtime_device
 from tlcap.runtime import hooks as H
 from tlcap.runtime.batching import auto_batch_rows, ig_row_bytes, run_auto_batched
@@ -198,6 +199,13 @@ def word_attributions_facts(
         Per fact, ``(attr, p_base, p_clean)`` as :func:`word_attributions` returns them.
     """
     cfg = IGConfig.resolve(config, **overrides)
+    return [run[:3] for run in _word_runs(model, facts, cfg, baseline_token_id, one_pass)]
+
+
+def _word_runs(model: Model, facts: Sequence[tuple[str, str | Sequence[int]]], cfg: IGConfig,
+               baseline_token_id: int | None, one_pass: bool | None) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """:func:`word_attributions_facts` with each fact's clean activations at its scored positions as a fourth entry
+    (``[target, n_layers, d_mlp]``, float32 on the host, zero outside the scored layers)."""
     if cfg.method != "ig":
         raise InvalidConfigError(f"AMIG over the query's words needs method='ig' (exact), got {cfg.method!r}; "
                                  "use words='last' for the cheaper estimators")
@@ -213,9 +221,8 @@ def word_attributions_facts(
         longest = max(len(p) + len(t) for p, t in tokens)
         rows = auto_batch_rows(ig_row_bytes(model, longest), n_rows, cfg.max_memory, model.device, model=model, kind="ig",
                                context_len=longest)
-        return run_auto_batched(lambda b: word_attributions_facts(model, facts, config=cfg.replace(batch_rows=b),
-                                                                  baseline_token_id=baseline_token_id, one_pass=one_pass),
-                                rows, model.device, asked=cfg)
+        return run_auto_batched(lambda b: _word_runs(model, facts, cfg.replace(batch_rows=b), baseline_token_id, one_pass),
+                                rows, model.device)
     s = get_site(cfg.site)
     names = [s.hook_name(l) for l in layers]
     if not model.continues_rows:  # TL 3.9: no rows after padded prefixes, each word on its own
@@ -249,19 +256,24 @@ def word_attributions_facts(
             j += 1
     res = ig_units(model, units, prefix, names, layers, cfg, int(cfg.batch_rows))
     L, d = model.n_layers, model.d_mlp
-    out, j = [], 0
+    # target t is scored at its context's last word; every fact's in one copy to the host
+    scored_all = torch.cat([acts[len(p) - 1:len(p) + len(t) - 1] for (p, t), (_, acts, _) in zip(tokens, runs)]).float().cpu()
+    out, j, k0 = [], 0, 0
     for p_ids, t_ids in tokens:
         n_ctx = len(p_ids) + len(t_ids) - 1
         attr = torch.zeros(len(t_ids), n_ctx, L, d, dtype=torch.float64)
         p_base = torch.zeros(len(t_ids), n_ctx, L, dtype=torch.float64)
         p_clean = torch.zeros(len(t_ids), dtype=torch.float64)
+        scored = torch.zeros(len(t_ids), L, d)
+        scored[:, layers] = scored_all[k0:k0 + len(t_ids)]
+        k0 += len(t_ids)
         for t in range(len(t_ids)):
             k = len(p_ids) + t  # the words of target token t: every position of its context
             attr[t, :k, layers] = res.attr[j:j + k]
             p_base[t, :k, layers] = res.p_base[j:j + k]
             p_clean[t] = units[j].p_clean
             j += k
-        out.append((attr.float(), p_base.float(), p_clean.float()))
+        out.append((attr.float(), p_base.float(), p_clean.float(), scored))
     return out
 
 
@@ -354,23 +366,45 @@ def amig_facts(
         attrs = integrated_gradients_facts(model, facts, config=cfg, baselines=bases, fact_batch=fact_batch,
                                            progress=progress)
         return [_normalised(a, n, words, {"n_words": 1}, normalize) for a, n in zip(attrs, lens)]
+    layers = list(range(model.n_layers)) if cfg.layers is None else [int(l) for l in cfg.layers]
+    prov = Provenance.collect(model, cfg)
     out = []
     bar = tqdm(total=len(facts), desc="AMIG facts", disable=not progress, unit="fact")
     for s in range(0, len(facts), fact_batch):
         chunk = list(facts[s:s + fact_batch])
-        per = word_attributions_facts(model, chunk, config=cfg, baseline_token_id=baseline_token_id)
-        refs = integrated_gradients_facts(model, chunk, config=cfg.replace(steps=1, rule="midpoint"))
-        for (a, pb, pc), ref, n in zip(per, refs, lens[s:s + fact_batch]):
-            delta = (pc.double()[:, None, None] - pb.double()).sum(1)  # Σ_i (P(w̄) − P_i(b)), [target, layer]
-            attr = dataclasses.replace(
-                ref, scores=a.double().sum(1).mean(0).float(), layer_sums=a.double().sum((1, 3)).float(),
-                prob_baseline=(ref.prob_full.double() - delta).float(), steps=cfg.steps, rule=cfg.rule,
-            )
+        per = _word_runs(model, chunk, cfg, baseline_token_id, None)
+        for (p, t), (a, pb, pc, acts), n in zip(chunk, per, lens[s:s + fact_batch]):
+            attr = _words_result(model, p, t, a, pb, pc, acts, layers, cfg, prov)
             extra = {"n_words": int(a.shape[1]), "word_totals": a.double().sum((2, 3)).mean(0).tolist()}
             out.append(_normalised(attr, n, words, extra, normalize))
         bar.update(len(chunk))
     bar.close()
     return out
+
+
+def _words_result(model: Model, prompt: str, target: str | Sequence[int], a: Tensor, pb: Tensor, pc: Tensor,
+                  acts: Tensor, layers: Sequence[int], cfg: IGConfig, prov: Provenance) -> NeuronAttribution:
+    """One fact's eq.-18 sum over words as a :class:`NeuronAttribution` (before :func:`_normalised`).
+
+    ``prob_full`` is the clean P(target token) on every scored layer and ``prob_baseline`` is
+    ``prob_full − Σ_i (P(w̄) − P_i(b))``, so ``layer_sums`` checks completeness summed over the words.
+    """
+    L = model.n_layers
+    p_full = torch.zeros(len(pc), L, dtype=torch.float64)
+    p_full[:, list(layers)] = pc.double()[:, None]
+    p_ids, t_ids = fact_tokens(model, prompt, target)
+    words = torch.arange(pb.shape[1])[None, :] < len(p_ids) + torch.arange(len(pc))[:, None]  # target t: its context's
+    gap = (pc.double()[:, None, None] - pb.double()) * words[:, :, None]  # words, not the later (padded) positions
+    delta = torch.zeros(len(pc), L, dtype=torch.float64)
+    delta[:, list(layers)] = gap.sum(1)[:, list(layers)]  # Σ_i (P(w̄) − P_i(b))
+    return NeuronAttribution(
+        scores=a.double().sum(1).mean(0).float(), prob_full=p_full.float(), prob_baseline=(p_full - delta).float(),
+        layer_sums=a.double().sum((1, 3)).float(), activations=acts, prompt=prompt,
+        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
+        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
+        model_name=model.name, site=cfg.site, method=cfg.method, steps=cfg.steps, rule=cfg.rule, layers=tuple(layers),
+        provenance=prov,
+    )
 
 
 def _normalised(attr: NeuronAttribution, n: int, words: str, extra: dict[str, Any], normalize: bool) -> NeuronAttribution:

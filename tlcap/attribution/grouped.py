@@ -108,6 +108,8 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
     One forward of ``prompt ⊕ answer[:-1]`` per sample gives every answer token's clean activations,
     clean probability, residual stream and prefix keys/values; the returned prefix holds one row per
     sample (its whole run), which every answer token's unit reads up to its own position (``Unit.row``).
+    Samples whose runs are the same (the same tokens and scored positions; SIG's words of one query) share
+    one forward and one prefix row.
     On an accelerator the samples' forwards are one right-padded pass (:meth:`Model.context_states_many`:
     one pass's launches instead of one per sample, about a quarter of ``steps="auto"``'s time at 7B); on a
     CPU each runs alone (the padding would cost compute, and a sample's result then does not depend on
@@ -124,12 +126,18 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
 
     Returns:
         ``(units, prefix)``: one :class:`Unit` per answer token of every sample, in order, and the
-        :class:`PaddedPrefix` with one row per sample.
+        :class:`PaddedPrefix` with one row per distinct run (samples with the same tokens and scored positions share
+        one, e.g. SIG's words of a query).
     """
     units = []
     states_names = [get_site("resid_pre").hook_name(int(l)) for l in layers]
-    seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in items]
-    firsts = [max(len(p_ids) - 1, 0) for p_ids, _ in items]  # the positions whose next token is scored start here
+    all_seqs = [[int(x) for x in (*p_ids, *t_ids[:-1])] for p_ids, t_ids in items]
+    all_firsts = [max(len(p_ids) - 1, 0) for p_ids, _ in items]  # the positions whose next token is scored start here
+    # samples with the same run (SIG's words of one query: the same prompt, other baselines) share one clean run
+    run_of: dict[tuple[tuple[int, ...], int], int] = {}
+    which = [run_of.setdefault((tuple(q), f), len(run_of)) for q, f in zip(all_seqs, all_firsts)]
+    seqs = [list(q) for q, _ in run_of]
+    firsts = [f for _, f in run_of]
     if one_pass if one_pass is not None else runtime_device.one_pass_default(model):
         runs, prefix = model.context_states_many(seqs, hook_names, states_names, firsts)  # one padded pass
     else:
@@ -140,18 +148,20 @@ def make_units(model: Model, items: Sequence[tuple[Sequence[int], Sequence[int]]
             parts.append((cache, len(seq)))
         prefix = model.stack_prefixes(parts)
     probs = []  # every unit's clean probability, read back to the host in one copy (not one sync per unit)
-    for (p_ids, t_ids), first, (_, _, logits) in zip(items, firsts, runs):
-        at = torch.arange(len(p_ids) - 1, len(p_ids) + len(t_ids) - 1) - first
+    for (p_ids, t_ids), r in zip(items, which):
+        logits = runs[r][2]
+        at = torch.arange(len(p_ids) - 1, len(p_ids) + len(t_ids) - 1) - firsts[r]
         tid = torch.tensor([int(x) for x in t_ids], device=logits.device)
         probs.append(logits[at.to(logits.device)].float().softmax(-1).gather(-1, tid[:, None])[:, 0])
     p_clean = torch.cat(probs).tolist() if probs else []
-    for k, ((p_ids, t_ids), seq, (acts, states, _)) in enumerate(zip(items, seqs, runs)):
+    for k, ((p_ids, t_ids), r) in enumerate(zip(items, which)):
+        seq, (acts, states, _) = seqs[r], runs[r]
         own = baselines[k] if baselines is not None and baselines[k] is not None else baseline
         for t, tid in enumerate(t_ids):
             pos = len(p_ids) + t - 1
             w_bar = acts[pos]
             base = torch.zeros_like(w_bar) if own is None else own[list(layers)].to(w_bar)
-            units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base, p_clean[len(units)], k, states[pos]))
+            units.append(Unit(tuple(seq[: pos + 1]), int(tid), w_bar, base, p_clean[len(units)], r, states[pos]))
     return units, prefix
 
 

@@ -77,12 +77,7 @@ def masked_baselines(model: Model, ids: Sequence[int], mask_id: int, site: str =
     Returns:
         ``[n_words, n_layers, d_mlp]`` float32: row ``i`` is the prompt with token ``i`` masked.
     """
-    n = len(ids)
-    toks = torch.tensor([list(ids)] * n, dtype=torch.long, device=model.device)
-    toks[torch.arange(n), torch.arange(n)] = mask_id
-    s = get_site(site)
-    names = [s.hook_name(l) for l in range(model.n_layers)]
-    return model.last_position_activations(toks, names)[0].float()
+    return masked_baselines_many(model, [ids], mask_id, site)[0]  # one prompt: no padding, the same batch
 
 
 MASK_ROWS = 1024

@@ -66,8 +66,9 @@ def _word_ig(model: Model, context: list[int], tid: int, pos: int, clean: Tensor
 def words_one_fact(
     model: Model, p_ids: list[int], t_ids: list[int], bases: Float[Tensor, "word layer d"], names: Sequence[str],
     layers: Sequence[int], cfg: IGConfig,
-) -> tuple[Float[Tensor, "target word layer d_mlp"], Float[Tensor, "target word layer"], Float[Tensor, " target"]]:
-    """``(attr, p_base, p_clean)`` of :func:`tlcap.attribution.amig.word_attributions` for one fact, word by word
+) -> tuple[Float[Tensor, "target word layer d_mlp"], Float[Tensor, "target word layer"], Float[Tensor, " target"],
+           Float[Tensor, "target layer d_mlp"]]:
+    """``(attr, p_base, p_clean, acts)`` of :func:`tlcap.attribution.amig.word_attributions` for one fact, word by word
     (``bases``: the all-``<eos>`` sentence's activations of the scored layers, per word).
 
     Args:
@@ -80,8 +81,9 @@ def words_one_fact(
         cfg: The settings (exact IG, ``steps`` nodes per word and layer).
 
     Returns:
-        ``(attr, p_base, p_clean)``: ``[target, word, n_layers, d_mlp]`` attribution, ``[target, word, n_layers]``
-        P(target) at the baseline (zero outside ``layers``) and ``[target]`` clean probability, float32.
+        ``(attr, p_base, p_clean, acts)``: ``[target, word, n_layers, d_mlp]`` attribution, ``[target, word, n_layers]``
+        P(target) at the baseline (zero outside ``layers``), ``[target]`` clean probability and ``[target, n_layers,
+        d_mlp]`` clean activations at each target's scored position (its context's last word), float32.
     """
     n_ctx = len(p_ids) + len(t_ids) - 1
     L, d = model.n_layers, model.d_mlp
@@ -89,17 +91,19 @@ def words_one_fact(
     attr = torch.zeros(len(t_ids), n_ctx, L, d, dtype=torch.float64)
     p_base = torch.zeros(len(t_ids), n_ctx, L, dtype=torch.float64)
     p_clean = torch.zeros(len(t_ids), dtype=torch.float64)
+    acts = torch.zeros(len(t_ids), L, d)
     for t, tid in enumerate(t_ids):
         context = p_ids + t_ids[:t]
         toks = torch.tensor([context], device=model.device)
         clean = _record_all(model, toks, names)
+        acts[t, li] = clean[len(context) - 1].float().cpu()
         with torch.no_grad():
             p_clean[t] = float(model.last_logits(toks)[0].float().softmax(-1)[tid])
         for i in range(len(context)):
             a, pb = _word_ig(model, context, tid, i, clean[i], bases[i].to(clean), names, li, cfg)
             attr[t, i, li] = a
             p_base[t, i, li] = pb
-    return attr.float(), p_base.float(), p_clean.float()
+    return attr.float(), p_base.float(), p_clean.float(), acts
 
 
 __all__ = ["words_one_fact"]

@@ -274,12 +274,30 @@ LOCALIZE_WINDOW = 8
 """Facts localized together by ``ql.localize.*`` (their queries' rows share batches; saved fact by fact)."""
 
 
+def sig_clean_runs(lens: Sequence[int], batch: int = PROMPT_BATCH) -> list[list[int]]:
+    """The queries (indices into ``lens``) whose clean run each of SIG's calls makes, one list per call.
+
+    :func:`~tlcap.attribution.sig.sig_facts` runs every (query, word) pair as one fact, ``batch`` pairs per call of
+    :func:`~tlcap.attribution.ig.integrated_gradients_facts`, and a call runs each distinct query once
+    (:func:`~tlcap.attribution.grouped.make_units`), so a call's clean runs are the queries its pairs belong to.
+
+    Args:
+        lens: The token count (= words) of each query, in order.
+        batch: Pairs per call.
+
+    Returns:
+        Per call, the indices of the queries it runs.
+    """
+    owner = [q for q, n in enumerate(lens) for _ in range(int(n))]
+    return [sorted(set(owner[s:s + batch])) for s in range(0, len(owner), batch)]
+
+
 def localize_passes(method: str, windows: Sequence[Sequence[int]], rows: bool = False) -> int:
     """The no-grad forward passes of ``ql.localize.<method>`` (clean runs and baselines; the IG rows apart).
 
-    Per query on a CPU: IG its clean run; SIG its masked baselines (one batch) and the clean run of each of its
-    (query, word) pairs; AMIG (words ``"all"``) its clean run, its all-``<eos>`` baseline and the clean run of the
-    one-step IG that labels its result. On an accelerator (``rows=True``) a call's clean runs are one padded pass
+    Per query on a CPU: IG its clean run; SIG its masked baselines (one batch) and its clean run once in each call
+    its (query, word) pairs fall in (:func:`sig_clean_runs`); AMIG (words ``"all"``) its clean run and its
+    all-``<eos>`` baseline. On an accelerator (``rows=True``) a call's clean runs are one padded pass
     per :data:`~tlcap.attribution.methods.PROMPT_BATCH` items, SIG's masked rows of a window one pass per
     :data:`~tlcap.attribution.sig.MASK_ROWS` and AMIG's baselines one sentence per chunk (tested against counted
     runs, ``test_ql_localize_passes_are_the_counted_ones``).
@@ -296,11 +314,12 @@ def localize_passes(method: str, windows: Sequence[Sequence[int]], rows: bool = 
     for w in windows:
         words = sum(int(x) for x in w)
         if not rows:
-            n += len(w) if method == "ig" else len(w) + words if method == "sig" else 3 * len(w)
+            n += len(w) if method == "ig" else 2 * len(w) if method == "amig" else \
+                len(w) + sum(len(c) for c in sig_clean_runs(w))
         elif method == "sig":
             n += math.ceil(words / MASK_ROWS) + math.ceil(words / PROMPT_BATCH)
         else:
-            n += math.ceil(len(w) / PROMPT_BATCH) * (1 if method == "ig" else 3)
+            n += math.ceil(len(w) / PROMPT_BATCH) * (1 if method == "ig" else 2)
     return n
 
 
@@ -315,13 +334,14 @@ def _localize_work(ctx: StageContext) -> Workload:
     for s in range(0, len(facts), LOCALIZE_WINDOW):  # a window of facts: its queries' rows share passes
         window_items = 0.0
         lens = [n_tokens(m, q) for f in facts[s:s + LOCALIZE_WINDOW] for q in f.queries]
+        if cfg.method == "sig":  # each call's distinct queries' clean runs (the (query, word) pairs share them)
+            toks += sum(lens[q] for c in sig_clean_runs(lens) for q in c)
         for n in lens:
             per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
             # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
             rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
-            # clean runs (SIG: one per (query, word) pair) and baselines (SIG: a masked row per word; AMIG: the
-            # <eos> sentence and the one-step IG's clean run)
-            toks += n if cfg.method == "ig" else 2 * n * n if cfg.method == "sig" else 3 * n
+            # clean runs (SIG: above) and baselines (SIG: a masked row per word; AMIG: the <eos> sentence)
+            toks += n if cfg.method == "ig" else n * n if cfg.method == "sig" else 2 * n
             window_items += n if cfg.method == "sig" else 1  # a (query, word) pair (SIG) or a query
         items += math.ceil(window_items / PROMPT_BATCH)  # localize_prompts' calls of up to PROMPT_BATCH items
         windows.append(lens)
@@ -462,4 +482,5 @@ def ql_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None)
     return stages
 
 
-__all__ = ["FactSet", "FactsConfig", "LocalizeConfig", "EditConfig", "ql_stages", "locs_of", "facts_of", "METHODS"]
+__all__ = ["sig_clean_runs", "FactSet", "FactsConfig", "LocalizeConfig", "EditConfig", "ql_stages", "locs_of", "facts_of",
+           "METHODS"]

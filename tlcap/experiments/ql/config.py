@@ -166,7 +166,8 @@ class SynapseConfig(Config):
         skip_first: Leave position 0 (the attention sink) out of predominance and synapses.
         irrelevant_prompt: Take the irrelevant synapses S_ir from this prompt instead of
             another fact's query (``None``: another fact).
-        heatmap_fact: Fact whose KN activations are drawn (Figs. 1, 7, 10), ``>= 0``.
+        heatmap_fact: Fact whose KN activations are drawn (Figs. 1, 7, 10), ``>= 0``; ``None`` (default): the
+            first fact in K_I or K_II with knowledge neurons (an excluded fact has no rows to draw).
         heatmap_max_cols: Most KNs in that heatmap, ``>= 1``.
         seed: Seed of the irrelevant fact and query drawn for each query, ``>= 0``.
     """
@@ -175,7 +176,7 @@ class SynapseConfig(Config):
     factor: float = 2.0
     skip_first: bool = True
     irrelevant_prompt: str | None = None
-    heatmap_fact: int = 0
+    heatmap_fact: int | None = None
     heatmap_max_cols: int = 40
     seed: int = 0
 
@@ -185,7 +186,8 @@ class SynapseConfig(Config):
         check_bool("skip_first", self.skip_first, cli="--keep-first")
         if self.irrelevant_prompt is not None:
             check_str("irrelevant_prompt", self.irrelevant_prompt, cli=None)
-        check_int("heatmap_fact", self.heatmap_fact, min=0, cli=None)
+        if self.heatmap_fact is not None:
+            check_int("heatmap_fact", self.heatmap_fact, min=0, cli=None)
         check_int("heatmap_max_cols", self.heatmap_max_cols, min=1, cli=None)
         check_int("seed", self.seed, min=0)
 

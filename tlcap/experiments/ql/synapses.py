@@ -362,7 +362,8 @@ def synapse_experiment(
             plans.append((fi, i, edits))
             # the unedited run and the four edits, each a row of the query (scale_synapses_rows)
             jobs.append((q, tid, sets_i[i], [None] + [e[2] for e in edits], [1.0] + [e[4] for e in edits]))
-    keep = [fi == cfg.heatmap_fact for fi, _, _ in plans]  # activations: the heatmap fact's only
+    hf = heatmap_fact_of(locs, groups, cfg.heatmap_fact)
+    keep = [fi == hf for fi, _, _ in plans]  # activations: the heatmap fact's only
     if rows_path:
         results = _kn_value_probs(model, jobs, keep=keep)
         bar.update(len(jobs))
@@ -381,7 +382,7 @@ def synapse_experiment(
         union = fk.global_set()
         idx_l: list[int] = []
         idx_j: list[int] = []
-        if fi == cfg.heatmap_fact and len(union):
+        if fi == hf and len(union):
             order = fk.scores.max(0).values[union.mask()].argsort(descending=True)[: cfg.heatmap_max_cols]
             cols_n = [union.neurons[int(o)] for o in order]
             heat_cols = [f"L{l}.{j}" for l, j in cols_n]
@@ -404,9 +405,32 @@ def synapse_experiment(
     bar.close()
     hv = torch.stack(heat_vals) if heat_vals else None
     method = locs[0].method if locs else "ig"
-    prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method})
+    prov = Provenance.collect(model, config={**cfg.to_dict(), "method": method, "heatmap_fact_drawn": hf})
     return SynapseResult(tuple(rows), tuple(pred), hv, tuple(heat_rows), tuple(heat_cols), cfg.alpha, cfg.factor,
                          tuple(groups), method, provenance=prov)
 
 
-__all__ = ["PATTERN_ROWS", "SYN_ROWS", "PredominanceRow", "SynapseEditRow", "SynapseResult", "synapse_experiment"]
+def heatmap_fact_of(locs: Sequence[Any], groups: Sequence[str], asked: int | None) -> int | None:
+    """The fact whose KN activations the heatmap draws: ``asked``, or the first fact in K_I / K_II with knowledge neurons.
+
+    Args:
+        locs: The facts' localizations (:class:`FactKNs`; anything with ``global_set()``).
+        groups: Each fact's group (``EXCLUDED``: fewer than 3 queries, no rows).
+        asked: ``SynapseConfig.heatmap_fact`` (``None``: the first such fact).
+
+    Returns:
+        The fact's index, or ``None`` when no fact has rows and neurons (no heatmap is drawn).
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> sets = [NS(global_set=lambda n=n: [0] * n) for n in (3, 0, 2)]
+        >>> heatmap_fact_of(sets, ["excluded", "K_I", "K_II"], None), heatmap_fact_of(sets, ["K_I"] * 3, 1)
+        (2, 1)
+    """
+    if asked is not None:
+        return int(asked)
+    return next((fi for fi, (fk, grp) in enumerate(zip(locs, groups)) if grp != EXCLUDED and len(fk.global_set())), None)
+
+
+__all__ = ["PATTERN_ROWS", "heatmap_fact_of", "SYN_ROWS", "PredominanceRow",
+           "SynapseEditRow", "SynapseResult", "synapse_experiment"]
