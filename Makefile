@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c "from tlcap.models import smollm2_float32_dir as f; print('offline model cached at', f())"
 	touch $(STAMP)
 
-# `make test`: the fast gate first (`make unit`: the unit tier without the `heavy` modules, 2.5–5 min,
+# `make test`: the fast gate first (`make unit`: the unit tier without the `heavy` modules, 2.5–7 min,
 # so a broken commit fails in minutes), then the rest of the main suite (the `heavy` unit modules and
 # the integration tier on SmolLM2 with the notebooks), every `>>>` example in tlcap as a doctest
 # (namespace: conftest.py), and the tl39-marked tests in .venv39 with TransformerLens 3.9
