@@ -39,6 +39,7 @@ from tlcap.attribution.batched import fact_tokens
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.grouped import Unit, ig_units
 from tlcap.attribution.ig import NeuronAttribution, integrated_gradients_facts
+from tlcap.attribution.neuron_attribution import target_labels
 from tlcap.attribution.quadrature import quadrature
 from tlcap.attribution.word_ig import words_one_fact
 from tlcap.config import check_choice, check_int
@@ -400,8 +401,7 @@ def _words_result(model: Model, prompt: str, target: str | Sequence[int], a: Ten
     return NeuronAttribution(
         scores=a.double().sum(1).mean(0).float(), prob_full=p_full.float(), prob_baseline=(p_full - delta).float(),
         layer_sums=a.double().sum((1, 3)).float(), activations=acts, prompt=prompt,
-        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
-        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
+        **target_labels(model, target, t_ids),
         model_name=model.name, site=cfg.site, method=cfg.method, steps=cfg.steps, rule=cfg.rule, layers=tuple(layers),
         provenance=prov,
     )

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from tlcap.attribution.config import IGConfig
 from tlcap.attribution.grouped import UnitsIG, ig_units, make_units
-from tlcap.attribution.neuron_attribution import NeuronAttribution
+from tlcap.attribution.neuron_attribution import NeuronAttribution, target_labels
 from tlcap.attribution.quadrature import quadrature
 from tlcap.models.adapter import Model
 from tlcap.provenance import Provenance
@@ -113,8 +113,7 @@ def _result(model: Model, prompt: str, target: Any, t_ids: list[int], units: Seq
     return NeuronAttribution(
         scores=scores.mean(0).float(), prob_full=p_full.float(), prob_baseline=p_base.float(),
         layer_sums=scores.sum(-1).float(), activations=acts, prompt=prompt,
-        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
-        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
+        **target_labels(model, target, t_ids),
         model_name=model.name, site=cfg.site, method=cfg.method, steps=steps, rule=cfg.rule, layers=tuple(li),
         meta=meta, provenance=prov,
     )

@@ -31,6 +31,7 @@ from tlcap.attribution.neuron_attribution import (
     NeuronAttribution,
     NeuronScoreRow,
     Rule,
+    target_labels,
 )
 from tlcap.attribution.quadrature import RULES, quadrature
 from tlcap.attribution.staged import staged_applies
@@ -132,8 +133,7 @@ def integrated_gradients(
         layer_sums=sums.float(),
         activations=acts_all,
         prompt=prompt,
-        target=target if isinstance(target, str) else model.decode(t_ids) if model.has_tokenizer else "",
-        target_tokens=tuple(model.to_str_tokens(t_ids)) if model.has_tokenizer else tuple(str(i) for i in t_ids),
+        **target_labels(model, target, t_ids),
         model_name=model.name,
         site=cfg.site,
         method=cfg.method,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -206,4 +207,20 @@ class NeuronAttribution(Result):
         return neuron_heatmap(self.scores, **kwargs)
 
 
-__all__ = ["CompletenessRow", "Method", "NeuronAttribution", "NeuronScoreRow", "Rule", "SUMMARY_TOP"]
+def target_labels(model: Any, target: Any, t_ids: Sequence[int]) -> dict[str, Any]:
+    """A result's ``target`` and ``target_tokens`` fields: the answer as given (or decoded from its ids) and its tokens.
+
+    Args:
+        model: The model (its tokenizer, when it has one).
+        target: The answer as the caller gave it: a string or its token ids.
+        t_ids: Its token ids.
+
+    Returns:
+        ``{"target": ..., "target_tokens": ...}`` for :class:`NeuronAttribution` (ids as strings without a tokenizer).
+    """
+    tok = model.has_tokenizer
+    return {"target": target if isinstance(target, str) else model.decode(t_ids) if tok else "",
+            "target_tokens": tuple(model.to_str_tokens(t_ids)) if tok else tuple(str(i) for i in t_ids)}
+
+
+__all__ = ["CompletenessRow", "Method", "NeuronAttribution", "NeuronScoreRow", "Rule", "SUMMARY_TOP", "target_labels"]
