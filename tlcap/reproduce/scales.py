@@ -2,9 +2,10 @@
 
 - ``smoke``: seconds per stage on a tiny model, a few minutes for SmolLM2-135M on a 2-core CPU;
   it checks that every stage runs and every table has rows, not the papers' findings.
-- ``cpu``: at most ~2 hours on a 2-core CPU (predict it with ``--dry-run``) with sizes chosen
+- ``cpu``: about 4–5 hours of stage time on a 2-core CPU (predict it with ``--dry-run``) with sizes chosen
   for statistical power: QL on ≥ 100 facts over ≥ 8 relations, CNL locating on ≥ 200 samples
-  per dataset, ≥ 20 matched random sets for every "located vs random" p-value.
+  per dataset, 200 matched random sets for every "located vs random" p-value (two-sided floor 2/201), the
+  perplexity control's included.
 - ``full``: the papers' sizes (CNL §5.3: 1600 GSM8K, 2400 Emotion, 1200 Code25K → MBPP's 974,
   700 Meta_Math → SVAMP, 800 IMDB; all ParaRel facts) for a GPU or ``torchrun``.
 
@@ -200,7 +201,7 @@ SCALES: dict[str, ScaleConfig] = {
     "cpu": ScaleConfig(
         name="cpu", cnl_locate_n=200, cnl_ig=IGConfig(steps=4, rule="gauss_legendre"), cnl_max_answer_tokens=1, cnl_groups=20,
         cnl_eval_n=128, cnl_eval_n_code=10, cnl_eval_datasets=("emotion", "mbpp"), n_random=200, cnl_ppl_texts=4,
-        cnl_ppl_n_random=50,
+        cnl_ppl_n_random=200,
         cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_ig=IGConfig(steps=4, rule="gauss_legendre"),
         cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
         cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
