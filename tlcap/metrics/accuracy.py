@@ -13,7 +13,11 @@
   argmax. Model-written code is never executed.
 
 All functions take ``hooks`` (activation interventions) and see weight edits already applied
-to the model, so the same call measures base, erased and fine-tuned models. A sample whose prompt
+to the model, so the same call measures base, erased and fine-tuned models. On an accelerator
+:func:`task_accuracy` without ``hooks`` runs the samples as rows of a few passes: a number task's
+:data:`GEN_ROWS` prompts per generation batch, a choice or code task's teacher-forced rows as
+:func:`~tlcap.metrics.set_scores.erased_scores` runs them (the shared prompt prefix once); on a CPU
+one sample at a time. A sample whose prompt
 does not fit the context window is skipped and counted (``TaskAccuracy.n_skipped``), never
 scored. ``TaskAccuracy.summary()`` reports what the model predicted and the share of the most
 frequent gold label: a model that answers one label for everything scores exactly that share
@@ -274,6 +278,8 @@ def task_accuracy(
     eos = [eos_id] if eos_id is not None else []
     stops = ("\n\n", "Question:")
     skipped = 0
+    if t.kind != "number" and not hooks and runtime_device.one_pass_default(model):
+        return _teacher_forced_accuracy(model, t, samples, code_tokens)
     gens = (_generations(model, samples, max_new_tokens or t.max_new_tokens, eos, stops)
             if t.kind == "number" and not hooks and runtime_device.one_pass_default(model) and model.continues_rows
             else None)
@@ -295,6 +301,20 @@ def task_accuracy(
     metric = {"number": "exact match (final number)", "choice": "label by likelihood", "code": "reference token accuracy"}[t.kind]
     return TaskAccuracy(t.name, metric, sum(scores) / len(scores), tuple(scores), tuple(preds), tuple(golds),
                         n_skipped=skipped)
+
+
+def _teacher_forced_accuracy(model: Model, t: Task, samples: Sequence[Sample], code_tokens: int) -> TaskAccuracy:
+    """:func:`task_accuracy` of a choice or code task with the samples as rows of a few right-padded passes (an
+    accelerator's path): :func:`~tlcap.metrics.set_scores.erased_scores` with one empty set (their shared prompt
+    prefix run once, up to :data:`~tlcap.metrics.set_scores.ROW_TOKENS` tokens per pass); the same scores as one
+    sample at a time up to the float rounding of a batch."""
+    from tlcap.metrics.set_scores import erased_scores  # set_scores builds on this module
+    from tlcap.metrics.sets import NeuronSet
+
+    sc = erased_scores(model, t, samples, [NeuronSet((), (model.n_layers, model.d_mlp))], code_tokens=code_tokens)
+    scores = tuple(sc.scores[0].tolist())
+    return TaskAccuracy(t.name, sc.metric, sum(scores) / len(scores), scores, sc.predictions[0], sc.golds,
+                        n_skipped=sc.n_skipped)
 
 
 def _score_one(

@@ -113,6 +113,104 @@ def common_prefix(seqs: Sequence[Sequence[int]], cap: int) -> int:
     return n if n >= MIN_PREFIX else 0
 
 
+def _set_group(n_sets: int, longest: int, k_max: int, width: int) -> int:
+    """Sets per group of :func:`teacher_forced`: as many as one call of its longest item allows."""
+    return min(n_sets, max(1, min(ROW_TOKENS // longest, LOGIT_BYTES // (4 * k_max * width))))
+
+
+def _item_chunks(order: Sequence[int], lens: Sequence[int], k_reads: Sequence[int], n_sets: int,
+                 width: int) -> list[list[int]]:
+    """The items of each call of one set group: in length order, as many per call as the token and logit budgets
+    allow (``lens``: each item's tokens after the shared prefix, ``k_reads``: its read positions)."""
+    chunks: list[list[int]] = []
+    c0 = 0
+    while c0 < len(order):
+        chunk = list(order[c0:c0 + 1])
+        for i in order[c0 + 1:]:
+            cand = [*chunk, i]
+            rows_n = n_sets * len(cand)
+            if (rows_n * max(lens[j] for j in cand) > ROW_TOKENS
+                    or 4 * rows_n * max(k_reads[j] for j in cand) * width > LOGIT_BYTES):
+                break
+            chunk = cand
+        c0 += len(chunk)
+        chunks.append(chunk)
+    return chunks
+
+
+def teacher_forced_passes(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]], n_sets: int,
+                          width: int) -> int:
+    """Forward calls :func:`teacher_forced` makes for these sequences and ``n_sets`` sets (the cost model's count).
+
+    Args:
+        seqs: Token ids of each sequence.
+        reads: Positions read in each sequence.
+        n_sets: Number of sets.
+        width: Vocabulary entries kept per read position (the model's ``d_vocab``).
+
+    Returns:
+        Per set group its shared-prefix pass (if any) and one call per item chunk, summed.
+
+    Example:
+        >>> teacher_forced_passes([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7, 8]], [[5], [6]], n_sets=1, width=100)
+        2
+    """
+    pre = common_prefix(seqs, min(r[0] for r in reads))
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    lens, k_reads = [len(q) - pre for q in seqs], [len(r) for r in reads]
+    group = _set_group(n_sets, max(lens), max(k_reads), width)
+    calls = 0
+    for g0 in range(0, n_sets, group):
+        g = min(n_sets, g0 + group) - g0
+        calls += (1 if pre else 0) + len(_item_chunks(order, lens, k_reads, g, width))
+    return calls
+
+
+def teacher_forced_rows(model: Model, task: Task, samples: Sequence[Sample],
+                        code_tokens: int = CODE_TOKENS) -> tuple[list[list[int]], list[list[int]]]:
+    """The ``(sequences, read positions)`` :func:`erased_scores` runs for a choice or code task.
+
+    Args:
+        model: The model (tokenizer, context window).
+        task: A choice or code task.
+        samples: The samples (those that do not fit are skipped, as :func:`scored_items` does).
+        code_tokens: Reference tokens scored for code tasks.
+
+    Returns:
+        One sequence per scored item (choice tasks with multi-token labels: one per item and label) and the
+        positions whose logits are read.
+    """
+    items = scored_items(model, task, samples, code_tokens)
+    if task.kind == "code":
+        _, seqs, reads = _code_rows(model, items, code_tokens)
+        return seqs, reads
+    _, seqs, reads, _ = _choice_rows(model, task, items)
+    return seqs, reads
+
+
+def _choice_rows(model: Model, t: Task, items: list[tuple[int, Sample, list[int]]]
+                 ) -> tuple[list[list[list[int]]], list[list[int]], list[list[int]], list[list[int]]]:
+    """``(label ids per item, sequences, reads, targets)`` of a choice task: one row per item (every label one
+    token: its last prompt position read) or one teacher-forced row per (item, label)."""
+    c_ids = [[encode_sample(model, Sample(s.prompt, c))[1] for c in t.choices] for _, s, _ in items]
+    if all(len(c) == 1 for cs in c_ids for c in cs):
+        return c_ids, [p for _, _, p in items], [[len(p) - 1] for _, _, p in items], []
+    seqs, reads, tgt = [], [], []
+    for (_, _, p), cs in zip(items, c_ids):
+        for c in cs:
+            seqs.append(p + c[:-1])
+            reads.append(list(range(len(p) - 1, len(p) - 1 + len(c))))
+            tgt.append(c)
+    return c_ids, seqs, reads, tgt
+
+
+def _code_rows(model: Model, items: list[tuple[int, Sample, list[int]]], code_tokens: int
+               ) -> tuple[list[tuple[list[int], list[int]]], list[list[int]], list[list[int]]]:
+    """``(prompt and reference ids per item, sequences, reads)`` of a code task (teacher-forced references)."""
+    enc = [encode_sample(model, s, code_tokens) for _, s, _ in items]
+    return enc, [p + t[:-1] for p, t in enc], [list(range(len(p) - 1, len(p) - 1 + len(t))) for p, t in enc]
+
+
 def teacher_forced(
     model: Model, plan: SetFactors, seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]], reduce: Reduce,
     *, logit_width: int | None = None, progress: bool = False, desc: str = "sets",
@@ -139,8 +237,7 @@ def teacher_forced(
     longest = max(len(s) - pre for s in seqs)
     k_max = max(len(r) for r in reads)
     width = logit_width or model.d_vocab
-    budget = max(1, min(ROW_TOKENS // longest, LOGIT_BYTES // (4 * k_max * width)))
-    group = min(S, budget)
+    group = _set_group(S, longest, k_max, width)
     out = torch.zeros(S, n, dtype=torch.float64)
     tokens = 0
     for g0 in tqdm(range(0, S, group), desc=desc, disable=not progress, leave=False):
@@ -150,17 +247,7 @@ def teacher_forced(
             with model.hooks(fwd=plan.hooks(model, sets)):
                 prefix = model.prefix_cache(torch.tensor([list(seqs[0][:pre])], device=model.device).expand(len(sets), -1))
             tokens += pre * len(sets)
-        c0 = 0
-        while c0 < n:  # items in length order, as many per call as the token and logit budgets allow
-            chunk = order[c0:c0 + 1]
-            for i in order[c0 + 1:]:
-                cand = [*chunk, i]
-                rows_n = len(sets) * len(cand)
-                if (rows_n * max(len(seqs[j]) - pre for j in cand) > ROW_TOKENS
-                        or 4 * rows_n * max(len(reads[j]) for j in cand) * width > LOGIT_BYTES):
-                    break
-                chunk = cand
-            c0 += len(chunk)
+        for chunk in _item_chunks(order, [len(q) - pre for q in seqs], [len(r) for r in reads], len(sets), width):
             rows = [list(seqs[i][pre:]) for _ in range(len(sets)) for i in chunk]
             k = max(len(reads[i]) for i in chunk)
             pos = [[p - pre for p in reads[i]] + [reads[i][-1] - pre] * (k - len(reads[i])) for i in chunk]
@@ -176,25 +263,18 @@ def teacher_forced(
 def _choice(model: Model, t: Task, items: list[tuple[int, Sample, list[int]]], plan: SetFactors,
             progress: bool) -> tuple[Tensor, list[list[str]], int]:
     """Scores and predicted labels of a choice task (module docstring)."""
-    c_ids = [[encode_sample(model, Sample(s.prompt, c))[1] for c in t.choices] for _, s, _ in items]
+    c_ids, seqs, reads, tgt = _choice_rows(model, t, items)
     golds = torch.tensor([[float(c.strip() == s.gold.strip()) for c in t.choices] for _, s, _ in items])
-    if all(len(c) == 1 for cs in c_ids for c in cs):
+    if not tgt:  # every label one token
         labels = torch.tensor([[c[0] for c in cs] for cs in c_ids])
 
         def pick(logits: Tensor, idx: Tensor) -> Tensor:
             lp = logits[:, 0].float().log_softmax(-1)
             return lp.gather(1, labels[idx].to(lp.device)).argmax(1).double()
 
-        picks, tokens = teacher_forced(model, plan, [p for _, _, p in items], [[len(p) - 1] for _, _, p in items], pick,
-                                       progress=progress, desc=f"erased {t.name}")
+        picks, tokens = teacher_forced(model, plan, seqs, reads, pick, progress=progress, desc=f"erased {t.name}")
         picks = picks.long()
     else:  # teacher-forced rows per (item, label): the label's total log-likelihood
-        seqs, reads, tgt = [], [], []
-        for (_, _, p), cs in zip(items, c_ids):
-            for c in cs:
-                seqs.append(p + c[:-1])
-                reads.append(list(range(len(p) - 1, len(p) - 1 + len(c))))
-                tgt.append(c)
         k = max(len(c) for c in tgt)
         targets = torch.tensor([c + [c[-1]] * (k - len(c)) for c in tgt])
         real = torch.tensor([[1.0] * len(c) + [0.0] * (k - len(c)) for c in tgt])
@@ -213,7 +293,7 @@ def _choice(model: Model, t: Task, items: list[tuple[int, Sample, list[int]]], p
 
 def _code(model: Model, items: list[tuple[int, Sample, list[int]]], plan: SetFactors, code_tokens: int,
           progress: bool) -> tuple[Tensor, list[list[str]], int]:
-    enc = [encode_sample(model, s, code_tokens) for _, s, _ in items]
+    enc, seqs, reads = _code_rows(model, items, code_tokens)
     k = max(len(t) for _, t in enc)
     targets = torch.tensor([t + [t[-1]] * (k - len(t)) for _, t in enc])
     real = torch.tensor([[1.0] * len(t) + [0.0] * (k - len(t)) for _, t in enc])
@@ -223,8 +303,6 @@ def _code(model: Model, items: list[tuple[int, Sample, list[int]]], plan: SetFac
         m = real[idx][:, : pred.shape[1]]
         return ((pred == targets[idx][:, : pred.shape[1]]).double() * m).sum(1) / m.sum(1)
 
-    seqs = [p + t[:-1] for p, t in enc]
-    reads = [list(range(len(p) - 1, len(p) - 1 + len(t))) for p, t in enc]
     scores, tokens = teacher_forced(model, plan, seqs, reads, hits, progress=progress, desc="erased code")
     return scores, [[""] * len(items) for _ in range(len(plan))], tokens
 

@@ -39,7 +39,7 @@ from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
 from tlcap.experiments.cnl.erase import located_accuracy
 from tlcap.metrics.accuracy import CODE_TOKENS, GEN_ROWS, task_accuracy
-from tlcap.metrics.set_scores import common_prefix
+from tlcap.metrics.set_scores import common_prefix, teacher_forced_passes, teacher_forced_rows
 from tlcap.reproduce.cost import (
     ModelShape,
     Workload,
@@ -196,10 +196,15 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
             generate(shape, n * t.max_new_tokens, longest + t.max_new_tokens / 2),
             gen_steps=math.ceil(n / GEN_ROWS) * t.max_new_tokens,
             gen_bytes=shape.sequence_bytes(min(n, GEN_ROWS) * (longest + t.max_new_tokens)))
-    elif t.kind == "code":
-        w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS, n)
-    else:
-        w = forward(shape, sum(lens), longest / 2, longest, n)
+    else:  # on an accelerator the samples are rows of teacher-forced passes (their shared prefix once), counted here;
+        # the FLOPs stay one sample at a time's (an upper bound there)
+        if t.kind == "code":
+            w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS, n)
+        else:
+            w = forward(shape, sum(lens), longest / 2, longest, n)
+        if samples:
+            seqs, reads = teacher_forced_rows(model, t, samples, CODE_TOKENS)
+            w = replace(w, accelerator_passes={"fwd_token": float(teacher_forced_passes(seqs, reads, 1, model.d_vocab) - n)})
     return w.scaled(times)
 
 
