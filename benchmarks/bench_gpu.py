@@ -17,7 +17,9 @@ One call measures, on ``--device`` (default CUDA when available) and each ``--dt
   samples), seconds per prompt; ``eap``: EAP (1 step) and EAP-IG (5 steps), seconds per prompt;
   across facts (``--facts-batch`` facts per call, their rows sharing batches): ``kn_facts_batched``
   (KN exact IG, ``integrated_gradients_facts``), ``ql_amig_batched`` (QL's AMIG over every word,
-  ``amig_facts``) and ``trace_facts_batched`` (``causal_trace_facts``), facts/s with FLOPs per fact.
+  ``amig_facts``) and ``trace_facts_batched`` (``causal_trace_facts``), facts/s with FLOPs per fact;
+  ``accuracy_batched``: Emotion ``task_accuracy`` one forward call per sample against the samples as rows of
+  teacher-forced passes (seconds per sample, speed-up, equal scores).
 - On the Llama-2-7B shape in bf16 (``llama-7b-shape``, timing only): ``kn`` and ``cnl`` (and the
   three across-facts sections) as above on a handful of samples, with the CNL time extrapolated to GSM8K's 7,473 training samples.
 
@@ -266,6 +268,27 @@ def bench_trace_facts_batched(model: Model, n: int, samples: int, batch: int, ca
     return _per_fact(run_timed(fns, model.device, cap), fns[0], peak, batch) | {"noise_samples": samples, "unit": "fact"}
 
 
+def bench_accuracy_batched(model: Model, batch: int, cap: float) -> dict[str, Any]:
+    """``task_accuracy`` of ``8 · batch`` Emotion test samples: one forward call per sample (the CPU's path) against the
+    samples as rows of teacher-forced passes (the accelerator's, ``erased_scores`` with one empty set); both
+    timed after a warm-up, the scores compared."""
+    from unittest import mock
+
+    from tlcap.metrics.accuracy import task_accuracy
+    from tlcap.runtime import device as runtime_device
+
+    samples = load_task("emotion", split="test", n=8 * max(1, batch))
+    out: dict[str, Any] = {"unit": "sample", "samples": len(samples)}
+    for path, policy in (("per_sample", False), ("batched", True)):
+        with mock.patch.object(runtime_device, "one_pass_default", lambda m, p=policy: p):
+            res = run_timed([lambda: task_accuracy(model, "emotion", samples)] * 2, model.device, cap)
+            out[f"{path}_scores"] = list(task_accuracy(model, "emotion", samples).scores)
+        out[path] = {"seconds_per_sample": res["seconds"] / len(samples), "peak_gib": res["peak_gib"]}
+    out["speedup"] = out["per_sample"]["seconds_per_sample"] / max(out["batched"]["seconds_per_sample"], 1e-12)
+    out["scores_equal"] = out.pop("per_sample_scores") == out.pop("batched_scores")
+    return out
+
+
 def bench_trace(model: Model, n: int, samples: int, cap: float) -> dict[str, Any]:
     prompt, subject = TRACE
     fns = [lambda: causal_trace(model, prompt, subject, samples=samples) for _ in range(n + 1)]
@@ -475,6 +498,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             lambda: bench_ql_amig_batched(big, 1, args.steps, args.facts_batch, cap, peak))
                 rep.section(("llama7b_shape", "bfloat16", "trace_facts_batched"),
                             lambda: bench_trace_facts_batched(big, 1, args.trace_samples, args.facts_batch, cap, peak))
+            rep.section(("llama7b_shape", "bfloat16", "accuracy_batched"),
+                        lambda: bench_accuracy_batched(big, args.cnl_batch, cap))
             del big
         holder.clear()
         if device.type == "cuda":

@@ -11,7 +11,7 @@ Sections in priority order (what matters most runs first, so a run cut short kee
 5. ``calibration``: the ``tlcap reproduce`` probe on both shapes, written to
    ``<out>.calibration.json`` (replay it anywhere: ``tlcap reproduce ... --dry-run --calibration FILE``);
 6. the batched-across-facts sections of ``bench_gpu`` when it has them (``kn_facts_batched``,
-   ``ql_amig_batched``, ``trace_facts_batched``: called by name with the arguments their signatures
+   ``ql_amig_batched``, ``trace_facts_batched``, ``accuracy_batched``: called by name with the arguments their signatures
    ask for), on both shapes;
 7. ``cnl_exact_ig`` (one sample at a time) on both shapes; ``causal_trace``, ``eap``, ``eap_ig5`` on
    the SmolLM2 shape;
@@ -55,7 +55,7 @@ from tlcap.rows import row_dict
 from tlcap.runtime.plateau import cached_plateaus
 
 ROOT = Path(__file__).resolve().parent.parent
-BATCHED_SECTIONS = ("kn_facts_batched", "ql_amig_batched", "trace_facts_batched")
+BATCHED_SECTIONS = ("kn_facts_batched", "ql_amig_batched", "trace_facts_batched", "accuracy_batched")
 
 
 class SectionTimeout(Exception):

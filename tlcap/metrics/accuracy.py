@@ -279,7 +279,7 @@ def task_accuracy(
     stops = ("\n\n", "Question:")
     skipped = 0
     if t.kind != "number" and not hooks and runtime_device.one_pass_default(model):
-        return _teacher_forced_accuracy(model, t, samples, code_tokens)
+        return _teacher_forced_accuracy(model, t, samples, code_tokens, progress)
     gens = (_generations(model, samples, max_new_tokens or t.max_new_tokens, eos, stops)
             if t.kind == "number" and not hooks and runtime_device.one_pass_default(model) and model.continues_rows
             else None)
@@ -303,7 +303,8 @@ def task_accuracy(
                         n_skipped=skipped)
 
 
-def _teacher_forced_accuracy(model: Model, t: Task, samples: Sequence[Sample], code_tokens: int) -> TaskAccuracy:
+def _teacher_forced_accuracy(model: Model, t: Task, samples: Sequence[Sample], code_tokens: int,
+                             progress: bool = False) -> TaskAccuracy:
     """:func:`task_accuracy` of a choice or code task with the samples as rows of a few right-padded passes (an
     accelerator's path): :func:`~tlcap.metrics.set_scores.erased_scores` with one empty set (their shared prompt
     prefix run once, up to :data:`~tlcap.metrics.set_scores.ROW_TOKENS` tokens per pass); the same scores as one
@@ -311,7 +312,8 @@ def _teacher_forced_accuracy(model: Model, t: Task, samples: Sequence[Sample], c
     from tlcap.metrics.set_scores import erased_scores  # set_scores builds on this module
     from tlcap.metrics.sets import NeuronSet
 
-    sc = erased_scores(model, t, samples, [NeuronSet((), (model.n_layers, model.d_mlp))], code_tokens=code_tokens)
+    sc = erased_scores(model, t, samples, [NeuronSet((), (model.n_layers, model.d_mlp))], code_tokens=code_tokens,
+                       progress=progress)
     scores = tuple(sc.scores[0].tolist())
     return TaskAccuracy(t.name, sc.metric, sum(scores) / len(scores), scores, sc.predictions[0], sc.golds,
                         n_skipped=sc.n_skipped)
