@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,14 +48,14 @@ from tqdm.auto import tqdm
 
 from tlcap.data.tasks import Sample, Task, encode_sample, get_task
 from tlcap.errors import EmptyDatasetError, PromptTooLongError
+from tlcap.metrics.answers import CODE_TOKENS, cut_at_stops, extract_number, same_number
+from tlcap.metrics.set_scores import erased_scores
+from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import HookList, Model
 from tlcap.results import Result
 from tlcap.rows import frame
 from tlcap.runtime import device as runtime_device
 from tlcap.viz.cnl import accuracy_figure
-
-CODE_TOKENS = 64
-_NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -162,39 +161,6 @@ def greedy_generate(
         The generated token ids (without the prompt).
     """
     return model.generate(prompt_ids, max_new_tokens, hooks, stop_ids, stop_text, use_cache)
-
-
-def extract_number(text: str) -> str | None:
-    """The answer number in a generation: after "The answer is", after "####", else the last one.
-
-    Args:
-        text: The generated text.
-
-    Returns:
-        The number as a string without thousands commas, or None when the text has none.
-    """
-    for pat in (r"[Tt]he answer is\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", r"####\s*(-?\d[\d,]*(?:\.\d+)?)"):
-        m = re.search(pat, text)
-        if m:
-            return m.group(1).replace(",", "")
-    nums = _NUM.findall(text)
-    return nums[-1].replace(",", "").rstrip(".") if nums else None
-
-
-def _same_number(a: str | None, b: str) -> bool:
-    if a is None:
-        return False
-    try:
-        return abs(float(a) - float(b.replace(",", ""))) < 1e-6
-    except ValueError:
-        return False
-
-
-def _cut(text: str, stops: Sequence[str]) -> str:
-    for s in stops:
-        if s in text:
-            text = text[: text.index(s)]
-    return text
 
 
 @torch.no_grad()
@@ -309,9 +275,6 @@ def _teacher_forced_accuracy(model: Model, t: Task, samples: Sequence[Sample], c
     accelerator's path): :func:`~tlcap.metrics.set_scores.erased_scores` with one empty set (their shared prompt
     prefix run once, up to :data:`~tlcap.metrics.set_scores.ROW_TOKENS` tokens per pass); the same scores as one
     sample at a time up to the float rounding of a batch."""
-    from tlcap.metrics.set_scores import erased_scores  # set_scores builds on this module
-    from tlcap.metrics.sets import NeuronSet
-
     sc = erased_scores(model, t, samples, [NeuronSet((), (model.n_layers, model.d_mlp))], code_tokens=code_tokens,
                        progress=progress)
     scores = tuple(sc.scores[0].tolist())
@@ -340,8 +303,8 @@ GEN_ROWS = 16
 
 def _number_score(model: Model, gen: list[int], s: Sample, stops: tuple[str, ...]) -> tuple[float, str, str]:
     """``(exact match, predicted number, gold)`` of a generation."""
-    num = extract_number(_cut(model.decode(gen), stops))
-    return float(_same_number(num, s.gold)), num or "", s.gold
+    num = extract_number(cut_at_stops(model.decode(gen), stops))
+    return float(same_number(num, s.gold)), num or "", s.gold
 
 
 def _generations(model: Model, samples: Sequence[Sample], max_new: int, eos: list[int],

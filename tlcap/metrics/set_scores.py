@@ -12,7 +12,7 @@ kind computes, and no more:
   unembedding runs on that position); with multi-token labels, teacher-forced rows per label and
   the logits at the label's positions. The label with the highest log-likelihood is the answer.
 - **code** (MBPP): teacher-forced rows, logits at the reference tokens' positions only; the
-  score is the share predicted as argmax (:data:`~tlcap.metrics.accuracy.CODE_TOKENS`).
+  score is the share predicted as argmax (:data:`~tlcap.metrics.answers.CODE_TOKENS`).
 - **number** (GSM8K, SVAMP): greedy generation with one row per set, the sets' masks applied at
   every step (the prompt's included), each row stopped at its own EOS / stop text; exact match.
 
@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from tlcap.data.tasks import Sample, Task, encode_sample, get_task
 from tlcap.errors import EmptyDatasetError, PromptTooLongError
 from tlcap.intervene.set_rows import SetFactors
-from tlcap.metrics.accuracy import CODE_TOKENS, _cut, _same_number, extract_number
+from tlcap.metrics.answers import CODE_TOKENS, cut_at_stops, extract_number, same_number
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.generate import ends_generation
@@ -356,8 +356,8 @@ def _number(model: Model, t: Task, items: list[tuple[int, Sample, list[int]]], p
             outs, n = _generate_rows(model, plan, sets, p, max_new_tokens or t.max_new_tokens, stop_ids, STOPS)
             tokens += n
             for r, gen in zip(sets.tolist(), outs):
-                num = extract_number(_cut(model.decode(gen), STOPS))
-                scores[r, j] = float(_same_number(num, s.gold))
+                num = extract_number(cut_at_stops(model.decode(gen), STOPS))
+                scores[r, j] = float(same_number(num, s.gold))
                 preds[r][j] = num or ""
             bar.update(1)
     bar.close()

@@ -38,7 +38,8 @@ from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
 from tlcap.experiments.cnl.erase import located_accuracy
-from tlcap.metrics.accuracy import CODE_TOKENS, GEN_ROWS, task_accuracy
+from tlcap.metrics.accuracy import GEN_ROWS, task_accuracy
+from tlcap.metrics.answers import CODE_TOKENS
 from tlcap.metrics.set_scores import common_prefix, teacher_forced_passes, teacher_forced_rows
 from tlcap.reproduce.cost import (
     ModelShape,
