@@ -237,6 +237,9 @@ def task_accuracy(
     t = get_task(task) if isinstance(task, str) else task
     if not samples:
         raise EmptyDatasetError(f"no samples to measure {t.name} accuracy on")
+    as_rows = not hooks and runtime_device.one_pass_default(model)  # the accelerator's batched paths
+    if as_rows and t.kind != "number":
+        return _teacher_forced_accuracy(model, t, samples, code_tokens, progress)
     scores: list[float] = []
     preds: list[str] = []
     golds: list[str] = []
@@ -244,11 +247,8 @@ def task_accuracy(
     eos = [eos_id] if eos_id is not None else []
     stops = ("\n\n", "Question:")
     skipped = 0
-    if t.kind != "number" and not hooks and runtime_device.one_pass_default(model):
-        return _teacher_forced_accuracy(model, t, samples, code_tokens, progress)
     gens = (_generations(model, samples, max_new_tokens or t.max_new_tokens, eos, stops)
-            if t.kind == "number" and not hooks and runtime_device.one_pass_default(model) and model.continues_rows
-            else None)
+            if as_rows and t.kind == "number" and model.continues_rows else None)
     for i, s in enumerate(tqdm(samples, desc=f"accuracy {t.name}", disable=not progress, leave=False)):
         if gens is not None and gens[i] is None:  # its prompt does not fit the context window
             skipped += 1

@@ -113,11 +113,6 @@ def common_prefix(seqs: Sequence[Sequence[int]], cap: int) -> int:
     return n if n >= MIN_PREFIX else 0
 
 
-def _set_group(n_sets: int, longest: int, k_max: int, width: int) -> int:
-    """Sets per group of :func:`teacher_forced`: as many as one call of its longest item allows."""
-    return min(n_sets, max(1, min(ROW_TOKENS // longest, LOGIT_BYTES // (4 * k_max * width))))
-
-
 def _item_chunks(order: Sequence[int], lens: Sequence[int], k_reads: Sequence[int], n_sets: int,
                  width: int) -> list[list[int]]:
     """The items of each call of one set group: in length order, as many per call as the token and logit budgets
@@ -138,6 +133,25 @@ def _item_chunks(order: Sequence[int], lens: Sequence[int], k_reads: Sequence[in
     return chunks
 
 
+def _call_plan(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]], n_sets: int,
+               width: int) -> tuple[int, list[tuple[int, int, list[list[int]]]]]:
+    """The calls of :func:`teacher_forced`: ``(shared prefix length, [(first set, end set, item chunks)])``, one
+    entry per set group (as many sets as one call of the longest item allows), one call per chunk after the group's
+    prefix pass."""
+    pre = common_prefix(seqs, min(r[0] for r in reads))
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    lens, k_reads = [len(q) - pre for q in seqs], [len(r) for r in reads]
+    group = min(n_sets, max(1, min(ROW_TOKENS // max(lens), LOGIT_BYTES // (4 * max(k_reads) * width))))
+    chunks: dict[int, list[list[int]]] = {}  # per group size (a full group and at most one shorter last one)
+    plan = []
+    for g0 in range(0, n_sets, group):
+        g1 = min(n_sets, g0 + group)
+        if g1 - g0 not in chunks:
+            chunks[g1 - g0] = _item_chunks(order, lens, k_reads, g1 - g0, width)
+        plan.append((g0, g1, chunks[g1 - g0]))
+    return pre, plan
+
+
 def teacher_forced_passes(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]], n_sets: int,
                           width: int) -> int:
     """Forward calls :func:`teacher_forced` makes for these sequences and ``n_sets`` sets (the cost model's count).
@@ -155,15 +169,8 @@ def teacher_forced_passes(seqs: Sequence[Sequence[int]], reads: Sequence[Sequenc
         >>> teacher_forced_passes([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 7, 8]], [[5], [6]], n_sets=1, width=100)
         2
     """
-    pre = common_prefix(seqs, min(r[0] for r in reads))
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    lens, k_reads = [len(q) - pre for q in seqs], [len(r) for r in reads]
-    group = _set_group(n_sets, max(lens), max(k_reads), width)
-    calls = 0
-    for g0 in range(0, n_sets, group):
-        g = min(n_sets, g0 + group) - g0
-        calls += (1 if pre else 0) + len(_item_chunks(order, lens, k_reads, g, width))
-    return calls
+    pre, plan = _call_plan(seqs, reads, n_sets, width)
+    return sum((1 if pre else 0) + len(chunks) for _, _, chunks in plan)
 
 
 def teacher_forced_rows(model: Model, task: Task, samples: Sequence[Sample],
@@ -232,22 +239,17 @@ def teacher_forced(
         ``([n_sets, n_seqs] float64 values, tokens run)``.
     """
     n, S = len(seqs), len(plan)
-    pre = common_prefix(seqs, min(r[0] for r in reads))
-    order = sorted(range(n), key=lambda i: len(seqs[i]))
-    longest = max(len(s) - pre for s in seqs)
-    k_max = max(len(r) for r in reads)
-    width = logit_width or model.d_vocab
-    group = _set_group(S, longest, k_max, width)
+    pre, calls = _call_plan(seqs, reads, S, logit_width or model.d_vocab)
     out = torch.zeros(S, n, dtype=torch.float64)
     tokens = 0
-    for g0 in tqdm(range(0, S, group), desc=desc, disable=not progress, leave=False):
-        sets = torch.arange(g0, min(S, g0 + group))
+    for g0, g1, chunks in tqdm(calls, desc=desc, disable=not progress, leave=False):
+        sets = torch.arange(g0, g1)
         prefix = None
         if pre:
             with model.hooks(fwd=plan.hooks(model, sets)):
                 prefix = model.prefix_cache(torch.tensor([list(seqs[0][:pre])], device=model.device).expand(len(sets), -1))
             tokens += pre * len(sets)
-        for chunk in _item_chunks(order, [len(q) - pre for q in seqs], [len(r) for r in reads], len(sets), width):
+        for chunk in chunks:
             rows = [list(seqs[i][pre:]) for _ in range(len(sets)) for i in chunk]
             k = max(len(reads[i]) for i in chunk)
             pos = [[p - pre for p in reads[i]] + [reads[i][-1] - pre] * (k - len(reads[i])) for i in chunk]
