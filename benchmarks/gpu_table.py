@@ -47,13 +47,15 @@ def _pct(v: Any) -> str:
 def rows(d: dict[str, Any]) -> list[list[str]]:
     """Table rows ``[method, shape, dtype, samples/s, s/sample, fraction of peak, peak GiB, batch]``."""
     out = []
+    settings = d.get("settings") or {}  # a section that did not run records no settings of its own: the run's
+    default = {"sample_batch": settings.get("cnl_batch", "?"), "noise_samples": settings.get("trace_samples", "?")}
     for shape_key, shape in SHAPES.items():
         for dtype, sections in (d.get(shape_key) or {}).items():
             for key, label in METHODS.items():
                 r = sections.get(key)
                 if not isinstance(r, dict):
                     continue
-                name = label.format(sample_batch=r.get("sample_batch", "?"), noise_samples=r.get("noise_samples", "?"))
+                name = label.format(**{k: r.get(k, v) for k, v in default.items()})
                 if "error" in r or "skipped" in r:
                     why = str(r.get("error") or r.get("skipped")).splitlines()[0][:80]
                     out.append([name, shape, dtype, f"not measured: {why}", "", "", "", ""])

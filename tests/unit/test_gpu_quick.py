@@ -74,7 +74,7 @@ def test_cuda_test_files_are_the_ones_with_cuda_marks():
 QUICK = {
     "quick": True, "device": "NVIDIA H100 80GB HBM3", "date": "2026-11-27",
     "env": {"torch": "2.11.0", "transformer_lens": "4.3.0"},
-    "matmul": {"n": 8192, "tflops": 800.0},
+    "matmul": {"n": 8192, "tflops": 800.0}, "settings": {"trace_samples": 10, "cnl_batch": 8},
     "cuda_tests": {"counts": {"passed": 6}, "summary": "6 passed in 40.1s"},
     "smollm2_shape": {"bfloat16": {"model": {"load_seconds": 1.0},
                                    "kn_exact_ig": {"samples_per_s": 2.0, "seconds_per_sample": 0.5,
@@ -95,6 +95,9 @@ def test_gpu_table_rows_and_block(tmp_path):
     assert "| CNL exact IG, one GSM8K sample at a time | SmolLM2-135M shape | bfloat16 | not measured: OutOfMemoryError: " \
            "CUDA out of memory |  |  |  |  |" in md
     assert "| CNL exact IG, 8 GSM8K samples batched | Llama-2-7B shape | bfloat16 | 1.95 | 0.513 | 32.0 % | 74.7 | 8 |" in md
+    # a section that did not run is named with the run's settings (it records none of its own)
+    assert "| causal trace, 10 noise samples, one prompt | Llama-2-7B shape | bfloat16 | not measured: out of time: " \
+           "10 s left |" in md
     assert "not measured: out of time: 10 s left" in md and md.endswith("`cuda`-marked tests there: 6 passed in 40.1s.")
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{T.START}\nold table\n{T.END}\noutro\n")

@@ -41,7 +41,7 @@ def load_shapes(model: str, dtype: str | None) -> Any:
 def reproduce_cmd(
     paper: str = typer.Argument(..., help="cnl | ql | all"),
     model: str = model_option("smollm2-135m"),
-    scale: str = typer.Option("smoke", "--scale", help="smoke (minutes) | cpu (≤ 2 h on 2 cores) | full (papers' sizes)."),
+    scale: str = typer.Option("smoke", "--scale", help="smoke (minutes) | cpu (~4–5 h on 2 cores) | full (papers' sizes)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (report.md, report.html, figures/, cache/)."),
     only: str | None = typer.Option(None, "--only", help="Comma-separated stages or prefixes (e.g. 'ql.*'); "
                                                          "default every stage."),
