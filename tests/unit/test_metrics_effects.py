@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -57,3 +58,62 @@ def test_two_group_effect_value_and_welch_p():
     assert est.low <= est.value <= est.high
     with pytest.raises(TooFewSamplesError):
         two_group_effect([], [1.0])
+
+
+def _cr1_t_by_hand(d, groups):
+    """The cluster-robust t statistic of mean(d), written out: residual sums per cluster, G/(G−1) · Σ e² / N²."""
+    mean = sum(d) / len(d)
+    sums: dict = {}
+    for v, g in zip(d, groups):
+        sums[g] = sums.get(g, 0.0) + (v - mean)
+    G = len(sums)
+    var = G / (G - 1) * sum(e * e for e in sums.values()) / len(d) ** 2
+    return mean / math.sqrt(var), G - 1
+
+
+def test_paired_effect_with_unequal_clusters_tests_the_mean_it_reports():
+    """60 facts × 3 queries around +1 and 80 facts × 1 query around −1.2: the pooled mean is positive, the mean of
+    the cluster means negative. The test must be of the pooled mean (the estimate's sign), not of the cluster means."""
+    rng = np.random.default_rng(3)
+    d = np.concatenate([1.0 + rng.normal(0, 0.5, 180), -1.2 + rng.normal(0, 0.5, 80)])
+    groups = [i // 3 for i in range(180)] + [60 + i for i in range(80)]
+    est, p, test, floor = paired_effect(d, np.zeros_like(d), groups=groups, n_boot=300)
+    cluster_means = [d[np.asarray(groups) == g].mean() for g in dict.fromkeys(groups)]
+    assert est.value > 0 > np.mean(cluster_means)  # the case that made the two disagree in sign
+    t, df = _cr1_t_by_hand(list(d), groups)
+    assert t > 0 and p == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-10)
+    assert test == "paired t-test, cluster-robust" and floor == 0.0
+    # equal clusters: exactly the t-test of the cluster means (what the code did before, where it was right)
+    g2 = [i // 2 for i in range(10)]
+    a, b = rng.normal(size=10), rng.normal(size=10)
+    means = [(a - b)[np.asarray(g2) == g].mean() for g in range(5)]
+    assert paired_effect(a, b, groups=g2, n_boot=50).p_value == pytest.approx(stats.ttest_1samp(means, 0.0).pvalue)
+
+
+def test_two_group_effect_cluster_robust_and_no_spread():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=10), rng.normal(size=8)
+    ga, gb = [i // 2 for i in range(10)], [i // 2 for i in range(8)]
+    ma = [a[np.asarray(ga) == g].mean() for g in range(5)]
+    mb = [b[np.asarray(gb) == g].mean() for g in range(4)]
+    e = two_group_effect(a, b, groups_a=ga, groups_b=gb, n_boot=50)  # equal sizes within each sample: Welch on means
+    assert e.p_value == pytest.approx(stats.ttest_ind(ma, mb, equal_var=False).pvalue)
+    assert e.test == "Welch's t-test, cluster-robust"
+    # neither sample varies: the exact permutation p, checked by enumerating every labelling of the units
+    for na, nb in ((3, 3), (2, 3), (12, 12)):
+        e = two_group_effect([1.0] * na, [0.0] * nb, n_boot=20)
+        if na + nb <= 8:
+            vals = [1.0] * na + [0.0] * nb
+            labellings = list(itertools.combinations(range(na + nb), na))
+            diffs = [np.mean([vals[i] for i in c]) - np.mean([vals[i] for i in range(na + nb) if i not in c])
+                     for c in labellings]
+            expect = sum(abs(x) >= 1.0 - 1e-12 for x in diffs) / len(labellings)
+        else:
+            expect = 2 / math.comb(24, 12)
+        assert e.p_value == pytest.approx(expect) and e.p_floor == pytest.approx(expect)
+    assert two_group_effect([1.0] * 3, [1.0] * 3, n_boot=20).p_value == 1.0
+
+
+def test_paired_effect_without_spread_reports_the_sign_tests_floor():
+    est, p, test, floor = paired_effect([1.0] * 6, [0.0] * 6, n_boot=50)
+    assert p == pytest.approx(2 * 0.5 ** 6) and floor == pytest.approx(2 * 0.5 ** 6) and test == "exact sign test"

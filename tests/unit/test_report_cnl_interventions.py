@@ -57,6 +57,8 @@ def test_table3_tests_located_against_every_random_set_and_reports_the_perplexit
     assert e[0] == pytest.approx(np.exp(190 / 90)) and e[1] == pytest.approx(np.exp(197 / 90))
     assert ppl.kind == "control" and ppl.ours == pytest.approx((e[1] - e[0]) - (e[2:] - e[0]).mean())
     assert ppl.p_value == pytest.approx(2 / 31)  # the located erasure raises perplexity more than every random one
+    # its interval is the spread over single random sets, and is named so (not "our 95 % CI")
+    assert "ours minus each random set, middle 95 % [" in ppl.reason and "our 95 % CI" not in ppl.reason
 
 
 def test_table2_pairs_located_and_random_on_the_same_items_with_mcnemar():
@@ -76,6 +78,8 @@ def test_table2_pairs_located_and_random_on_the_same_items_with_mcnemar():
     b, c = int(((loc == 1) & (rnd == 0)).sum()), int(((loc == 0) & (rnd == 1)).sum())
     assert c == 0 and r.ours == pytest.approx((b - c) / n)
     assert "McNemar" in r.test and r.p_value == pytest.approx(stats.binomtest(b, b + c).pvalue)
+    assert r.test.endswith("conditional on the one random set drawn, not a test against random sets")
+    assert "conditional" not in out["emotion · epoch 1 located − w/o located"].test
 
 
 def test_fig5_compares_each_sources_own_dataset_item_by_item_with_the_others():
@@ -89,7 +93,7 @@ def test_fig5_compares_each_sources_own_dataset_item_by_item_with_the_others():
     rb = RowBuilder("smollm2-135m", papers=("cnl",))
     fig5(rb, {"cnl.cross": {"cross": res}}.get, _why, n_boot=200, seed=0)
     out = {r.row: r for r in rb.finalize()}
-    r = out["a neurons · (erase − random) Δ on a − mean on the others"]
+    r = out["a neurons · (erase − random) Δ on a − on the other datasets' items pooled"]
     x = sc.numpy()
     own = x[0, 0, 0] - x[0, 0, 1:].mean(0)
     rest = x[0, 1, 0] - x[0, 1, 1:].mean(0)

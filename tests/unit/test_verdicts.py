@@ -6,12 +6,15 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from tlcap.metrics.effects import bootstrap_p, bootstrap_p_floor, mcnemar_effect
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.multiplicity import benjamini_hochberg, bh_critical_level, holm
 from tlcap.metrics.permutation import p_floor, permutation_p_value
 from tlcap.metrics.power import mde, power_at, se_from_ci
+from tlcap.metrics.selection_bootstrap import recentred_estimate
+from tlcap.reproduce import report_cnl as rc
 from tlcap.reproduce.items import is_paper_model, paper_model, reference_model
 from tlcap.reproduce.not_reproduced import not_reproduced
 from tlcap.reproduce.registry import paper_claim
@@ -94,8 +97,47 @@ def test_effect_rows_use_the_adjusted_p_and_the_sign():
 def test_no_difference_claims():
     small = Estimate(0.02, -0.05, 0.08, n=400)
     assert verdict(small, kind="effect", sign=0, p_adjusted=0.5, margin=0.1).word == AGREES
-    assert verdict(Estimate(0.3, 0.1, 0.5, n=10), kind="effect", sign=0, p_adjusted=0.01, margin=0.1).word == DISAGREES
+    # an equivalence judgement: a significant difference wholly inside the margin is "no difference" ...
+    tiny = verdict(Estimate(0.03, 0.01, 0.05, n=4000), kind="effect", sign=0, p_adjusted=0.004, margin=0.1)
+    assert tiny.word == AGREES and "lies within ±0.1" in tiny.reason
+    # ... one wholly outside it disagrees, one reaching into it decides nothing
+    assert verdict(Estimate(0.3, 0.15, 0.5, n=10), kind="effect", sign=0, p_adjusted=0.01, margin=0.1).word == DISAGREES
+    straddle = verdict(Estimate(0.3, 0.05, 0.5, n=10), kind="effect", sign=0, p_adjusted=0.01, margin=0.1)
+    assert straddle.word == UNDECIDED and "reaches within ±0.1" in straddle.reason
     assert verdict(Estimate(0.05, -0.2, 0.3, n=10), kind="effect", sign=0, p_adjusted=0.6, margin=0.1).word == UNDECIDED
+    # the paper's own difference (CNL §3.2: 85.1 − 72.3 points) outside the margin is said
+    v = verdict(Estimate(0.35, 0.075, 0.554, n=10), 0.128, kind="effect", sign=0, p_adjusted=0.07, margin=0.1)
+    assert v.word == UNDECIDED and "the paper's own difference, 0.128, is outside ±0.1 itself" in v.reason
+    # without a margin only a significant difference decides (it disagrees)
+    assert verdict(small, kind="effect", sign=0, p_adjusted=0.01).word == DISAGREES
+    assert verdict(small, kind="effect", sign=0, p_adjusted=0.5).word == UNDECIDED
+
+
+def test_a_p_value_at_the_critical_level_is_a_discovery_as_in_benjamini_hochberg():
+    neg = Estimate(-0.2, -0.3, -0.1, n=200)
+    # BH counts p ≤ α·k/m: an adjusted p equal to α is a discovery, and a floor equal to the level is reachable
+    ps = [0.01, 0.05]  # m = 2: 0.05 ≤ 0.05 · 2/2, both discoveries, adjusted (0.02, 0.05)
+    assert bh_critical_level(ps) == pytest.approx(0.05) and benjamini_hochberg(ps)[1] == pytest.approx(0.05)
+    assert verdict(neg, kind="effect", sign=-1, p_adjusted=0.05).word == AGREES
+    v = verdict(neg, kind="effect", sign=-1, p_adjusted=0.05, p_floor=0.01, alpha_adjusted=0.01)
+    assert v.word == AGREES and "cannot fall below" not in v.reason
+
+
+def test_a_row_whose_floor_is_above_the_level_has_no_power():
+    """R = 20 random sets (floor 2/21 = 0.095) cannot reach a 0.021 level: power 0 and no MDE, whatever the CI."""
+    rb = RowBuilder("smollm2-135m", papers=("cnl",))
+    c = paper_claim("cnl.table3.located-vs-random")
+    est = Estimate(-0.2, -0.25, -0.15, n=300)
+    for i in range(40):  # a family whose critical level ends up at 0.05 · 21/41 ≈ 0.026
+        rb.effect("CNL Table 3", f"r{i}", c, est, 1e-4 if i < 20 else 0.9, "t", paper=-0.174)
+    rb.effect("CNL Table 3", "floored", c, est, p_floor(20), "rank test, 20 random sets", p_floor=p_floor(20),
+              paper=-0.174)
+    rows = rb.finalize()
+    assert p_floor(20) > rb.alpha_adjusted
+    floored, ok = rows[-1], rows[0]
+    assert floored.power == 0.0 and floored.mde is None and floored.verdict == UNDECIDED
+    assert "power against the paper's -0.174: 0%" in floored.reason and "cannot fall below 0.095" in floored.reason
+    assert ok.power is not None and ok.power > 0.99 and ok.mde is not None  # the same CI with a reachable floor
 
 
 def test_control_and_descriptive_rows_never_agree_or_disagree():
@@ -137,6 +179,13 @@ def test_the_papers_effect_size_is_tested_in_the_same_family_on_the_papers_model
     (row,) = rb.finalize()
     assert row.p_paper_size is not None and row.p_paper_size < 1e-10
     assert row.verdict == DISAGREES and "is rejected" in row.reason
+    # the per-paper adjustment has the same family as the report-wide one (the paper-size tests included)
+    rb = RowBuilder("gpt2", papers=("ql",))
+    on_size = Estimate(-0.3, -0.35, -0.25, n=300)  # our effect equals the paper's: its size test gives p = 1
+    rb.effect("QL Fig. 7", "y", paper_claim("ql.fig7.suppress-lowers"), on_size, 0.01, "t", paper=-0.3)
+    (row,) = rb.finalize()
+    assert row.p_paper_size == pytest.approx(1.0)
+    assert row.p_adjusted == pytest.approx(0.02) and row.p_adjusted_paper == pytest.approx(0.02)  # BH of (0.01, 1)
 
 
 def test_value_rows_become_comparable_on_the_papers_model():
@@ -162,3 +211,39 @@ def test_not_reproduced_is_computed_from_the_registry():
     assert nr["Table 4"].startswith("partly: 5 of 6 printed GPT-2 values")  # one of six thresholds has a number
     assert "Fig. 3" not in nr or "claims" in nr["Fig. 3"]              # a figure, its claim without a number
     assert "method diagrams and settings" in nr and "Fig. 2" in nr["method diagrams and settings"]
+
+
+def test_fig6_subtracts_the_resampled_mean_of_the_single_groups():
+    """Fig. 6's θ = overlap of the full halves − the mean of k single-group overlaps: each replicate must subtract the
+    mean of k resampled single-group overlaps (its spread is that of a mean), not one group's overlap."""
+    rng = np.random.default_rng(0)
+    L, D, G = 2, 400, 8
+    sig = np.zeros((L, D))
+    sig[0, :15], sig[1, :10] = np.linspace(2, 5, 15), -np.linspace(2, 5, 10)
+    g = object.__new__(rc.Groups)  # the group sums of a located dataset, written directly
+    g.a, g.b = [None] * G, [None] * G
+    g.sa = torch.stack([torch.tensor(sig + rng.standard_normal((L, D))) for _ in range(G)])
+    g.sb = torch.stack([torch.tensor(sig + rng.standard_normal((L, D))) for _ in range(G)])
+    g.na = g.nb = torch.ones(G, dtype=torch.float64)
+    g.n, g.n_groups = 2 * G, 2 * G
+    a, b = g.halves(3.0)
+    est = Estimate(a.overlap(b), math.nan, math.nan, n=g.n)
+    rb = RowBuilder("smollm2-135m", papers=("cnl",))
+    rc._convergence(rb, "gsm8k", g, est, 3.0, n_boot=400, seed=5, diffs=[])
+    captured = {"eff": rb.specs[-1].ours}
+    singles = np.array([sa.overlap(sb) for sa, sb in (g.single(j, 3.0) for j in range(G))])
+    r = np.random.default_rng(5)  # the documented replicate, written out
+    reps, one_group = [], []
+    for _ in range(400):
+        ra, rb_ = g.halves(3.0, g.weights(r, G), g.weights(r, G))
+        reps.append(ra.overlap(rb_) - singles[r.integers(0, G, G)].mean())
+    theta = est.value - singles.mean()
+    expect = recentred_estimate(theta, reps, n=g.n, n_groups=g.n_groups, seed=5)
+    assert captured["eff"].value == pytest.approx(theta)
+    assert (captured["eff"].low, captured["eff"].high) == pytest.approx((expect.low, expect.high))
+    r = np.random.default_rng(5)  # the replicate of one random group's overlap, as before: a wider interval
+    for _ in range(400):
+        ra, rb_ = g.halves(3.0, g.weights(r, G), g.weights(r, G))
+        one_group.append(ra.overlap(rb_) - singles[int(r.integers(0, G))])
+    wide = recentred_estimate(theta, one_group, n=g.n, n_groups=g.n_groups, seed=5)
+    assert singles.std() > 0 and expect.high - expect.low < 0.8 * (wide.high - wide.low)

@@ -3,17 +3,24 @@
 Each function returns an :class:`Effect` ``(estimate, p_value, test, p_floor)``: the effect (a
 difference), its 95 % CI, a two-sided p-value with the name of the test, and the smallest p-value
 the test can give (0 for t-tests; ``2/(B+1)`` for a bootstrap p from B replicates; ``2·0.5^m`` for
-an exact McNemar test on m discordant pairs), so a report row can print all four.
+an exact McNemar or sign test on m discordant pairs), so a report row can print all four.
+
+With clusters (several queries of one fact, items of one group) the estimate is the mean over every
+observation, and so is what the test tests: the t statistic's standard error is the cluster-robust
+(CR1, "sandwich") one, ``√(G/(G−1) · Σ_c e_c²) / N`` with ``e_c`` the sum of cluster ``c``'s residuals
+about the mean, on ``G − 1`` degrees of freedom. With clusters of equal size this is exactly the
+t-test of the cluster means; with unequal sizes the t-test of the cluster means would test another
+mean (each cluster weighted 1/G), whose sign can differ from the estimate's.
 
 ========================  ===================================  =========================================
 function                  effect                               CI / test
 ========================  ===================================  =========================================
 :func:`paired_effect`     mean(a − b) over paired samples       ``paired_difference_ci`` (cluster bootstrap
-                                                               with ``groups``) / t-test of the cluster
-                                                               means of a − b
+                                                               with ``groups``) / t-test of the mean,
+                                                               cluster-robust with ``groups``
 :func:`two_group_effect`  mean(a) − mean(b), two samples        bootstrap of both samples (their clusters
-                                                               resampled independently) / Welch's t-test
-                                                               of the cluster means
+                                                               resampled independently) / Welch's t-test,
+                                                               cluster-robust with groups
 :func:`share_effect`      share of events − p0                  Wilson interval shifted by p0 / exact
                                                                binomial test
 :func:`proportion_diff`   k1/n1 − k2/n2 (independent samples)   Newcombe's hybrid score interval / two-
@@ -59,6 +66,49 @@ def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
         return x
     g = np.asarray(list(groups))
     return np.array([x[g == k].mean() for k in dict.fromkeys(g.tolist())])
+
+
+def _cluster_residual_sums(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
+    """Per cluster, the sum of its values' deviations from the mean over every value (one value per cluster without groups)."""
+    r = x - x.mean()
+    if groups is None:
+        return r
+    g = np.asarray(list(groups))
+    return np.array([r[g == k].sum() for k in dict.fromkeys(g.tolist())])
+
+
+def cluster_robust_var(x: Values, groups: Sequence | np.ndarray | None = None) -> tuple[float, int]:
+    """The CR1 variance of mean(x) over every value, with values correlated within ``groups``, and its cluster count.
+
+    ``G/(G−1) · Σ_c e_c² / N²``, ``e_c`` the sum of cluster ``c``'s deviations from the overall mean. Without
+    ``groups`` every value is its own cluster and this is ``s²/N``; with clusters of equal size it is the variance
+    of the mean of the cluster means, ``s_c²/G``.
+
+    Args:
+        x: The values.
+        groups: Cluster id of each value; None: values independent.
+
+    Returns:
+        ``(variance, G)``; the variance is NaN for fewer than 2 clusters.
+
+    Example:
+        >>> v, g = cluster_robust_var([1.0, 2.0, 3.0, 6.0])     # no clusters: s²/N = (14/3)/4
+        >>> round(v, 4), g
+        (1.1667, 4)
+        >>> v, g = cluster_robust_var([1.0, 3.0, 2.0, 6.0], groups=["a", "a", "b", "b"])  # cluster means 2, 4
+        >>> round(v, 4), g                                         # = var of the mean of the cluster means, 2/2
+        (1.0, 2)
+    """
+    v = np.asarray(x, dtype=float)
+    e = _cluster_residual_sums(v, groups)
+    G = len(e)
+    if G < 2:
+        return math.nan, G
+    return float(G / (G - 1) * float((e ** 2).sum()) / len(v) ** 2), G
+
+
+def _t_p(t: float, df: float) -> float:
+    return float(2.0 * stats.t.sf(abs(t), df))
 
 
 def bootstrap_p(replicates: Sequence[float] | np.ndarray) -> float:
@@ -107,12 +157,14 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     Args:
         a: First values.
         b: Second values, paired with ``a``.
-        groups: Cluster id of each pair (bootstrap by cluster, test on cluster means); None: pairs independent.
+        groups: Cluster id of each pair (bootstrap by cluster, cluster-robust t-test); None: pairs independent.
         n_boot: Bootstrap replicates of the interval.
         seed: Bootstrap seed.
 
     Returns:
-        An :class:`Effect`: the estimate, the paired t-test p-value, the test's name and a floor of 0.
+        An :class:`Effect`: the estimate, the paired t-test p-value (cluster-robust with ``groups``: module
+        docstring), the test's name and its floor (0; ``2·0.5^m`` when no difference varies and the exact sign
+        test on the m non-zero clusters decides).
 
     Example:
         >>> dprob_self = [0.9, 0.8, 0.7, 0.6, 0.85, 0.75]
@@ -121,12 +173,21 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
         >>> est, p, test, p_floor = paired_effect(dprob_self, dprob_intersection, groups=fact_ids)
         >>> print(est); round(p, 4), test, p_floor
         0.425 [0.35, 0.48] (n=6, 3 groups)
-        (0.008, 'paired t-test on cluster means', 0.0)
+        (0.008, 'paired t-test, cluster-robust', 0.0)
     """
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed, groups=groups)
-    d = _cluster_means(x - y, groups)
-    return Effect(est, paired_p(d), "paired t-test" + (" on cluster means" if groups is not None else ""), 0.0)
+    d = x - y
+    name = "paired t-test" + (", cluster-robust" if groups is not None else "")
+    var, G = cluster_robust_var(d, groups)
+    if G < 2:
+        return Effect(est, math.nan, name, 0.0)
+    if var > 0:
+        return Effect(est, _t_p(float(d.mean()) / math.sqrt(var), G - 1), name, 0.0)
+    # no spread about the mean: every cluster's mean equals it, so the exact sign test on the clusters decides
+    m = int((_cluster_means(d, groups) != 0).sum())
+    return Effect(est, paired_p(_cluster_means(d, groups)), "exact sign test" + (" on clusters" if groups is not None else ""),
+                  min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
 
 
 def paired_p(d: np.ndarray) -> float:
@@ -159,7 +220,10 @@ def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | 
         seed: Bootstrap seed.
 
     Returns:
-        An :class:`Effect` with Welch's t-test p-value (NaN with too few units or no spread).
+        An :class:`Effect` with Welch's t-test p-value, cluster-robust with groups (module docstring; the
+        Welch–Satterthwaite degrees of freedom from ``G_a − 1`` and ``G_b − 1``); NaN with fewer than 2 units in a
+        sample. When neither sample varies (all of ``a`` one value, all of ``b`` another) the exact permutation
+        test of the units decides: ``p = (1 + [G_a = G_b]) / C(G_a + G_b, G_a)``, which is also its floor.
 
     Raises:
         TooFewSamplesError: an empty sample.
@@ -184,14 +248,21 @@ def two_group_effect(a: Values, b: Values, *, groups_a: Sequence | np.ndarray | 
     value = float(x.mean() - y.mean())
     low, high = (float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))) if len(ua) > 1 and len(ub) > 1 \
         else (math.nan, math.nan)
-    ma, mb = _cluster_means(x, groups_a), _cluster_means(y, groups_b)
-    if len(ma) > 1 and len(mb) > 1 and (np.std(ma) > 0 or np.std(mb) > 0):
-        p = float(stats.ttest_ind(ma, mb, equal_var=False).pvalue)
-    else:
-        p = math.nan
     n_groups = None if groups_a is None and groups_b is None else len(ua) + len(ub)
     est = Estimate(value, low, high, n=len(x) + len(y), method="percentile", n_groups=n_groups, n_boot=n_boot, seed=seed)
-    return Effect(est, p, "Welch's t-test" + (" on cluster means" if n_groups is not None else ""), 0.0)
+    name = "Welch's t-test" + (", cluster-robust" if n_groups is not None else "")
+    (va, ga), (vb, gb) = cluster_robust_var(x, groups_a), cluster_robust_var(y, groups_b)
+    if ga < 2 or gb < 2:
+        return Effect(est, math.nan, name, 0.0)
+    if va + vb > 0:
+        df = (va + vb) ** 2 / (va ** 2 / (ga - 1) + vb ** 2 / (gb - 1))
+        return Effect(est, _t_p(value / math.sqrt(va + vb), df), name, 0.0)
+    if value == 0:
+        return Effect(est, 1.0, name, 0.0)
+    # neither sample varies and they differ: only the unit labellings as extreme as this one (it, and its mirror
+    # when the samples have as many units) give a difference this large
+    p = min(1.0, (1 + (ga == gb)) / math.comb(ga + gb, ga))
+    return Effect(est, p, "exact permutation test of the units (no spread)", p)
 
 
 def share_effect(events: Sequence[bool] | Values, p0: float) -> Effect:
@@ -278,5 +349,5 @@ def mcnemar_effect(a: Values, b: Values, *, n_boot: int = 5000, seed: int = 0) -
     return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
 
 
-__all__ = ["paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff", "mcnemar_effect", "bootstrap_p",
-           "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]
+__all__ = ["cluster_robust_var", "paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff",
+           "mcnemar_effect", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]

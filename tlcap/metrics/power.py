@@ -107,9 +107,9 @@ def detectable(p_floor: float | None, alpha: float) -> bool:
         alpha: Significance level.
 
     Returns:
-        True unless ``p_floor >= alpha``.
+        True unless ``p_floor > alpha`` (a p-value at the level is significant, as in Benjamini–Hochberg's rule).
     """
-    return p_floor is None or math.isnan(p_floor) or p_floor < alpha
+    return p_floor is None or math.isnan(p_floor) or p_floor <= alpha
 
 
 __all__ = ["mde", "power_at", "se_from_ci", "detectable", "POWER"]

@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.multiplicity import benjamini_hochberg, bh_critical_level
-from tlcap.metrics.power import mde, power_at, se_from_ci
+from tlcap.metrics.power import detectable, mde, power_at, se_from_ci
 from tlcap.reproduce.items import comparable_models, is_paper_model, reference_model
 from tlcap.reproduce.not_reproduced import NotReproduced, not_reproduced
 from tlcap.reproduce.paper_values import PaperClaim, PaperValue
@@ -402,9 +402,11 @@ class RowBuilder:
         adj: dict[int, float] = dict(zip(tested, q_all[:len(tested)]))
         adj_size: dict[int, float] = dict(zip(size, q_all[len(tested):]))
         adj_paper: dict[int, float] = {}
-        for paper in {self.specs[i].paper_id for i in tested}:
-            mine = [i for i in tested if self.specs[i].paper_id == paper]
-            adj_paper.update(zip(mine, benjamini_hochberg([self.specs[i].p_value for i in mine])))
+        for paper in {self.specs[i].paper_id for i in tested}:  # the same family within one paper: its tests and
+            mine = [i for i in tested if self.specs[i].paper_id == paper]  # its paper-size tests
+            q_mine = benjamini_hochberg([self.specs[i].p_value for i in mine] +
+                                        [size[i] for i in size if self.specs[i].paper_id == paper])
+            adj_paper.update(zip(mine, q_mine[:len(mine)]))
         level = bh_critical_level(family, alpha) if family else alpha
         self.alpha_adjusted = level
         rows = []
@@ -414,6 +416,9 @@ class RowBuilder:
             se = se if se > 0 else math.nan  # a zero-width CI (all values equal) estimates no spread
             row_mde = mde(se, level) if s.kind == "effect" and not math.isnan(se) else math.nan
             row_power = power_at(s.paper, se, level) if s.kind == "effect" and s.paper is not None and s.sign else math.nan
+            if s.kind == "effect" and s.p_value is not None and not detectable(s.p_floor, level):
+                # its p-value cannot reach the level: no effect is detectable, whatever the CI's width
+                row_mde, row_power = math.nan, (0.0 if s.paper is not None and s.sign else math.nan)
             v = verdict(o, s.paper, kind=s.kind, sign=s.sign, p_adjusted=adj.get(i), p_floor=s.p_floor, alpha=alpha,
                         alpha_adjusted=level, differences=s.differences, comparable_on=s.comparable_on,
                         paper_rounding=s.rounding, margin=s.margin, mde=row_mde, power=row_power,

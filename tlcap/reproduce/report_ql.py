@@ -10,10 +10,11 @@ Table 1's S:I − S:II splits CS2 at a threshold and compares the two sides of t
 construction, so it is a *descriptive* row. The claim behind it — consistency is a property of
 the fact, not noise — is tested **out of sample**: each fact's neighbor queries are split in two
 seeded halves, K_I/K_II is read from the CS2 of half A and the CS2 of half B is compared between
-the groups (Welch's t on facts, two-sided). Effects elsewhere: K_I vs K_II by Welch's t-test on
-fact means, paired contrasts (N_g vs N_i of the same edit, self vs intersection of the same query)
-by a t-test on the facts' mean differences; contrasts with an empty KN set (an empty intersection
-has ΔProb 0 by construction) are left out.
+the groups (Welch's t on facts, two-sided). Effects elsewhere: K_I vs K_II by Welch's t-test,
+paired contrasts (N_g vs N_i of the same edit, self vs intersection of the same query) by a paired
+t-test, both of the mean over every query or edit with the facts as clusters (the cluster-robust
+standard error of :mod:`tlcap.metrics.effects`: the test is of the mean the row reports); contrasts
+with an empty KN set (an empty intersection has ΔProb 0 by construction) are left out.
 """
 
 from __future__ import annotations

@@ -20,14 +20,18 @@ The rules:
   printed digit) lies in our 95 % CI, *disagrees* when outside — only when the setting is the
   paper's (model, data, quantity). Otherwise *not comparable*.
 - **effect** rows (a sign the paper asserts; ``sign=±1``) are judged on the Benjamini–Hochberg
-  adjusted p-value (two-sided unless the row says why not): *agrees* when ``p_adj < α`` with the
-  paper's sign, *disagrees* when ``p_adj < α`` with the opposite sign. A non-significant effect
-  *disagrees* only when the setting is the paper's, the row had ≥ 80 % power against the paper's
-  effect size, and our CI excludes that size; else it is *undecided*. On another model the paper's
-  effect size is a yardstick for power, never a target.
-- **no-difference** claims (``sign=0``): *disagrees* when the difference is significant after
-  adjustment, *agrees* when not and the CI lies within ``±margin`` (fixed before any run),
-  else *undecided*.
+  adjusted p-value (two-sided unless the row says why not): *agrees* when ``p_adj ≤ α`` with the
+  paper's sign, *disagrees* when ``p_adj ≤ α`` with the opposite sign (BH's own rule: a raw p at
+  the critical level is a discovery). A non-significant effect *disagrees* only when the setting
+  is the paper's and the test of "our effect equals the paper's size" rejects it after the same
+  adjustment; else it is *undecided*. On another model the paper's effect size is a yardstick
+  for power, never a target. A row whose p-value floor lies above the level a discovery needed
+  says so (it could not have decided), and its power is 0.
+- **no-difference** claims (``sign=0``), an equivalence judgement on a margin fixed before any
+  run: *agrees* when the CI lies within ``±margin``, *disagrees* when the difference is
+  significant after adjustment and the CI lies wholly outside ``±margin``, else *undecided* (a
+  significant difference that may still be inside the margin is not evidence against "no
+  difference"). Where the paper's own difference exceeds the margin the reason says so.
 
 Example:
     >>> v = verdict(Estimate(0.42, 0.35, 0.50, n=120), paper=0.44, paper_rounding=0.005)
@@ -75,6 +79,8 @@ def _p(p: float) -> str:
 def _ci(ours: Estimate) -> str:
     lvl = round(100 * ours.level)
     size = f"n={ours.n}" if ours.n_groups is None else f"n={ours.n}, {ours.n_groups} groups"
+    if ours.method == "null quantiles":  # not a CI: the spread of our value minus each matched random set's
+        return f"ours minus each random set, middle {lvl} % [{ours.low:.3g}, {ours.high:.3g}] ({size})"
     return f"our {lvl} % CI [{ours.low:.3g}, {ours.high:.3g}] ({size})"
 
 
@@ -172,10 +178,10 @@ def verdict(
     if math.isnan(p):
         why = no_ci or "no test could be run"
         return Verdict(UNDECIDED if kind == "effect" else DESCRIPTIVE, f"{why}{setting}")
-    significant = p < alpha
+    significant = p <= alpha
     ptxt = f"adjusted p = {_p(p)}"
     floor_txt = ""
-    if p_floor is not None and alpha_adjusted is not None and not math.isnan(p_floor) and p_floor >= alpha_adjusted:
+    if p_floor is not None and alpha_adjusted is not None and not math.isnan(p_floor) and p_floor > alpha_adjusted:
         floor_txt = (f"; its p-value cannot fall below {_p(p_floor)}, above the {_p(alpha_adjusted)} a discovery needed "
                      "in this report (more random sets would resolve it)")
     ci = _ci(ours) if ours.has_interval else f"no CI (n={ours.n})"
@@ -191,12 +197,26 @@ def verdict(
             what = "not significantly different from the matched control"
         return Verdict(DESCRIPTIVE, f"control, no paper claim: {what} ({ptxt}), {ci}{floor_txt}")
     if sign == 0:
+        gap = ""
+        if margin is not None and paper is not None and abs(paper) > margin:
+            gap = f"; the paper's own difference, {_num(paper)}, is outside ±{_num(margin)} itself"
+        if margin is None:
+            if significant:
+                return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}), {ci}{setting}")
+            return Verdict(UNDECIDED, f"not significant ({ptxt}), {ci}, and no margin fixed for \"no difference\""
+                                      f"{pw}{floor_txt}{setting}")
+        inside = ours.has_interval and -margin <= ours.low and ours.high <= margin
+        outside = ours.has_interval and (ours.low > margin or ours.high < -margin)
+        if inside:
+            return Verdict(AGREES, f"{ci} lies within ±{_num(margin)} ({ptxt}){gap}{setting}")
+        if significant and outside:
+            return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}) and {ci} lies "
+                                      f"wholly outside ±{_num(margin)}{gap}{setting}")
         if significant:
-            return Verdict(DISAGREES, f"the paper reports no difference; ours is {_num(ours.value)} ({ptxt}), {ci}{setting}")
-        if margin is not None and ours.has_interval and -margin <= ours.low and ours.high <= margin:
-            return Verdict(AGREES, f"no significant difference ({ptxt}); {ci} lies within ±{_num(margin)}{setting}")
+            return Verdict(UNDECIDED, f"a significant difference ({ptxt}) but {ci} reaches within ±{_num(margin)}: "
+                                      f"not shown to exceed the margin{gap}{setting}")
         return Verdict(UNDECIDED, f"not significant ({ptxt}) but {ci} is too wide to show a difference within "
-                                  f"±{_num(margin or 0)}{pw}{floor_txt}{setting}")
+                                  f"±{_num(margin)}{pw}{floor_txt}{gap}{setting}")
     observed = 1 if ours.value > 0 else -1 if ours.value < 0 else 0
     if significant and observed == sign:
         return Verdict(AGREES, f"the paper's sign ({'+' if sign > 0 else '−'}) with {ptxt}, {ci}{setting}")
