@@ -68,8 +68,12 @@ def test_mde_and_power_by_hand():
 
 # ------------------------------------------------------------------ verdict branches
 def test_value_rows():
-    assert verdict(EST, 0.44, paper_rounding=0.005).word == AGREES
+    assert verdict(EST, 0.44, paper_rounding=0.005).word == AGREES  # [0.35, 0.5] within 0.44 ± 25 %
     assert verdict(EST, 0.60).word == DISAGREES
+    # 2 of 3 facts: Wilson [0.21, 0.94] holds the paper's 0.56 (and 0.44) but could not have told them apart
+    wide = verdict(Estimate(2 / 3, 0.208, 0.939, n=3), 0.56)
+    assert wide.word == UNDECIDED and "wider than ±25 % of it (±0.14): too wide to agree" in wide.reason
+    assert verdict(Estimate(0.56, 0.50, 0.62, n=300), 0.56).word == AGREES
     v = verdict(EST, 0.44, differences=["model: smollm2 vs GPT-2"], comparable_on="GPT-2")
     assert v.word == NOT_COMPARABLE and "comparable on GPT-2" in v.reason and "inside" in v.reason
     assert verdict(EST, None).word == DESCRIPTIVE

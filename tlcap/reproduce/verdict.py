@@ -17,8 +17,10 @@ Words:
 The rules:
 
 - **value** rows (a number against the paper's): *agrees* when the paper's value (± half its last
-  printed digit) lies in our 95 % CI, *disagrees* when outside — only when the setting is the
-  paper's (model, data, quantity). Otherwise *not comparable*.
+  printed digit) lies in our 95 % CI and that CI lies within ±:data:`VALUE_TOLERANCE` (25 %) of
+  the paper's value (so the agreement is informative: a value that far off would have been
+  told apart), *undecided* when it lies in a wider CI, *disagrees* when outside — only when the
+  setting is the paper's (model, data, quantity). Otherwise *not comparable*.
 - **effect** rows (a sign the paper asserts; ``sign=±1``) are judged on the Benjamini–Hochberg
   adjusted p-value (two-sided unless the row says why not): *agrees* when ``p_adj ≤ α`` with the
   paper's sign, *disagrees* when ``p_adj ≤ α`` with the opposite sign (BH's own rule: a raw p at
@@ -55,6 +57,8 @@ AGREES, DISAGREES, UNDECIDED, NOT_COMPARABLE, DESCRIPTIVE = (
 WORDS = (AGREES, DISAGREES, UNDECIDED, NOT_COMPARABLE, DESCRIPTIVE)
 KINDS = ("value", "effect", "control", "descriptive")
 ALPHA = 0.05
+VALUE_TOLERANCE = 0.25
+"""A value row agrees only when our CI lies within ± this fraction of the paper's value (or ± its rounding)."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,13 @@ def verdict(
         if not ours.has_interval:
             return Verdict(UNDECIDED, no_ci or f"no CI (n={ours.n}): nothing to compare the paper's {_num(paper)} with")
         inside = _inside(ours, paper, paper_rounding)
-        return Verdict(AGREES if inside else DISAGREES,
-                       f"the paper's {_num(paper)} lies {'inside' if inside else 'outside'} {_ci(ours)}")
+        if not inside:
+            return Verdict(DISAGREES, f"the paper's {_num(paper)} lies outside {_ci(ours)}")
+        tol = max(VALUE_TOLERANCE * abs(paper), paper_rounding)
+        if ours.low < paper - tol or ours.high > paper + tol:
+            return Verdict(UNDECIDED, f"the paper's {_num(paper)} lies inside {_ci(ours)}, but the CI is wider than "
+                                      f"±{round(100 * VALUE_TOLERANCE)} % of it (±{_num(tol)}): too wide to agree")
+        return Verdict(AGREES, f"the paper's {_num(paper)} lies inside {_ci(ours)}, within ±{round(100 * VALUE_TOLERANCE)} %")
     # ------------------------------------------------------------------ effects and controls
     setting = f"; {diff}" if differences else ""
     p = math.nan if p_adjusted is None else float(p_adjusted)
@@ -241,4 +250,4 @@ def significant_share(words: Sequence[str]) -> float:
 
 
 __all__ = ["Verdict", "verdict", "significant_share", "AGREES", "DISAGREES", "UNDECIDED", "NOT_COMPARABLE",
-           "DESCRIPTIVE", "WORDS", "KINDS", "ALPHA"]
+           "DESCRIPTIVE", "WORDS", "KINDS", "ALPHA", "VALUE_TOLERANCE"]
