@@ -17,6 +17,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
    ``finetune_slices``: CNL's "located" fine-tuning (0.15 % of the neurons, 8 GSM8K samples) with Adam on the
    trained neurons' slices against the full masked step (``benchmarks/bench_finetune_slices.py``);
    ``kn_facts_b8`` / ``kn_facts_b32``: KN exact IG over facts batched (the 30 %-of-peak goal);
+   ``ql_amig_b8``: QL's AMIG over every word of 8 queries per call (eq. 18; the same goal for QL, and the
+   dominant stage of the ``full`` plan);
 4. ``profile_kn_facts`` / ``profile_cnl_b8``: one call under ``torch.profiler``: kernel launches, CUDA time
    against wall time, the top CUDA and CPU operators (launch-bound or kernel-bound?);
 5. ``calibration`` + ``reproduce_check``: the ``reproduce`` probe at 7B and four small stages (AMIG, the dominant
@@ -341,6 +343,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         m, 8, max(1, m.n_layers * m.d_mlp * 15 // 10000), 1, lambda: bg.sync(device))), 60, 20)
     section((key, "kn_facts_b8"), need_model(lambda m: bg.bench_kn_facts_batched(m, 2, S, 8, cap, peak["t"])), 40, 15)
     section((key, "kn_facts_b32"), need_model(lambda m: bg.bench_kn_facts_batched(m, 1, S, 32, cap, peak["t"])), 50, 20)
+    # QL's AMIG over every word of 8 queries per call (the dominant stage of the full plan; the quick run's 52 s did
+    # not reach it at 7B): seconds per query and, from one counted call, its fraction of the peak
+    section((key, "ql_amig_b8"), need_model(lambda m: bg.bench_ql_amig_batched(m, 1, S, 8, cap, peak["t"])), 150, 60)
 
     def prof_kn(m: Any) -> dict[str, Any]:
         facts = [bg.FACTS[i % len(bg.FACTS)] for i in range(8)]
