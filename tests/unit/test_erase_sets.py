@@ -250,3 +250,37 @@ def test_erase_cost_counts_the_tokens_the_engine_runs(tiny_llama):
         reads = len(sets) * (n if task == "emotion" else sum(len(encode_sample(m, s, 64)[1]) for s in samples))
         ctx = w.flops["set_token"] - reads * shape.unembed_flops() - sc.tokens * shape.set_token_flops(0)
         assert ctx > 0  # attention over the context, on top of the blocks and one unembedding per scored position
+
+
+def test_erase_cost_counts_the_generation_calls_of_a_number_task(tiny_llama, monkeypatch):
+    """GSM8K's erased generation runs one forward call per decoding step of each group of sets (and a prefix pass):
+    the cost model prices those calls (it had priced the tokens only, as if in 4096-token passes)."""
+    from tlcap.data.tasks import get_task
+    from tlcap.metrics import set_scores
+    from tlcap.reproduce.cnl_stages import erase_sets_work, number_set_passes
+
+    m = tiny_llama
+    samples = load_task("gsm8k", split="test", n=2)
+    sets = _sets(m, 3)
+    calls = []
+    real_forward, real_prefix = type(m).forward, type(m).prefix_cache
+
+    def counted(real):
+        def call(self, *a, **k):
+            calls.append(real.__name__)
+            return real(self, *a, **k)
+        return call
+
+    monkeypatch.setattr(set_scores, "ends_generation", lambda *a, **k: False)  # no row stops: every step runs
+    monkeypatch.setattr(type(m), "forward", counted(real_forward))
+    monkeypatch.setattr(type(m), "prefix_cache", counted(real_prefix))
+    erased_scores(m, "gsm8k", samples, sets)
+    monkeypatch.setattr(type(m), "forward", real_forward)
+    monkeypatch.setattr(type(m), "prefix_cache", real_prefix)
+    assert calls.count("prefix_cache") == 2  # one prefix pass per item (the 4 sets are one group)
+    t = get_task("gsm8k")
+    lens = [len(p) for _, _, p in set_scores.scored_items(m, t, samples)]
+    assert len(calls) == number_set_passes(lens, len(sets), t.max_new_tokens) == 2 * (1 + t.max_new_tokens)
+    w = erase_sets_work(m, "gsm8k", samples, len(sets))
+    assert w.passes["fwd_token"] == len(calls)
+    assert number_set_passes(lens, 30, 4) == 2 * 2 * 5  # two chunks of sets (25 + 5), one group each

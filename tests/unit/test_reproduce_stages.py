@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+import tlcap
 from tlcap.config import Config
 from tlcap.data.pararel import Fact
+from tlcap.reproduce import cnl_stages, ql_stages, suite_stages
 from tlcap.reproduce.ql_stages import FactSet
-from tlcap.reproduce.stages import Runner, Stage, StageError, data_hash
+from tlcap.reproduce.stages import Runner, Stage, StageError, code_files, data_hash
 
 
 @dataclass(frozen=True)
@@ -144,3 +147,15 @@ def test_a_half_precision_model_gets_stage_keys_of_its_own(tmp_path):
     f32, bf16 = (Runner(_stages(), tmp_path, _M(dt)) for dt in (torch.float32, torch.bfloat16))
     assert f32.model_id == _M.identity and bf16.model_id == f"{_M.identity} dtype=torch.bfloat16"
     assert f32.key("a") == Runner(_stages(), tmp_path, model_id=_M.identity).key("a") != bf16.key("a")
+
+
+def test_a_stage_key_covers_the_engine_its_experiment_imports():
+    """Editing the erase engine (set_scores), the answer readers or the model adapter must invalidate the CNL
+    stages' cache, as editing the experiment does; figures (tlcap.viz) change no stored value and are left out."""
+    root = Path(tlcap.__file__).parent
+    for code in (cnl_stages.CODE, ql_stages.CODE, suite_stages.CODE):
+        rel = {f.relative_to(root).as_posix() for f in code_files(code)}
+        assert {"models/adapter.py", "runtime/hooks.py", "metrics/sets.py", "attribution/ig.py"} <= rel, code
+        assert not any(r.startswith(("viz/", "reproduce/", "cli/")) for r in rel) and "__init__.py" not in rel
+    rel = {f.relative_to(root).as_posix() for f in code_files(cnl_stages.CODE)}
+    assert {"metrics/set_scores.py", "metrics/answers.py", "metrics/set_probs.py", "data/wikitext.py"} <= rel

@@ -42,6 +42,7 @@ from tlcap.metrics.accuracy import GEN_ROWS, task_accuracy
 from tlcap.metrics.answers import CODE_TOKENS
 from tlcap.metrics.set_scores import common_prefix, teacher_forced_passes, teacher_forced_rows
 from tlcap.reproduce.cost import (
+    SET_ROW_TOKENS,
     ModelShape,
     Workload,
     forward,
@@ -209,12 +210,40 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     return w.scaled(times)
 
 
+def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: int, every: int = 25) -> int:
+    """Forward calls of a number task's erased generation (:func:`~tlcap.metrics.set_scores.erased_scores` over
+    :func:`~tlcap.experiments.cnl.erase_sets.erase_sets`' chunks of ``every`` sets): per item and chunk, its sets in
+    groups of ``ROW_TOKENS // longest prompt`` rows, each group one prefix pass (prompts of 2+ tokens) and one pass
+    per decoding step — at most ``max_new_tokens`` (a group stops early once all its rows have: an upper bound).
+
+    Args:
+        prompt_lengths: Tokens of each item's prompt.
+        n_sets: Sets scored.
+        max_new_tokens: Most tokens generated per row.
+        every: Sets per chunk (``checkpoint_every``; 25 by default).
+
+    Returns:
+        The number of forward calls.
+
+    Example:
+        >>> number_set_passes([10, 12], n_sets=30, max_new_tokens=4)    # chunks 25 + 5, one group each: 2 · 2 · 5
+        20
+    """
+    if not prompt_lengths or n_sets < 1:
+        return 0
+    chunks = [min(every, n_sets - k) for k in range(0, n_sets, every)]
+    per_group = max(1, SET_ROW_TOKENS // max(prompt_lengths))
+    groups = sum(math.ceil(c / min(c, per_group)) for c in chunks)
+    return sum(groups * ((1 if n > 1 else 0) + max_new_tokens) for n in prompt_lengths)
+
+
 def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_texts: int = 0, ppl_sets: int = 0,
                     ppl_max_tokens: int = 128) -> Workload:
     """The cost of :func:`~tlcap.experiments.cnl.erase_sets.erase_sets` (batched): ``n_sets`` sets scored on
     ``samples`` (every set runs the items' tokens after their shared prefix, and the prefix once; choice tasks
-    unembed one position per row, code tasks the reference tokens, number tasks generate ``max_new_tokens``), and
-    ``ppl_sets`` sets on ``ppl_texts`` WikiText-2 texts (every position unembedded)."""
+    unembed one position per row, code tasks the reference tokens, number tasks generate ``max_new_tokens``, in
+    small passes: one per decoding step of each group of sets, :func:`number_set_passes`), and ``ppl_sets`` sets
+    on ``ppl_texts`` WikiText-2 texts (every position unembedded)."""
     shape = ModelShape.of(model)
     t = get_task(task)
     ids = [model.encode(s.prompt, check_length=False) for s in samples]
@@ -230,6 +259,8 @@ def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_te
         toks, reads = toks + len(samples) * t.max_new_tokens, len(samples) * t.max_new_tokens
         mean += t.max_new_tokens / 2
     w = set_rows(shape, n_sets * toks, n_sets * reads, mean / 2)
+    if t.kind == "number":  # the decoding steps' calls (their FLOPs are the set_token ones above)
+        w = w + Workload(passes={"fwd_token": float(number_set_passes([len(p) for p in ids], n_sets, t.max_new_tokens))})
     if ppl_texts and ppl_sets:
         lens = [len(model.encode(x, prepend_bos=False, max_tokens=ppl_max_tokens, check_length=False))
                 for x in load_wikitext(n_texts=ppl_texts)]

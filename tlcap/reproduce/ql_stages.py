@@ -196,6 +196,11 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
     per = {r: list(iter_facts(cfg.data_dir, r, cfg.min_queries)) for r in _relations(cfg)}
     out: list[Fact] = []
     want = n if n is not None else (cfg.n_facts or sum(len(v) for v in per.values()))
+    if ctx.runner.plan_only and cfg.n_facts is None and cfg.known_top_k:  # every candidate priced: an upper bound
+        note = (f"upper bound: all {want} candidate facts priced; the scan keeps those the model knows "
+                f"(top-{cfg.known_top_k}), which only a run can count")
+        if note not in (ctx.runner.plan_notes.get(ctx.stage.name) or ""):
+            ctx.runner.plan_notes[ctx.stage.name] = "; ".join(filter(None, [ctx.runner.plan_notes.get(ctx.stage.name), note]))
     i = 0
     while len(out) < want and any(i < len(v) for v in per.values()):
         out += [v[i] for v in per.values() if i < len(v)]
@@ -221,7 +226,9 @@ def _facts_work(ctx: StageContext) -> Workload:
     toks = sum(n_tokens(ctx.model, q) for q in texts)
     # the queries of pararel.CHUNK facts at a time, in passes of KNOWN_BATCH
     calls = known_test_calls([len(qs) for qs in asked])
-    k = 3  # about 3 facts tested per fact kept (top-10 hit rates of SmolLM2 on the cpu relations)
+    # with a fact budget the scan tests about 3 facts per fact kept (top-10 hit rates of SmolLM2 on the cpu
+    # relations); without one (full scale) it tests every candidate once
+    k = 3 if cfg.n_facts is not None else 1
     return forward(shape, toks * k, 8, 32 * min(KNOWN_BATCH, max(len(texts), 1)), calls * k)
 
 
@@ -427,11 +434,14 @@ def _analysis_work(ctx: StageContext) -> Workload:
         edited = sum(min(len(f.queries), cfg.edit_queries or len(f.queries)) for f in facts)
         edits = edited * 2 * sets
         per_q = q_tok / max(n_q, 1)
-        per_edit = 4 * per_q + PPL_TEXTS * PPL_TOKENS + N_LOCALITY * per_q
+        # every edit scores all its fact's queries with the locality prompts (_edit_query_rows), and the ΔPPL texts
+        edit_tok = sum(min(len(f.queries), cfg.edit_queries or len(f.queries)) * 2 * sets
+                       * (sum(n_tokens(m, q) for q in f.queries) + N_LOCALITY * per_q + PPL_TEXTS * PPL_TOKENS)
+                       for f in facts)
         calls = modification_calls(len(facts), edited, edits)
         rows = modification_calls(len(facts), edited, edits, rows=True)  # an accelerator's rows
         # ΔPPL: the unedited perplexity once per edited query (its edits share the texts), then once per edit
-        w = forward(shape, edits * per_edit + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
+        w = forward(shape, edit_tok + edited * PPL_TEXTS * PPL_TOKENS + q_tok * 2, 48, PPL_TOKENS, calls)
         return replace(w, accelerator_passes={"fwd_token": float(rows - calls)}) if rows != calls else w
     if cfg.analysis == "fig4":  # per query its cached prefix, then one pass of its clean row and its eight set edits
         # (query_kn_mapping); on an accelerator a fact's queries are rows of shared passes (PROB_ROWS rows each)

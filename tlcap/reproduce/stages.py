@@ -6,8 +6,9 @@ the sha256 of
 - its name and its config (``Config.to_dict()``, a tlcap :class:`~tlcap.config.Config`);
 - the model's identity (:func:`tlcap.provenance.model_identity`: GGUF sha256, HF commit, seed);
 - the hash of its input data (:func:`data_hash` of what ``stage.data(ctx)`` returns: samples, facts);
-- the tlcap version and the sha256 of the source of the modules it names in ``code`` (editing
-  an experiment invalidates the stages that use it);
+- the tlcap version and the sha256 of the source of the modules it names in ``code`` and of every
+  tlcap module they import, transitively (editing an experiment, or the engine it runs on, invalidates
+  the stages that use it; :func:`code_files`);
 - the keys of the stages it depends on (a changed upstream result invalidates everything below).
 
 Results are tlcap :class:`~tlcap.results.Result` values saved with ``save`` under
@@ -35,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib
@@ -91,29 +93,86 @@ def data_hash(data: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def code_hash(modules: Sequence[str]) -> str:
-    """sha256 of the source files of ``modules`` (a package: every ``.py`` below it).
+_NOT_HASHED = ("viz",)
+
+
+def _tlcap_imports(path: Path, root: Path) -> set[Path]:
+    """The tlcap source files ``path`` imports (``import tlcap.x`` / ``from tlcap.x import y``, ``y`` a module or a
+    name; the top-level ``tlcap/__init__.py``, which re-exports everything, is not followed, nor ``tlcap.viz``:
+    figures are drawn from the stored values, they change none)."""
+    out: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "tlcap" or len(parts) < 2 or parts[1] in _NOT_HASHED:
+                continue
+            base = root.joinpath(*parts[1:])
+            for f in (base.with_suffix(".py"), base / "__init__.py"):
+                if f.is_file():
+                    out.add(f)
+    return out
+
+
+def code_files(modules: Sequence[str]) -> list[Path]:
+    """The source files a stage's ``code`` covers: each module's own (a package: every ``.py`` below it) and every
+    tlcap module they import, transitively.
 
     Args:
-        modules: Importable module names (repeats ignored, hashed in sorted order).
+        modules: Importable module names.
 
     Returns:
-        The 64-character lowercase sha256 hex digest over each module's name, its files' names and bytes.
+        The files, sorted.
 
     Raises:
         UnknownNameError: a module that cannot be imported.
+
+    Example:
+        >>> files = code_files(["tlcap.metrics.accuracy"])
+        >>> sorted({f.name for f in files} & {"accuracy.py", "set_scores.py", "answers.py"})  # the engine it imports
+        ['accuracy.py', 'answers.py', 'set_scores.py']
     """
-    h = hashlib.sha256()
+    root = Path(importlib.import_module("tlcap").__file__ or "").parent
+    todo: list[Path] = []
     for name in sorted(set(modules)):
         try:
             mod = importlib.import_module(name)
         except ImportError as exc:
             raise UnknownNameError(f"stage code module {name!r} cannot be imported ({exc})") from None
         path = Path(getattr(mod, "__file__", "") or "")
-        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
-        for f in files:
-            h.update(f"{name}:{f.name}\n".encode())
-            h.update(f.read_bytes())
+        todo += sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    seen: set[Path] = set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        todo += sorted(_tlcap_imports(f, root) - seen)
+    return sorted(seen)
+
+
+def code_hash(modules: Sequence[str]) -> str:
+    """sha256 of the source files of ``modules`` and of every tlcap module they import (:func:`code_files`).
+
+    Args:
+        modules: Importable module names (repeats ignored).
+
+    Returns:
+        The 64-character lowercase sha256 hex digest over each file's path below ``tlcap/`` and its bytes.
+
+    Raises:
+        UnknownNameError: a module that cannot be imported.
+    """
+    h = hashlib.sha256()
+    files = code_files(modules)
+    root = Path(importlib.import_module("tlcap").__file__ or "").parent
+    for f in files:
+        h.update(f"{f.relative_to(root).as_posix()}\n".encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 
@@ -512,4 +571,5 @@ class Runner:
         return out
 
 
-__all__ = ["Stage", "StageContext", "StageRecord", "Runner", "StageError", "data_hash", "code_hash", "STAGE_FILE"]
+__all__ = ["Stage", "StageContext", "StageRecord", "Runner", "StageError", "data_hash", "code_hash", "code_files",
+           "STAGE_FILE"]
