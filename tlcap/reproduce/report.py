@@ -17,7 +17,7 @@ Example:
     >>> rows = rb.finalize()
     >>> rows[0].paper_text, rows[0].verdict, rows[0].reason
     ('96.42 % (LLaMA2-7B) | 94.26 % (LLaMA2-13B); 95.66 % (GPT-J-6B)', 'agrees',
-     "the paper's 0.964 lies inside our 95 % CI [0.917, 0.98] (n=4)")
+     "the paper's 0.964 lies inside our 95 % CI [0.917, 0.98] (n=4), within ±25 %")
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ The rules:
 Example:
     >>> v = verdict(Estimate(0.42, 0.35, 0.50, n=120), paper=0.44, paper_rounding=0.005)
     >>> v.word, v.reason
-    ('agrees', "the paper's 0.44 lies inside our 95 % CI [0.35, 0.5] (n=120)")
+    ('agrees', "the paper's 0.44 lies inside our 95 % CI [0.35, 0.5] (n=120), within ±25 %")
     >>> verdict(Estimate(-0.2, -0.3, -0.1, n=200), kind="effect", sign=-1, p_adjusted=0.003).word
     'agrees'
 """
