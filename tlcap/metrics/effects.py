@@ -61,20 +61,16 @@ class Effect(NamedTuple):
 NO_EFFECT = Effect(None, None, "", None)
 
 
-def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
+def _per_cluster(x: np.ndarray, groups: Sequence | None, reduce: str) -> np.ndarray:
+    """``x.mean()`` or ``x.sum()`` (``reduce``) of each cluster, in order of first appearance (``x`` itself without groups)."""
     if groups is None:
         return x
     g = np.asarray(list(groups))
-    return np.array([x[g == k].mean() for k in dict.fromkeys(g.tolist())])
+    return np.array([getattr(x[g == k], reduce)() for k in dict.fromkeys(g.tolist())])
 
 
-def _cluster_residual_sums(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
-    """Per cluster, the sum of its values' deviations from the mean over every value (one value per cluster without groups)."""
-    r = x - x.mean()
-    if groups is None:
-        return r
-    g = np.asarray(list(groups))
-    return np.array([r[g == k].sum() for k in dict.fromkeys(g.tolist())])
+def _cluster_means(x: np.ndarray, groups: Sequence | None) -> np.ndarray:
+    return _per_cluster(x, groups, "mean")
 
 
 def cluster_robust_var(x: Values, groups: Sequence | np.ndarray | None = None) -> tuple[float, int]:
@@ -100,7 +96,7 @@ def cluster_robust_var(x: Values, groups: Sequence | np.ndarray | None = None) -
         (1.0, 2)
     """
     v = np.asarray(x, dtype=float)
-    e = _cluster_residual_sums(v, groups)
+    e = _per_cluster(v - v.mean(), groups, "sum")  # each cluster's residuals about the overall mean, summed
     G = len(e)
     if G < 2:
         return math.nan, G
@@ -185,8 +181,9 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
     if var > 0:
         return Effect(est, _t_p(float(d.mean()) / math.sqrt(var), G - 1), name, 0.0)
     # no spread about the mean: every cluster's mean equals it, so the exact sign test on the clusters decides
-    m = int((_cluster_means(d, groups) != 0).sum())
-    return Effect(est, paired_p(_cluster_means(d, groups)), "exact sign test" + (" on clusters" if groups is not None else ""),
+    means = _cluster_means(d, groups)
+    m = int((means != 0).sum())
+    return Effect(est, paired_p(means), "exact sign test" + (" on clusters" if groups is not None else ""),
                   min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
 
 

@@ -38,6 +38,7 @@ from tlcap.data.wikitext import load_wikitext
 from tlcap.errors import DatasetUnavailableError
 from tlcap.experiments.cnl import CNLLocation, cross_dataset, enhance_effect, erase_effect, finalize, split_halves
 from tlcap.experiments.cnl.erase import located_accuracy
+from tlcap.experiments.cnl.erase_sets import CHUNK_SETS
 from tlcap.metrics.accuracy import GEN_ROWS, task_accuracy
 from tlcap.metrics.answers import CODE_TOKENS
 from tlcap.metrics.set_scores import common_prefix, teacher_forced_passes, teacher_forced_rows
@@ -98,7 +99,7 @@ class EvalConfig(Config):
     data_dir: str | None = None
     ppl_texts: int = 0
     ppl_n_random: int = 0
-    checkpoint_every: int = 25
+    checkpoint_every: int = CHUNK_SETS
 
     def validate(self) -> None:
         check_int("n_eval", self.n_eval, min=1)
@@ -210,7 +211,7 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     return w.scaled(times)
 
 
-def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: int, every: int = 25) -> int:
+def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: int, every: int = CHUNK_SETS) -> int:
     """Forward calls of a number task's erased generation (:func:`~tlcap.metrics.set_scores.erased_scores` over
     :func:`~tlcap.experiments.cnl.erase_sets.erase_sets`' chunks of ``every`` sets): per item and chunk, its sets in
     groups of ``ROW_TOKENS // longest prompt`` rows, each group one prefix pass (prompts of 2+ tokens) and one pass
@@ -220,7 +221,7 @@ def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: in
         prompt_lengths: Tokens of each item's prompt.
         n_sets: Sets scored.
         max_new_tokens: Most tokens generated per row.
-        every: Sets per chunk (``checkpoint_every``; 25 by default).
+        every: Sets per chunk (``checkpoint_every``; :data:`~tlcap.experiments.cnl.erase_sets.CHUNK_SETS` by default).
 
     Returns:
         The number of forward calls.
@@ -238,12 +239,12 @@ def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: in
 
 
 def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_texts: int = 0, ppl_sets: int = 0,
-                    ppl_max_tokens: int = 128) -> Workload:
+                    ppl_max_tokens: int = 128, every: int = CHUNK_SETS) -> Workload:
     """The cost of :func:`~tlcap.experiments.cnl.erase_sets.erase_sets` (batched): ``n_sets`` sets scored on
     ``samples`` (every set runs the items' tokens after their shared prefix, and the prefix once; choice tasks
     unembed one position per row, code tasks the reference tokens, number tasks generate ``max_new_tokens``, in
     small passes: one per decoding step of each group of sets, :func:`number_set_passes`), and ``ppl_sets`` sets
-    on ``ppl_texts`` WikiText-2 texts (every position unembedded)."""
+    on ``ppl_texts`` WikiText-2 texts (every position unembedded); ``every``: the sets per chunk the run uses."""
     shape = ModelShape.of(model)
     t = get_task(task)
     ids = [model.encode(s.prompt, check_length=False) for s in samples]
@@ -260,7 +261,7 @@ def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_te
         mean += t.max_new_tokens / 2
     w = set_rows(shape, n_sets * toks, n_sets * reads, mean / 2)
     if t.kind == "number":  # the decoding steps' calls (their FLOPs are the set_token ones above)
-        w = w + Workload(passes={"fwd_token": float(number_set_passes([len(p) for p in ids], n_sets, t.max_new_tokens))})
+        w = w + Workload(passes={"fwd_token": float(number_set_passes([len(p) for p in ids], n_sets, t.max_new_tokens, every))})
     if ppl_texts and ppl_sets:
         lens = [len(model.encode(x, prepend_bos=False, max_tokens=ppl_max_tokens, check_length=False))
                 for x in load_wikitext(n_texts=ppl_texts)]
@@ -296,7 +297,7 @@ def _erase_work(ctx: StageContext) -> Workload:
     m, samples = ctx.model, ctx.inputs()
     # per σ: base, located and the random sets in batched passes (a set's cost does not depend on its size)
     per_sigma = erase_sets_work(m, cfg.dataset, samples, 1 + cfg.n_random, ppl_texts=cfg.ppl_texts,
-                                ppl_sets=2 + min(cfg.ppl_n_random, cfg.n_random))
+                                ppl_sets=2 + min(cfg.ppl_n_random, cfg.n_random), every=cfg.checkpoint_every)
     return eval_work(m, cfg.dataset, samples) + per_sigma.scaled(len(cfg.sigmas))
 
 
@@ -398,7 +399,7 @@ def _load(ctx: StageContext, dataset: str, data_dir: str | None, split: str, n: 
             raise
         have = load_task(dataset, data_dir, split, None, seed)
         note = f"{dataset} {split}: {n} samples estimated from the {len(have)} here"
-        ctx.runner.plan_notes[ctx.stage.name] = "; ".join(filter(None, [ctx.runner.plan_notes.get(ctx.stage.name), note]))
+        ctx.runner.note(ctx.stage.name, note)
         return [have[i % len(have)] for i in range(n)]
 
 

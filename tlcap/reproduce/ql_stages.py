@@ -197,10 +197,8 @@ def _candidate_facts(ctx: StageContext, n: int | None) -> list[Fact]:
     out: list[Fact] = []
     want = n if n is not None else (cfg.n_facts or sum(len(v) for v in per.values()))
     if ctx.runner.plan_only and cfg.n_facts is None and cfg.known_top_k:  # every candidate priced: an upper bound
-        note = (f"upper bound: all {want} candidate facts priced; the scan keeps those the model knows "
-                f"(top-{cfg.known_top_k}), which only a run can count")
-        if note not in (ctx.runner.plan_notes.get(ctx.stage.name) or ""):
-            ctx.runner.plan_notes[ctx.stage.name] = "; ".join(filter(None, [ctx.runner.plan_notes.get(ctx.stage.name), note]))
+        ctx.runner.note(ctx.stage.name, f"upper bound: all {want} candidate facts priced; the scan keeps those the model "
+                                        f"knows (top-{cfg.known_top_k}), which only a run can count")
     i = 0
     while len(out) < want and any(i < len(v) for v in per.values()):
         out += [v[i] for v in per.values() if i < len(v)]

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -96,12 +97,24 @@ def data_hash(data: Any) -> str:
 _NOT_HASHED = ("viz",)
 
 
+def _tlcap_root() -> Path:
+    return Path(importlib.import_module("tlcap").__file__ or "").parent
+
+
 def _tlcap_imports(path: Path, root: Path) -> set[Path]:
+    """:func:`_imports_of` of ``path``, parsed once per process and file version (every stage of a run asks)."""
+    st = path.stat()
+    return set(_imports_of(str(path), str(root), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_of(path_s: str, root_s: str, size: int, mtime_ns: int) -> frozenset[Path]:
     """The tlcap source files ``path`` imports (``import tlcap.x`` / ``from tlcap.x import y``, ``y`` a module or a
     name; the top-level ``tlcap/__init__.py``, which re-exports everything, is not followed, nor ``tlcap.viz``:
     figures are drawn from the stored values, they change none)."""
+    path, root = Path(path_s), Path(root_s)
     out: set[Path] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=path_s)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -115,7 +128,7 @@ def _tlcap_imports(path: Path, root: Path) -> set[Path]:
             for f in (base.with_suffix(".py"), base / "__init__.py"):
                 if f.is_file():
                     out.add(f)
-    return out
+    return frozenset(out)
 
 
 def code_files(modules: Sequence[str]) -> list[Path]:
@@ -136,7 +149,7 @@ def code_files(modules: Sequence[str]) -> list[Path]:
         >>> sorted({f.name for f in files} & {"accuracy.py", "set_scores.py", "answers.py"})  # the engine it imports
         ['accuracy.py', 'answers.py', 'set_scores.py']
     """
-    root = Path(importlib.import_module("tlcap").__file__ or "").parent
+    root = _tlcap_root()
     todo: list[Path] = []
     for name in sorted(set(modules)):
         try:
@@ -168,9 +181,8 @@ def code_hash(modules: Sequence[str]) -> str:
         UnknownNameError: a module that cannot be imported.
     """
     h = hashlib.sha256()
-    files = code_files(modules)
-    root = Path(importlib.import_module("tlcap").__file__ or "").parent
-    for f in files:
+    root = _tlcap_root()
+    for f in code_files(modules):
         h.update(f"{f.relative_to(root).as_posix()}\n".encode())
         h.update(f.read_bytes())
     return h.hexdigest()
@@ -315,6 +327,18 @@ class Runner:
         self._outputs: dict[str, Outputs] = {}
         self._contexts: dict[str, StageContext] = {}
         self._meter = PeakMemory()
+
+    def note(self, name: str, text: str) -> None:
+        """Add ``text`` to the plan's note of stage ``name`` (``--dry-run``: what the prediction estimated); a note
+        already there is not repeated.
+
+        Args:
+            name: A stage name.
+            text: One clause.
+        """
+        have = self.plan_notes.get(name)
+        if not have or text not in have.split("; "):
+            self.plan_notes[name] = "; ".join(filter(None, [have, text]))
 
     # ------------------------------------------------------------------ model and keys
     @property

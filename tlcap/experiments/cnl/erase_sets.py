@@ -36,6 +36,8 @@ from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.runtime.run_control import RunControl
 
+CHUNK_SETS = 25
+"""Sets per chunk (a checkpoint) when the run control names no ``checkpoint_every``."""
 WIKITEXT = "WikiText-2 raw test split (tlcap/data/bundled/wikitext2), paragraphs of >= 100 characters, in file order"
 
 
@@ -129,7 +131,7 @@ def erase_sets(
         CheckpointMismatchError: ``checkpoint_dir`` holds a run of other inputs or settings.
     """
     rc = RunControl.resolve(run) if run is not None else RunControl(progress=False)
-    every, progress = rc.every(25), rc.progress
+    every, progress = rc.every(CHUNK_SETS), rc.progress
     t = get_task(task)
     items = scored_items(model, t, samples)
     seeds = tuple(cfg.seed + k for k in range(cfg.n_random))
@@ -182,4 +184,4 @@ def erase_sets(
     )
 
 
-__all__ = ["ErasedSets", "erase_sets", "WIKITEXT"]
+__all__ = ["ErasedSets", "erase_sets", "WIKITEXT", "CHUNK_SETS"]
