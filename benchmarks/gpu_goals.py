@@ -12,6 +12,8 @@ measures them, most important first, each section with a time budget (``gpu_quic
    rounds streamed (a window's refinements in the next windows' batches) against each window alone;
    ``enhance_memory``: the peak of CNL's masked fine-tuning ("w/o located") against the cost model;
 3. ``gen_gsm8k_b16``: GSM8K generation one sample at a time against 16 per batch (``Model.generate_many``);
+   ``erase_gsm8k_rows``: CNL erase's GSM8K generation with 25 sets on 8 items, one item's sets per decoding step
+   against every item's rows in shared steps (``decode_batches``: the ``full`` plan's ``cnl.erase.gsm8k``);
    ``table2_rows`` / ``rome_rows``: QL Table 2 (2 planted facts) and a ROME sweep (8 layers, 5 steps) one weight
    edit at a time against the edits as rows of shared passes (``benchmarks/bench_weight_edit_rows.py``);
    ``finetune_slices``: CNL's "located" fine-tuning (0.15 % of the neurons, 8 GSM8K samples) with Adam on the
@@ -175,6 +177,12 @@ def enhance_memory(model: Any, device: torch.device) -> dict[str, Any]:
             "fits_80gb_card": None if peak is None else peak < 79.0}
 
 
+def smoke_dtype(device: torch.device) -> torch.dtype:
+    """bfloat16 on an accelerator; float32 on a CPU, where the ``--tiny`` smoke run checks the code paths (a CPU
+    without bfloat16 instructions emulates them about 50x slower: 1.3 GFLOP/s on a 2-core AMD EPYC)."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
 def gen_batched(model: Any, device: torch.device, n: int) -> dict[str, Any]:
     """GSM8K accuracy of ``n`` samples (96 new tokens at most) generated one at a time against ``GEN_ROWS`` per batch.
 
@@ -206,6 +214,50 @@ def gen_batched(model: Any, device: torch.device, n: int) -> dict[str, Any]:
     return out
 
 
+def erase_rows(model: Any, device: torch.device, n_items: int, n_sets: int) -> dict[str, Any]:
+    """CNL erase's GSM8K generation (``erased_scores``, 96 new tokens at most) with ``n_sets`` random sets on
+    ``n_items`` items: one item's sets per decoding step (a CPU's path) against several items' rows per step
+    (``decode_batches``, the accelerator's), and the passes the cost model counts for each.
+
+    Args:
+        model: The model.
+        device: Where it runs.
+        n_items: GSM8K test items.
+        n_sets: Neuron sets (one empty, the rest random 0.1 % of the neurons).
+
+    Returns:
+        Seconds of each path, their ratio, the counted passes and whether the predictions agree.
+    """
+    from unittest import mock
+
+    import tlcap.metrics.set_scores as ss
+    from tlcap.data.tasks import get_task
+    from tlcap.reproduce.cnl_stages import number_set_passes
+
+    samples = load_task("gsm8k", split="test", n=n_items, seed=0)
+    shape = (model.n_layers, model.d_mlp)
+    base = NeuronSet.from_list([(l, i) for l in range(model.n_layers) for i in range(max(1, model.d_mlp // 1000))],
+                               shape=shape)
+    sets = [NeuronSet((), shape)] + [base.random_like(seed=k) for k in range(1, n_sets)]
+    lens = [len(p) for _, _, p in ss.scored_items(model, get_task("gsm8k"), samples)]
+    out: dict[str, Any] = {"items": n_items, "sets": n_sets, "budget_tokens": ss.decode_budget(model),
+                           "passes_items_alone": number_set_passes(lens, n_sets, 96, every=n_sets),
+                           "passes_items_rows": number_set_passes(lens, n_sets, 96, every=n_sets,
+                                                                  budget=ss.decode_budget(model))}
+    for name, rows in (("items_alone", False), ("items_rows", True)):
+        with mock.patch.object(ss, "one_pass_default", lambda m, b=rows: b):
+            bg.sync(device)
+            t0 = time.perf_counter()
+            sc = ss.erased_scores(model, "gsm8k", samples, sets)
+            bg.sync(device)
+            out[f"{name}_seconds"] = time.perf_counter() - t0
+            out[f"{name}_tokens"] = sc.tokens
+            out[f"{name}_predictions"] = [list(p) for p in sc.predictions]
+    out["speedup"] = out["items_alone_seconds"] / out["items_rows_seconds"]
+    out["same_predictions"] = out["items_alone_predictions"] == out["items_rows_predictions"]
+    return out
+
+
 def eight_b(q: Budget, device: torch.device, tiny: bool) -> None:
     """Section 8 (module docstring): the 8B model, then every method and path of :func:`memory_8b.calls` and the
     masked fine-tuning, each its own section, on an emulated 80 GB card (:func:`memory_8b.card_of`).
@@ -220,7 +272,7 @@ def eight_b(q: Budget, device: torch.device, tiny: bool) -> None:
     def load() -> dict[str, Any]:
         bg.reset_peak(device)
         t0 = time.perf_counter()
-        m = held["m"] = (bg.make_llama(seed=2, n_layers=3, device=device, dtype=torch.bfloat16) if tiny
+        m = held["m"] = (bg.make_llama(seed=2, n_layers=3, device=device, dtype=smoke_dtype(device)) if tiny
                          else bg.load_model("llama3-8b-shape", device=device, dtype=torch.bfloat16))
         bg.sync(device)
         return {"model": m.name, "params": sum(p.numel() for p in m.backend.parameters()), "n_layers": m.n_layers,
@@ -263,9 +315,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = bg.resolve_device(args.device)
     if device.type == "cpu":
         batching.PROBE_DEVICE_TYPES = (*batching.PROBE_DEVICE_TYPES, "cpu")
-    dt = torch.bfloat16
+    dt = smoke_dtype(device)
     payload: dict[str, Any] = {"goals": True, "device": torch.cuda.get_device_name(device) if device.type == "cuda"
-                               else "cpu", "tiny": args.tiny, "dtype": "bfloat16", "env": bg.env_info(),
+                               else "cpu", "tiny": args.tiny, "dtype": str(dt).removeprefix("torch."), "env": bg.env_info(),
                                "date": time.strftime("%Y-%m-%d"),
                                "settings": {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     rep = bg.Report(args.out, payload)
@@ -337,6 +389,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         section((key, "auto_phases"), need_model(lambda m: auto_phases(m, device, tol)), 40, 15)
     section((key, "enhance_memory"), need_model(lambda m: enhance_memory(m, device)), 40, 15)
     section((key, "gen_gsm8k_b16"), need_model(lambda m: gen_batched(m, device, 16)), 90, 30)
+    section((key, "erase_gsm8k_rows"), need_model(lambda m: erase_rows(m, device, 8 if not args.tiny else 3, 25)), 90, 40)
     section((key, "table2_rows"), need_model(lambda m: BW.time_table2(m, 2, 1, lambda: bg.sync(device))), 60, 20)
     section((key, "rome_rows"), need_model(lambda m: BW.time_rome(m, 8, 5, 1, lambda: bg.sync(device))), 90, 30)
     section((key, "finetune_slices"), need_model(lambda m: BF.time_located(

@@ -165,6 +165,54 @@ def test_generation_rows_equal_generate_with_weights_erased(model):
         assert sc.scores[k].tolist() == list(acc.scores) and sc.predictions[k] == acc.predictions
 
 
+def test_rows_of_several_items_decode_like_each_item_alone_with_weights_erased(model, monkeypatch):
+    """On an accelerator a number task's (set, item) rows of several prompts share each decoding step (issue 25: one
+    item's sets per step was launch-bound on a GPU) and rows that have stopped leave the batch: every row equals
+    ``generate`` of its prompt with its set's weights erased, token for token, whatever batch it landed in."""
+    from tlcap.metrics.set_scores import decode_batches
+
+    sets = _sets(model, 3, 0.5)
+    prompts = [model.encode(p) for p in ("Question: 12 + 30 =", "Hi", "The old river runs past the lamp and the")]
+    assert len({len(p) for p in prompts}) == 3
+    plan = SetFactors.of(model, sets)
+    with _mlp_dominated(model):
+        alone = {}
+        for k, s in enumerate(sets):
+            with erase_neurons(model, s):
+                for j, p in enumerate(prompts):
+                    alone[k, j] = model.generate(p, 8)
+        stop = {alone[k, 1][2] for k in range(len(sets))}  # rows stop at different steps: the batches compact
+        want = {}
+        for k, s in enumerate(sets):
+            with erase_neurons(model, s):
+                for j, p in enumerate(prompts):
+                    want[k, j] = model.generate(p, 8, stop_ids=sorted(stop))
+        assert len({len(w) for w in want.values()}) > 1
+        lens = [len(p) for p in prompts]
+        batches = decode_batches(lens, len(sets), 8, budget=6 * (max(lens) + 8))  # 6 rows per batch: items mixed
+        assert len(batches) == 2 and {j for _, j in batches[0]} != {j for _, j in batches[1]}
+        saved = 0
+        for batch in batches:
+            row_set = torch.tensor([k for k, _ in batch])
+            full = model.decode_rows([prompts[j] for _, j in batch], 8, sorted(stop),
+                                     row_hooks=lambda held, rs=row_set: plan.hooks(model, rs[held]))
+            d = model.decode_rows([prompts[j] for _, j in batch], 8, sorted(stop), compact=True,
+                                  row_hooks=lambda held, rs=row_set: plan.hooks(model, rs[held]))
+            assert d.tokens == full.tokens == [want[kj] for kj in batch]
+            assert d.passes == full.passes
+            saved += full.tokens_run - d.tokens_run
+        assert saved > 0  # finished rows left their batch
+        # the whole task, accelerator path (patched onto the CPU) against one item at a time: the generated texts
+        monkeypatch.setattr(set_scores_mod, "extract_number", lambda text: text)
+        monkeypatch.setattr(set_scores_mod, "same_number", lambda a, b: a == b)
+        gsm = load_task("gsm8k", split="test", n=4, seed=2)
+        cpu = erased_scores(model, "gsm8k", gsm, sets, max_new_tokens=6)
+        monkeypatch.setattr(set_scores_mod, "one_pass_default", lambda m: True)
+        monkeypatch.setattr(set_scores_mod, "GEN_TOKENS", 5 * (max(len(model.encode(s.prompt)) for s in gsm) + 6))
+        acc = erased_scores(model, "gsm8k", gsm, sets, max_new_tokens=6)
+        assert acc.predictions == cpu.predictions and len({p for row in cpu.predictions for p in row}) > 4
+
+
 def test_text_nll_and_target_probs_equal_slow_paths(model):
     texts = ["The river runs through the old town and past the stone bridge.", "A short one.",
              "Colours of the evening sky are red, blue and green over the lamp-lit street."]
@@ -284,3 +332,23 @@ def test_erase_cost_counts_the_generation_calls_of_a_number_task(tiny_llama, mon
     w = erase_sets_work(m, "gsm8k", samples, len(sets))
     assert w.passes["fwd_token"] == len(calls)
     assert number_set_passes(lens, 30, 4) == 2 * 2 * 5  # two chunks of sets (25 + 5), one group each
+    # on an accelerator (patched onto the CPU) the items' rows share batches of GEN_TOKENS keys/values: counted
+    # backend calls (prefix passes and steps) against the cost model's accelerator count
+    import tlcap.models.generate as generate_mod
+    import tlcap.reproduce.cnl_stages as stages
+
+    budget = 3 * (max(lens) + t.max_new_tokens)  # 3 rows per batch: 8 rows, 3 batches
+    monkeypatch.setattr(generate_mod, "ends_generation", lambda *a, **k: False)
+    monkeypatch.setattr(set_scores, "one_pass_default", lambda model: True)
+    monkeypatch.setattr(set_scores, "GEN_TOKENS", budget)
+    monkeypatch.setattr(stages, "GEN_TOKENS", budget)
+    n_calls = []
+    handle = m.backend.register_forward_pre_hook(lambda *a: n_calls.append(1))
+    try:
+        erased_scores(m, "gsm8k", samples, sets)
+    finally:
+        handle.remove()
+    assert len(n_calls) == number_set_passes(lens, len(sets), t.max_new_tokens, budget=budget) == 3 * (1 + t.max_new_tokens)
+    w = erase_sets_work(m, "gsm8k", samples, len(sets))
+    assert w.passes["fwd_token"] + w.accelerator_passes["fwd_token"] == len(n_calls)
+    assert w.gen_bytes == 3 * (max(lens) + t.max_new_tokens) * stages.ModelShape.of(m).kv_token_bytes()

@@ -49,7 +49,8 @@ def test_every_step_of_a_row_has_the_logits_of_its_own_sequence(name):
     continuation so far (its positions, its prompt only: the padding of shorter prompts masked)."""
     m = make_gpt2("tiny", seed=0) if name == "gpt2" else make_llama(seed=0) if name == "llama" else make_tiny(name, seed=0)
     ids = [m.encode(p) for p in PROMPTS]
-    out, logits = m._decode_rows(ids, 6, (), (), keep_logits=True)
+    d = m.decode_rows(ids, 6, keep_logits=True)
+    out, logits = d.tokens, d.logits
     assert len(logits) == 6
     for r, (p, o) in enumerate(zip(ids, out)):
         for t in range(6):

@@ -14,7 +14,10 @@ kind computes, and no more:
 - **code** (MBPP): teacher-forced rows, logits at the reference tokens' positions only; the
   score is the share predicted as argmax (:data:`~tlcap.metrics.answers.CODE_TOKENS`).
 - **number** (GSM8K, SVAMP): greedy generation with one row per set, the sets' masks applied at
-  every step (the prompt's included), each row stopped at its own EOS / stop text; exact match.
+  every step (the prompt's included), each row stopped at its own EOS / stop text; exact match. On a
+  CPU one item at a time (its sets as rows); on an accelerator the ``(set, item)`` rows of several
+  items share each decoding step (:func:`decode_batches`, a key/value budget of :data:`GEN_TOKENS`),
+  and rows that have stopped leave the batch.
 
 **Shared prefix.** The tokens every item starts with (Emotion's instruction) are run once per set
 (their keys/values depend on the set, which acts at every position), cached, and continued by
@@ -50,11 +53,16 @@ from tlcap.metrics.answers import CODE_TOKENS, cut_at_stops, extract_number, sam
 from tlcap.metrics.sets import NeuronSet
 from tlcap.models.adapter import Model
 from tlcap.models.generate import ends_generation
+from tlcap.runtime.batching import device_shares, free_memory
+from tlcap.runtime.device import one_pass_default
 
 MIN_PREFIX = 4
 """Shortest common prefix worth caching per set (shorter ones are run with every row)."""
 ROW_TOKENS = 4096
 """Tokens per forward call (rows × padded length): large matrix products, bounded memory."""
+GEN_TOKENS = 2**16
+"""Keys/values one batch of an accelerator's erased generation holds: rows × (longest prompt + new tokens) tokens
+(:func:`decode_budget` caps it at half the free memory; LLaMA2-7B in bfloat16: 32 GiB)."""
 LOGIT_BYTES = 2**28
 """Logits one call may hold (rows × read positions × vocabulary × 4 bytes)."""
 STOPS = ("\n\n", "Question:")
@@ -342,25 +350,96 @@ def _generate_rows(model: Model, plan: SetFactors, sets: Tensor, ids: list[int],
     return [f[:a] if a is not None else f for f, a in zip(fed, stop_at)], tokens
 
 
+def decode_batches(lengths: Sequence[int], n_sets: int, max_new_tokens: int, budget: int) -> list[list[tuple[int, int]]]:
+    """The ``(set, item)`` rows of each batch of an accelerator's erased generation: items in length order, each
+    item's sets consecutive, as many rows per batch as ``rows · (longest prompt + max_new_tokens) <= budget``
+    allows (at least one).
+
+    Args:
+        lengths: Tokens of each item's prompt.
+        n_sets: Sets scored.
+        max_new_tokens: Most tokens generated per row.
+        budget: Keys/values one batch may hold, in tokens (:func:`decode_budget`).
+
+    Returns:
+        The batches, each a list of ``(set, item)``.
+
+    Example:
+        >>> decode_batches([3, 5], n_sets=2, max_new_tokens=3, budget=24)   # 3 rows of 8 tokens, then 1
+        [[(0, 0), (1, 0), (0, 1)], [(1, 1)]]
+    """
+    order = sorted(range(len(lengths)), key=lambda j: lengths[j])
+    batches: list[list[tuple[int, int]]] = []
+    cur: list[tuple[int, int]] = []
+    longest = 0
+    for j in order:
+        for k in range(n_sets):
+            wide = max(longest, lengths[j])
+            if cur and (len(cur) + 1) * (wide + max_new_tokens) > budget:
+                batches.append(cur)
+                cur, wide = [], lengths[j]
+            cur.append((k, j))
+            longest = wide
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def decode_budget(model: Model) -> int:
+    """Keys/values, in tokens, one batch of :func:`decode_batches` holds on ``model``'s devices: :data:`GEN_TOKENS`,
+    at most half the free memory of each device at its share of the layers.
+
+    Args:
+        model: The model (its layers' devices, key/value width and dtype).
+
+    Returns:
+        Tokens (at least 1).
+    """
+    per = 2 * model.n_layers * model.n_kv_heads * model.d_head * torch.empty((), dtype=model.dtype).element_size()
+    cap = GEN_TOKENS
+    for dev, share in device_shares(model).items():
+        cap = min(cap, int(0.5 * free_memory(dev) / max(1.0, per * share)))
+    return max(1, cap)
+
+
 def _number(model: Model, t: Task, items: list[tuple[int, Sample, list[int]]], plan: SetFactors, max_new_tokens: int | None,
             progress: bool) -> tuple[Tensor, list[list[str]], int]:
+    """Scores and predicted numbers of a number task (module docstring). On an accelerator the ``(set, item)`` rows of
+    several items decode as one batch (:func:`decode_batches`; finished rows leave it); on a CPU one item at a time,
+    its sets in groups of ``ROW_TOKENS // prompt`` rows (an item's scores then never depend on the other items)."""
     eos_id = model.special_token_id("eos")
     stop_ids = {int(eos_id)} if eos_id is not None else set()
     S = len(plan)
-    group = min(S, max(1, ROW_TOKENS // max(len(p) for _, _, p in items)))
+    max_new = max_new_tokens or t.max_new_tokens
     scores = torch.zeros(S, len(items), dtype=torch.float64)
     preds = [[""] * len(items) for _ in range(S)]
     tokens = 0
+
+    def score(r: int, j: int, gen: list[int]) -> None:
+        num = extract_number(cut_at_stops(model.decode(gen), STOPS))
+        scores[r, j] = float(same_number(num, items[j][1].gold))
+        preds[r][j] = num or ""
+
+    lens = [len(p) for _, _, p in items]
+    if one_pass_default(model) and model.decodes_rows(lens):
+        for batch in tqdm(decode_batches(lens, S, max_new, decode_budget(model)), desc=f"erased {t.name}",
+                          disable=not progress, leave=False):
+            row_set = torch.tensor([k for k, _ in batch])
+            d = model.decode_rows([items[j][2] for _, j in batch], max_new, sorted(stop_ids), STOPS, compact=True,
+                                  row_hooks=lambda held, rs=row_set: plan.hooks(model, rs[held]))
+            tokens += d.tokens_run
+            for (k, j), gen in zip(batch, d.tokens):
+                score(k, j, gen)
+        return scores, preds, tokens
+    group = min(S, max(1, ROW_TOKENS // max(lens)))
     bar = tqdm(total=len(items) * math.ceil(S / group), desc=f"erased {t.name}", disable=not progress, leave=False)
-    for j, (_, s, p) in enumerate(items):
+    for j, (_, _, p) in enumerate(items):
         for g0 in range(0, S, group):
             sets = torch.arange(g0, min(S, g0 + group))
-            outs, n = _generate_rows(model, plan, sets, p, max_new_tokens or t.max_new_tokens, stop_ids, STOPS)
+            outs, n = _generate_rows(model, plan, sets, p, max_new, stop_ids, STOPS)
             tokens += n
             for r, gen in zip(sets.tolist(), outs):
-                num = extract_number(cut_at_stops(model.decode(gen), STOPS))
-                scores[r, j] = float(same_number(num, s.gold))
-                preds[r][j] = num or ""
+                score(r, j, gen)
             bar.update(1)
     bar.close()
     return scores, preds, tokens
@@ -459,5 +538,6 @@ def erased_scores(
                      len(samples) - len(items), METRICS[t.kind], tokens, time.perf_counter() - t0)
 
 
-__all__ = ["SetScores", "common_prefix", "erased_scores", "scored_items", "teacher_forced", "MIN_PREFIX", "ROW_TOKENS",
+__all__ = ["SetScores", "common_prefix", "erased_scores", "scored_items", "teacher_forced", "decode_batches", "decode_budget",
+           "MIN_PREFIX", "ROW_TOKENS", "GEN_TOKENS",
            "LOGIT_BYTES", "METRICS"]

@@ -41,7 +41,7 @@ from tlcap.experiments.cnl.erase import located_accuracy
 from tlcap.experiments.cnl.erase_sets import CHUNK_SETS
 from tlcap.metrics.accuracy import GEN_ROWS, task_accuracy
 from tlcap.metrics.answers import CODE_TOKENS
-from tlcap.metrics.set_scores import common_prefix, teacher_forced_passes, teacher_forced_rows
+from tlcap.metrics.set_scores import GEN_TOKENS, common_prefix, decode_batches, teacher_forced_passes, teacher_forced_rows
 from tlcap.reproduce.cost import (
     SET_ROW_TOKENS,
     ModelShape,
@@ -211,17 +211,22 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     return w.scaled(times)
 
 
-def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: int, every: int = CHUNK_SETS) -> int:
+def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: int, every: int = CHUNK_SETS,
+                      budget: int | None = None) -> int:
     """Forward calls of a number task's erased generation (:func:`~tlcap.metrics.set_scores.erased_scores` over
-    :func:`~tlcap.experiments.cnl.erase_sets.erase_sets`' chunks of ``every`` sets): per item and chunk, its sets in
-    groups of ``ROW_TOKENS // longest prompt`` rows, each group one prefix pass (prompts of 2+ tokens) and one pass
-    per decoding step — at most ``max_new_tokens`` (a group stops early once all its rows have: an upper bound).
+    :func:`~tlcap.experiments.cnl.erase_sets.erase_sets`' chunks of ``every`` sets). On a CPU (``budget=None``): per
+    item and chunk, its sets in groups of ``ROW_TOKENS // longest prompt`` rows; on an accelerator (``budget``: the
+    key/value tokens a batch holds, :data:`~tlcap.metrics.set_scores.GEN_TOKENS`): per chunk, the ``(set, item)``
+    rows of :func:`~tlcap.metrics.set_scores.decode_batches`. Each group or batch is one prefix pass (prompts of 2+
+    tokens) and one pass per decoding step — at most ``max_new_tokens`` (a batch stops early once all its rows
+    have: an upper bound).
 
     Args:
         prompt_lengths: Tokens of each item's prompt.
         n_sets: Sets scored.
         max_new_tokens: Most tokens generated per row.
         every: Sets per chunk (``checkpoint_every``; :data:`~tlcap.experiments.cnl.erase_sets.CHUNK_SETS` by default).
+        budget: An accelerator's key/value budget per batch, in tokens (``None``: a CPU's groups).
 
     Returns:
         The number of forward calls.
@@ -229,10 +234,16 @@ def number_set_passes(prompt_lengths: list[int], n_sets: int, max_new_tokens: in
     Example:
         >>> number_set_passes([10, 12], n_sets=30, max_new_tokens=4)    # chunks 25 + 5, one group each: 2 · 2 · 5
         20
+        >>> number_set_passes([10, 12], n_sets=30, max_new_tokens=4, budget=2**16)   # one batch per chunk: 2 · 5
+        10
     """
     if not prompt_lengths or n_sets < 1:
         return 0
     chunks = [min(every, n_sets - k) for k in range(0, n_sets, every)]
+    if budget is not None:
+        per_chunk = {c: decode_batches(prompt_lengths, c, max_new_tokens, budget) for c in set(chunks)}
+        return sum((1 if max(prompt_lengths[j] for _, j in b) > 1 else 0) + max_new_tokens
+                   for c in chunks for b in per_chunk[c])
     per_group = max(1, SET_ROW_TOKENS // max(prompt_lengths))
     groups = sum(math.ceil(c / min(c, per_group)) for c in chunks)
     return sum(groups * ((1 if n > 1 else 0) + max_new_tokens) for n in prompt_lengths)
@@ -243,7 +254,8 @@ def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_te
     """The cost of :func:`~tlcap.experiments.cnl.erase_sets.erase_sets` (batched): ``n_sets`` sets scored on
     ``samples`` (every set runs the items' tokens after their shared prefix, and the prefix once; choice tasks
     unembed one position per row, code tasks the reference tokens, number tasks generate ``max_new_tokens``, in
-    small passes: one per decoding step of each group of sets, :func:`number_set_passes`), and ``ppl_sets`` sets
+    small passes: one per decoding step of each group of sets, on an accelerator of each batch of several items'
+    rows, whose keys/values are its working memory, :func:`number_set_passes`), and ``ppl_sets`` sets
     on ``ppl_texts`` WikiText-2 texts (every position unembedded); ``every``: the sets per chunk the run uses."""
     shape = ModelShape.of(model)
     t = get_task(task)
@@ -260,8 +272,15 @@ def erase_sets_work(model: Any, task: str, samples: list, n_sets: int, *, ppl_te
         toks, reads = toks + len(samples) * t.max_new_tokens, len(samples) * t.max_new_tokens
         mean += t.max_new_tokens / 2
     w = set_rows(shape, n_sets * toks, n_sets * reads, mean / 2)
-    if t.kind == "number":  # the decoding steps' calls (their FLOPs are the set_token ones above)
-        w = w + Workload(passes={"fwd_token": float(number_set_passes([len(p) for p in ids], n_sets, t.max_new_tokens, every))})
+    if t.kind == "number":  # the decoding steps' calls (their FLOPs are the set_token ones above); on an accelerator
+        # several items' rows share them, their keys/values the batch's memory
+        lens = [len(p) for p in ids]
+        cpu = number_set_passes(lens, n_sets, t.max_new_tokens, every)
+        gpu = number_set_passes(lens, n_sets, t.max_new_tokens, every, budget=GEN_TOKENS)
+        widest = max((len(b) * (max(lens[j] for _, j in b) + t.max_new_tokens)
+                      for b in decode_batches(lens, min(every, n_sets), t.max_new_tokens, GEN_TOKENS)), default=0)
+        w = w + Workload(passes={"fwd_token": float(cpu)}, accelerator_passes={"fwd_token": float(gpu - cpu)},
+                         gen_bytes=widest * shape.kv_token_bytes())
     if ppl_texts and ppl_sets:
         lens = [len(model.encode(x, prepend_bos=False, max_tokens=ppl_max_tokens, check_length=False))
                 for x in load_wikitext(n_texts=ppl_texts)]

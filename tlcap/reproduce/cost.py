@@ -94,6 +94,7 @@ class ModelShape:
         d_vocab: Vocabulary size.
         n_block_params: Parameters of the transformer blocks (attention + MLP weights).
         n_mlp_params: Parameters of the MLPs (the neurons' in/out weights).
+        d_kv: Width of a layer's keys (and of its values): key/value heads × head width (0: ``d_model``).
     """
 
     def dims(self) -> dict[str, int]:
@@ -110,6 +111,7 @@ class ModelShape:
     d_vocab: int
     n_block_params: int
     n_mlp_params: int
+    d_kv: int = 0
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
@@ -129,7 +131,7 @@ class ModelShape:
         gated = bool(getattr(getattr(model, "cfg", None), "gated_mlp", False)) or getattr(model, "architecture", "") in GATED
         attn = 2 * d * d + 2 * d * n_kv * d_head
         mlp = (3 if gated else 2) * d * m
-        return cls(L, d, m, v, L * (attn + mlp), L * mlp)
+        return cls(L, d, m, v, L * (attn + mlp), L * mlp, n_kv * d_head)
 
     @classmethod
     def from_config(cls, n_layers: int, d_model: int, d_mlp: int, d_vocab: int, *, n_heads: int = 1,
@@ -151,7 +153,7 @@ class ModelShape:
         d_head = d_model // n_heads
         attn = 2 * d_model * d_model + 2 * d_model * (n_kv_heads or n_heads) * d_head
         mlp = (3 if gated else 2) * d_model * d_mlp
-        return cls(n_layers, d_model, d_mlp, d_vocab, n_layers * (attn + mlp), n_layers * mlp)
+        return cls(n_layers, d_model, d_mlp, d_vocab, n_layers * (attn + mlp), n_layers * mlp, (n_kv_heads or n_heads) * d_head)
 
     # ------------------------------------------------------------------ FLOPs per unit
     def fwd_token_flops(self, ctx: float = 0.0) -> float:
@@ -224,6 +226,14 @@ class ModelShape:
             Bytes.
         """
         return FLOAT_BYTES * tokens * (4 * self.d_model + self.d_mlp + 2 * self.d_vocab)
+
+    def kv_token_bytes(self) -> int:
+        """Keys and values one cached token holds across the layers (float32).
+
+        Returns:
+            Bytes, ``2 · L · d_kv · 4``.
+        """
+        return FLOAT_BYTES * 2 * self.n_layers * (self.d_kv or self.d_model)
 
     def train_bytes(self, trainable: int, tokens: int, param_bytes: int = FLOAT_BYTES) -> int:
         """Fine-tuning: per trainable parameter two float32 Adam moments and a gradient (float32) or a rounding
@@ -700,6 +710,7 @@ def predict(work: Workload, cal: Calibration) -> Prediction:
         flops["fwd_token"] = flops.get("fwd_token", 0.0) + flops.pop("gen_token")
         passes["fwd_token"] = passes.get("fwd_token", 0.0) + work.gen_steps
         work = replace(work, flops=flops, passes=passes)
+    if cal.meta.get("two_sizes"):  # an accelerator's batched generation holds its rows' keys/values
         extra = max(extra, work.gen_bytes)
     for unit in set(work.flops) | set(work.passes):
         fl, n = work.flops.get(unit, 0.0), work.passes.get(unit, 0.0) + batched_passes(work, cal, unit)
