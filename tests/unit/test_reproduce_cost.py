@@ -98,6 +98,41 @@ def _cal(shape: dict, dtype: str, device: str = "cuda (H100)", spf: float = 1e-1
                        {"date": "2026-11-27"})
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("dims", [(4, 256, 1024, 4), (6, 128, 512, 2)])
+def test_an_ig_row_costs_the_flops_it_runs(dims):
+    """``ModelShape.ig_row_flops`` against the matrix products KN IG runs (torch's FlopCounterMode, the fused
+    read-out's in-place ``addmm_`` counted too): 4 more steps add 4 rows per layer, each a forward from its layer
+    up and the activations' gradient, 2 forward passes' worth (the count had been 3: 1.5x too many)."""
+    from benchmarks.bench_gpu import count_flops
+    from tlcap.attribution import integrated_gradients_facts
+    from tlcap.attribution.config import IGConfig
+    from tlcap.models import make_llama
+
+    L, d, mlp, kv = dims
+    m = make_llama(seed=0, n_layers=L, d_model=d, n_heads=4, n_kv_heads=kv, d_mlp=mlp)
+    facts = [("The capital of France is", " Paris")]
+    flops = {S: count_flops(lambda S=S: integrated_gradients_facts(m, facts, config=IGConfig(steps=S))) for S in (2, 6)}
+    per_row = (flops[6] - flops[2]) / (4 * L)
+    assert per_row == pytest.approx(ModelShape.of(m).ig_row_flops(), rel=0.02)
+
+
+def test_a_probe_saved_with_the_older_ig_count_predicts_the_same_seconds(tmp_path):
+    """A calibration file written before the IG count was 2 (no ``ig_row_passes``): its IG FLOPs and seconds per FLOP
+    are rescaled on load, so an IG workload takes the seconds it took, at a floor 2/3 of the old one."""
+    f3 = SHAPE.ig_row_flops() * 3 / 2  # the older count
+    old = {"seconds_per_flop": {"ig_row": 2e-15}, "seconds_per_pass": {"ig_row": 0.1}, "base_bytes": 0,
+           "memory_scale": 1.0, "device": "cuda (H100)", "meta": {"two_sizes": True}, "peak_flops": 1e15,
+           "probe": {"ig_row": {"units": 100, "flops": 100 * f3, "seconds": 0.2, "passes": 1.0}}}
+    cal = Calibration.from_dict(old)
+    assert cal.probe["ig_row"]["flops"] == pytest.approx(100 * SHAPE.ig_row_flops())
+    assert cal.seconds_per_flop["ig_row"] == pytest.approx(3e-15)
+    work = ig_rows(SHAPE, rows=1000)
+    assert predict(work, cal).by_unit["ig_row"] == pytest.approx(1000 * f3 * 2e-15)  # one evaluation: no pass part
+    assert predict(work, cal).floor_seconds == pytest.approx(1000 * SHAPE.ig_row_flops() / 1e15)
+    assert Calibration.from_dict(cal.to_dict()) == cal  # saved now: read back as it is
+
+
 def test_calibration_file_round_trip_and_choice(tmp_path):
     path = tmp_path / "cal.json"
     big, small = SHAPE.dims(), {"n_layers": 2, "d_model": 64, "d_mlp": 128, "d_vocab": 50257}

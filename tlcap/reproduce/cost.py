@@ -6,9 +6,10 @@ with its floating-point operations computed from the model's shape (:class:`Mode
 ==============  ===============================================  ==============================================
 unit            what                                             FLOPs per unit
 ==============  ===============================================  ==============================================
-``ig_row``      one integrated-gradients row: the last token,    ``3 · (2·N_block·f + 2·d_model·d_vocab)``,
+``ig_row``      one integrated-gradients row: the last token,    ``2 · (2·N_block·f + 2·d_model·d_vocab)``,
                 from the scaled layer up, forward + backward     ``f = (L + 1) / (2L)`` (mean share of layers
-                                                                 above the scaled one, late expansion)
+                (the activations' gradient only: the weights     above the scaled one, late expansion;
+                are frozen)                                      :data:`IG_ROW_PASSES`)
 ``fwd_token``   one token of a forward pass over a sequence      ``2·N_block + 2·d_model·d_vocab +
                 (accuracy, perplexity, clean runs)               4·L·ctx·d_model`` (``ctx``: context length)
 ``gen_token``   one greedily generated token (KV cache)          as ``fwd_token``
@@ -57,14 +58,21 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from tlcap.errors import InvalidConfigError, MissingFileError
+from tlcap.errors import InvalidConfigError
+from tlcap.reproduce.calibration import (  # noqa: F401  (re-exported: the cost model's calibrations)
+    FORMAT,
+    IG_ROW_PASSES,
+    Calibration,
+    floor_at_peak,
+    load_calibration,
+    read_calibrations,
+    save_calibrations,
+)
 from tlcap.reproduce.token_counts import n_tokens, prefill_tokens  # noqa: F401  (re-exported)
 from tlcap.runtime.batching import SAFETY
 from tlcap.runtime.plateau import BUDGET_S, find_plateau, timed_rate
@@ -74,7 +82,6 @@ CPU_MEMORY_ROWS = 128
 rows :func:`memory_rows` lets one pass hold on a CPU calibration."""
 
 UNITS = ("ig_row", "fwd_token", "gen_token", "train_token", "set_token")
-FORMAT = "tlcap-calibration/1"
 GATED = ("llama", "mistral", "qwen2", "gemma", "gemma2")
 FLOAT_BYTES = 4
 PROBE_UNITS = {"trace": "fwd_token"}
@@ -171,11 +178,12 @@ class ModelShape:
         """One IG row (one token, from the scaled layer up, forward + backward, with the unembedding).
 
         Returns:
-            FLOPs: three times a forward pass through the layers from the scaled one up (on average half of them)
-            plus the unembedding.
+            FLOPs: :data:`IG_ROW_PASSES` (2) times a forward pass through the layers from the scaled one up (on
+            average half of them) plus the unembedding — the backward computes the activations' gradient only (the
+            weights are frozen), one matrix product per forward one (counted: ``tests/unit/test_reproduce_cost.py``).
         """
         f = (self.n_layers + 1) / (2.0 * self.n_layers)
-        return 3.0 * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)
+        return IG_ROW_PASSES * (2.0 * self.n_block_params * f + 2.0 * self.d_model * self.d_vocab)
 
     def set_token_flops(self, ctx: float = 0.0) -> float:
         """One token of a batched many-sets pass, without the unembedding (counted per read position).
@@ -459,211 +467,6 @@ def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, lo
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """Seconds per FLOP and per pass of each unit kind on this machine, and the memory with the model loaded.
-
-    Attributes:
-        seconds_per_flop: ``{unit: s/FLOP}`` measured by the probe.
-        base_bytes: Memory with the model loaded (resident set on a CPU, CUDA allocated bytes on a GPU).
-        memory_scale: Measured / modelled working memory of an IG batch (1.0 if not measured).
-        probe: ``{unit: {"units": n, "flops": F, "seconds": s, ...}}`` of the probe runs.
-        device: Where the probe ran (``"cpu (2 threads)"``, ``"cuda (NVIDIA H100 80GB HBM3)"``).
-        load: The machine's 1-minute load average at the probe (other processes slow a shared machine).
-        seconds: Wall time of the probe.
-        seconds_per_pass: ``{unit: s/pass}`` (0 or absent: FLOPs only, as on a CPU).
-        model: The probed model's name.
-        shape: Its :meth:`ModelShape.dims` (what :func:`load_calibration` matches).
-        dtype: Its parameter dtype (``"bfloat16"``).
-        meta: Provenance (date, torch version, peak memory of each probe); ``two_sizes``: the probe ran each unit at
-            two sizes, its larger IG run as one pass; ``device_bytes``: the card's memory (:func:`memory_rows`).
-        train_memory_scale: Measured / modelled working memory of the probe's fine-tuning step (``None``: not
-            measured, the model's bytes are used as they are).
-        peak_flops: The measured matrix-product peak of the model's dtype on the device (FLOP/s; ``None``: not
-            measured). No unit runs faster: a seconds-per-FLOP below ``1 / peak_flops`` (two launch-bound probe
-            sizes fit a zero) is raised to it and the per-pass part refitted (:func:`floor_at_peak`).
-    """
-
-    seconds_per_flop: Mapping[str, float]
-    base_bytes: int = 0
-    memory_scale: float = 1.0
-    probe: Mapping[str, Any] = field(default_factory=dict)
-    device: str = ""
-    load: float | None = None
-    seconds: float = 0.0
-    seconds_per_pass: Mapping[str, float] = field(default_factory=dict)
-    model: str = ""
-    shape: Mapping[str, int] = field(default_factory=dict)
-    dtype: str = ""
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    train_memory_scale: float | None = None
-    peak_flops: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.peak_flops:
-            spf, spp = floor_at_peak(self.seconds_per_flop, self.seconds_per_pass, self.probe, float(self.peak_flops))
-            object.__setattr__(self, "seconds_per_flop", spf)
-            object.__setattr__(self, "seconds_per_pass", spp)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field (the entries of a calibration file).
-
-        Returns:
-            ``{field name: value}``, mappings copied to plain dicts.
-        """
-        return {"seconds_per_flop": dict(self.seconds_per_flop), "seconds_per_pass": dict(self.seconds_per_pass),
-                "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
-                "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
-                "shape": dict(self.shape), "dtype": self.dtype, "meta": dict(self.meta),
-                "train_memory_scale": self.train_memory_scale, "peak_flops": self.peak_flops}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
-        """Inverse of :meth:`to_dict` (missing optional fields take their defaults).
-
-        Args:
-            d: A dict as :meth:`to_dict` writes it; ``seconds_per_flop`` is required.
-
-        Returns:
-            The :class:`Calibration`.
-        """
-        return cls(dict(d["seconds_per_flop"]), int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
-                   dict(d.get("probe", {})), str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
-                   dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
-                   str(d.get("dtype", "")), dict(d.get("meta", {})),
-                   None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]),
-                   None if d.get("peak_flops") is None else float(d["peak_flops"]))
-
-    def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
-        """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
-        vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine).
-
-        Args:
-            shape: The model's shape.
-            dtype: The model's parameter dtype (``None``, or a probe without one: any dtype).
-            vocab: Whether ``d_vocab`` must match too.
-
-        Returns:
-            ``True`` when :attr:`shape` equals ``shape.dims()`` and the dtype fits.
-        """
-        mine, want = dict(self.shape), shape.dims()
-        if not vocab:
-            mine.pop("d_vocab", None)
-            want.pop("d_vocab")
-        return mine == want and (dtype is None or not self.dtype or self.dtype == dtype)
-
-
-def floor_at_peak(spf: Mapping[str, float], spp: Mapping[str, float], probe: Mapping[str, Any],
-                  peak: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Seconds per FLOP raised to ``1 / peak`` where the fit gave less, the per-pass part refitted through the
-    probe's larger run (``seconds = passes · c + flops / peak``, ``c >= 0``).
-
-    Two probe sizes that are both launch-bound (7B on an H200: 16 and 128 tokens of a forward pass both take
-    48 ms) fit a zero seconds per FLOP, which makes any batch free; the matrix-product peak bounds it.
-
-    Args:
-        spf: ``{unit: s/FLOP}`` as fitted.
-        spp: ``{unit: s/pass}`` as fitted.
-        probe: The probe runs (``{unit: {"passes", "flops", "seconds"}}``, the larger run under the unit's name).
-        peak: Measured matrix-product peak, FLOP/s.
-
-    Returns:
-        ``(seconds per FLOP, seconds per pass)``, new dicts.
-
-    Example:
-        >>> probe = {"fwd_token": {"passes": 1.0, "flops": 2e12, "seconds": 0.05}}
-        >>> floor_at_peak({"fwd_token": 0.0}, {"fwd_token": 0.05}, probe, 800e12)
-        ({'fwd_token': 1.25e-15}, {'fwd_token': 0.0475})
-    """
-    floor = 1.0 / float(peak)
-    out_f, out_p = dict(spf), dict(spp)
-    for unit, s in spf.items():
-        if s >= floor:
-            continue
-        out_f[unit] = floor
-        run = probe.get(unit) or {}
-        passes, flops, secs = float(run.get("passes", 0) or 0), float(run.get("flops", 0) or 0), float(run.get("seconds", 0) or 0)
-        if unit in spp and passes > 0:
-            out_p[unit] = max(0.0, (secs - flops * floor) / passes)
-    return out_f, out_p
-
-
-def save_calibrations(path: str | Path, cals: Sequence[Calibration]) -> Path:
-    """Write probes to ``path`` (module docstring's format; a probe of the same shape and dtype already in the
-    file is replaced, others kept). Returns the path.
-
-    Args:
-        path: The calibration file (written atomically; its folder is created).
-        cals: The probes to add.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-    """
-    path = Path(path)
-    kept: list[Calibration] = []
-    if path.exists():
-        kept = [c for c in read_calibrations(path)
-                if not any(dict(c.shape) == dict(n.shape) and c.dtype == n.dtype and c.device == n.device for n in cals)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": FORMAT, "calibrations": [c.to_dict() for c in [*kept, *cals]]}, indent=1))
-    tmp.replace(path)
-    return path
-
-
-def read_calibrations(path: str | Path) -> list[Calibration]:
-    """Every probe in a calibration file (a file of :func:`save_calibrations`, or one ``Calibration.to_dict``).
-
-    Args:
-        path: The calibration file.
-
-    Returns:
-        The file's probes, in file order.
-
-    Raises:
-        MissingFileError: no such file.
-        InvalidConfigError: not a calibration file.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"--calibration {path}: no such file; write one with `tlcap reproduce ... --dry-run "
-                               "--device cuda --save-calibration FILE` on the GPU")
-    try:
-        d = json.loads(path.read_text())
-        items = d["calibrations"] if isinstance(d, dict) and "calibrations" in d else [d]
-        return [Calibration.from_dict(x) for x in items]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidConfigError(f"--calibration {path} is not a tlcap calibration file ({type(exc).__name__}: {exc})") \
-            from None
-
-
-def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = None) -> Calibration:
-    """The probe in ``path`` taken on a model of ``shape`` (and ``dtype``; the last one when several match).
-
-    A probe of the same layers and widths but another vocabulary size (the random-weight shapes take
-    the vocabulary of the tokenizer on the machine) is used when none matches exactly: its seconds
-    per FLOP transfer, and the plan counts the unembedding with this model's vocabulary.
-
-    Args:
-        path: The calibration file.
-        shape: The model's shape.
-        dtype: The model's parameter dtype (``None``: any).
-
-    Returns:
-        The matching :class:`Calibration`.
-
-    Raises:
-        InvalidConfigError: no probe of that shape (the message lists the file's shapes).
-    """
-    cals = read_calibrations(path)
-    hits = [c for c in cals if c.matches(shape, dtype)] or [c for c in cals if c.matches(shape, dtype, vocab=False)]
-    if not hits:
-        have = "; ".join(f"{c.model or '?'} {c.dtype or '?'} {dict(c.shape)} on {c.device}" for c in cals) or "none"
-        raise InvalidConfigError(f"--calibration {path} has no probe of a model shaped {shape.dims()}"
-                                 f"{' in ' + dtype if dtype else ''} (it has: {have}); probe this model on the GPU")
-    return hits[-1]
-
-
-@dataclass(frozen=True)
 class Prediction:
     """Predicted wall time and peak memory of a workload.
 
@@ -935,7 +738,8 @@ def fmt_bytes(b: float) -> str:
     return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"
 
 
-__all__ = ["ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate", "train",
+__all__ = ["IG_ROW_PASSES", "ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate",
+           "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
            "held_bytes", "held_rows", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak", "plateau_probe_seconds",
