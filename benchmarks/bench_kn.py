@@ -55,6 +55,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import env_info, print_table, timed, write_json  # noqa: E402
+from bench_gpu import count_flops  # noqa: E402
 
 from tlcap.attribution import integrated_gradients, reference_ig  # noqa: E402
 from tlcap.data import load_known_facts  # noqa: E402
@@ -193,7 +194,9 @@ def bench_model(model: Model, label: str, args: argparse.Namespace, with_kn: boo
 # --------------------------------------------------------------------------- paired latency
 def bench_pair(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Single-fact latency, tlcap vs knowledge-neurons, all layers of the GPT-2-small shape, alternating in one
-    process: ``--pair-repeats`` rounds of (ours, knowledge-neurons), the minimum of each kept."""
+    process: ``--pair-repeats`` rounds of (ours, knowledge-neurons), the minimum of each kept; and the matrix-product
+    FLOPs of one call of each (``bench_gpu.count_flops``: FlopCounterMode with the in-place ``addmm_`` of tlcap's
+    fused read-out, which the counter alone misses)."""
     model = make_gpt2("small", seed=0)
     stock = stock_gpt2(model)  # knowledge-neurons runs on a plain transformers GPT-2 with the same weights
     integrated_gradients(model, "Hello there", " world", steps=2, layers=[0])  # warm-up
@@ -209,7 +212,9 @@ def bench_pair(args: argparse.Namespace) -> list[dict[str, Any]]:
             t, ref = timed(kn, 1)
             t_kn.append(t)
             load.append(os.getloadavg()[0])
-        row = {"model": "gpt2-small-random", "kn_model": "transformers GPT2LMHeadModel, same weights",
+        flops = {"ours_gflop": count_flops(ig) / 1e9, "kn_gflop": count_flops(kn) / 1e9}  # one more call of each
+        flops["flop_ratio_vs_kn"] = flops["kn_gflop"] / flops["ours_gflop"]
+        row = {"model": "gpt2-small-random", "kn_model": "transformers GPT2LMHeadModel, same weights", **flops,
                "prompt": kind, "n_tokens": len(model.encode(prompt)), "steps": STEPS,
                "rule": "linspace", "site": "mlp_pre", "ours_s": min(t_ours), "kn_s": min(t_kn),
                "ratio_vs_kn": min(t_kn) / min(t_ours), "ours_runs_s": t_ours, "kn_runs_s": t_kn,
