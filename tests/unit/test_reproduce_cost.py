@@ -100,15 +100,18 @@ def _cal(shape: dict, dtype: str, device: str = "cuda (H100)", spf: float = 1e-1
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("dims", [(4, 256, 1024, 4), (6, 128, 512, 2)])
-def test_an_ig_row_costs_the_flops_it_runs(dims):
+def test_an_ig_row_costs_the_flops_it_runs(dims, monkeypatch):
     """``ModelShape.ig_row_flops`` against the matrix products KN IG runs (torch's FlopCounterMode, the fused
     read-out's in-place ``addmm_`` counted too): 4 more steps add 4 rows per layer, each a forward from its layer
     up and the activations' gradient, 2 forward passes' worth (the count had been 3: 1.5x too many)."""
+    import tlcap.runtime.batching as batching
     from benchmarks.bench_gpu import count_flops
     from tlcap.attribution import integrated_gradients_facts
     from tlcap.attribution.config import IGConfig
     from tlcap.models import make_llama
 
+    # no throughput probe on a CPU (gpu_goals' CPU smoke run, earlier in the same process, adds "cpu" to this)
+    monkeypatch.setattr(batching, "PROBE_DEVICE_TYPES", tuple(t for t in batching.PROBE_DEVICE_TYPES if t != "cpu"))
     L, d, mlp, kv = dims
     m = make_llama(seed=0, n_layers=L, d_model=d, n_heads=4, n_kv_heads=kv, d_mlp=mlp)
     facts = [("The capital of France is", " Paris")]
