@@ -57,7 +57,7 @@ from benchmarks import bench_finetune_slices as BF  # noqa: E402
 from benchmarks import bench_gpu as bg  # noqa: E402
 from benchmarks import bench_weight_edit_rows as BW  # noqa: E402
 from benchmarks import memory_8b as M8  # noqa: E402
-from benchmarks.gpu_quick import Budget, cuda_tests, plateau_record, probe, repro_check  # noqa: E402
+from benchmarks.gpu_quick import Budget, cuda_tests, keeps_probe_types, plateau_record, probe, repro_check  # noqa: E402
 from tlcap.attribution import integrated_gradients_facts  # noqa: E402
 from tlcap.attribution.dataset import score_dataset  # noqa: E402
 from tlcap.data.tasks import encode_sample, load_task  # noqa: E402
@@ -290,6 +290,7 @@ def eight_b(q: Budget, device: torch.device, tiny: bool) -> None:
         q.run((M8.KEY, "enhance_memory"), lambda: enhance_memory(m, device), 90, 20)
 
 
+@keeps_probe_types
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the goal sections (module docstring) and write the JSON after each.
 

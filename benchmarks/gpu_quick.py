@@ -29,6 +29,7 @@ left of ``--max-wall`` is recorded as skipped. The JSON is rewritten after every
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import re
@@ -192,6 +193,20 @@ def plateau_record() -> dict[str, Any]:
                         "rates_rows_per_s": [[b, r] for b, r in p.rates]} for k, p in cached_plateaus().items()]}
 
 
+def keeps_probe_types(fn: Any) -> Any:
+    """``fn`` with ``batching.PROBE_DEVICE_TYPES`` restored when it returns (a CPU smoke run adds ``"cpu"`` to it;
+    left there, every later run in the process, a test's included, would probe its batch on a CPU)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        saved = batching.PROBE_DEVICE_TYPES
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            batching.PROBE_DEVICE_TYPES = saved
+    return run
+
+
+@keeps_probe_types
 def run_quick(args: Any, bg: ModuleType) -> dict[str, Any]:
     """The quick run (module docstring); ``bg`` is the ``bench_gpu`` module (its sections and helpers)."""
     device = bg.resolve_device(args.device)
