@@ -60,9 +60,12 @@ def test_trace_workload_probes_the_rows_the_engine_asks_batch_rows_auto_for(tiny
 def test_kn_workload_is_rows_per_target_token(tiny_llama):
     m = tiny_llama
     t = len(m.encode(" Paris France", prepend_bos=False))
-    # every rule but cnl: m points + the baseline row per layer; cnl: m + 1 points
+    # midpoint: m points + the baseline row per layer
     assert kn_work(m, PROMPT, " Paris France", IGConfig(steps=3)).units["ig_row"] == t * 4 * m.n_layers
-    assert kn_work(m, PROMPT, " Paris France", IGConfig(steps=3, rule="cnl")).units["ig_row"] == t * 5 * m.n_layers
+    # cnl: the m + 1 nodes 0, 1/m, ..., 1 per layer (α = 0 is the baseline), and on the staged path (a bridge,
+    # late_expand) every layer's α = 1 gradient comes from one shared clean row: L - 1 rows fewer per token
+    assert kn_work(m, PROMPT, " Paris France", IGConfig(steps=3, rule="cnl")).units["ig_row"] == t * (4 * m.n_layers
+                                                                                                      - (m.n_layers - 1))
     assert kn_work(m, PROMPT, TARGET, IGConfig(steps=6)).units["ig_row"] == 7 * m.n_layers * len(m.encode(TARGET,
                                                                                                           prepend_bos=False))
 

@@ -30,6 +30,67 @@ IG_ROW_PASSES = 2.0
 """Forward-pass equivalents of an IG row's FLOPs: the forward and the activations' gradient (weights frozen: no
 weight gradient). Probes saved before 2026-12-02 counted 3 (no ``"ig_row_passes"`` field in the saved dict); :meth:`Calibration.
 from_dict` rescales their IG FLOPs and seconds per FLOP, which leaves their predicted seconds unchanged."""
+TRAIN_PASSES = 2.0
+"""Forward-pass equivalents of a fine-tuning token's FLOPs besides its weight gradients (``2 · trainable``): the
+forward and the activations' gradient. Probes saved before 2026-12-02 counted 3 forward passes and no weight
+gradient (no ``"train_passes"`` field); :meth:`Calibration.from_dict` rescales them, the same seconds."""
+
+
+def split_pass_flop(a: tuple[float, float, float], b: tuple[float, float, float]) -> tuple[float, float]:
+    """Seconds per pass and per FLOP from two timings ``(passes, flops, seconds)`` of one unit.
+
+    Solves ``seconds = passes · c + flops · s`` for ``(c, s)``, both ``>= 0``: a larger run that is
+    not slower (timing noise) gives ``s = 0``; a negative ``c`` gives ``c = 0`` with ``s`` from the
+    larger run.
+
+    Args:
+        a: ``(passes, flops, seconds)`` of the smaller run.
+        b: ``(passes, flops, seconds)`` of the larger run.
+
+    Returns:
+        ``(seconds per pass, seconds per FLOP)``, both ``>= 0``.
+    """
+    (p1, f1, t1), (p2, f2, t2) = a, b
+    det = p1 * f2 - p2 * f1
+    if det == 0:
+        return 0.0, t2 / f2 if f2 else 0.0
+    c = (t1 * f2 - t2 * f1) / det
+    s = (p1 * t2 - p2 * t1) / det
+    if s <= 0:
+        return (t1 + t2) / (p1 + p2), 0.0
+    if c < 0:
+        return 0.0, t2 / f2
+    return c, s
+
+
+
+def _recount_train(spf: dict[str, float], spp: dict[str, float], probe: dict[str, dict[str, Any]],
+                   dims: Mapping[str, int]) -> tuple[dict[str, float], dict[str, float]]:
+    """A probe saved with the older fine-tuning FLOP count (``3 ·`` a forward token per token fed or not), its runs
+    recounted as :meth:`ModelShape.train_token_flops` counts them now (:data:`TRAIN_PASSES` forward passes and every
+    MLP matrix's gradient over the tokens fed, one fewer per sample) and the seconds per pass and per FLOP solved
+    again from the same timings: the probe's own runs take the seconds they took. Whether the MLP is gated is read
+    from the forward token's FLOPs (attention is 2-4 d_model² a layer). Without runs or dimensions: unchanged."""
+    runs = [k for k in ("train_token@0", "train_token") if k in probe and "flops" in probe[k]]
+    if not runs or not {"n_layers", "d_model", "d_mlp", "d_vocab"} <= set(dims):
+        return spf, spp
+    L, d, m, v = (int(dims[k]) for k in ("n_layers", "d_model", "d_mlp", "d_vocab"))
+    timed = []
+    for k in runs:
+        run = probe[k]
+        units, passes = float(run["units"]), float(run.get("passes", 1.0))
+        fwd = float(run["flops"]) / (3.0 * units)  # one forward token, as the older count had it
+        gated = (fwd - 2.0 * d * v) / (2.0 * L) - 3.0 * d * m >= 1.5 * d * d
+        n_mlp = L * (3 if gated else 2) * d * m
+        run["units"] = units - passes
+        run["flops"] = run["units"] * (TRAIN_PASSES * fwd + 2.0 * n_mlp)
+        timed.append((passes, run["flops"], float(run["seconds"])))
+    spf, spp = dict(spf), dict(spp)
+    if len(timed) == 2:
+        spp["train_token"], spf["train_token"] = split_pass_flop(timed[0], timed[1])
+    else:
+        spf["train_token"] = timed[0][2] / timed[0][1]
+    return spf, spp
 
 
 @dataclass(frozen=True)
@@ -84,7 +145,7 @@ class Calibration:
         Returns:
             ``{field name: value}``, mappings copied to plain dicts.
         """
-        return {"ig_row_passes": IG_ROW_PASSES, "seconds_per_flop": dict(self.seconds_per_flop),
+        return {"ig_row_passes": IG_ROW_PASSES, "train_passes": TRAIN_PASSES, "seconds_per_flop": dict(self.seconds_per_flop),
                 "seconds_per_pass": dict(self.seconds_per_pass),
                 "base_bytes": self.base_bytes, "memory_scale": self.memory_scale, "probe": dict(self.probe),
                 "device": self.device, "load": self.load, "seconds": self.seconds, "model": self.model,
@@ -104,6 +165,10 @@ class Calibration:
         """
         spf, meta = dict(d["seconds_per_flop"]), dict(d.get("meta", {}))
         probe = {k: dict(v) for k, v in d.get("probe", {}).items()}
+        if "train_passes" not in d:  # a probe of the older fine-tuning count (3 forward passes, no weight gradient)
+            spf, spp = _recount_train(spf, dict(d.get("seconds_per_pass", {})), probe, dict(d.get("shape", {})))
+        else:
+            spp = dict(d.get("seconds_per_pass", {}))
         counted = float(d.get("ig_row_passes", 3.0))
         if counted != IG_ROW_PASSES:  # a probe of the older IG FLOP count (IG_ROW_PASSES): same seconds, fewer FLOPs
             r = IG_ROW_PASSES / counted
@@ -114,7 +179,7 @@ class Calibration:
                 spf["ig_row"] = float(spf["ig_row"]) / r
         return cls(spf, int(d.get("base_bytes", 0)), float(d.get("memory_scale", 1.0)),
                    probe, str(d.get("device", "")), d.get("load"), float(d.get("seconds", 0.0)),
-                   dict(d.get("seconds_per_pass", {})), str(d.get("model", "")), dict(d.get("shape", {})),
+                   spp, str(d.get("model", "")), dict(d.get("shape", {})),
                    str(d.get("dtype", "")), meta,
                    None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]),
                    None if d.get("peak_flops") is None else float(d["peak_flops"]))
@@ -249,5 +314,5 @@ def load_calibration(path: str | Path, shape: ModelShape, dtype: str | None = No
     return hits[-1]
 
 
-__all__ = ["Calibration", "FORMAT", "IG_ROW_PASSES", "floor_at_peak", "save_calibrations", "read_calibrations",
+__all__ = ["Calibration", "FORMAT", "IG_ROW_PASSES", "TRAIN_PASSES", "floor_at_peak", "save_calibrations", "read_calibrations",
            "load_calibration"]

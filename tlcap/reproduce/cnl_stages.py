@@ -56,6 +56,7 @@ from tlcap.reproduce.cost import (
 )
 from tlcap.reproduce.scales import SIGMAS, ScaleConfig, locate_n
 from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.reproduce.suite_cost import ig_token_rows
 from tlcap.reproduce.suite_stages import suite_stages
 from tlcap.results import Result
 from tlcap.runtime.run_control import RunControl
@@ -143,16 +144,19 @@ def _locate_work(ctx: StageContext) -> Workload:
     shape = ModelShape.of(m)
     rows, toks, longest, evals = 0.0, 0.0, 0, 0
     inputs = list(ctx.inputs())
+    per_token = ig_token_rows(m, cfg.ig)
     for s in inputs:
         p, t = encode_sample(m, s, cfg.max_answer_tokens)
-        rows += len(t) * (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
+        rows += len(t) * per_token  # the quadrature points and the baseline rows
         toks += sum(len(p) + i for i in range(len(t)))
         longest = max(longest, len(p) + len(t))
         evals += len(t)  # one IG evaluation per answer token (its clean run is part of it)
+    # the clean runs are read at their answer position only (tested against counted FLOPs)
+    clean = forward(shape, toks, longest / 2, longest, reads=evals)
     if grouped_scoring(cfg.ig):  # windows of samples whose rows share passes (as score_dataset runs them)
         windows = math.ceil(len(inputs) / cfg.ig.sample_batch)
-        return ig_rows_batched(shape, rows, windows, ctx=longest) + forward(shape, toks, longest / 2, longest)
-    return ig_rows(shape, rows, ctx=longest, evals=evals) + forward(shape, toks, longest / 2, longest)
+        return ig_rows_batched(shape, rows, windows, ctx=longest) + clean
+    return ig_rows(shape, rows, ctx=longest, evals=evals) + clean
 
 
 def location(ctx: StageContext, dataset: str) -> CNLLocation:
@@ -201,12 +205,15 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
             gen_bytes=shape.sequence_bytes(min(n, GEN_ROWS) * (longest + t.max_new_tokens)))
     else:  # on an accelerator the samples are rows of teacher-forced passes (their shared prefix once), counted here;
         # the FLOPs stay one sample at a time's (an upper bound there)
+        # (a choice task reads its labels' logits only; a code task runs its prompt and reference tokens, every
+        # position unembedded; tested against counted FLOPs)
+        seqs, reads = teacher_forced_rows(model, t, samples, CODE_TOKENS) if samples else ([], [])
         if t.kind == "code":
-            w = forward(shape, sum(n + CODE_TOKENS for n in lens), longest / 2 + CODE_TOKENS / 2, longest + CODE_TOKENS, n)
+            seq_lens = [len(q) for q in seqs]
+            w = forward(shape, sum(seq_lens), sum(seq_lens) / max(2 * len(seqs), 1), max(seq_lens, default=0), n)
         else:
-            w = forward(shape, sum(lens), longest / 2, longest, n)
+            w = forward(shape, sum(lens), longest / 2, longest, n, reads=0)
         if samples:
-            seqs, reads = teacher_forced_rows(model, t, samples, CODE_TOKENS)
             w = replace(w, accelerator_passes={"fwd_token": float(teacher_forced_passes(seqs, reads, 1, model.d_vocab) - n)})
     return w.scaled(times)
 
@@ -338,7 +345,7 @@ def _enhance_work(ctx: StageContext) -> Workload:
     toks, longest = 0, 0
     for s in train_s:
         p, t = encode_sample(m, s, 16)
-        toks += len(p) + len(t)
+        toks += len(p) + len(t) - 1  # teacher-forced: the last answer token is not fed
         longest = max(longest, len(p) + len(t))
     modes = 3
     steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest,

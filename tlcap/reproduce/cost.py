@@ -10,10 +10,12 @@ unit            what                                             FLOPs per unit
                 from the scaled layer up, forward + backward     ``f = (L + 1) / (2L)`` (mean share of layers
                 (the activations' gradient only: the weights     above the scaled one, late expansion;
                 are frozen)                                      :data:`IG_ROW_PASSES`)
-``fwd_token``   one token of a forward pass over a sequence      ``2·N_block + 2·d_model·d_vocab +
-                (accuracy, perplexity, clean runs)               4·L·ctx·d_model`` (``ctx``: context length)
+``fwd_token``   one token of a forward pass over a sequence      ``2·N_block + 4·L·ctx·d_model`` (``ctx``:
+                (accuracy, perplexity, clean runs)               context length), plus ``2·d_model·d_vocab``
+                                                                 per position read out (:func:`forward`)
 ``gen_token``   one greedily generated token (KV cache)          as ``fwd_token``
-``train_token`` one token of a fine-tuning step                  ``3 ·`` ``fwd_token`` (forward + backward)
+``train_token`` one token of a fine-tuning step (forward +       ``2 ·`` ``fwd_token`` ``+ 2·trainable``
+                backward; the trained matrices' gradients)       (:data:`TRAIN_PASSES`)
 ``set_token``   one token of a batched many-sets pass (rows =    ``2·N_block + 4·L·ctx·d_model``, plus
                 (set, item), each row its own neuron set;        ``2·d_model·d_vocab`` per unembedded
                 :mod:`tlcap.metrics.set_scores`)                 position only
@@ -67,6 +69,7 @@ from tlcap.errors import InvalidConfigError
 from tlcap.reproduce.calibration import (  # noqa: F401  (re-exported: the cost model's calibrations)
     FORMAT,
     IG_ROW_PASSES,
+    TRAIN_PASSES,
     Calibration,
     floor_at_peak,
     load_calibration,
@@ -204,16 +207,21 @@ class ModelShape:
         """
         return 2.0 * self.d_model * self.d_vocab
 
-    def train_token_flops(self, ctx: float = 0.0) -> float:
-        """One token of a fine-tuning step (forward + backward).
+    def train_token_flops(self, ctx: float = 0.0, trainable: int = 0) -> float:
+        """One token of a fine-tuning step (forward + backward) that trains ``trainable`` parameters.
 
         Args:
             ctx: Earlier tokens attended to (mean context length).
+            trainable: Parameters whose gradient the step computes (the whole matrices they sit in: a masked
+                fine-tuning's MLP weights; 0 for a gradient of activations or of an added vector, as EAP's and ROME's).
 
         Returns:
-            FLOPs, three times :meth:`fwd_token_flops`.
+            FLOPs: :data:`TRAIN_PASSES` (2) times :meth:`fwd_token_flops` (the forward and the activations'
+            gradient) plus ``2 · trainable`` (the weight gradients). Probes saved before 2026-12-02 counted
+            ``3 ·`` :meth:`fwd_token_flops` (:meth:`Calibration.from_dict` rescales them; counted:
+            ``tests/unit/test_reproduce_flops.py``).
         """
-        return 3.0 * self.fwd_token_flops(ctx)
+        return TRAIN_PASSES * self.fwd_token_flops(ctx) + 2.0 * trainable
 
     # ------------------------------------------------------------------ memory
     def ig_row_bytes(self) -> int:
@@ -357,25 +365,34 @@ class Workload:
                         {k: v * times for k, v in self.accelerator_passes.items()})
 
 
-def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0) -> Workload:
+def ig_rows(shape: ModelShape, rows: float, ctx: float = 0.0, evals: float = 0.0, reads: float | None = None) -> Workload:
     """``rows`` IG rows (plus the clean forward of the context they share) in ``evals`` IG evaluations (passes).
 
     An evaluation's rows run in passes of at most the rows the calibration measured memory on (:func:`held_bytes`).
 
     Args:
         shape: The model's shape.
-        rows: IG rows in total.
+        rows: IG rows in total (token rows: a row that recomputes several positions counts once per position).
         ctx: Tokens of the context (its forward pass's memory counts).
         evals: IG evaluations (passes; 0: one evaluation of all ``rows``).
+        reads: Rows read out through the unembedding (``None``: every row; AMIG's word rows recompute the positions
+            from their word on and read the last one only).
 
     Returns:
         The ``ig_row`` :class:`Workload`.
+
+    Example:
+        >>> shape = ModelShape.from_config(2, 64, 256, 1000)
+        >>> unread = ig_rows(shape, 10).flops["ig_row"] - ig_rows(shape, 10, reads=4).flops["ig_row"]
+        >>> unread == 6 * IG_ROW_PASSES * shape.unembed_flops()      # six rows without their read-out
+        True
     """
-    return Workload({"ig_row": rows * shape.ig_row_flops()}, {"ig_row": rows}, shape.sequence_bytes(int(ctx)),
+    unread = 0.0 if reads is None else (rows - reads) * IG_ROW_PASSES * shape.unembed_flops()
+    return Workload({"ig_row": rows * shape.ig_row_flops() - unread}, {"ig_row": rows}, shape.sequence_bytes(int(ctx)),
                     {"ig_row": evals}, row_bytes={"ig_row": shape.ig_row_bytes()})
 
 
-def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0.0) -> Workload:
+def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0.0, reads: float | None = None) -> Workload:
     """``rows`` IG rows in ``calls`` calls that batch the rows of several items (samples, facts) together.
 
     A call runs its items' clean runs and their rows in passes of as many rows as the device takes; the
@@ -387,14 +404,16 @@ def ig_rows_batched(shape: ModelShape, rows: float, calls: float, ctx: float = 0
         rows: IG rows in total.
         calls: Calls that each batch the rows of their items (``ceil(items / items per call)``).
         ctx: Tokens of the context (its forward pass's memory counts).
+        reads: Rows read out through the unembedding (:func:`ig_rows`; ``None``: every row).
 
     Returns:
         The ``ig_row`` :class:`Workload`, its passes left to :func:`predict`.
     """
-    return replace(ig_rows(shape, rows, ctx=ctx), passes={}, batched={"ig_row": float(calls)})
+    return replace(ig_rows(shape, rows, ctx=ctx, reads=reads), passes={}, batched={"ig_row": float(calls)})
 
 
-def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0) -> Workload:
+def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0, calls: float = 0.0,
+            reads: float | None = None) -> Workload:
     """Forward passes over ``tokens`` tokens in total, mean context ``ctx``, longest sequence ``longest``, in ``calls`` calls.
 
     Args:
@@ -403,12 +422,22 @@ def forward(shape: ModelShape, tokens: float, ctx: float = 0.0, longest: int = 0
         ctx: Mean context a token attends to.
         longest: Tokens of the longest sequence (sets the working memory).
         calls: Forward calls (passes).
+        reads: Positions unembedded over the whole vocabulary (``None``: every token; a clean run read at its
+            answer positions, a baseline read at the MLP only: fewer; tested against counted FLOPs).
 
     Returns:
         The ``fwd_token`` :class:`Workload`.
+
+    Example:
+        >>> shape = ModelShape.from_config(2, 64, 256, 1000)
+        >>> forward(shape, 10, reads=10).flops == forward(shape, 10).flops
+        True
+        >>> forward(shape, 10).flops["fwd_token"] - forward(shape, 10, reads=1).flops["fwd_token"] == 9 * shape.unembed_flops()
+        True
     """
-    return Workload({"fwd_token": tokens * shape.fwd_token_flops(ctx)}, {"fwd_token": tokens},
-                    shape.sequence_bytes(longest), {"fwd_token": calls})
+    reads = tokens if reads is None else reads
+    return Workload({"fwd_token": tokens * shape.set_token_flops(ctx) + reads * shape.unembed_flops()},
+                    {"fwd_token": tokens}, shape.sequence_bytes(longest), {"fwd_token": calls})
 
 
 def generate(shape: ModelShape, tokens: float, ctx: float = 0.0) -> Workload:
@@ -462,7 +491,7 @@ def train(shape: ModelShape, tokens: float, trainable: int, ctx: float = 0.0, lo
     Returns:
         The ``train_token`` :class:`Workload` (its memory in :attr:`Workload.train_bytes`).
     """
-    return Workload({"train_token": tokens * shape.train_token_flops(ctx)}, {"train_token": tokens}, 0,
+    return Workload({"train_token": tokens * shape.train_token_flops(ctx, trainable)}, {"train_token": tokens}, 0,
                     {"train_token": steps}, shape.train_bytes(trainable, longest, param_bytes))
 
 
@@ -738,8 +767,8 @@ def fmt_bytes(b: float) -> str:
     return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"
 
 
-__all__ = ["IG_ROW_PASSES", "ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows", "forward", "generate",
-           "train",
+__all__ = ["IG_ROW_PASSES", "TRAIN_PASSES", "ModelShape", "Workload", "Calibration", "Prediction", "predict", "ig_rows",
+           "forward", "generate", "train",
            "fmt_seconds", "fmt_bytes", "UNITS", "FORMAT", "save_calibrations", "read_calibrations", "load_calibration",
            "dominant", "n_tokens", "prefill_tokens", "set_rows", "SET_ROW_TOKENS", "ig_rows_batched", "batched_passes",
            "held_bytes", "held_rows", "memory_rows", "CPU_MEMORY_ROWS", "floor_at_peak", "plateau_probe_seconds",

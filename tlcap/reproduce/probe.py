@@ -42,6 +42,7 @@ from tlcap.intervene.finetune import masked_finetune, trained_fraction
 from tlcap.intervene.set_rows import SetFactors
 from tlcap.metrics.set_scores import teacher_forced
 from tlcap.metrics.sets import NeuronSet
+from tlcap.reproduce.calibration import split_pass_flop
 from tlcap.reproduce.cost import CPU_MEMORY_ROWS, Calibration, ModelShape
 from tlcap.reproduce.memory import PeakMemory, rss_bytes
 from tlcap.runtime.device import dtype_name
@@ -102,33 +103,6 @@ def _timed(fn: Callable[[], object], repeat: int = 1, sync: Callable[[], None] |
         fn()
     wait()
     return (time.perf_counter() - t0) / repeat
-
-
-def split_pass_flop(a: tuple[float, float, float], b: tuple[float, float, float]) -> tuple[float, float]:
-    """Seconds per pass and per FLOP from two timings ``(passes, flops, seconds)`` of one unit.
-
-    Solves ``seconds = passes · c + flops · s`` for ``(c, s)``, both ``>= 0``: a larger run that is
-    not slower (timing noise) gives ``s = 0``; a negative ``c`` gives ``c = 0`` with ``s`` from the
-    larger run.
-
-    Args:
-        a: ``(passes, flops, seconds)`` of the smaller run.
-        b: ``(passes, flops, seconds)`` of the larger run.
-
-    Returns:
-        ``(seconds per pass, seconds per FLOP)``, both ``>= 0``.
-    """
-    (p1, f1, t1), (p2, f2, t2) = a, b
-    det = p1 * f2 - p2 * f1
-    if det == 0:
-        return 0.0, t2 / f2 if f2 else 0.0
-    c = (t1 * f2 - t2 * f1) / det
-    s = (p1 * t2 - p2 * t1) / det
-    if s <= 0:
-        return (t1 + t2) / (p1 + p2), 0.0
-    if c < 0:
-        return 0.0, t2 / f2
-    return c, s
 
 
 def modelled_train_bytes(model: Any, neurons: NeuronSet, longest: int, mode: str = "except") -> tuple[int, int]:
@@ -249,8 +223,10 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
         s = stamps[1] - stamps[0]  # the second epoch: the steps alone (the stage runs thousands per set-up)
         train_setup = max(0.0, total - 2 * s)
         train_peak = meter.peak_bytes() - base  # the larger (last) run's
-        tr_runs.append((float(len(samples)), ntok * shape.train_token_flops(ntok / (2 * len(samples))), s))
-        tr_units.append(ntok)
+        # every MLP matrix's gradient ("except" mode); a sample's last answer token is not fed
+        fed = ntok - len(samples)
+        tr_runs.append((float(len(samples)), fed * shape.train_token_flops(ntok / (2 * len(samples)), shape.n_mlp_params), s))
+        tr_units.append(fed)
     record("train_token", tr_runs, tr_units)
 
     # a batched many-sets pass (CNL erase, reliability): 4 sets x 8 sequences of the text, each row its own set

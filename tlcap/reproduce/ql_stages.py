@@ -60,6 +60,7 @@ from tlcap.metrics.set_probs import PROB_ROWS
 from tlcap.reproduce.cost import ModelShape, Workload, forward, ig_rows_batched, n_tokens, prefill_tokens
 from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Stage, StageContext, StageError
+from tlcap.reproduce.suite_cost import ig_token_rows
 from tlcap.results import Result
 from tlcap.results import load_result as _load
 from tlcap.rows import RowFields, frame
@@ -332,26 +333,34 @@ def _localize_work(ctx: StageContext) -> Workload:
     cfg: LocalizeConfig = ctx.config
     m = ctx.model
     shape = ModelShape.of(m)
-    rows, toks, items = 0.0, 0.0, 0
+    rows, toks, items, reads, row_reads = 0.0, 0.0, 0, 0.0, 0.0
     facts = _first_queries(_candidate_facts(ctx, cfg.n_facts), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
+    per_token = ig_token_rows(m, cfg.ig)
     windows = []
     for s in range(0, len(facts), LOCALIZE_WINDOW):  # a window of facts: its queries' rows share passes
         window_items = 0.0
         lens = [n_tokens(m, q) for f in facts[s:s + LOCALIZE_WINDOW] for q in f.queries]
         if cfg.method == "sig":  # each call's distinct queries' clean runs (the (query, word) pairs share them)
-            toks += sum(lens[q] for c in sig_clean_runs(lens) for q in c)
+            clean = [q for c in sig_clean_runs(lens) for q in c]
+            toks += sum(lens[q] for q in clean)
+            reads += len(clean)
+        else:
+            reads += len(lens)  # a query's clean run, read at its last position
         for n in lens:
-            per = (cfg.ig.points + 1) * m.n_layers  # the quadrature points and the clean run
+            per = per_token  # the quadrature points and the baseline rows
             # SIG: one IG run per word; AMIG (eq. 18): one per word, each recomputing the positions from its word on
+            # (read at the last one)
             rows += per * (n if cfg.method == "sig" else n * (n + 1) / 2 if cfg.method == "amig" else 1)
-            # clean runs (SIG: above) and baselines (SIG: a masked row per word; AMIG: the <eos> sentence)
+            row_reads += per * (n if cfg.method != "ig" else 1)
+            # clean runs (SIG: above) and baselines (SIG: a masked row per word; AMIG: the <eos> sentence; both read
+            # at the MLP, not unembedded)
             toks += n if cfg.method == "ig" else n * n if cfg.method == "sig" else 2 * n
             window_items += n if cfg.method == "sig" else 1  # a (query, word) pair (SIG) or a query
         items += math.ceil(window_items / PROMPT_BATCH)  # localize_prompts' calls of up to PROMPT_BATCH items
         windows.append(lens)
     calls = localize_passes(cfg.method, windows)
-    w = ig_rows_batched(shape, rows, items, ctx=16) + forward(shape, toks, 8, 32, calls)
+    w = ig_rows_batched(shape, rows, items, ctx=16, reads=row_reads) + forward(shape, toks, 8, 32, calls, reads=reads)
     return replace(w, accelerator_passes={"fwd_token": float(localize_passes(cfg.method, windows, rows=True) - calls)})
 
 

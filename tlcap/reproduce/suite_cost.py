@@ -30,6 +30,8 @@ from dataclasses import replace
 from typing import Any
 
 from tlcap.attribution.config import IGConfig
+from tlcap.attribution.quadrature import quadrature
+from tlcap.attribution.staged import staged_applies
 from tlcap.errors import InvalidConfigError
 from tlcap.experiments.cnl_eval.reliability import KC_CPU_ROWS, KC_ROWS
 from tlcap.intervene.covariance import covariance_path
@@ -55,6 +57,26 @@ def _graph_size(model: Any) -> tuple[int, int]:
     return _GRAPHS[model]
 
 
+def ig_token_rows(model: Any, ig: IGConfig) -> int:
+    """IG rows of one answer token over every layer, as the row engines build them: per layer the rule's points
+    and, for a rule without an α = 0 node, the baseline row; a rule with an α = 1 node (``cnl``, ``right``,
+    ``linspace``, ``trapezoid``) reads every layer's α = 1 gradient from one clean row on the staged path
+    (:func:`~tlcap.attribution.staged.run_staged`, a TransformerBridge with ``late_expand``).
+
+    Args:
+        model: A :class:`tlcap.models.Model` (its layers and whether its rows run staged).
+        ig: The IG settings (``steps="auto"``: the most points it may use).
+
+    Returns:
+        The number of rows.
+    """
+    alphas, _ = quadrature(ig.max_steps if ig.steps == "auto" else int(ig.steps), ig.rule)
+    L = int(model.n_layers)
+    per_layer = len(alphas) + (0 if float(alphas[0]) == 0.0 else 1)
+    shared = float(alphas[-1]) == 1.0 and ig.late_expand and staged_applies(model, [model.hook_name(ig.site, 0)])
+    return L * per_layer - (L - 1 if shared else 0)
+
+
 def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
     """One :func:`tlcap.integrated_gradients` call (every layer, teacher-forced over the target's tokens).
 
@@ -69,9 +91,8 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
     """
     shape = ModelShape.of(model)
     p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
-    points = ig.points
-    rows = t * (points + 1) * shape.n_layers
-    return ig_rows(shape, rows, ctx=p + t, evals=t) + forward(shape, p + t, (p + t) / 2, p + t, 1)
+    rows = t * ig_token_rows(model, ig)
+    return ig_rows(shape, rows, ctx=p + t, evals=t) + forward(shape, p + t, (p + t) / 2, p + t, 1, reads=t)
 
 
 def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str = "all") -> Workload:
@@ -102,7 +123,10 @@ def trace_work(model: Any, prompt: str, subject: str, samples: int, tokens: str 
         raise InvalidConfigError(f"trace_work costs tokens='all', 'subject' or 'last_subject', got {tokens!r}")
     for t in rows[tokens]:
         toks += samples * t + samples * shape.n_layers * (T - t)
-    work = forward(shape, toks, T / 2, T, 2 + len(rows[tokens]))  # clean and corrupted runs, a batch per traced token
+    # read out: the clean run at every position, each corrupted run, each cell's rows and each traced token's noised
+    # prefix (its last position: Model.prefix_cache) at theirs (tested against counted FLOPs)
+    reads = T + samples * (1 + shape.n_layers * len(rows[tokens]) + sum(1 for t in rows[tokens] if t > 0))
+    work = forward(shape, toks, T / 2, T, 2 + len(rows[tokens]), reads=reads)  # clean, corrupted, a batch per token
     # batch_rows="auto" probes the forward rows' plateau on an accelerator, capped at the trace's rows (the engine's)
     return replace(work, probes={"trace": (float(samples * shape.n_layers), shape.fwd_token_flops(T))})
 
@@ -127,11 +151,15 @@ def kc_work(model: Any, prompt: str, target: str, ig_steps: int, n_circuits: int
     tested against counted runs).
     """
     shape = ModelShape.of(model)
-    T = _len(model, prompt) + max(1, _len(model, target, bos=False)) - 1
+    # the prompt as edge attribution encodes it (the model's BOS default) with the teacher-forced target
+    T = n_tokens(model, prompt) + max(1, _len(model, target, bos=False)) - 1
     n_upstream, n_readers = _graph_size(model)
     passes = 2 + ig_steps
     products = 2.0 * T * n_upstream * n_readers * shape.d_model * passes
-    w = train(shape, T * passes, 0, T / 2, T, passes) + Workload.of(train_token=products)
+    # the clean and corrupted runs are forward passes, each IG step a forward and the activations' gradient (tested
+    # against counted FLOPs); the passes stay the attribution's (train_token)
+    w = forward(shape, 2 * T, T / 2, T) + train(shape, T * ig_steps, 0, T / 2, T, passes) \
+        + Workload.of(train_token=products)
     if n_circuits:  # each row: a forward and its masked sums (on average half the upstream nodes before a reader)
         cpu, acc = kc_eval_passes(n_circuits - 1, KC_CPU_ROWS), kc_eval_passes(n_circuits - 1, KC_ROWS)
         ev = forward(shape, T * (2 + n_circuits), T / 2, T, cpu) \
@@ -206,4 +234,4 @@ def rome_work(model: Any, prompt: str, target_new: str, layers: int, cfg: RomeCo
     return w
 
 
-__all__ = ["kn_work", "trace_work", "kc_eval_passes", "kc_work", "rome_work"]
+__all__ = ["ig_token_rows", "kn_work", "trace_work", "kc_eval_passes", "kc_work", "rome_work"]
