@@ -42,9 +42,10 @@ def main(cal_path: str, run_path: str, out: str) -> None:
     c = d["calibrations"][0]
     c["peak_flops"] = peak
     c.setdefault("meta", {})["peak_flops_from"] = f"{run_path} 'matmul' (same run: 8192^3 bf16, {peak / 1e12:.1f} TFLOP/s)"
-    old = Calibration.from_dict(c)
-    per_row = old.probe["ig_row"]["flops"] / old.probe["ig_row"]["units"]  # ig_row_flops of the shape
-    held = int(old.probe["ig_row"]["units"])  # the rows of the probe's larger IG run (one pass)
+    # the file's own count (its ig_row_passes): the runs below go back into this dict, which Calibration.from_dict
+    # rescales once at the end (a per-row count read from an already loaded Calibration would be rescaled twice)
+    per_row = c["probe"]["ig_row"]["flops"] / c["probe"]["ig_row"]["units"]  # ig_row_flops of the shape
+    held = int(c["probe"]["ig_row"]["units"])  # the rows of the probe's larger IG run (one pass)
     if c["meta"].get("memory_rows") is None:  # per row of that pass, not of 128 modelled rows
         row_bytes = ModelShape.from_config(**c["shape"]).ig_row_bytes()
         c["memory_scale"] = c["meta"]["ig_peak_bytes"] / (held * row_bytes)

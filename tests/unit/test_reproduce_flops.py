@@ -8,6 +8,9 @@ they execute, forward and backward)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from benchmarks.bench_gpu import count_flops
@@ -16,6 +19,7 @@ from tlcap.attribution.config import IGConfig
 from tlcap.locate.causal_trace import causal_trace
 from tlcap.locate.circuits.eap import edge_attribution
 from tlcap.models import make_llama
+from tlcap.reproduce.calibration import read_calibrations
 from tlcap.reproduce.cnl_stages import erase_sets_work, eval_work
 from tlcap.reproduce.cost import Calibration, ModelShape, predict, train
 from tlcap.reproduce.probe import split_pass_flop
@@ -24,7 +28,10 @@ from tlcap.reproduce.scales import ScaleConfig
 from tlcap.reproduce.stages import Runner
 from tlcap.reproduce.suite_cost import kc_work, kn_work, trace_work
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# heavy: the stage test runs every counted stage of the smoke scale (tens of seconds on 2 cores)
+pytestmark = [pytest.mark.heavy, pytest.mark.usefixtures("one_thread", "no_cpu_probe")]
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 PROMPT, SUBJECT, TARGET = "The Eiffel Tower is located in the city of", "The Eiffel Tower", " Paris"
 
@@ -35,6 +42,15 @@ COUNTED = ("cnl.locate.gsm8k", "cnl.locate.svamp", "cnl.locate.mbpp", "cnl.locat
            "cnl.enhance.emotion", "cnl.enhance.mbpp", "cnl.cross", "cnl.fidelity", "cnl.decoupling",
            "ql.localize.ig", "ql.localize.sig", "ql.localize.amig")
 ERASED = ("cnl.erase.emotion", "cnl.erase.mbpp")
+
+
+@pytest.fixture
+def no_cpu_probe(monkeypatch):
+    """No throughput probe on a CPU: a run that adds "cpu" to the probed device types (gpu_goals' CPU smoke run, in
+    the same process) would add the probes' FLOPs to every count here."""
+    import tlcap.runtime.batching as batching
+
+    monkeypatch.setattr(batching, "PROBE_DEVICE_TYPES", tuple(t for t in batching.PROBE_DEVICE_TYPES if t != "cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +147,41 @@ def test_a_probe_saved_with_the_older_training_count_predicts_the_seconds_it_mea
         work = train(shape, n - p, shape.n_mlp_params, c, steps=p)
         assert predict(work, cal).seconds == pytest.approx(t, rel=1e-9)
     assert Calibration.from_dict(cal.to_dict()) == cal  # saved now (train_passes written): read back as it is
+
+
+def test_the_committed_h200_probe_predicts_its_training_runs_seconds():
+    """The committed H200 probe (``gpu_goals3_h200.calibration_v3.json``, saved with the older count: no
+    ``train_passes``) read as ``--calibration`` reads it: each of its two timed fine-tuning runs, priced as the stage
+    prices it now (tokens fed, every MLP matrix trained; the run's context solved from its stored forward FLOPs),
+    takes the seconds it measured, and the training unit's seconds per FLOP stay at or above the card's peak."""
+    path = RESULTS / "gpu_goals3_h200.calibration_v3.json"
+    raw = json.loads(path.read_text())["calibrations"][0]
+    assert "train_passes" not in raw  # an older probe: recounted on load
+    (cal,) = read_calibrations(path)
+    shape = ModelShape.from_config(**raw["shape"], n_heads=32)  # Llama-2-7B: 32 heads, gated MLP
+    f0, f1 = shape.fwd_token_flops(0.0), shape.fwd_token_flops(1.0)
+    for key in ("train_token@0", "train_token"):
+        run = raw["probe"][key]
+        ctx = (run["flops"] / (3 * run["units"]) - f0) / (f1 - f0)  # the older count: 3 forward tokens a token
+        assert 0 < ctx < run["units"]
+        work = train(shape, run["units"] - run["passes"], shape.n_mlp_params, ctx, steps=run["passes"])
+        assert predict(work, cal).seconds == pytest.approx(run["seconds"], rel=1e-6)
+    assert cal.seconds_per_flop["train_token"] >= 1 / raw["peak_flops"]
+
+
+def test_the_plateau_script_regenerates_the_committed_h200_probe(tmp_path):
+    """``benchmarks/calibration_from_plateau.py`` on the committed inputs writes a probe equal to the committed v3
+    file (every unit's seconds per FLOP and per pass, memory scale, card memory). It read the IG row count from an
+    already loaded Calibration (rescaled to 2 forward passes) and wrote it back into the raw dict, which loading
+    rescaled again: IG was priced 1.5x too slow."""
+    from benchmarks.calibration_from_plateau import main
+
+    out = tmp_path / "v3.json"
+    main(str(RESULTS / "gpu_goals3_h200.calibration.json"), str(RESULTS / "gpu_goals3_h200.json"), str(out))
+    (want,), (got,) = read_calibrations(RESULTS / "gpu_goals3_h200.calibration_v3.json"), read_calibrations(out)
+    for k, v in want.seconds_per_flop.items():
+        assert got.seconds_per_flop[k] == pytest.approx(v, rel=1e-9, abs=0), k
+    for k, v in want.seconds_per_pass.items():
+        assert got.seconds_per_pass[k] == pytest.approx(v, rel=1e-9, abs=0), k
+    assert got.memory_scale == pytest.approx(want.memory_scale, rel=1e-9)
+    assert got.meta["device_bytes"] == want.meta["device_bytes"]

@@ -205,14 +205,15 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
             gen_bytes=shape.sequence_bytes(min(n, GEN_ROWS) * (longest + t.max_new_tokens)))
     else:  # on an accelerator the samples are rows of teacher-forced passes (their shared prefix once), counted here;
         # the FLOPs stay one sample at a time's (an upper bound there)
-        # (a choice task reads its labels' logits only; a code task runs its prompt and reference tokens, every
-        # position unembedded; tested against counted FLOPs)
+        # (a choice task with one-token labels reads each prompt's last position, with longer labels runs one
+        # sequence per label, every position unembedded (choice_logprobs; the accelerator's rows read the labels'
+        # only: an upper bound there); a code task runs its prompt and reference tokens, every position unembedded;
+        # tested against counted FLOPs)
         seqs, reads = teacher_forced_rows(model, t, samples, CODE_TOKENS) if samples else ([], [])
-        if t.kind == "code":
-            seq_lens = [len(q) for q in seqs]
-            w = forward(shape, sum(seq_lens), sum(seq_lens) / max(2 * len(seqs), 1), max(seq_lens, default=0), n)
-        else:
-            w = forward(shape, sum(lens), longest / 2, longest, n, reads=0)
+        seq_lens = [len(q) for q in seqs]
+        one_token = t.kind == "choice" and all(len(r) == 1 for r in reads)
+        w = forward(shape, sum(seq_lens), sum(seq_lens) / max(2 * len(seqs), 1), max(seq_lens, default=0), n,
+                    reads=len(seqs) if one_token else None)
         if samples:
             w = replace(w, accelerator_passes={"fwd_token": float(teacher_forced_passes(seqs, reads, 1, model.d_vocab) - n)})
     return w.scaled(times)

@@ -336,7 +336,7 @@ def _localize_work(ctx: StageContext) -> Workload:
     rows, toks, items, reads, row_reads = 0.0, 0.0, 0, 0.0, 0.0
     facts = _first_queries(_candidate_facts(ctx, cfg.n_facts), cfg.max_queries)
     prefill_tokens(m, [q for f in facts for q in f.queries])
-    per_token = ig_token_rows(m, cfg.ig)
+    per_token = ig_token_rows(m, cfg.ig, cfg.method)
     windows = []
     for s in range(0, len(facts), LOCALIZE_WINDOW):  # a window of facts: its queries' rows share passes
         window_items = 0.0

@@ -6,13 +6,14 @@ from the model's shape and the prompt's token counts, following what the call ru
 ==================  ===============================================================================
 call                work
 ==================  ===============================================================================
-KN (IG)             ``(points + 1) · L`` IG rows per target token (``points`` = the rule's
-                    evaluations: ``steps``, ``steps + 1`` for ``cnl``) + the clean forward
+KN (IG)             :func:`ig_token_rows` per target token (per layer the rule's points, a
+                    baseline row where the rule has no α = 0 node; a rule's α = 1 row once on the
+                    staged path) + the clean forward, read at the answer positions
 causal trace (MLP)  the clean run, ``samples`` corrupted runs, then per traced token from the subject on:
                     the corrupted prefix (``samples · t`` tokens) and ``samples · L`` restored rows
                     over the rest of the prompt (``T − t`` tokens each)
-KC (EAP / EAP-IG)   corrupted + clean passes and ``ig_steps`` interpolated passes, each forward +
-                    backward over the prompt (``train_token`` units) + the edge-score products
+KC (EAP / EAP-IG)   the clean and corrupted runs (forward) and ``ig_steps`` interpolated passes
+                    (forward + the activations' gradient) over the prompt + the edge-score products
                     (``2 · T · n_upstream · n_readers · d_model`` per pass); the circuit's
                     evaluation: masked forwards of ``1 + n_random`` circuits (2 forwards' worth each)
 ROME at one layer   the key (``prefixes`` forwards), ``steps`` value-optimisation steps (forward +
@@ -57,23 +58,34 @@ def _graph_size(model: Any) -> tuple[int, int]:
     return _GRAPHS[model]
 
 
-def ig_token_rows(model: Any, ig: IGConfig) -> int:
+def ig_token_rows(model: Any, ig: IGConfig, engine: str = "ig") -> int:
     """IG rows of one answer token over every layer, as the row engines build them: per layer the rule's points
-    and, for a rule without an α = 0 node, the baseline row; a rule with an α = 1 node (``cnl``, ``right``,
-    ``linspace``, ``trapezoid``) reads every layer's α = 1 gradient from one clean row on the staged path
-    (:func:`~tlcap.attribution.staged.run_staged`, a TransformerBridge with ``late_expand``).
+    and, for a rule without an α = 0 node, the baseline row; exact IG with a rule that has an α = 1 node (``cnl``,
+    ``right``, ``linspace``, ``trapezoid``) reads every layer's α = 1 gradient from one clean row on the staged path
+    (:func:`~tlcap.attribution.staged.run_staged`: ``prefix_reuse`` and ``late_expand`` on, a TransformerBridge).
+    SIG's word rows (:mod:`tlcap.attribution.word_ig`) always add the baseline row; AMIG's units are recomputed
+    from their word on (not staged): neither shares the α = 1 row.
 
     Args:
         model: A :class:`tlcap.models.Model` (its layers and whether its rows run staged).
         ig: The IG settings (``steps="auto"``: the most points it may use).
+        engine: ``"ig"`` (KN, CNL, QL's IG), ``"sig"`` or ``"amig"`` (QL's estimators).
 
     Returns:
         The number of rows.
+
+    Raises:
+        InvalidConfigError: ``engine`` is not one of the three.
     """
+    if engine not in ("ig", "sig", "amig"):
+        raise InvalidConfigError(f"ig_token_rows prices engine 'ig', 'sig' or 'amig', got {engine!r}")
     alphas, _ = quadrature(ig.max_steps if ig.steps == "auto" else int(ig.steps), ig.rule)
     L = int(model.n_layers)
+    if engine == "sig":
+        return L * (len(alphas) + 1)
     per_layer = len(alphas) + (0 if float(alphas[0]) == 0.0 else 1)
-    shared = float(alphas[-1]) == 1.0 and ig.late_expand and staged_applies(model, [model.hook_name(ig.site, 0)])
+    shared = (engine == "ig" and ig.method == "ig" and float(alphas[-1]) == 1.0 and ig.prefix_reuse
+              and ig.late_expand and staged_applies(model, [model.hook_name(ig.site, 0)]))
     return L * per_layer - (L - 1 if shared else 0)
 
 
@@ -90,7 +102,8 @@ def kn_work(model: Any, prompt: str, target: str, ig: IGConfig) -> Workload:
         The :class:`Workload`: the IG rows and one clean forward pass.
     """
     shape = ModelShape.of(model)
-    p, t = _len(model, prompt), max(1, _len(model, target, bos=False))
+    # the prompt as integrated_gradients encodes it (the model's BOS default)
+    p, t = n_tokens(model, prompt), max(1, _len(model, target, bos=False))
     rows = t * ig_token_rows(model, ig)
     return ig_rows(shape, rows, ctx=p + t, evals=t) + forward(shape, p + t, (p + t) / 2, p + t, 1, reads=t)
 
