@@ -193,11 +193,11 @@ def eval_work(model: Any, task: str, samples: list, times: float = 1.0) -> Workl
     """
     shape = ModelShape.of(model)
     t = get_task(task)
-    lens = [n_tokens(model, s.prompt) for s in samples]
-    longest = max(lens, default=0)
     n = len(samples)  # one forward call per sample
     if t.kind == "number":  # on an accelerator GEN_ROWS samples per batch: their prompts one padded pass, then
         # one pass per decoding step
+        lens = [n_tokens(model, s.prompt) for s in samples]
+        longest = max(lens, default=0)
         w = replace(forward(shape, sum(lens), longest / 2, longest, n),
                     accelerator_passes={"fwd_token": float(math.ceil(n / GEN_ROWS) - n)}) + replace(
             generate(shape, n * t.max_new_tokens, longest + t.max_new_tokens / 2),
