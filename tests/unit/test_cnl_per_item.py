@@ -9,6 +9,7 @@ import torch
 
 from tlcap.attribution import IGConfig
 from tlcap.data.tasks import Sample, load_task, register_task
+from tlcap.errors import InvalidConfigError
 from tlcap.experiments.cnl import cross_dataset, enhance_effect
 from tlcap.experiments.cnl_eval import reliability
 from tlcap.intervene.weights import erase_neurons
@@ -93,3 +94,25 @@ def test_erase_stage_saves_per_set_scores_and_the_perplexity_control(tiny_llama,
         assert out[f"sigma{s:g}_located"].scores == tuple(er.located_scores.tolist())
         with erase_neurons(tiny_llama, loc.reselect(s)):
             assert er.located_scores.tolist() == list(task_accuracy(tiny_llama, "emotion", samples).scores)
+
+
+def test_enhance_fine_tunes_every_random_draw_on_the_same_samples(tiny_gpt2):
+    from tlcap.experiments.cnl import tuned
+
+    m = tiny_gpt2
+    register_task("toy_yesno2", lambda d, split: TOY, kind="choice", choices=(" yes", " no"), overwrite=True)
+    ns = _set(m, 0.3)
+    res = enhance_effect(m, "toy_yesno2", TOY, TOY, ns, epochs=2, eval_epochs=(1, 2), lr=5e-2, n_random=3,
+                         modes=("located", "random"), progress=False)
+    assert res.n_random == 3 and res.random_scores.shape == (3, 2, 6) and len(res.rows) == 4  # rows: draw 0 only
+    for e in (1, 2):  # draw 0 is the paper's one random set: the 'random' rows
+        assert torch.equal(res.random_draws(e)[0], res.scores("random", e))
+    # draw 2 is a random set drawn with seed + 2, trained on the same samples in the same order (seed 0's)
+    with tuned(m, TOY, ns, "random", epochs=2, lr=5e-2, seed=0, draw=2, progress=False):
+        assert res.random_draws(2)[2].tolist() == list(task_accuracy(m, "toy_yesno2", TOY).scores)
+    assert ns.random_like(seed=2) != ns.random_like(seed=0)
+    assert res.summary()["random_draw_accuracy"]["2"] == pytest.approx(res.random_scores[:, 1].mean(1).tolist(), abs=0)
+    one = enhance_effect(m, "toy_yesno2", TOY, TOY, ns, epochs=1, lr=5e-2, modes=("located",), progress=False)
+    assert one.n_random == 0 and not one.random_scores.numel()
+    with pytest.raises(InvalidConfigError):
+        one.random_draws(1)

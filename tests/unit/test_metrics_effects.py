@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tlcap.metrics.effects import bootstrap_p, paired_effect, proportion_diff, share_effect, two_group_effect
-from tlcap.metrics.estimate import TooFewSamplesError
+from tlcap.metrics.effects import (
+    bootstrap_p,
+    paired_effect,
+    proportion_diff,
+    random_draws_effect,
+    share_effect,
+    two_group_effect,
+)
+from tlcap.metrics.estimate import StatisticsError, TooFewSamplesError
 
 
 def test_bootstrap_p_counts_replicates_on_each_side_of_zero():
@@ -117,3 +124,30 @@ def test_two_group_effect_cluster_robust_and_no_spread():
 def test_paired_effect_without_spread_reports_the_sign_tests_floor():
     est, p, test, floor = paired_effect([1.0] * 6, [0.0] * 6, n_boot=50)
     assert p == pytest.approx(2 * 0.5 ** 6) and floor == pytest.approx(2 * 0.5 ** 6) and test == "exact sign test"
+
+
+def test_random_draws_effect_is_the_larger_p_of_a_prediction_t_over_draws_and_a_paired_t_over_items():
+    rng = np.random.default_rng(3)
+    loc = (rng.random(40) < 0.6).astype(float)
+    rnd = (rng.random((4, 40)) < 0.4).astype(float)
+    e = random_draws_effect(loc, rnd, n_boot=400, seed=1)
+    acc = rnd.mean(1)
+    t = (loc.mean() - acc.mean()) / (acc.std(ddof=1) * np.sqrt(1 + 1 / 4))  # one more draw's prediction interval
+    p_draws = 2 * stats.t.sf(abs(t), 3)
+    p_items = stats.ttest_1samp(loc - rnd.mean(0), 0.0).pvalue
+    assert e.estimate.value == pytest.approx(loc.mean() - rnd.mean(), abs=1e-15)
+    assert e.p_value == pytest.approx(max(p_draws, p_items), rel=1e-12) and e.p_floor == 0.0
+    assert f"(p {p_draws:.2g})" in e.test and f"(p {p_items:.2g})" in e.test
+    assert e.estimate.low < e.estimate.value < e.estimate.high and e.estimate.n_boot == 400
+    # the crossed bootstrap is wider than resampling items alone (the draws' spread is in it)
+    items_only = paired_effect(loc, rnd.mean(0), n_boot=400, seed=1).estimate
+    assert e.estimate.high - e.estimate.low > items_only.high - items_only.low
+    # draws that do not vary: a gap is beyond them, and the items decide
+    same = np.tile(rnd[0], (3, 1))
+    e2 = random_draws_effect(loc, same, n_boot=50)
+    assert e2.p_value == pytest.approx(stats.ttest_1samp(loc - rnd[0], 0.0).pvalue, rel=1e-12)
+    assert random_draws_effect(rnd[0], same, n_boot=50).p_value == 1.0  # no gap, no item differs
+    with pytest.raises(StatisticsError, match="at least 2 random draws"):
+        random_draws_effect(loc, rnd[:1])
+    with pytest.raises(StatisticsError, match="40 items"):
+        random_draws_effect(loc, rnd[:, :10])

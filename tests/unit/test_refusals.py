@@ -133,6 +133,13 @@ def test_neurons_of_another_model_are_refused_before_the_load(tmp_path, no_model
                      "256 neurons; locate them on the same model (or pass --model of the locate run)", out=out)
 
 
+def test_enhance_refuses_zero_random_sets_before_the_load(tmp_path, no_model_load):
+    src = _summary(tmp_path, [[0, 3]])
+    out = tmp_path / "run"
+    assert_cli_error(["cnl", "enhance", "--model", "gpt2-tiny", "--dataset", "emotion", "--neurons", str(src), "--out",
+                      str(out), "--n-random", "0"], "n_random (--n-random) must be >= 1, got 0", out=out)
+
+
 @pytest.mark.parametrize("task, name, rows", [
     ("gsm8k", "train.jsonl", "\n".join(json.dumps({"question": f"q{i}"}) for i in range(3))),
     ("svamp", "SVAMP.json", json.dumps([{"Body": "b", "Question": "q", "Answer": 1}] * 6)),

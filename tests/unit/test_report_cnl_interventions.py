@@ -99,3 +99,30 @@ def test_fig5_compares_each_sources_own_dataset_item_by_item_with_the_others():
     rest = x[0, 1, 0] - x[0, 1, 1:].mean(0)
     assert r.ours == pytest.approx(own.mean() - rest.mean())
     assert r.p_value == pytest.approx(stats.ttest_ind(own, rest, equal_var=False).pvalue) and r.n_unit == "test items"
+
+
+def test_table2_with_several_random_fine_tunes_tests_located_against_random_sets_in_general():
+    rng = np.random.default_rng(4)
+    n, R = 60, 5
+    draws = (rng.random((R, n)) < rng.uniform(0.2, 0.4, (R, 1))).astype(float)
+    loc = (rng.random(n) < 0.55).astype(float)
+    wo = (rng.random(n) < 0.3).astype(float)
+    rows = (EnhanceRow("located", 1, float(loc.mean())), EnhanceRow("random", 1, float(draws[0].mean())),
+            EnhanceRow("wo_located", 1, float(wo.mean())))
+    res = EnhanceResult("emotion", 0.3, rows, n_neurons=12, n_train=10, n_eval=n,
+                        item_scores=torch.tensor(np.stack([loc, draws[0], wo])), base_scores=torch.tensor(wo),
+                        random_scores=torch.tensor(draws[:, None, :]))
+    rb = RowBuilder("smollm2-135m", papers=("cnl",))
+    table2(rb, {"cnl.enhance.emotion": {"enhance": res}}.get, _why, SCALE, n_boot=200, seed=0)
+    out = {r.row: r for r in rb.finalize()}
+    r = out["emotion · epoch 1 located − random (mean of 5 random sets)"]
+    acc = draws.mean(1)
+    t = (loc.mean() - acc.mean()) / (acc.std(ddof=1) * np.sqrt(1 + 1 / R))
+    p = max(2 * stats.t.sf(abs(t), R - 1), stats.ttest_1samp(loc - draws.mean(0), 0.0).pvalue)
+    assert r.ours == pytest.approx(loc.mean() - draws.mean(), abs=1e-12) and r.p_value == pytest.approx(p, rel=1e-9)
+    assert "prediction t-test over 5 random draws" in r.test and "conditional" not in r.test
+    assert "(5 sets)" in r.control
+    assert "emotion · epoch 1 located − random (1 random set, as the paper)" not in out  # one row per claim
+    mean_row = out["emotion · random, mean of 5 random sets · epoch 1"]
+    assert mean_row.ours == pytest.approx(draws.mean(), abs=1e-12) and mean_row.low < mean_row.ours < mean_row.high
+    assert out["emotion · random · epoch 1"].ours == pytest.approx(draws[0].mean(), abs=1e-12)  # the paper's one draw

@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from tlcap.metrics.effects import mcnemar_effect, paired_effect, share_effect, two_group_effect
+from tlcap.metrics.effects import mcnemar_effect, paired_effect, paired_p, random_draws_effect, share_effect, two_group_effect
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.overlap_null import overlap_null
 from tlcap.metrics.permutation import p_floor, permutation_p_value
@@ -72,9 +73,26 @@ def _overlap(rng: np.random.Generator) -> tuple[Estimate, float, float]:
     return Estimate(eff, eff - 0.05, eff + 0.05, n=24), null.p_value(a.overlap(b)), 0.0
 
 
+def _fine_tunes(rng: np.random.Generator, planted: float = 0.0, n: int = 100, draws: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out 0/1 outcomes after fine-tuning the located set and ``draws`` random sets (CNL Table 2).
+
+    Each set moves every item's logit by its own offset (sd 0.4: random fine-tunes differ by ≈ 0.08 in accuracy),
+    so a set's accuracy varies beyond item noise; with ``planted = 0`` the located set is one more draw."""
+    ease = rng.normal(0.0, 1.0, n)
+    offset = rng.normal(0.0, 0.4, draws + 1)
+    offset[0] += planted
+    x = (rng.random((draws + 1, n)) < 1.0 / (1.0 + np.exp(-(ease[None, :] + offset[:, None])))).astype(float)
+    return x[0], x[1:]
+
+
+def _draws(rng: np.random.Generator) -> tuple[Estimate, float, float]:
+    e = random_draws_effect(*_fine_tunes(rng), n_boot=BOOT, seed=int(rng.integers(1e9)))
+    return e.estimate, e.p_value, e.p_floor
+
+
 TESTS: dict[str, Callable[[np.random.Generator], tuple[Estimate, float, float]]] = {
     "permutation over 200 random sets": _perm, "Welch's t": _welch, "paired t": _paired, "exact McNemar": _mcnemar,
-    "exact binomial": _share, "exact overlap null": _overlap,
+    "exact binomial": _share, "exact overlap null": _overlap, "located vs 5 random fine-tunes": _draws,
 }
 
 
@@ -89,6 +107,22 @@ def test_each_test_is_calibrated_on_null_data(null_rows, name):
     p = np.array([r[1] for r in null_rows[name]])
     assert (p < 0.05).mean() <= LIMIT, f"{name}: {(p < 0.05).mean():.3f} of null p-values below 0.05"
     assert (p >= np.array([r[2] for r in null_rows[name]]) - 1e-12).all()  # never below its floor
+
+
+def test_one_draw_or_the_draws_as_constants_would_find_effects_in_null_fine_tunes():
+    """Why Table 2 needs its random draws' spread: testing located against the mean random set over items only
+    (the one-draw protocol), or treating the located accuracy as a constant against the draws (one-sample t of
+    L̄ − R̄_k), rejects a located set that is just one more random draw far more often than 5 %; the prediction
+    t-test of :func:`random_draws_effect` does not (the test above), and still finds a planted gain."""
+    rng = np.random.default_rng(5)
+    items, constant, planted = [], [], []
+    for _ in range(300):
+        loc, rnd = _fine_tunes(rng)
+        items.append(paired_p(loc - rnd.mean(0)))
+        constant.append(stats.ttest_1samp(loc.mean() - rnd.mean(1), 0.0).pvalue)
+        planted.append(random_draws_effect(*_fine_tunes(rng, planted=1.5), n_boot=BOOT).p_value)
+    assert np.mean(np.array(items) < 0.05) > 0.2 and np.mean(np.array(constant) < 0.05) > 0.2
+    assert np.mean(np.array(planted) < 0.05) > 0.4  # +1.5 logits (≈ +0.3 accuracy) with 5 draws of sd ≈ 0.08
 
 
 def test_a_null_report_gives_at_most_five_percent_verdicts(null_rows):

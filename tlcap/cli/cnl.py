@@ -270,6 +270,8 @@ def enhance(
                               help="Which neurons learn: located, random, wo_located (the paper's W/o located: located "
                                    "erased, all others trained), except_frozen (all others trained, located kept)."),
     max_answer_tokens: int = typer.Option(16, help="Answer tokens in the loss (>= 1)."),
+    n_random: int = typer.Option(1, help="Random sets fine-tuned in mode random (>= 1; the paper: 1). With 2 or more, "
+                                         "located − random is tested against random sets, not one draw."),
     strict: bool = _STRICT,
     seed: int = _SEED,
     out: Path = _OUT,
@@ -278,7 +280,7 @@ def enhance(
     """Fine-tune only the located neurons vs random neurons vs all others (CNL Table 2); held-out accuracy."""
     cfg = EnhanceConfig(epochs=epochs, eval_epochs=ints("--eval-epochs", eval_epochs) if eval_epochs else None, lr=lr,
                         modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
-                        max_answer_tokens=max_answer_tokens, seed=seed)
+                        max_answer_tokens=max_answer_tokens, seed=seed, n_random=n_random)
     check_int("n_train", n_train, min=1)
     check_int("n", n, min=1)
     get_task(dataset)

@@ -12,25 +12,28 @@ about the mean, on ``G − 1`` degrees of freedom. With clusters of equal size t
 t-test of the cluster means; with unequal sizes the t-test of the cluster means would test another
 mean (each cluster weighted 1/G), whose sign can differ from the estimate's.
 
-========================  ===================================  =========================================
-function                  effect                               CI / test
-========================  ===================================  =========================================
-:func:`paired_effect`     mean(a − b) over paired samples       ``paired_difference_ci`` (cluster bootstrap
-                                                               with ``groups``) / t-test of the mean,
-                                                               cluster-robust with ``groups``
-:func:`two_group_effect`  mean(a) − mean(b), two samples        bootstrap of both samples (their clusters
-                                                               resampled independently) / Welch's t-test,
-                                                               cluster-robust with groups
-:func:`share_effect`      share of events − p0                  Wilson interval shifted by p0 / exact
-                                                               binomial test
-:func:`proportion_diff`   k1/n1 − k2/n2 (independent samples)   Newcombe's hybrid score interval / two-
-                                                               proportion z-test
-:func:`mcnemar_effect`    mean(a) − mean(b), paired 0/1        paired bootstrap over items / exact
-                                                               McNemar test (binomial on the
-                                                               discordant pairs)
-:func:`bootstrap_p`       —                                     ``2·(1 + min(#θ* ≤ 0, #θ* ≥ 0))/(B+1)``,
-                                                               at most 1 (floor ``2/(B+1)``)
-========================  ===================================  =========================================
+============================  ===================================  =========================================
+function                      effect                               CI / test
+============================  ===================================  =========================================
+:func:`paired_effect`         mean(a − b) over paired samples       ``paired_difference_ci`` (cluster bootstrap
+                                                                   with ``groups``) / t-test of the mean,
+                                                                   cluster-robust with ``groups``
+:func:`two_group_effect`      mean(a) − mean(b), two samples        bootstrap of both samples (their clusters
+                                                                   resampled independently) / Welch's t-test,
+                                                                   cluster-robust with groups
+:func:`share_effect`          share of events − p0                  Wilson interval shifted by p0 / exact
+                                                                   binomial test
+:func:`proportion_diff`       k1/n1 − k2/n2 (independent samples)   Newcombe's hybrid score interval / two-
+                                                                   proportion z-test
+:func:`mcnemar_effect`        mean(a) − mean(b), paired 0/1        paired bootstrap over items / exact
+                                                                   McNemar test (binomial on the
+                                                                   discordant pairs)
+:func:`random_draws_effect`   mean(L) − mean of the R draws'       crossed bootstrap (items and draws) /
+                              means, on shared items               max of a prediction t-test over draws
+                                                                   and a paired t-test over items
+:func:`bootstrap_p`           —                                     ``2·(1 + min(#θ* ≤ 0, #θ* ≥ 0))/(B+1)``,
+                                                                   at most 1 (floor ``2/(B+1)``)
+============================  ===================================  =========================================
 """
 
 from __future__ import annotations
@@ -346,5 +349,80 @@ def mcnemar_effect(a: Values, b: Values, *, n_boot: int = 5000, seed: int = 0) -
     return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
 
 
+def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 5000, seed: int = 0) -> Effect:
+    """A located set against R random draws (each a set trained or edited alike), scored on the same items.
+
+    The effect is ``mean_i(L_i − R̄_i)``: ``L_i`` item ``i``'s score with the located set, ``R̄_i`` its mean
+    score over the draws. Two things must both hold for "the located set differs from random sets":
+
+    - **beyond the draws**: the located accuracy ``L̄`` is not a typical draw. If it were one more draw
+      (exchangeable, accuracies normal), ``(L̄ − mean_k R̄_k) / (s_R·√(1 + 1/R))`` is t on ``R − 1``
+      degrees of freedom, ``s_R`` the draws' standard deviation (the prediction-interval test; a t-test
+      of ``mean_k(L̄ − R̄_k)`` would instead treat ``L̄`` as a known constant and reject for any set as
+      R grows);
+    - **beyond item noise**: the paired t-test of ``L_i − R̄_i`` over the items.
+
+    The p-value is the larger of the two (an intersection–union test: its size is at most α). The CI
+    resamples items and draws independently (crossed bootstrap), so it carries both sources of noise.
+
+    Args:
+        located: Per-item scores with the located set, ``(n,)``.
+        random: Per-item scores with each random draw, ``(R, n)``, ``R >= 2``.
+        n_boot: Bootstrap resamples of the CI.
+        seed: Their seed.
+
+    Returns:
+        An :class:`Effect`; its test names both p-values. The floor is 0 (both tests are continuous) unless
+        the items' differences do not vary (then the exact sign test's ``2·0.5^m``).
+
+    Raises:
+        StatisticsError: fewer than 2 draws, or ``random`` not ``(R, n)`` with ``n = len(located)``.
+
+    Example:
+        >>> L = np.array([1, 1, 1, 0, 1, 1, 0, 1, 1, 1.0])
+        >>> R = np.array([[1, 0, 1, 0, 0, 1, 0, 0, 1, 0], [0, 1, 0, 0, 1, 0, 0, 1, 0, 0],
+        ...               [1, 0, 0, 0, 0, 1, 0, 1, 0, 1.0]])
+        >>> est, p, test, floor = random_draws_effect(L, R, n_boot=2000)
+        >>> round(est.value, 3), round(p, 4), floor
+        (0.433, 0.0229, 0.0)
+        >>> test
+        'max of a prediction t-test over 3 random draws (p 0.023) and a paired t-test over 10 items (p 0.00075)'
+    """
+    x = np.asarray(located, dtype=float)
+    r = np.asarray(random, dtype=float)
+    if r.ndim != 2 or r.shape[1] != len(x):
+        raise StatisticsError(f"random must be (draws, items) with {len(x)} items, got shape {r.shape}")
+    R, n = r.shape
+    if R < 2:
+        raise StatisticsError(f"random_draws_effect needs at least 2 random draws, got {R}; with one draw use "
+                              "mcnemar_effect or paired_effect (a test conditional on that draw)")
+    if n < 2:
+        raise TooFewSamplesError(f"random_draws_effect needs at least 2 items, got {n}")
+    d = x - r.mean(0)
+    acc = r.mean(1)
+    s = float(acc.std(ddof=1))
+    gap = float(x.mean() - acc.mean())
+    if s > 0:
+        p_draws = _t_p(gap / (s * math.sqrt(1.0 + 1.0 / R)), R - 1)
+    else:  # the draws' accuracies do not vary: any gap is beyond them
+        p_draws = 1.0 if gap == 0 else 0.0
+    p_items = paired_p(d)
+    floor = 0.0
+    if np.std(d) == 0:
+        m = int((d != 0).sum())
+        floor = min(1.0, 2.0 * 0.5 ** m) if m else 1.0
+    rng = np.random.default_rng(seed)
+    reps = np.empty(n_boot)
+    for b0 in range(0, n_boot, 256):  # 256 resamples at a time: (256, R, n) gathered at once
+        b = min(256, n_boot - b0)
+        ii, kk = rng.integers(0, n, (b, n)), rng.integers(0, R, (b, R))
+        reps[b0:b0 + b] = x[ii].mean(1) - r[kk[:, :, None], ii[:, None, :]].mean((1, 2))
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    est = Estimate(float(d.mean()), float(lo), float(hi), n=n, method="crossed bootstrap (items × draws)",
+                   n_boot=n_boot, seed=seed)
+    return Effect(est, max(p_draws, p_items), f"max of a prediction t-test over {R} random draws (p {p_draws:.2g}) "
+                                            f"and a paired t-test over {n} items (p {p_items:.2g})", floor)
+
+
 __all__ = ["cluster_robust_var", "paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff",
-           "mcnemar_effect", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]
+           "mcnemar_effect", "random_draws_effect", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]

@@ -11,8 +11,8 @@ stage                  computes (tlcap API)                        feeds
                        (per-item scores of base, located and every
                        random set) + perplexity of the located and
                        ``ppl_n_random`` random sets
-``cnl.enhance.<ds>``   :func:`enhance_effect` (located / random /   Table 2
-                       w/o located)
+``cnl.enhance.<ds>``   :func:`enhance_effect` (located /            Table 2
+                       ``n_random`` random sets / w/o located)
 ``cnl.cross``          :func:`cross_dataset` (erase matrix)         Fig. 5 (Fig. 4 from the locates)
 ``cnl.fidelity`` …     ``tlcap.experiments.cnl_eval`` (issue 11),   fidelity, reliability, Fig. 2,
                        :mod:`tlcap.reproduce.suite_stages`          decoupling, Table 4
@@ -334,7 +334,7 @@ def _enhance(ctx: StageContext) -> dict[str, Result]:
     train_s, test_s = ctx.inputs()
     ns = location(ctx, cfg.dataset).reselect(cfg.sigmas[0])
     res = enhance_effect(ctx.model, cfg.dataset, train_s, test_s, ns, epochs=max(cfg.epochs), eval_epochs=cfg.epochs, lr=cfg.lr,
-                         seed=cfg.seed, source=cfg.dataset, progress=ctx.progress)
+                         seed=cfg.seed, n_random=cfg.n_random, source=cfg.dataset, progress=ctx.progress)
     return {"enhance": res}
 
 
@@ -348,7 +348,7 @@ def _enhance_work(ctx: StageContext) -> Workload:
         p, t = encode_sample(m, s, 16)
         toks += len(p) + len(t) - 1  # teacher-forced: the last answer token is not fed
         longest = max(longest, len(p) + len(t))
-    modes = 3
+    modes = 2 + cfg.n_random  # located, w/o located and each random set
     steps = train(shape, toks * max(cfg.epochs) * modes, shape.n_mlp_params, longest / 2, longest,
                   len(train_s) * max(cfg.epochs) * modes, m.dtype.itemsize)
     return steps + eval_work(m, cfg.dataset, test_s, 1 + modes * len(cfg.epochs))
@@ -401,7 +401,8 @@ def cnl_stages(scale: ScaleConfig, *, seed: int = 0, data_dir: str | None = None
                           ppl_texts=scale.cnl_ppl_texts, ppl_n_random=scale.cnl_ppl_n_random)
         stages.append(Stage(f"cnl.erase.{ds}", _erase, ecfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_test_data,
                             workload=_erase_work, items=("CNL Table 3",), description=f"erase at σ 3/6/12 on {ds}"))
-        hcfg = EvalConfig(dataset=ds, n_eval=scale.enhance_eval_n, n_train=scale.enhance_train_n, n_random=1,
+        hcfg = EvalConfig(dataset=ds, n_eval=scale.enhance_eval_n, n_train=scale.enhance_train_n,
+                          n_random=scale.enhance_n_random,
                           sigmas=(scale.cnl_sigma,), epochs=scale.enhance_epochs, seed=seed, data_dir=data_dir)
         stages.append(Stage(f"cnl.enhance.{ds}", _enhance, hcfg, deps=(f"cnl.locate.{ds}",), code=CODE, data=_train_test_data,
                             workload=_enhance_work, items=("CNL Table 2",), description=f"masked fine-tuning on {ds}"))

@@ -11,7 +11,12 @@
   Beside it, the WikiText-2 perplexity control: the located set's perplexity change against the
   random sets' (a *control* row: tested, no paper claim).
 - **Table 2**: located − random (and located − w/o located) after masked fine-tuning, on the same
-  held-out items: exact McNemar test on the items' 0/1 outcomes, paired bootstrap CI.
+  held-out items: exact McNemar test on the items' 0/1 outcomes, paired bootstrap CI. With one
+  random fine-tune (the paper's protocol) the located − random test is conditional on that draw;
+  with R ≥ 2 (``enhance_n_random`` of the scale) the row compares located with the mean of the R
+  random sets (:func:`~tlcap.metrics.effects.random_draws_effect`: the larger p of a prediction
+  t-test over the draws and a paired t-test over items, a CI resampling both), and a value row
+  gives the draws' mean accuracy.
 - **Fig. 5**: the change on the dataset the neurons were located on minus on the others.
 
 Rows fall back to what an older cached result holds (no per-item random scores: the random sets'
@@ -28,10 +33,20 @@ from typing import Any
 import numpy as np
 
 from tlcap.data.tasks import get_task
+from tlcap.errors import InvalidConfigError
 from tlcap.experiments.cnl import CrossResult, EnhanceResult, EraseResult
 from tlcap.metrics import bootstrap_ci, share_ci
 from tlcap.metrics.accuracy import TaskAccuracy
-from tlcap.metrics.effects import NO_EFFECT, Effect, mcnemar_effect, paired_effect, paired_p, proportion_diff, two_group_effect
+from tlcap.metrics.effects import (
+    NO_EFFECT,
+    Effect,
+    mcnemar_effect,
+    paired_effect,
+    paired_p,
+    proportion_diff,
+    random_draws_effect,
+    two_group_effect,
+)
 from tlcap.metrics.estimate import Estimate
 from tlcap.metrics.permutation import p_floor, permutation_p_value
 from tlcap.metrics.sensitivity import SensitivityCurve
@@ -183,6 +198,27 @@ def _outcomes(res: EnhanceResult, mode: str, epoch: int) -> np.ndarray | None:
     return None
 
 
+def _crossed_mean(x: np.ndarray, n_boot: int, seed: int) -> Estimate:
+    """Mean of ``x`` ``[draw, item]`` with a CI that resamples draws and items independently."""
+    rng = np.random.default_rng(seed)
+    R, n = x.shape
+    reps = np.array([x[np.ix_(rng.integers(0, R, R), rng.integers(0, n, n))].mean() for _ in range(n_boot)])
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return Estimate(float(x.mean()), float(lo), float(hi), n=n, method="crossed bootstrap (items × draws)",
+                    n_boot=n_boot, seed=seed)
+
+
+def _random_draws(res: EnhanceResult, epoch: int) -> np.ndarray | None:
+    """``[draw, item]`` scores of the random fine-tunes after ``epoch`` when the result has two or more and the
+    located row's per-item scores (else ``None``: the one-draw row, conditional on that draw)."""
+    if getattr(res, "n_random", 1) < 2 or _outcomes(res, "located", epoch) is None:
+        return None
+    try:
+        return res.random_draws(epoch).double().numpy()
+    except InvalidConfigError:
+        return None
+
+
 def _enhance_contrast(res: EnhanceResult, a: str, b: str, epoch: int, acc: dict, binary: bool, n_boot: int,
                       seed: int) -> Effect:
     xa, xb = _outcomes(res, a, epoch), _outcomes(res, b, epoch)
@@ -238,19 +274,34 @@ def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
                                     dataset=label), differences=diffs, n_unit="test items",
                      no_ci="" if x is not None or binary else "this result keeps no per-item scores of the code task")
         for e in sorted({ep for _, ep in acc}):
-            for other, lab in (("random", "random (1 random set, as the paper)"), ("wo_located", "w/o located")):
+            draws = _random_draws(res, e)
+            if draws is not None:  # R >= 2 random fine-tunes: the value row of their mean accuracy
+                est = _crossed_mean(draws, n_boot, seed)
+                rb.value(item, f"{ds} · random, mean of {len(draws)} random sets · epoch {e}", est,
+                         rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method="random", epoch=str(e),
+                                        dataset=label), differences=diffs, n_unit="test items")
+            for other in ("random", "wo_located"):
                 if ("located", e) not in acc or (other, e) not in acc:
                     continue
-                eff = _enhance_contrast(res, "located", other, e, acc, binary, n_boot, seed)
                 pl = rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method="located", epoch=str(e), dataset=label)
                 pr = rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method=MODE[other], epoch=str(e), dataset=label)
-                # one random fine-tune, as the paper: its test is conditional on that draw (is located better than
-                # this random set on these items?), not a test against random sets in general
-                test = eff.test + ("; conditional on the one random set drawn, not a test against random sets"
-                                   if other == "random" and eff.test else "")
+                control = ""
+                if other == "random" and draws is not None:
+                    # several random fine-tunes: located against random sets in general (prediction t over the draws)
+                    # and against item noise; the paper's one draw is the first of them
+                    eff = random_draws_effect(_outcomes(res, "located", e), draws, n_boot=n_boot, seed=seed)
+                    lab, test = f"random (mean of {len(draws)} random sets)", eff.test
+                    control = f"random fine-tuned: {_spread(draws.mean(1))}"
+                else:
+                    eff = _enhance_contrast(res, "located", other, e, acc, binary, n_boot, seed)
+                    lab = "random (1 random set, as the paper)" if other == "random" else "w/o located"
+                    # one random fine-tune, as the paper: its test is conditional on that draw (is located better
+                    # than this random set on these items?), not a test against random sets in general
+                    test = eff.test + ("; conditional on the one random set drawn, not a test against random sets"
+                                       if other == "random" and eff.test else "")
                 rb.effect(item, f"{ds} · epoch {e} located − {lab}", claim, eff.estimate, eff.p_value, test,
                           p_floor=eff.p_floor, paper=(pl.value - pr.value) / 100 if pl and pr else None,
-                          differences=diffs, n_unit="test items",
+                          differences=diffs, n_unit="test items", control=control,
                           no_ci="the code task's per-item scores are not kept in this result" if eff.p_value is None else "")
         rb.figure(item, f"cnl_table2_{ds}", res.figure())
 

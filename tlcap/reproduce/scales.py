@@ -70,6 +70,9 @@ class ScaleConfig(Config):
         enhance_train_n: Training samples for enhance.
         enhance_eval_n: Held-out samples for enhance.
         enhance_epochs: Epochs evaluated (the paper: 1, 5, 10).
+        enhance_n_random: Random sets fine-tuned per enhance dataset (the paper: 1, which makes the located −
+            random test conditional on that one draw; ``cpu`` and ``full``: 5, the located set tested against
+            random sets in general, :func:`~tlcap.metrics.effects.random_draws_effect`; ``smoke``: 2).
         cross_eval_n: Held-out samples per dataset for the cross-dataset matrix.
         cross_n_random: Random draws per cell of the cross-dataset matrix.
         ql_relations: ParaRel relations (``()`` = all bundled).
@@ -121,6 +124,7 @@ class ScaleConfig(Config):
     enhance_train_n: int = 2
     enhance_eval_n: int = 2
     enhance_epochs: tuple[int, ...] = (1,)
+    enhance_n_random: int = 2
     cross_eval_n: int = 1
     cross_n_random: int = 1
     ql_relations: tuple[str, ...] = ("P36", "P37")
@@ -161,6 +165,7 @@ class ScaleConfig(Config):
                   "cross_n_random", "n_boot"):
             check_int(f, getattr(self, f), min=1, cli=None)
         check_int("cnl_groups", self.cnl_groups, min=2, cli=None)
+        check_int("enhance_n_random", self.enhance_n_random, min=1, cli=None)
         check_int("n_random", self.n_random, min=5 if self.name == "smoke" else 20, cli=None)
         check_int("cnl_ppl_texts", self.cnl_ppl_texts, min=0, cli=None)
         check_int("cnl_ppl_n_random", self.cnl_ppl_n_random, min=0, cli=None)
@@ -205,7 +210,7 @@ SCALES: dict[str, ScaleConfig] = {
         cnl_eval_facts=10, cnl_eval_known_top_k=1, cnl_eval_rewrites=5, cnl_eval_ig=IGConfig(steps=4, rule="gauss_legendre"),
         cnl_eval_trace_samples=3, cnl_eval_kc_top_n=300, cnl_eval_kc_steps=1, cnl_eval_rome_layers=(0, 5, 10, 15, 20, 25),
         cnl_eval_rome_facts=3, cnl_eval_rome_steps=10, cnl_eval_pairs=30,
-        enhance_train_n=50, enhance_eval_n=200, enhance_epochs=(1,), cross_eval_n=25, cross_n_random=3,
+        enhance_train_n=50, enhance_eval_n=200, enhance_epochs=(1,), enhance_n_random=5, cross_eval_n=25, cross_n_random=3,
         ql_relations=QL_CPU_RELATIONS, ql_n_facts=140, ql_max_queries=6, ql_known_top_k=10, ql_known_policy="any",
         ql_min_queries=3, ql_ig=IGConfig(steps=4, rule="gauss_legendre"), ql_sig_facts=10, ql_amig_facts=10,
         ql_sig_amig_queries=3,
@@ -223,7 +228,7 @@ SCALES: dict[str, ScaleConfig] = {
         cnl_eval_kc_steps=5,
         cnl_eval_rome_layers=None, cnl_eval_rome_facts=None, cnl_eval_rome_steps=20,
         enhance_train_n=1000, enhance_eval_n=1000,
-        enhance_epochs=(1, 5, 10), cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
+        enhance_epochs=(1, 5, 10), enhance_n_random=5, cross_eval_n=500, cross_n_random=5, ql_relations=(), ql_n_facts=None,
         ql_max_queries=None, ql_known_top_k=10, ql_ig=IGConfig(steps=20), ql_sig_facts=None, ql_amig_facts=None,
         ql_edit_queries=None, n_boot=5000,
     ),

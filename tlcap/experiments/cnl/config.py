@@ -139,6 +139,10 @@ class EnhanceConfig(Config):
             ``except_frozen`` (others trained, located ones kept; not the paper's).
         max_answer_tokens: Answer tokens in the loss, ``>= 1``.
         seed: Seed of the random neurons and the sample order, ``>= 0``.
+        n_random: Random sets fine-tuned in mode ``random``, ``>= 1`` (the paper: 1). Set ``k`` is drawn with
+            seed ``seed + k`` (set 0 is the paper's one) and trained on the same samples in the same order; with
+            two or more, located − random can be tested against random sets in general, not only against the one
+            drawn (:func:`~tlcap.metrics.effects.random_draws_effect`).
     """
 
     epochs: int = 10
@@ -147,6 +151,7 @@ class EnhanceConfig(Config):
     modes: Sequence[str] = ("located", "random", "wo_located")
     max_answer_tokens: int = 16
     seed: int = 0
+    n_random: int = 1
 
     def validate(self) -> None:
         epochs = check_int("epochs", self.epochs, min=1)
@@ -158,6 +163,7 @@ class EnhanceConfig(Config):
         self._set("modes", _modes(self.modes))
         check_int("max_answer_tokens", self.max_answer_tokens, min=1)
         check_int("seed", self.seed, min=0)
+        check_int("n_random", self.n_random, min=1)
 
     @property
     def evaluated_epochs(self) -> tuple[int, ...]:

@@ -46,13 +46,14 @@ from tlcap.rows import RowFields, frame
 from tlcap.viz.cnl import enhance_figure
 
 
-def mode_neurons(neurons: NeuronSet, mode: str, seed: int = 0) -> tuple[NeuronSet, str]:
+def mode_neurons(neurons: NeuronSet, mode: str, seed: int = 0, *, draw: int = 0) -> tuple[NeuronSet, str]:
     """The neuron set and :func:`masked_finetune` mode a CNL enhance mode trains.
 
     Args:
         neurons: The located neurons.
         mode: An enhance mode of ``ENHANCE_MODES``.
         seed: Seed of the random set (mode ``"random"``).
+        draw: Which random set (mode ``"random"``): set ``draw`` is drawn with seed ``seed + draw``.
 
     Returns:
         ``(neurons, finetune mode)``: ``random`` trains a random set of the same per-layer counts; ``located``
@@ -63,7 +64,7 @@ def mode_neurons(neurons: NeuronSet, mode: str, seed: int = 0) -> tuple[NeuronSe
     """
     check_choice("mode", mode, ENHANCE_MODES, cli="--modes")
     if mode == "random":
-        return neurons.random_like(seed=seed), "located"
+        return neurons.random_like(seed=seed + draw), "located"
     return neurons, "located" if mode == "located" else "except"
 
 
@@ -80,6 +81,7 @@ def tuned(
     max_answer_tokens: int | None = 16,
     on_epoch: Callable[[int], None] | None = None,
     progress: bool = True,
+    draw: int = 0,
 ) -> Iterator[WeightEdit]:
     """Fine-tune ``model`` in a CNL enhance ``mode`` (module docstring) for the ``with`` block.
 
@@ -94,6 +96,7 @@ def tuned(
         max_answer_tokens: Answer tokens in the loss.
         on_epoch: Called after each epoch (e.g. to evaluate).
         progress: Progress bars.
+        draw: Mode ``random``: which random set (seed ``seed + draw``; the sample order stays ``seed``'s).
 
     Yields:
         The :class:`WeightEdit` (for inspection; it is undone on exit).
@@ -110,7 +113,7 @@ def tuned(
         >>> type(acc).__name__
         'TaskAccuracy'
     """
-    ns, ft_mode = mode_neurons(neurons, mode, seed)
+    ns, ft_mode = mode_neurons(neurons, mode, seed, draw=draw)
     edit = WeightEdit(host=True)  # the snapshots of every MLP matrix in host memory, not beside the Adam state
     try:
         if mode == "wo_located":
@@ -144,6 +147,9 @@ class EnhanceResult(RowFields, Result):
             ``rows[k]``), on the same items: located vs random can be compared item by item
             (McNemar, paired bootstrap).
         items: Positions of the scored items among the held-out samples.
+        random_scores: ``[draw, epoch, item]`` per-item scores after fine-tuning each random set (``config``'s
+            ``n_random``; draw 0 is the ``random`` rows' set) at each evaluated epoch (ascending); empty without
+            mode ``random`` and in results saved before tlcap kept them.
     """
 
     _row_types: ClassVar[dict[str, type]] = {"rows": EnhanceRow}
@@ -165,6 +171,33 @@ class EnhanceResult(RowFields, Result):
     base_scores: Float[Tensor, " item"] = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
     item_scores: Float[Tensor, "row item"] = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.float64))
     items: tuple[int, ...] = ()
+    random_scores: Float[Tensor, "draw epoch item"] = field(
+        default_factory=lambda: torch.zeros(0, 0, 0, dtype=torch.float64))
+
+    @property
+    def n_random(self) -> int:
+        """Random sets fine-tuned (the draws of :attr:`random_scores`; 1 for older results with a random row)."""
+        if self.random_scores.numel():
+            return int(self.random_scores.shape[0])
+        return int(any(r.mode == "random" for r in self.rows))
+
+    def random_draws(self, epoch: int) -> Float[Tensor, "draw item"]:
+        """Per-item scores of every random draw after ``epoch``.
+
+        Args:
+            epoch: An evaluated epoch.
+
+        Returns:
+            ``[draw, item]`` float64 scores (draw 0 equals ``scores("random", epoch)``).
+
+        Raises:
+            InvalidConfigError: the result keeps no random draws, or ``epoch`` was not evaluated.
+        """
+        epochs = sorted({r.epoch for r in self.rows if r.mode == "random"})
+        if not self.random_scores.numel() or epoch not in epochs or len(epochs) != self.random_scores.shape[1]:
+            raise InvalidConfigError(f"no random draws at epoch {epoch}; evaluated: {epochs}, random_scores shape "
+                                     f"{tuple(self.random_scores.shape)}")
+        return self.random_scores[:, epochs.index(epoch)]
 
     def scores(self, mode: str, epoch: int) -> Float[Tensor, " item"]:
         """Per-item scores of one (mode, epoch) row.
@@ -207,7 +240,8 @@ class EnhanceResult(RowFields, Result):
 
         Returns:
             A JSON-safe dict: task, source, metric, base accuracy, majority share, counts, ``lr``, modes, trained
-            fractions, every row, ``accuracy[mode][epoch]``, the data report and the config.
+            fractions, every row, ``accuracy[mode][epoch]``, the random draws' accuracies per epoch
+            (``random_draw_accuracy[epoch]``), the data report and the config.
         """
         modes = list(dict.fromkeys(r.mode for r in self.rows))
         return {"task": self.task, "source": self.source, "metric": self.metric, "base_accuracy": self.base_accuracy,
@@ -215,6 +249,10 @@ class EnhanceResult(RowFields, Result):
                 "n_eval": self.n_eval, "lr": self.lr, "modes": modes, "trained_fraction": dict(self.trained_fraction),
                 "rows": [dataclasses.asdict(r) for r in self.rows],
                 "accuracy": {m: {str(r.epoch): r.accuracy for r in self.rows if r.mode == m} for m in modes},
+                "n_random": self.n_random,
+                "random_draw_accuracy": {str(e): self.random_scores[:, k].mean(1).tolist()
+                                         for k, e in enumerate(sorted({r.epoch for r in self.rows if r.mode == "random"}))
+                                         if self.random_scores.numel()},
                 "data": dict(self.data), "config": dict(self.config)}
 
     def figure(self) -> go.Figure:
@@ -281,20 +319,28 @@ def enhance_effect(
     base = task_accuracy(model, task, test, progress=progress)
     rows: list[EnhanceRow] = []
     per_item: list[tuple[float, ...]] = []
+    draws: list[list[tuple[float, ...]]] = []  # [draw][evaluated epoch] per-item scores of the random sets
     fractions = {}
     for mode in cfg.modes:
-        ns, ft_mode = mode_neurons(neurons, mode, cfg.seed)
-        fractions[mode] = trained_fraction(model, ns, ft_mode)  # type: ignore[arg-type]
+        for draw in range(cfg.n_random if mode == "random" else 1):
+            ns, ft_mode = mode_neurons(neurons, mode, cfg.seed, draw=draw)
+            if draw == 0:
+                fractions[mode] = trained_fraction(model, ns, ft_mode)  # type: ignore[arg-type]
+            if mode == "random":
+                draws.append([])
 
-        def evaluate(epoch: int, mode: str = mode) -> None:
-            if epoch in cfg.evaluated_epochs:
-                acc = task_accuracy(model, task, test, progress=progress)
-                rows.append(EnhanceRow(mode, epoch, acc.accuracy))
-                per_item.append(acc.scores)
+            def evaluate(epoch: int, mode: str = mode, draw: int = draw) -> None:
+                if epoch in cfg.evaluated_epochs:
+                    acc = task_accuracy(model, task, test, progress=progress)
+                    if mode == "random":
+                        draws[draw].append(acc.scores)
+                    if draw == 0:
+                        rows.append(EnhanceRow(mode, epoch, acc.accuracy))
+                        per_item.append(acc.scores)
 
-        with tuned(model, train, neurons, mode, epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed, on_epoch=evaluate,
-                   max_answer_tokens=cfg.max_answer_tokens, progress=progress):
-            pass
+            with tuned(model, train, neurons, mode, epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed, on_epoch=evaluate,
+                       max_answer_tokens=cfg.max_answer_tokens, progress=progress, draw=draw):
+                pass
     res = EnhanceResult(
         task=task, base_accuracy=base.accuracy, rows=tuple(rows), n_neurons=len(neurons), n_train=len(train),
         n_eval=len(test), lr=cfg.lr, metric=base.metric, source=source or task, trained_fraction=fractions,
@@ -303,6 +349,8 @@ def enhance_effect(
         base_scores=torch.tensor(base.scores, dtype=torch.float64),
         item_scores=torch.tensor(per_item, dtype=torch.float64).reshape(len(per_item), len(base.scores)),
         items=tuple(i for i, _, _ in scored_items(model, get_task(task), test)),
+        random_scores=torch.tensor(draws, dtype=torch.float64).reshape(
+            len(draws), len(draws[0]) if draws else 0, len(base.scores)),
     )
     return res.with_provenance(Provenance.collect(model, cfg, cfg.seed))
 
