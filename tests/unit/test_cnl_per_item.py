@@ -112,6 +112,12 @@ def test_enhance_fine_tunes_every_random_draw_on_the_same_samples(tiny_gpt2):
         assert res.random_draws(2)[2].tolist() == list(task_accuracy(m, "toy_yesno2", TOY).scores)
     assert ns.random_like(seed=2) != ns.random_like(seed=0)
     assert res.summary()["random_draw_accuracy"]["2"] == pytest.approx(res.random_scores[:, 1].mean(1).tolist(), abs=0)
+    # the figure: every draw beyond 0 and their mean, from epoch 0 (the base accuracy)
+    fig = res.figure()
+    assert [t.name for t in fig.data] == ["located", "random", "random set 1", "random set 2", "random, mean of 3 sets"]
+    assert list(fig.data[3].y) == pytest.approx([res.base_accuracy, *[float(res.random_draws(e)[2].mean()) for e in (1, 2)]])
+    assert list(fig.data[4].y)[1:] == pytest.approx([float(res.random_draws(e).mean()) for e in (1, 2)])
+    assert res.random_epochs == (1, 2)
     one = enhance_effect(m, "toy_yesno2", TOY, TOY, ns, epochs=1, lr=5e-2, modes=("located",), progress=False)
     assert one.n_random == 0 and not one.random_scores.numel()
     with pytest.raises(InvalidConfigError):

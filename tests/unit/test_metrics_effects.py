@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tlcap.metrics.bootstrap import crossed_ci
 from tlcap.metrics.effects import (
     bootstrap_p,
     paired_effect,
@@ -151,3 +152,31 @@ def test_random_draws_effect_is_the_larger_p_of_a_prediction_t_over_draws_and_a_
         random_draws_effect(loc, rnd[:1])
     with pytest.raises(StatisticsError, match="40 items"):
         random_draws_effect(loc, rnd[:, :10])
+
+
+def test_crossed_ci_resamples_items_and_draws_as_a_slow_loop_does():
+    rng = np.random.default_rng(5)
+    rnd = (rng.random((3, 25)) < 0.5).astype(float)
+    loc = (rng.random(25) < 0.7).astype(float)
+    n_boot = 300  # two blocks of resamples (256 + 44)
+    # the reference: per block, the item indices then the draw indices; each resample's R x n cells
+    g = np.random.default_rng(9)
+    ref_mean, ref_diff = [], []
+    for b0 in range(0, n_boot, 256):
+        b = min(256, n_boot - b0)
+        ii, kk = g.integers(0, 25, (b, 25)), g.integers(0, 3, (b, 3))
+        for j in range(b):
+            cells = np.array([[rnd[k, i] for i in ii[j]] for k in kk[j]])
+            ref_mean.append(cells.mean())
+            ref_diff.append(loc[ii[j]].mean() - cells.mean())
+    for located, reps, theta in ((None, ref_mean, rnd.mean()), (loc, ref_diff, (loc - rnd.mean(0)).mean())):
+        e = crossed_ci(rnd, located, n_boot=n_boot, seed=9)
+        lo, hi = np.quantile(reps, [0.025, 0.975])
+        assert (e.value, e.low, e.high) == pytest.approx((theta, lo, hi), abs=1e-12)
+        assert e.n == 25 and e.method == "crossed bootstrap (items × draws)"
+    # random_draws_effect's CI is this one
+    assert random_draws_effect(loc, rnd, n_boot=n_boot, seed=9).estimate == crossed_ci(rnd, loc, n_boot=n_boot, seed=9)
+    with pytest.raises(StatisticsError, match="one score per item"):
+        crossed_ci(rnd, loc[:5])
+    with pytest.raises(StatisticsError, match="draws, items"):
+        crossed_ci(loc)

@@ -1,7 +1,7 @@
 """Metrics: located sets and their overlaps, probabilities, task accuracy, statistics."""
 
 from tlcap.metrics.accuracy import task_accuracy
-from tlcap.metrics.bootstrap import WeightedStatistic, bootstrap_ci, paired_difference_ci
+from tlcap.metrics.bootstrap import WeightedStatistic, bootstrap_ci, crossed_ci, paired_difference_ci
 from tlcap.metrics.coincidence import CoincidenceRates, coincidence_rates
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.localization import (
@@ -40,6 +40,7 @@ __all__ = [
     "WeightedStatistic",
     "bootstrap_ci",
     "coincidence_rates",
+    "crossed_ci",
     "cs1",
     "cs2",
     "iou",

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import stats
 
-from tlcap.metrics.bootstrap import paired_difference_ci
+from tlcap.metrics.bootstrap import crossed_ci, paired_difference_ci
 from tlcap.metrics.estimate import Estimate, StatisticsError, TooFewSamplesError
 from tlcap.metrics.shares import share_ci, wilson_interval
 
@@ -185,9 +185,8 @@ def paired_effect(a: Values, b: Values, *, groups: Sequence | np.ndarray | None 
         return Effect(est, _t_p(float(d.mean()) / math.sqrt(var), G - 1), name, 0.0)
     # no spread about the mean: every cluster's mean equals it, so the exact sign test on the clusters decides
     means = _cluster_means(d, groups)
-    m = int((means != 0).sum())
     return Effect(est, paired_p(means), "exact sign test" + (" on clusters" if groups is not None else ""),
-                  min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
+                  paired_p_floor(means))
 
 
 def paired_p(d: np.ndarray) -> float:
@@ -203,7 +202,28 @@ def paired_p(d: np.ndarray) -> float:
         return math.nan
     if np.std(d) > 0:
         return float(stats.ttest_1samp(d, 0.0).pvalue)
-    m = int((d != 0).sum())  # every difference equal: all zero (no effect) or all the same sign
+    return paired_p_floor(d)  # every difference equal: all zero (no effect) or all the same sign
+
+
+def paired_p_floor(d: np.ndarray) -> float:
+    """The smallest p-value :func:`paired_p` can give on these differences.
+
+    Args:
+        d: The paired differences.
+
+    Returns:
+        0 when they vary (the t-test is continuous); otherwise the exact sign test's ``2·0.5^m`` on the ``m``
+        non-zero differences (1 when every difference is 0), which is then also the p-value.
+
+    Example:
+        >>> paired_p_floor(np.array([1.0, 1.0, 1.0])), paired_p_floor(np.array([0.5, 1.0]))
+        (0.25, 0.0)
+    """
+    return 0.0 if np.std(d) > 0 else _sign_floor(int((d != 0).sum()))
+
+
+def _sign_floor(m: int) -> float:
+    """The exact two-sided sign (or McNemar) test's smallest p on ``m`` non-zero (discordant) pairs."""
     return 1.0 if m == 0 else float(min(1.0, 2.0 * 0.5 ** m))
 
 
@@ -346,7 +366,7 @@ def mcnemar_effect(a: Values, b: Values, *, n_boot: int = 5000, seed: int = 0) -
     m = n10 + n01
     p = float(min(1.0, 2.0 * stats.binom.cdf(min(n10, n01), m, 0.5))) if m else 1.0
     est = paired_difference_ci(x, y, n_boot=n_boot, seed=seed)
-    return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", min(1.0, 2.0 * 0.5 ** m) if m else 1.0)
+    return Effect(est, p, f"exact McNemar test ({n10} vs {n01} discordant items)", _sign_floor(m))
 
 
 def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 5000, seed: int = 0) -> Effect:
@@ -363,7 +383,8 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
     - **beyond item noise**: the paired t-test of ``L_i − R̄_i`` over the items.
 
     The p-value is the larger of the two (an intersection–union test: its size is at most α). The CI
-    resamples items and draws independently (crossed bootstrap), so it carries both sources of noise.
+    resamples items and draws independently (:func:`~tlcap.metrics.bootstrap.crossed_ci`), so it carries both
+    sources of noise.
 
     Args:
         located: Per-item scores with the located set, ``(n,)``.
@@ -407,22 +428,12 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
     else:  # the draws' accuracies do not vary: any gap is beyond them
         p_draws = 1.0 if gap == 0 else 0.0
     p_items = paired_p(d)
-    floor = 0.0
-    if np.std(d) == 0:
-        m = int((d != 0).sum())
-        floor = min(1.0, 2.0 * 0.5 ** m) if m else 1.0
-    rng = np.random.default_rng(seed)
-    reps = np.empty(n_boot)
-    for b0 in range(0, n_boot, 256):  # 256 resamples at a time: (256, R, n) gathered at once
-        b = min(256, n_boot - b0)
-        ii, kk = rng.integers(0, n, (b, n)), rng.integers(0, R, (b, R))
-        reps[b0:b0 + b] = x[ii].mean(1) - r[kk[:, :, None], ii[:, None, :]].mean((1, 2))
-    lo, hi = np.quantile(reps, [0.025, 0.975])
-    est = Estimate(float(d.mean()), float(lo), float(hi), n=n, method="crossed bootstrap (items × draws)",
-                   n_boot=n_boot, seed=seed)
+    floor = paired_p_floor(d)
+    est = crossed_ci(r, x, n_boot=n_boot, seed=seed)
     return Effect(est, max(p_draws, p_items), f"max of a prediction t-test over {R} random draws (p {p_draws:.2g}) "
                                             f"and a paired t-test over {n} items (p {p_items:.2g})", floor)
 
 
 __all__ = ["cluster_robust_var", "paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff",
-           "mcnemar_effect", "random_draws_effect", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]
+           "mcnemar_effect", "random_draws_effect",
+           "paired_p_floor", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]

@@ -37,6 +37,7 @@ from tlcap.errors import InvalidConfigError
 from tlcap.experiments.cnl import CrossResult, EnhanceResult, EraseResult
 from tlcap.metrics import bootstrap_ci, share_ci
 from tlcap.metrics.accuracy import TaskAccuracy
+from tlcap.metrics.bootstrap import crossed_ci
 from tlcap.metrics.effects import (
     NO_EFFECT,
     Effect,
@@ -198,16 +199,6 @@ def _outcomes(res: EnhanceResult, mode: str, epoch: int) -> np.ndarray | None:
     return None
 
 
-def _crossed_mean(x: np.ndarray, n_boot: int, seed: int) -> Estimate:
-    """Mean of ``x`` ``[draw, item]`` with a CI that resamples draws and items independently."""
-    rng = np.random.default_rng(seed)
-    R, n = x.shape
-    reps = np.array([x[np.ix_(rng.integers(0, R, R), rng.integers(0, n, n))].mean() for _ in range(n_boot)])
-    lo, hi = np.quantile(reps, [0.025, 0.975])
-    return Estimate(float(x.mean()), float(lo), float(hi), n=n, method="crossed bootstrap (items × draws)",
-                    n_boot=n_boot, seed=seed)
-
-
 def _random_draws(res: EnhanceResult, epoch: int) -> np.ndarray | None:
     """``[draw, item]`` scores of the random fine-tunes after ``epoch`` when the result has two or more and the
     located row's per-item scores (else ``None``: the one-draw row, conditional on that draw)."""
@@ -276,7 +267,7 @@ def table2(rb: RowBuilder, get: Get, why: Callable[[str], str], scale: ScaleConf
         for e in sorted({ep for _, ep in acc}):
             draws = _random_draws(res, e)
             if draws is not None:  # R >= 2 random fine-tunes: the value row of their mean accuracy
-                est = _crossed_mean(draws, n_boot, seed)
+                est = crossed_ci(draws, n_boot=n_boot, seed=seed)
                 rb.value(item, f"{ds} · random, mean of {len(draws)} random sets · epoch {e}", est,
                          rb.paper_value("cnl", "Table 2", "accuracy", sigma=sig, method="random", epoch=str(e),
                                         dataset=label), differences=diffs, n_unit="test items")

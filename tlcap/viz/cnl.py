@@ -103,7 +103,8 @@ def erase_sweep_figure(df: pd.DataFrame, base: float, title: str = "CNL erase, Ï
     return fig
 
 
-def enhance_figure(df: pd.DataFrame, base: float, title: str = "CNL enhance", metric: str = "accuracy") -> go.Figure:
+def enhance_figure(df: pd.DataFrame, base: float, title: str = "CNL enhance", metric: str = "accuracy",
+                   random_draws: Mapping[int, Sequence[float]] | None = None) -> go.Figure:
     """Held-out accuracy vs fine-tuning epoch, one line per mode, starting at the base accuracy.
 
     Args:
@@ -111,14 +112,31 @@ def enhance_figure(df: pd.DataFrame, base: float, title: str = "CNL enhance", me
         base: Accuracy before fine-tuning (epoch 0).
         title: Figure title.
         metric: The accuracy metric (axis label).
+        random_draws: Optional epoch â†’ accuracy of every random set fine-tuned (draw 0 is the ``random``
+            line). With two or more draws, each further draw is a thin dotted line and their mean a dashed one.
 
     Returns:
         The figure.
+
+    Example:
+        >>> df = pd.DataFrame({"mode": ["located", "random"], "epoch": [1, 1], "accuracy": [0.6, 0.5]})
+        >>> fig = enhance_figure(df, 0.4, random_draws={1: [0.5, 0.45, 0.55]})
+        >>> [t.name for t in fig.data]
+        ['located', 'random', 'random set 1', 'random set 2', 'random, mean of 3 sets']
     """
     fig = go.Figure()
     for mode in dict.fromkeys(df["mode"]) if len(df) else []:
         d = df[df["mode"] == mode]
         fig.add_trace(go.Scatter(x=[0, *d["epoch"]], y=[base, *d["accuracy"]], mode="lines+markers", name=str(mode)))
+    epochs = sorted(random_draws or {})
+    n = len(random_draws[epochs[0]]) if epochs else 0
+    if n >= 2:
+        acc = np.array([list(random_draws[e]) for e in epochs], dtype=float)  # [epoch, draw]
+        for k in range(1, n):
+            fig.add_trace(go.Scatter(x=[0, *epochs], y=[base, *acc[:, k]], mode="lines", name=f"random set {k}",
+                                     line=dict(width=1, dash="dot", color="gray"), legendgroup="random sets"))
+        fig.add_trace(go.Scatter(x=[0, *epochs], y=[base, *acc.mean(1)], mode="lines+markers",
+                                 name=f"random, mean of {n} sets", line=dict(dash="dash", color="black")))
     fig.update_layout(title=title, xaxis_title="epoch", yaxis_title=f"accuracy ({metric})", width=800, height=480,
                       **_LAYOUT)
     return fig

@@ -181,6 +181,11 @@ class EnhanceResult(RowFields, Result):
             return int(self.random_scores.shape[0])
         return int(any(r.mode == "random" for r in self.rows))
 
+    @property
+    def random_epochs(self) -> tuple[int, ...]:
+        """The evaluated epochs of the random fine-tunes, ascending (the epoch axis of :attr:`random_scores`)."""
+        return tuple(sorted({r.epoch for r in self.rows if r.mode == "random"}))
+
     def random_draws(self, epoch: int) -> Float[Tensor, "draw item"]:
         """Per-item scores of every random draw after ``epoch``.
 
@@ -193,7 +198,7 @@ class EnhanceResult(RowFields, Result):
         Raises:
             InvalidConfigError: the result keeps no random draws, or ``epoch`` was not evaluated.
         """
-        epochs = sorted({r.epoch for r in self.rows if r.mode == "random"})
+        epochs = list(self.random_epochs)
         if not self.random_scores.numel() or epoch not in epochs or len(epochs) != self.random_scores.shape[1]:
             raise InvalidConfigError(f"no random draws at epoch {epoch}; evaluated: {epochs}, random_scores shape "
                                      f"{tuple(self.random_scores.shape)}")
@@ -251,17 +256,19 @@ class EnhanceResult(RowFields, Result):
                 "accuracy": {m: {str(r.epoch): r.accuracy for r in self.rows if r.mode == m} for m in modes},
                 "n_random": self.n_random,
                 "random_draw_accuracy": {str(e): self.random_scores[:, k].mean(1).tolist()
-                                         for k, e in enumerate(sorted({r.epoch for r in self.rows if r.mode == "random"}))
+                                         for k, e in enumerate(self.random_epochs)
                                          if self.random_scores.numel()},
                 "data": dict(self.data), "config": dict(self.config)}
 
     def figure(self) -> go.Figure:
-        """Accuracy vs epoch, one line per mode.
+        """Accuracy vs epoch, one line per mode (with several random sets: each draw and their mean too).
 
         Returns:
-            The Plotly figure, the base accuracy as a line.
+            The Plotly figure, starting at the base accuracy.
         """
+        draws = self.summary()["random_draw_accuracy"] if self.n_random >= 2 else {}
         return enhance_figure(self.to_frame(), self.base_accuracy, metric=self.metric,
+                              random_draws={int(e): v for e, v in draws.items()},
                               title=f"CNL enhance: fine-tune {self.source or self.task} neurons → {self.task} (lr {self.lr:g})")
 
 
