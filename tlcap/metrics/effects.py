@@ -435,5 +435,5 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
 
 
 __all__ = ["cluster_robust_var", "paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff",
-           "mcnemar_effect", "random_draws_effect",
-           "paired_p_floor", "bootstrap_p", "bootstrap_p_floor", "Effect", "NO_EFFECT", "Values"]
+           "mcnemar_effect", "random_draws_effect", "paired_p_floor", "bootstrap_p", "bootstrap_p_floor",
+           "Effect", "NO_EFFECT", "Values"]

@@ -186,6 +186,16 @@ class EnhanceResult(RowFields, Result):
         """The evaluated epochs of the random fine-tunes, ascending (the epoch axis of :attr:`random_scores`)."""
         return tuple(sorted({r.epoch for r in self.rows if r.mode == "random"}))
 
+    def random_draw_accuracy(self) -> dict[int, list[float]]:
+        """Each random draw's accuracy per evaluated epoch (empty when the result keeps no random draws).
+
+        Returns:
+            ``{epoch: [accuracy of draw 0, draw 1, ...]}``, the epochs ascending.
+        """
+        if not self.random_scores.numel():
+            return {}
+        return {e: self.random_scores[:, k].mean(1).tolist() for k, e in enumerate(self.random_epochs)}
+
     def random_draws(self, epoch: int) -> Float[Tensor, "draw item"]:
         """Per-item scores of every random draw after ``epoch``.
 
@@ -255,9 +265,7 @@ class EnhanceResult(RowFields, Result):
                 "rows": [dataclasses.asdict(r) for r in self.rows],
                 "accuracy": {m: {str(r.epoch): r.accuracy for r in self.rows if r.mode == m} for m in modes},
                 "n_random": self.n_random,
-                "random_draw_accuracy": {str(e): self.random_scores[:, k].mean(1).tolist()
-                                         for k, e in enumerate(self.random_epochs)
-                                         if self.random_scores.numel()},
+                "random_draw_accuracy": {str(e): v for e, v in self.random_draw_accuracy().items()},
                 "data": dict(self.data), "config": dict(self.config)}
 
     def figure(self) -> go.Figure:
@@ -266,9 +274,8 @@ class EnhanceResult(RowFields, Result):
         Returns:
             The Plotly figure, starting at the base accuracy.
         """
-        draws = self.summary()["random_draw_accuracy"] if self.n_random >= 2 else {}
         return enhance_figure(self.to_frame(), self.base_accuracy, metric=self.metric,
-                              random_draws={int(e): v for e, v in draws.items()},
+                              random_draws=self.random_draw_accuracy(),
                               title=f"CNL enhance: fine-tune {self.source or self.task} neurons → {self.task} (lr {self.lr:g})")
 
 
