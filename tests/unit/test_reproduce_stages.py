@@ -12,7 +12,7 @@ from tlcap.config import Config
 from tlcap.data.pararel import Fact
 from tlcap.reproduce import cnl_stages, ql_stages, suite_stages
 from tlcap.reproduce.ql_stages import FactSet
-from tlcap.reproduce.stages import Runner, Stage, StageError, code_files, data_hash
+from tlcap.reproduce.stages import Runner, Stage, StageError, code_files, code_hash, code_text, data_hash
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,47 @@ def test_a_half_precision_model_gets_stage_keys_of_its_own(tmp_path):
     f32, bf16 = (Runner(_stages(), tmp_path, _M(dt)) for dt in (torch.float32, torch.bfloat16))
     assert f32.model_id == _M.identity and bf16.model_id == f"{_M.identity} dtype=torch.bfloat16"
     assert f32.key("a") == Runner(_stages(), tmp_path, model_id=_M.identity).key("a") != bf16.key("a")
+
+
+def _edit_prose(source: str) -> str:
+    """``source`` with every comment dropped, every docstring rewritten and a blank line after each statement line."""
+    import ast
+    import io
+    import tokenize
+
+    lines = source.splitlines(keepends=True)
+    tree = ast.parse(source)
+    spans = []
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                spans.append((first.lineno, first.end_lineno, first.col_offset))
+    assert spans, "the file has docstrings to edit"
+    for start, end, col in sorted(spans, reverse=True):
+        lines[start - 1:end] = [" " * col + '"""Rewritten: another text, with a >>> example. """\n']
+    text = "".join(lines)
+    toks = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type != tokenize.COMMENT]
+    return tokenize.untokenize(toks).replace(")\n", ")\n\n")
+
+
+def test_code_hash_reads_code_not_prose():
+    """A stage's key must survive a docstring, comment or layout edit (a documentation commit would otherwise
+    recompute hours of cached stages) and must change with any edit to the code itself."""
+    root = Path(tlcap.__file__).parent
+    source = (root / "metrics" / "set_scores.py").read_text()
+    edited = _edit_prose(source)
+    assert edited != source and "Rewritten" in edited and "#" not in code_text(source)
+    assert code_text(edited) == code_text(source)
+    changed = source.replace(" + ", " - ", 1)
+    assert changed != source and code_text(changed) != code_text(source)
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in code_files(cnl_stages.CODE):
+        h.update(f"{f.relative_to(root).as_posix()}\n".encode() + code_text(f.read_bytes()).encode())
+    assert code_hash(cnl_stages.CODE) == h.hexdigest()
 
 
 def test_a_stage_key_covers_the_engine_its_experiment_imports():

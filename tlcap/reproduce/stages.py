@@ -6,9 +6,10 @@ the sha256 of
 - its name and its config (``Config.to_dict()``, a tlcap :class:`~tlcap.config.Config`);
 - the model's identity (:func:`tlcap.provenance.model_identity`: GGUF sha256, HF commit, seed);
 - the hash of its input data (:func:`data_hash` of what ``stage.data(ctx)`` returns: samples, facts);
-- the tlcap version and the sha256 of the source of the modules it names in ``code`` and of every
+- the tlcap version and the sha256 of the code of the modules it names in ``code`` and of every
   tlcap module they import, transitively (editing an experiment, or the engine it runs on, invalidates
-  the stages that use it; :func:`code_files`);
+  the stages that use it; :func:`code_files`); docstrings, comments and layout are not hashed
+  (:func:`code_text`), so a documentation edit keeps the cache;
 - the keys of the stages it depends on (a changed upstream result invalidates everything below).
 
 Results are tlcap :class:`~tlcap.results.Result` values saved with ``save`` under
@@ -97,24 +98,66 @@ def data_hash(data: Any) -> str:
 _NOT_HASHED = ("viz",)
 
 
+_DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    """``tree`` with the docstring of the module and of every class and function removed (in place; a body left empty
+    gets a ``pass``)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, _DOC_OWNERS) or not node.body:
+            continue
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_text(source: str | bytes) -> str:
+    r"""The part of a Python source that defines what it computes: its syntax tree without docstrings, written back
+    as code (:func:`ast.unparse`), so comments, docstrings (and the examples in them) and layout are left out.
+
+    Args:
+        source: A module's source.
+
+    Returns:
+        The normalized code; two sources that differ only in comments, docstrings, blank lines, line breaks or quotes
+        give the same text.
+
+    Raises:
+        SyntaxError: ``source`` does not parse.
+
+    Example:
+        >>> a = 'def f(x):\n    "Twice x."\n    return 2 * x  # doubled\n'
+        >>> b = "def f(x):\n\n    return 2*x\n"
+        >>> code_text(a) == code_text(b), code_text(a) == code_text(b.replace("2*x", "3*x"))
+        (True, False)
+        >>> print(code_text(a))
+        def f(x):
+            return 2 * x
+    """
+    return ast.unparse(_without_docstrings(ast.parse(source)))
+
+
 def _tlcap_root() -> Path:
     return Path(importlib.import_module("tlcap").__file__ or "").parent
 
 
-def _tlcap_imports(path: Path, root: Path) -> set[Path]:
-    """:func:`_imports_of` of ``path``, parsed once per process and file version (every stage of a run asks)."""
+def _source_of(path: Path, root: Path) -> tuple[frozenset[Path], str]:
+    """:func:`_parsed` of ``path``, parsed once per process and file version (every stage of a run asks)."""
     st = path.stat()
-    return set(_imports_of(str(path), str(root), st.st_size, st.st_mtime_ns))
+    return _parsed(str(path), str(root), st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1024)
-def _imports_of(path_s: str, root_s: str, size: int, mtime_ns: int) -> frozenset[Path]:
+def _parsed(path_s: str, root_s: str, size: int, mtime_ns: int) -> tuple[frozenset[Path], str]:
     """The tlcap source files ``path`` imports (``import tlcap.x`` / ``from tlcap.x import y``, ``y`` a module or a
     name; the top-level ``tlcap/__init__.py``, which re-exports everything, is not followed, nor ``tlcap.viz``:
-    figures are drawn from the stored values, they change none)."""
+    figures are drawn from the stored values, they change none) and its :func:`code_text`, from one parse."""
     path, root = Path(path_s), Path(root_s)
     out: set[Path] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=path_s)):
+    tree = ast.parse(path.read_bytes(), filename=path_s)
+    for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -128,7 +171,7 @@ def _imports_of(path_s: str, root_s: str, size: int, mtime_ns: int) -> frozenset
             for f in (base.with_suffix(".py"), base / "__init__.py"):
                 if f.is_file():
                     out.add(f)
-    return frozenset(out)
+    return frozenset(out), ast.unparse(_without_docstrings(tree))
 
 
 def code_files(modules: Sequence[str]) -> list[Path]:
@@ -164,18 +207,21 @@ def code_files(modules: Sequence[str]) -> list[Path]:
         if f in seen:
             continue
         seen.add(f)
-        todo += sorted(_tlcap_imports(f, root) - seen)
+        todo += sorted(_source_of(f, root)[0] - seen)
     return sorted(seen)
 
 
 def code_hash(modules: Sequence[str]) -> str:
-    """sha256 of the source files of ``modules`` and of every tlcap module they import (:func:`code_files`).
+    """sha256 of the code of ``modules`` and of every tlcap module they import (:func:`code_files`), each file read as
+    :func:`code_text`: editing a docstring, a comment or the layout keeps a stage's cached results; editing code, even
+    code that computes the same values, invalidates them.
 
     Args:
         modules: Importable module names (repeats ignored).
 
     Returns:
-        The 64-character lowercase sha256 hex digest over each file's path below ``tlcap/`` and its bytes.
+        The 64-character lowercase sha256 hex digest over each file's path below ``tlcap/`` and its :func:`code_text`
+        (which :func:`ast.unparse` writes, so another Python minor version may give other keys).
 
     Raises:
         UnknownNameError: a module that cannot be imported.
@@ -184,7 +230,7 @@ def code_hash(modules: Sequence[str]) -> str:
     root = _tlcap_root()
     for f in code_files(modules):
         h.update(f"{f.relative_to(root).as_posix()}\n".encode())
-        h.update(f.read_bytes())
+        h.update(_source_of(f, root)[1].encode())
     return h.hexdigest()
 
 
@@ -595,5 +641,5 @@ class Runner:
         return out
 
 
-__all__ = ["Stage", "StageContext", "StageRecord", "Runner", "StageError", "data_hash", "code_hash", "code_files",
+__all__ = ["Stage", "StageContext", "StageRecord", "Runner", "StageError", "data_hash", "code_hash", "code_text", "code_files",
            "STAGE_FILE"]
