@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import encodings.unicode_escape  # noqa: F401 - see below
 import functools
 import io
 import json
@@ -49,6 +50,10 @@ from tlcap.reproduce.run import reproduce  # noqa: E402
 from tlcap.reproduce.scales import ScaleConfig  # noqa: E402
 
 _load_commands()
+# A job run as ``nobody`` cannot import from an interpreter installed under a mode-700 home (pyenv in
+# /root): every standard-library module a job needs must be imported here, by the server. The one a
+# job would otherwise import lazily is the unicode_escape codec that ast.unparse (the reproduce stage
+# keys' code text, tlcap.reproduce.stages.code_text) encodes with.
 tqdm.get_lock()  # created here once (the server's own); every child replaces it (_own_tqdm_lock)
 GPT2 = make_gpt2("tiny", seed=0)
 LLAMA = make_llama(seed=0)
