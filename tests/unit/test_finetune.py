@@ -177,6 +177,26 @@ def test_compensated_equals_torch_adam_in_float32(mode):
         assert torch.equal(a, b)
 
 
+def test_progress_bars_name_the_experiments_mode_and_random_draw(capsys):
+    """A random set is fine-tuned in the low-level ``"located"`` mode on random neurons; its progress bar must say
+    which random set it is, not ``located`` (the enhance experiment showed 'finetune located' for every draw)."""
+    from tlcap.data.tasks import load_task
+    from tlcap.experiments.cnl.enhance import tuned
+    from tlcap.models import make_llama
+
+    m = make_llama(seed=0)
+    train = load_task("emotion", split="train", n=2)
+    ns = NeuronSet(((0, 1), (1, 2)), shape=(m.n_layers, m.d_mlp))
+    bars = {}
+    for mode, draw in (("located", 0), ("random", 2), ("wo_located", 0)):
+        with tuned(m, train, ns, mode, epochs=1, progress=True, draw=draw):
+            pass
+        bars[mode] = capsys.readouterr().err
+    assert "finetune located epoch 1" in bars["located"]
+    assert "finetune random set 2 epoch 1" in bars["random"] and "finetune located" not in bars["random"]
+    assert "finetune wo_located epoch 1" in bars["wo_located"]
+
+
 def test_host_snapshots_restore_a_parameter_exactly():
     """``WeightEdit(host=True)`` (what fine-tuning uses: on an accelerator the snapshots go to host memory) keeps a
     separate copy and restores it exactly; on the CPU, the host, it is an ordinary clone. (The accelerator copy is

@@ -155,6 +155,7 @@ def masked_finetune(
     edit: WeightEdit | None = None,
     precision: Precision = "auto",
     progress: bool = True,
+    label: str | None = None,
 ) -> WeightEdit:
     """Fine-tune only the chosen neurons' MLP in/out weights (module docstring).
 
@@ -173,6 +174,8 @@ def masked_finetune(
             rounding residual per trained entry, module docstring) or ``"auto"`` (``"compensated"`` when a
             trained parameter is bfloat16 or float16, else ``"param"``).
         progress: Show a progress bar.
+        label: What the progress bar calls this run (default ``mode``; :func:`tlcap.experiments.cnl.tuned` names
+            the experiment's mode and random draw).
 
     Returns:
         The :class:`WeightEdit` holding the snapshots (``.undo()`` restores the weights);
@@ -230,7 +233,7 @@ def masked_finetune(
         for epoch in range(1, epochs + 1):
             order = list(range(len(encoded)))
             rng.shuffle(order)
-            for k in tqdm(order, desc=f"finetune {mode} epoch {epoch}", disable=not progress, leave=False):
+            for k in tqdm(order, desc=f"finetune {label or mode} epoch {epoch}", disable=not progress, leave=False):
                 p_ids, t_ids = encoded[k]
                 toks = torch.tensor([p_ids + t_ids[:-1]], device=model.device)
                 logits = model.logits(toks)[0, len(p_ids) - 1 :].float()

@@ -119,7 +119,8 @@ def tuned(
         if mode == "wo_located":
             erase_neurons(model, neurons, include_input=True, edit=edit)
         masked_finetune(model, train, ns, mode=ft_mode, epochs=epochs, lr=lr, seed=seed, on_epoch=on_epoch,  # type: ignore[arg-type]
-                        max_answer_tokens=max_answer_tokens, edit=edit, progress=progress)
+                        max_answer_tokens=max_answer_tokens, edit=edit, progress=progress,
+                        label=f"random set {draw}" if mode == "random" else mode)
         yield edit
     finally:
         edit.undo()
