@@ -98,24 +98,26 @@ def data_hash(data: Any) -> str:
 _NOT_HASHED = ("viz",)
 
 
-_DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+def _is_text(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:
-    """``tree`` with the docstring of the module and of every class and function removed (in place; a body left empty
-    gets a ``pass``)."""
+    """``tree`` without its bare string statements (in place): the docstrings of the module and of every class and
+    function, and the strings documenting attributes or sections, which compute nothing; a body left empty gets a
+    ``pass``."""
     for node in ast.walk(tree):
-        if not isinstance(node, _DOC_OWNERS) or not node.body:
-            continue
-        first = node.body[0]
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            node.body = node.body[1:] or [ast.Pass()]
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, name, None)
+            if isinstance(stmts, list) and any(isinstance(s, ast.stmt) and _is_text(s) for s in stmts):
+                setattr(node, name, [s for s in stmts if not _is_text(s)] or [ast.Pass()])
     return tree
 
 
 def code_text(source: str | bytes) -> str:
-    r"""The part of a Python source that defines what it computes: its syntax tree without docstrings, written back
-    as code (:func:`ast.unparse`), so comments, docstrings (and the examples in them) and layout are left out.
+    r"""The part of a Python source that defines what it computes: its syntax tree without docstrings (and the bare
+    strings documenting attributes), written back as code (:func:`ast.unparse`), so comments, docstrings (and the
+    examples in them) and layout are left out.
 
     Args:
         source: A module's source.
