@@ -109,7 +109,7 @@ def _without_docstrings(tree: ast.Module) -> ast.Module:
     for node in ast.walk(tree):
         for name in ("body", "orelse", "finalbody"):
             stmts = getattr(node, name, None)
-            if isinstance(stmts, list) and any(isinstance(s, ast.stmt) and _is_text(s) for s in stmts):
+            if isinstance(stmts, list) and any(map(_is_text, stmts)):
                 setattr(node, name, [s for s in stmts if not _is_text(s)] or [ast.Pass()])
     return tree
 
