@@ -143,11 +143,20 @@ def test_random_draws_effect_is_the_larger_p_of_a_prediction_t_over_draws_and_a_
     # the crossed bootstrap is wider than resampling items alone (the draws' spread is in it)
     items_only = paired_effect(loc, rnd.mean(0), n_boot=400, seed=1).estimate
     assert e.estimate.high - e.estimate.low > items_only.high - items_only.low
-    # draws that do not vary: a gap is beyond them, and the items decide
+    # 0/1 draws that do not vary: their spread is taken at the accuracy grid's rounding SD, 1/(40·√12)
     same = np.tile(rnd[0], (3, 1))
     e2 = random_draws_effect(loc, same, n_boot=50)
-    assert e2.p_value == pytest.approx(stats.ttest_1samp(loc - rnd[0], 0.0).pvalue, rel=1e-12)
+    grid = 1 / (40 * np.sqrt(12))
+    p_grid = 2 * stats.t.sf(abs(loc.mean() - rnd[0].mean()) / (grid * np.sqrt(1 + 1 / 3)), 2)
+    p_items = stats.ttest_1samp(loc - rnd[0], 0.0).pvalue
+    assert e2.p_value == pytest.approx(max(p_grid, p_items), rel=1e-9)
+    assert e2.p_floor == pytest.approx(2 * stats.t.sf(1 / (grid * np.sqrt(1 + 1 / 3)), 2), rel=1e-9)
+    assert f"(p {p_grid:.2g})" in e2.test and "the draws' spread 0 is below the 1/(n√12) = 0.0072" in e2.test
     assert random_draws_effect(rnd[0], same, n_boot=50).p_value == 1.0  # no gap, no item differs
+    # scores that are not 0/1 and draws that do not vary at all: the prediction test is degenerate, the items decide
+    e3 = random_draws_effect(loc * 0.7, same * 0.7 + 0.01, n_boot=50)
+    assert e3.p_value == pytest.approx(stats.ttest_1samp(loc * 0.7 - rnd[0] * 0.7 - 0.01, 0.0).pvalue, rel=1e-9)
+    assert e3.test.endswith("the prediction test is degenerate and the items decide") and e3.p_floor == 0.0
     with pytest.raises(StatisticsError, match="at least 2 random draws"):
         random_draws_effect(loc, rnd[:1])
     with pytest.raises(StatisticsError, match="40 items"):

@@ -386,6 +386,13 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
     resamples items and draws independently (:func:`~tlcap.metrics.bootstrap.crossed_ci`), so it carries both
     sources of noise.
 
+    Draws whose accuracies barely vary (random sets that move no prediction) would make ``s_R`` 0 and the
+    prediction test's p 0 whatever the gap. With 0/1 scores an accuracy lives on the grid ``k/n``, and a spread
+    below that grid's rounding SD ``1/(n√12)`` is not resolved, so ``s_R`` is taken as at least that (a
+    conservative choice: the p-value can only grow); the floor is then the p of the largest possible gap, 1.
+    With scores that are not 0/1 and draws that do not vary at all, the prediction test is degenerate and the
+    items' test decides; the test's name says which of these happened.
+
     Args:
         located: Per-item scores with the located set, ``(n,)``.
         random: Per-item scores with each random draw, ``(R, n)``, ``R >= 2``.
@@ -394,7 +401,8 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
 
     Returns:
         An :class:`Effect`; its test names both p-values. The floor is 0 (both tests are continuous) unless
-        the items' differences do not vary (then the exact sign test's ``2·0.5^m``).
+        the items' differences do not vary (then the exact sign test's ``2·0.5^m``) or the draws' spread is
+        taken at the accuracy grid's (then at least the p of a gap of 1).
 
     Raises:
         StatisticsError: fewer than 2 draws, or ``random`` not ``(R, n)`` with ``n = len(located)``.
@@ -408,6 +416,16 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
         (0.433, 0.0229, 0.0)
         >>> test
         'max of a prediction t-test over 3 random draws (p 0.023) and a paired t-test over 10 items (p 0.00075)'
+
+        Random sets that move no prediction (every draw scores the base model's 0/1 outcomes): their spread is 0,
+        and the grid of accuracies on 10 items, steps of 0.1, stands in for it:
+
+        >>> base = np.array([1, 0, 1, 0, 0, 1, 0, 0, 1, 0.0])
+        >>> e = random_draws_effect(L, np.tile(base, (3, 1)), n_boot=200)
+        >>> round(e.p_value, 4), round(e.p_floor, 5)      # the items' p; the draws' (0.0069) is no longer 0
+        (0.0368, 0.00111)
+        >>> e.test.split("; ")[1]
+        "the draws' spread 0 is below the 1/(n√12) = 0.029 an accuracy on 10 items resolves, so that is used"
     """
     x = np.asarray(located, dtype=float)
     r = np.asarray(random, dtype=float)
@@ -421,17 +439,27 @@ def random_draws_effect(located: Values, random: np.ndarray, *, n_boot: int = 50
         raise TooFewSamplesError(f"random_draws_effect needs at least 2 items, got {n}")
     d = x - r.mean(0)
     acc = r.mean(1)
-    s = float(acc.std(ddof=1))
+    s = float(acc.std(ddof=1)) if np.ptp(acc) > 0 else 0.0  # identical accuracies: 0, not the mean's rounding
     gap = float(x.mean() - acc.mean())
+    scale = math.sqrt(1.0 + 1.0 / R)
+    binary = bool(np.isin(r, (0.0, 1.0)).all() and np.isin(x, (0.0, 1.0)).all())
+    lattice = 1.0 / (n * math.sqrt(12.0)) if binary else 0.0  # rounding SD of an accuracy on the grid k/n
+    note, floor_draws = "", 0.0
+    if s < lattice:  # 0/1 scores: an accuracy's spread is not resolved below the grid it lives on
+        note = (f"; the draws' spread {s:.2g} is below the 1/(n√12) = {lattice:.2g} an accuracy on {n} items "
+                "resolves, so that is used")
+        s = lattice
+        floor_draws = _t_p(1.0 / (s * scale), R - 1)  # the largest gap an accuracy can have is 1
     if s > 0:
-        p_draws = _t_p(gap / (s * math.sqrt(1.0 + 1.0 / R)), R - 1)
-    else:  # the draws' accuracies do not vary: any gap is beyond them
+        p_draws = _t_p(gap / (s * scale), R - 1)
+    else:  # scores that are not 0/1 and draws that do not vary at all: the items decide
         p_draws = 1.0 if gap == 0 else 0.0
+        note = "; the draws do not vary at all, so the prediction test is degenerate and the items decide"
     p_items = paired_p(d)
-    floor = paired_p_floor(d)
+    floor = max(paired_p_floor(d), floor_draws)
     est = crossed_ci(r, x, n_boot=n_boot, seed=seed)
     return Effect(est, max(p_draws, p_items), f"max of a prediction t-test over {R} random draws (p {p_draws:.2g}) "
-                                            f"and a paired t-test over {n} items (p {p_items:.2g})", floor)
+                                            f"and a paired t-test over {n} items (p {p_items:.2g}){note}", floor)
 
 
 __all__ = ["cluster_robust_var", "paired_p", "paired_effect", "two_group_effect", "share_effect", "proportion_diff",
