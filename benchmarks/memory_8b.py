@@ -70,7 +70,8 @@ def card_of(device: torch.device, gib: float = CARD_GIB) -> Iterator[float | Non
         yield None
         return
     real = batching.free_memory
-    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    index = device.index if device.index is not None else torch.cuda.current_device()  # the call takes no bare "cuda"
+    torch.cuda.set_per_process_memory_fraction(cap / total, index)
 
     def capped(dev: torch.device | str) -> int:
         d = torch.device(dev)
@@ -83,7 +84,7 @@ def card_of(device: torch.device, gib: float = CARD_GIB) -> Iterator[float | Non
         yield gib
     finally:
         batching.free_memory = real
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
 
 
 def peak_of(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]:

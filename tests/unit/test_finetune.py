@@ -224,7 +224,8 @@ def test_cuda_bf16_fine_tuning_steps_compensated_with_host_snapshots():
     train = load_task("emotion", split="train", n=4)
     got = {}
     for dev in ("cpu", "cuda"):
-        m = make_llama(seed=0, dtype=torch.bfloat16, device=dev)
+        # vocab 50257: the vendored GPT-2 BPE serves where the SmolLM2 tokenizer is absent (a GPU machine)
+        m = make_llama(seed=0, dtype=torch.bfloat16, device=dev, vocab=50257)
         ns = NeuronSet(((0, 1), (1, 2)), shape=(m.n_layers, m.d_mlp))
         params = F.trained_params(F.neuron_params(m, ns))[0]
         before = [p.detach().clone() for p in params]

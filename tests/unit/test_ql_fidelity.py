@@ -326,3 +326,15 @@ def test_the_cost_model_counts_the_forward_calls_of_a_modification_run(tiny_gpt2
     edited = len({(r.fact, r.query) for r in res.rows})
     assert edited == 6 and len(res.rows) == 6 * 2 * 2 and not res.skipped
     assert len(calls) == modification_calls(3, edited, len(res.rows)) == 1 * 3 + 6 + 2 * 24
+
+
+def test_irrelevant_synapse_columns_are_mapped_on_the_mask_s_device():
+    """S_ir built from an accelerator's patterns: map_columns builds its mask where the source mask is (the
+    ``meta`` device stands in for a GPU here; a host-built output OR-ed with it raised, as ql.fig5-7 did on an
+    H200 on 2026-12-04)."""
+    from tlcap.locate.synapses import map_columns
+
+    src = ("relation", "subject", "last")
+    mask = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    out = map_columns(mask, src, ("subject", "relation", "last"), skip_first=False)
+    assert out.device.type == "meta" and tuple(out.shape) == (2, 3, 3)

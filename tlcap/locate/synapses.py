@@ -177,7 +177,7 @@ def map_columns(
         ``[L, H, n_dst]`` mask.
     """
     L, H, _ = mask.shape
-    out = torch.zeros(L, H, len(dst_roles), dtype=torch.bool)
+    out = torch.zeros(L, H, len(dst_roles), dtype=torch.bool, device=mask.device)
     dst = {r: [c for c, x in enumerate(dst_roles) if x == r] for r in ROLES}
     seen = dict.fromkeys(ROLES, 0)
     for c, r in enumerate(src_roles[: mask.shape[-1]]):
@@ -314,7 +314,8 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
     A = attention_patterns(model, prompt) if patterns is None else patterns
     mask, col, tau = synapse_mask(A, alpha, skip_first)
     toks = tuple(model.to_str_tokens(model.encode(prompt)))
-    return KnowledgeSynapses(mask, col, tau, alpha, prompt, toks, skip_first)
+    # a result value on the host, as mask_for and map_columns build theirs (patterns come from the model's device)
+    return KnowledgeSynapses(mask.cpu(), col.cpu(), tau, alpha, prompt, toks, skip_first)
 
 
 __all__ = [
