@@ -226,7 +226,8 @@ def erase_rows(model: Any, device: torch.device, n_items: int, n_sets: int) -> d
         n_sets: Neuron sets (one empty, the rest random 0.1 % of the neurons).
 
     Returns:
-        Seconds of each path, their ratio, the counted passes and whether the predictions agree.
+        Seconds of each path, their ratio, the counted passes, whether the predictions agree and how many differ
+        (``n_differ`` of ``n_predictions``).
     """
     from unittest import mock
 
@@ -254,7 +255,10 @@ def erase_rows(model: Any, device: torch.device, n_items: int, n_sets: int) -> d
             out[f"{name}_tokens"] = sc.tokens
             out[f"{name}_predictions"] = [list(p) for p in sc.predictions]
     out["speedup"] = out["items_alone_seconds"] / out["items_rows_seconds"]
-    out["same_predictions"] = out["items_alone_predictions"] == out["items_rows_predictions"]
+    a, b = out["items_alone_predictions"], out["items_rows_predictions"]
+    out["same_predictions"] = a == b
+    out["n_differ"] = sum(u != v for x, y in zip(a, b) for u, v in zip(x, y))
+    out["n_predictions"] = sum(len(x) for x in a)
     return out
 
 

@@ -84,9 +84,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             m = make_llama(seed=1, vocab=50257, device=device, dtype=dt)
             try:
                 r = erase_rows(m, device, 4, 25)
-                a, b = r["items_alone_predictions"], r["items_rows_predictions"]
-                r["n_differ"] = sum(u != v for x, y in zip(a, b) for u, v in zip(x, y))
-                r["n_predictions"] = sum(len(x) for x in a)
             except Exception as e:  # noqa: BLE001
                 r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
             payload[f"erase_{str(dt).removeprefix('torch.')}"] = r

@@ -314,7 +314,7 @@ def locate_synapses(model: Model, prompt: str, alpha: float = 0.3, skip_first: b
     A = attention_patterns(model, prompt) if patterns is None else patterns
     mask, col, tau = synapse_mask(A, alpha, skip_first)
     toks = tuple(model.to_str_tokens(model.encode(prompt)))
-    # a result value on the host, as mask_for and map_columns build theirs (patterns come from the model's device)
+    # a result value on the host, as mask_for documents (the patterns come from the model's device)
     return KnowledgeSynapses(mask.cpu(), col.cpu(), tau, alpha, prompt, toks, skip_first)
 
 
