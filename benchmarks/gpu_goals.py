@@ -227,7 +227,8 @@ def erase_rows(model: Any, device: torch.device, n_items: int, n_sets: int) -> d
 
     Returns:
         Seconds of each path, their ratio, the counted passes, whether the predictions agree and how many differ
-        (``n_differ`` of ``n_predictions``).
+        (``n_differ`` of ``n_predictions``), how many 0/1 scores differ (``n_score_differ``) and each set's accuracy
+        on either path.
     """
     from unittest import mock
 
@@ -254,11 +255,15 @@ def erase_rows(model: Any, device: torch.device, n_items: int, n_sets: int) -> d
             out[f"{name}_seconds"] = time.perf_counter() - t0
             out[f"{name}_tokens"] = sc.tokens
             out[f"{name}_predictions"] = [list(p) for p in sc.predictions]
+            out[f"{name}_scores"] = sc.scores.tolist()
     out["speedup"] = out["items_alone_seconds"] / out["items_rows_seconds"]
     a, b = out["items_alone_predictions"], out["items_rows_predictions"]
     out["same_predictions"] = a == b
     out["n_differ"] = sum(u != v for x, y in zip(a, b) for u, v in zip(x, y))
     out["n_predictions"] = sum(len(x) for x in a)
+    sa, sb = out["items_alone_scores"], out["items_rows_scores"]
+    out["n_score_differ"] = sum(u != v for x, y in zip(sa, sb) for u, v in zip(x, y))  # what the accuracies see
+    out["accuracy_alone"], out["accuracy_rows"] = ([sum(r) / len(r) for r in sc_] for sc_ in (sa, sb))
     return out
 
 

@@ -204,6 +204,29 @@ def test_the_fine_tuning_probe_times_the_steps_without_the_set_up(tiny_llama, mo
     cal = calibrate(tiny_llama)
     assert 0.02 <= cal.probe["train_token"]["seconds"] < 0.2
     assert cal.meta["train_setup_seconds"] >= 0.28
+    assert cal.meta["trials"] == P.PROBE_TRIALS == 3
+    assert all("spread" in run for run in cal.probe.values())
+    assert cal.meta["timing_spread"] == max(run["spread"] for run in cal.probe.values())
+
+
+def test_the_probe_keeps_the_fastest_of_its_trials_and_how_far_the_slowest_was():
+    """A stall in one trial (0.3 s against 0.03 s) does not become the unit's time: the fastest trial is kept, and
+    the slowest's excess (about 9x) is recorded, so the plan can say how repeatable its probe was. ``after`` turns a
+    trial's wall time into the part that counts (the fine-tuning probe's second epoch)."""
+    import time as _time
+
+    from tlcap.reproduce import probe as P
+
+    delays = iter([0.03, 0.3, 0.03, 0.04])  # warm-up, then three trials
+
+    def op():
+        _time.sleep(next(delays))
+
+    best, spread = P._timed(op)
+    assert 0.03 <= best < 0.1 and spread > 2.0
+    halves = iter([0.05, 0.05, 0.05, 0.05])
+    best, spread = P._timed(lambda: _time.sleep(next(halves)), trials=3, after=lambda t: t / 2)
+    assert 0.025 <= best < 0.05 and spread < 1.0
 
 
 def test_a_launch_bound_fit_is_floored_at_the_matmul_peak_and_refitted():
@@ -305,6 +328,7 @@ def test_cli_dry_run_replays_a_calibration_file(tmp_path):
     assert "loading qwen2-tiny (meta, float32)" in r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("calibration: cuda (H100) (m, float32, 2026-11-27") and str(path) in lines[0]
+    assert "; each op timed once)" in lines[0]  # a probe saved before the trials says so
     stage_lines = {ln.split()[0]: ln for ln in lines if ln.startswith(("cnl.", "ql."))}
     assert set(stage_lines) == {"cnl.locate.emotion", "ql.facts", "ql.localize.ig"}
     assert any(ln.startswith("dominant") and "of the predicted time" in ln for ln in lines)

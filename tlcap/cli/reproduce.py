@@ -99,7 +99,7 @@ def reproduce_cmd(
         cal = cached_calibration(m, cache, runner.model_id, reprobe=reprobe, calibration=calibration,
                                  save_to=save_calibration)
         typer.echo(f"calibration: {cal.device} ({cal.model or '?'}, {cal.dtype or '?'}, {cal.meta.get('date', '?')}; "
-                   f"probe {cal.seconds:.0f} s){' from ' + str(calibration) if calibration else ''}")
+                   f"probe {cal.seconds:.0f} s{cal.timing_note()}){' from ' + str(calibration) if calibration else ''}")
         if save_calibration is not None:
             typer.echo(f"probe written to {save_calibration}")
         for line in plan_lines(runner, plan, predictions(runner, plan, cal), jobs):

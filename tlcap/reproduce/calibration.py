@@ -184,6 +184,27 @@ class Calibration:
                    None if d.get("train_memory_scale") is None else float(d["train_memory_scale"]),
                    None if d.get("peak_flops") is None else float(d["peak_flops"]))
 
+    def timing_note(self) -> str:
+        """How repeatable the probe's timings were, for the plan's calibration line.
+
+        Returns:
+            ``"; 3 trials, the slowest within 4 % of the fastest"`` (``meta["trials"]`` and ``meta["timing_spread"]``,
+            :data:`tlcap.reproduce.probe.PROBE_TRIALS`); ``"; each op timed once"`` for a probe saved before the
+            trials (the plan is then one timing's).
+
+        Example:
+            >>> Calibration({"ig_row": 1e-9}, meta={"trials": 3, "timing_spread": 0.041}).timing_note()
+            '; 3 trials, the slowest within 4.1 % of the fastest'
+            >>> Calibration({"ig_row": 1e-9}).timing_note()
+            '; each op timed once'
+        """
+        trials, spread = self.meta.get("trials"), self.meta.get("timing_spread")
+        if not trials or spread is None:
+            return "; each op timed once"
+        pct = 100 * float(spread)
+        txt = f"{pct:.0f}" if pct >= 10 else f"{pct:.1f}"
+        return f"; {int(trials)} trials, the slowest within {txt} % of the fastest"
+
     def matches(self, shape: ModelShape, dtype: str | None = None, vocab: bool = True) -> bool:
         """Whether this probe was taken on a model of ``shape`` (and ``dtype``, when given; ``vocab=False``: any
         vocabulary size, e.g. a shape model built with another tokenizer on the GPU machine).
