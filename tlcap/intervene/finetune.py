@@ -385,8 +385,8 @@ class _CompensatedAdam:
 
 class _Scratch:
     """Float32 working buffers of :class:`_CompensatedAdam`'s steps, one per name and device, grown to the largest
-    parameter that asks and shared by every parameter of a fine-tuning run (the steps run one at a time, in the
-    backward pass)."""
+    parameter that asks and shared by every parameter of a fine-tuning run (the steps run in the backward pass, one
+    at a time on each device: autograd runs one thread per device, hence one buffer set per device)."""
 
     def __init__(self) -> None:
         self.buffers: dict[tuple[str, torch.device], torch.Tensor] = {}

@@ -242,16 +242,15 @@ def calibrate(model: object, *, ig_steps: int = 3, fwd_tokens: int = 64, gen_tok
             masked_finetune(model, samples, neurons, mode="except", epochs=2, on_epoch=stamp, progress=False).undo()
 
         meter.reset(dev)
-        totals: dict[float, float] = {}
+        trial_times: list[tuple[float, float]] = []  # (second epoch, whole run) of each trial
 
-        def second_epoch(total: float, stamps: list[float] = stamps, totals: dict[float, float] = totals) -> float:
-            epoch = stamps[1] - stamps[0]  # the steps alone (the stage runs thousands of them per set-up)
-            totals[epoch] = total
-            return epoch
+        def second_epoch(total: float, stamps: list[float] = stamps, out: list = trial_times) -> float:
+            out.append((stamps[1] - stamps[0], total))  # the steps alone (the stage runs thousands per set-up)
+            return out[-1][0]
 
         s, sp = _timed(tune, sync=sync, trials=trials, after=second_epoch)
         spreads.setdefault("train_token", []).append(sp)
-        train_setup = max(0.0, totals[s] - 2 * s)
+        train_setup = max(0.0, min(trial_times)[1] - 2 * s)  # the fastest trial's set-up
         train_peak = meter.peak_bytes() - base  # the larger (last) run's
         # every MLP matrix's gradient ("except" mode); a sample's last answer token is not fed
         fed = ntok - len(samples)
